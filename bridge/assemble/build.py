@@ -1,0 +1,200 @@
+"""A finished request's state → its timeline: which phases the lines prove, and their bounds.
+
+Reported durations (ttft, total_latency, the timeout's "after") fix boundaries relative to the
+line that reported them; observed boundaries are line timestamps. When one-second header
+stamps put an observed boundary on the wrong side of a reported one, the observed one is
+moved to keep the phases in order and marked `inferred`. No phase is made up: each needs a
+line that proves it began.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from bridge.assemble.diagnosis import Thresholds, diagnose
+from bridge.assemble.timeline import (
+    INFERRED,
+    OBSERVED,
+    REPORTED,
+    EngineTimeline,
+    Phase,
+    RequestTimeline,
+    SpanEvent,
+)
+from bridge.decode.source import Source
+
+if TYPE_CHECKING:
+    from bridge.assemble.requests import RequestState
+
+EVENT_CAP = 32  # sampled events (KV blocks, gauges) kept per span; totals are attributes
+_NS = 1_000_000_000
+
+# Where a KV block event lands: the most specific phase whose span holds its timestamp.
+_BLOCK_PLACEMENT = ("freed", "preempted", "generating", "scheduled", "queued")
+
+
+def _ns(seconds: float) -> int:
+    return round(seconds * _NS)
+
+
+def _clamp(value: int, timing: str, low: int | None, high: int | None) -> tuple[int, str]:
+    if low is not None and value < low:
+        return low, INFERRED
+    if high is not None and value > high:
+        return high, INFERRED
+    return value, timing
+
+
+def request_timeline(r: RequestState, source: Source, thresholds: Thresholds) -> RequestTimeline:
+    s = r.summary
+    end = r.terminal_ns if r.terminal_ns is not None else r.last_ns
+    end_timing = OBSERVED if r.terminal_ns is not None else INFERRED
+
+    arrival = first_token = None
+    if s is not None:
+        arrival = r.terminal_ns - _ns(s.e2e_s)
+        first_token = arrival + _ns(s.ttft_s)
+    elif r.outcome == "timeout" and r.timeout_after_s is not None:
+        arrival = r.terminal_ns - _ns(r.timeout_after_s)
+
+    sched0 = sched_timing = None
+    if r.schedules:
+        sched0, sched_timing = _clamp(r.schedules[0][0], OBSERVED, arrival, first_token if first_token is not None else end)
+
+    phases: list[Phase] = []
+    if arrival is not None and (sched0 is not None or r.outcome in ("timeout", "failed")):
+        q_end, q_timing = (sched0, sched_timing) if sched0 is not None else (end, INFERRED)
+        phases.append(Phase("queued", 0, arrival, q_end, REPORTED, q_timing))
+    if sched0 is not None:
+        first = r.schedules[0][1]
+        attrs = {"vllm.scheduling.priority": first.priority, "vllm.scheduling.blocks": first.blocks,
+                 "vllm.scheduling.remaining_blocks": first.remaining_blocks}
+        if len(r.schedules) > 1:
+            attrs["vllm.scheduling.count"] = len(r.schedules)
+        if first_token is not None:
+            phases.append(Phase("scheduled", 0, sched0, first_token, sched_timing, REPORTED, attrs))
+        else:
+            phases.append(Phase("scheduled", 0, sched0, max(sched0, end), sched_timing, INFERRED, attrs))
+    low = arrival if arrival is not None else r.first_ns
+    for i, (p_start, p_end, ev) in enumerate(r.preemptions or ()):
+        start, st = _clamp(p_start, OBSERVED, low, end)
+        if p_end is None:
+            stop, et = max(start, end), INFERRED
+        else:
+            stop, et = _clamp(p_end, OBSERVED, start, None)
+        phases.append(Phase("preempted", i, start, stop, st, et,
+                            {"vllm.preemption.reason": ev.reason, "vllm.preemption.blocks": ev.blocks}))
+    if s is not None:
+        phases.append(Phase("generating", 0, first_token, r.terminal_ns, REPORTED, OBSERVED,
+                            {"gen_ai.usage.output_tokens": s.generated_tokens, "vllm.itl_s": s.itl_s}))
+    if r.terminal_ns is not None and r.last_free_ns is not None:
+        phases.append(Phase("freed", 0, r.terminal_ns, r.last_free_ns, OBSERVED, OBSERVED))
+
+    start = min(low, r.first_ns)
+    stop = max(end, r.last_ns, *(p.end_ns for p in phases))
+    root_events = list(r.events or ())
+    dropped = r.dropped + _place_block_events(r.block_events or (), phases, root_events)
+    dropped += r.block_dropped
+
+    attrs = _request_attrs(r, thresholds, arrival, sched0)
+    timing = [p.start_timing for p in phases] + [p.end_timing for p in phases]
+    attrs["vllm.timing"] = INFERRED if INFERRED in timing or end_timing == INFERRED else (
+        REPORTED if arrival is not None else OBSERVED)
+    root_events.sort(key=_event_ts)
+    return RequestTimeline(
+        source=source, request_id=r.request_id, occurrence=r.occurrence,
+        start_ns=start, end_ns=stop,
+        start_timing=REPORTED if arrival is not None and arrival <= r.first_ns else OBSERVED,
+        end_timing=end_timing, outcome=r.outcome, error_type=r.error_type,
+        error_message=r.error_message, attrs=attrs, events=root_events, dropped_events=dropped,
+        phases=phases, first_offset=r.first_offset, last_offset=r.last_offset,
+    )
+
+
+def _event_ts(e: SpanEvent) -> int:
+    return e.ts_ns
+
+
+def _place_block_events(events, phases: list[Phase], root_events: list[SpanEvent]) -> int:
+    """Put each KV block event on its phase (EVENT_CAP per span); return how many were dropped."""
+    by_name: dict[str, list[Phase]] = {}
+    for p in phases:
+        by_name.setdefault(p.name, []).append(p)
+    root_blocks = 0
+    dropped = 0
+    for e in events:
+        target = None
+        for name in _BLOCK_PLACEMENT:
+            for p in by_name.get(name, ()):
+                if p.start_ns <= e.ts_ns < p.end_ns or (name == "freed" and e.ts_ns == p.end_ns):
+                    target = p
+                    break
+            if target is not None:
+                break
+        if target is None:
+            if root_blocks < EVENT_CAP:
+                root_events.append(e)
+                root_blocks += 1
+            else:
+                dropped += 1
+        elif len(target.events) < EVENT_CAP:
+            target.events.append(e)
+        else:
+            target.dropped_events += 1
+    return dropped
+
+
+def _request_attrs(r: RequestState, t: Thresholds, arrival: int | None, sched0: int | None) -> dict:
+    s = r.summary
+    a: dict = {"vllm.request.id": r.request_id, "vllm.outcome": r.outcome}
+    if s is not None:
+        a["gen_ai.usage.input_tokens"] = s.prompt_tokens
+        a["gen_ai.usage.output_tokens"] = s.generated_tokens
+        a["vllm.ttft_s"] = s.ttft_s
+        a["vllm.itl_s"] = s.itl_s
+        a["vllm.e2e_s"] = s.e2e_s
+        # vLLM's own native-tracing keys, so dashboards built for them keep working.
+        a["gen_ai.latency.time_to_first_token"] = s.ttft_s
+        a["gen_ai.latency.e2e"] = s.e2e_s
+    if arrival is not None and sched0 is not None:
+        queue_s = (sched0 - arrival) / _NS
+        a["vllm.queue_s"] = queue_s
+        a["gen_ai.latency.time_in_queue"] = queue_s
+    a["vllm.preemptions"] = len(r.preemptions or ())
+    a["vllm.kv_blocks"] = r.allocated
+    a["vllm.kv_blocks.freed"] = r.freed
+    if r.error_type is not None:
+        a["error.type"] = r.error_type
+    q, g = r.queue_at_schedule, r.gpu_at_schedule
+    if q is not None:
+        a["vllm.queue.running"] = q.running
+        a["vllm.queue.waiting"] = q.waiting
+        a["vllm.kv.free_blocks"] = q.free_blocks
+        a["vllm.kv.total_blocks"] = q.total_blocks
+    if g is not None:
+        a["vllm.gpu.memory.used_bytes"] = g.used_bytes
+        a["vllm.gpu.memory.total_bytes"] = g.total_bytes
+        a["vllm.gpu.memory.utilization"] = g.utilization
+        a["vllm.kv_cache.blocks_used"] = g.kv_blocks_used
+        a["vllm.kv_cache.blocks_total"] = g.kv_blocks_total
+    min_free = r.min_free_ratio
+    if q is not None and q.total_blocks:
+        ratio = q.free_blocks / q.total_blocks
+        min_free = ratio if min_free is None else min(min_free, ratio)
+    max_gpu = r.max_gpu_ratio
+    if g is not None:
+        max_gpu = g.utilization if max_gpu is None else max(max_gpu, g.utilization)
+    found = diagnose(t, s.ttft_s if s else None, s.itl_s if s else None, min_free, max_gpu,
+                     len(r.preemptions or ()))
+    if found:
+        a["vllm.diagnosis"] = found
+    return a
+
+
+def engine_timeline(source: Source, kind: str, occurrence: str, start_ns: int, end_ns: int,
+                    error_type: str, message: str, attrs: dict, affected: list[str],
+                    first_offset: int, last_offset: int) -> EngineTimeline:
+    attrs = {"vllm.incident.kind": kind, "error.type": error_type,
+             "vllm.requests_affected": len(affected), **attrs}
+    return EngineTimeline(source, kind, occurrence, start_ns, end_ns, error_type, message, attrs,
+                          affected, first_offset, last_offset)

@@ -1,0 +1,375 @@
+"""Per-request state machine for one source (one engine's log).
+
+Lines arrive in file order with their timestamps; this module keeps what each request has
+shown so far and hands finished requests to `build.request_timeline`. It decides *when* a
+request is over and *which* occurrence a line belongs to; `build` decides what the spans are.
+
+Ids repeat (the seed's ids are object addresses, reused once freed): a line that starts a
+request (scheduling, preemption, allocation, summary) for an id whose request is already over
+begins a new occurrence, and the old one is emitted first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from bridge.assemble.build import EVENT_CAP, engine_timeline, request_timeline
+from bridge.assemble.diagnosis import Thresholds
+from bridge.assemble.timeline import SpanEvent, Timeline
+from bridge.decode.record import Record
+from bridge.decode.source import Source
+from bridge.parse.events import (
+    AllocationFailed,
+    BlockAllocated,
+    BlockFreed,
+    CudaOom,
+    GpuMemory,
+    ModelLoadFailed,
+    NcclHint,
+    NcclTimeout,
+    Preempted,
+    QueueState,
+    RequestSummary,
+    RequestTimedOut,
+    Scheduled,
+)
+
+_NS = 1_000_000_000
+_BLOCK_EVENTS_KEPT = 8 * EVENT_CAP  # spread over the phases later, EVENT_CAP per span
+
+
+@dataclass(frozen=True, slots=True)
+class AssembleConfig:
+    thresholds: Thresholds = Thresholds()
+    ttl_s: float = 600.0      # an open request with no new line for this long is evicted
+    linger_s: float = 5.0     # a finished request waits this long for its last block frees
+    oom_window_s: float = 2.0  # a CUDA OOM this close before a failed allocation explains it
+
+
+@dataclass(slots=True)
+class AssembleStats:
+    requests_opened: int = 0
+    requests_emitted: int = 0
+    requests_evicted: int = 0
+    engine_incidents: int = 0
+    orphan_lines: int = 0  # a line for a request that is not (or no longer) known
+
+
+class RequestState:
+    """Everything one occurrence of a request has shown. Lists stay None until needed."""
+
+    __slots__ = (
+        "request_id", "occurrence", "first_ns", "last_ns", "first_offset", "last_offset",
+        "schedules", "preemptions", "allocated", "freed", "held", "block_events", "block_dropped",
+        "events", "dropped", "summary", "terminal_ns", "outcome", "error_type", "error_message",
+        "timeout_after_s", "queue_at_schedule", "gpu_at_schedule", "min_free_ratio",
+        "max_gpu_ratio", "last_free_ns",
+    )
+
+    def __init__(self, request_id: str, occurrence: str, ts: int, offset: int) -> None:
+        self.request_id = request_id
+        self.occurrence = occurrence
+        self.first_ns = self.last_ns = ts
+        self.first_offset = self.last_offset = offset
+        self.schedules: list[tuple[int, Scheduled]] | None = None
+        self.preemptions: list[list] | None = None  # [start_ns, end_ns | None, Preempted]
+        self.allocated = self.freed = self.held = 0
+        self.block_events: list[SpanEvent] | None = None
+        self.block_dropped = 0
+        self.events: list[SpanEvent] | None = None  # root events: gauges, errors, incidents
+        self.dropped = 0
+        self.summary: RequestSummary | None = None
+        self.terminal_ns: int | None = None
+        self.outcome = "incomplete"
+        self.error_type: str | None = None
+        self.error_message = ""
+        self.timeout_after_s: float | None = None
+        self.queue_at_schedule: QueueState | None = None
+        self.gpu_at_schedule: GpuMemory | None = None
+        self.min_free_ratio: float | None = None
+        self.max_gpu_ratio: float | None = None
+        self.last_free_ns: int | None = None
+
+    def add_event(self, event: SpanEvent, capped: bool) -> None:
+        if self.events is None:
+            self.events = []
+        if capped and len(self.events) >= EVENT_CAP:
+            self.dropped += 1
+        else:
+            self.events.append(event)
+
+    def add_block_event(self, event: SpanEvent) -> None:
+        if self.block_events is None:
+            self.block_events = []
+        if len(self.block_events) >= _BLOCK_EVENTS_KEPT:
+            self.block_dropped += 1
+        else:
+            self.block_events.append(event)
+
+
+class Assembler:
+    """Feed it (record, event) pairs of one source in file order; it calls `emit` with each
+    finished `RequestTimeline` or `EngineTimeline`."""
+
+    def __init__(self, source: Source, emit: Callable[[Timeline], None], config: AssembleConfig = AssembleConfig()):
+        self.source = source
+        self.stats = AssembleStats()
+        self._emit = emit
+        self._config = config
+        self._ttl_ns = int(config.ttl_s * _NS)
+        self._linger_ns = int(config.linger_s * _NS)
+        self._open: dict[str, RequestState] = {}       # every request not yet emitted
+        self._in_flight: dict[str, RequestState] = {}  # the subset not yet over
+        self._recent_starts: dict[str, tuple[int, int]] = {}  # id → (first_ns, n) for reuse within a tick
+        self._queue: QueueState | None = None
+        self._gpu: GpuMemory | None = None
+        self._last_oom: tuple[int, CudaOom] | None = None
+        self._pending_nccl: tuple[Record, NcclTimeout] | None = None
+        self._last_incident = (0, 0)  # (ts, n): occurrence of incidents within one timestamp
+        self._now = 0
+        self._next_sweep = 0
+        self._handlers = {
+            Scheduled: self._on_scheduled,
+            Preempted: self._on_preempted,
+            BlockAllocated: self._on_allocated,
+            BlockFreed: self._on_freed,
+            RequestSummary: self._on_summary,
+            RequestTimedOut: self._on_timeout,
+            AllocationFailed: self._on_alloc_failed,
+            QueueState: self._on_queue,
+            GpuMemory: self._on_gpu,
+            CudaOom: self._on_cuda_oom,
+            ModelLoadFailed: self._on_model_load,
+            NcclTimeout: self._on_nccl,
+            NcclHint: self._on_nccl_hint,
+        }
+
+    # -- input ---------------------------------------------------------------------------
+
+    def feed(self, record: Record, event) -> None:
+        ts = record.ts_ns
+        if ts > self._now:
+            self._now = ts
+            if ts >= self._next_sweep:
+                self.tick(ts)
+        if self._pending_nccl is not None and type(event) is not NcclHint:
+            self._flush_nccl(None)
+        self._handlers[type(event)](record, event)
+
+    def tick(self, now_ns: int) -> None:
+        """Emit what is due at `now_ns`: finished requests done lingering, open ones past TTL.
+        Replay ticks on log time; the live agent also ticks on the wall clock."""
+        self._next_sweep = now_ns + _NS
+        self._recent_starts.clear()
+        if self._pending_nccl is not None and now_ns - self._pending_nccl[0].ts_ns >= _NS:
+            self._flush_nccl(None)
+        linger_deadline = now_ns - self._linger_ns
+        ttl_deadline = now_ns - self._ttl_ns
+        due = [
+            r for r in self._open.values()
+            if (r.terminal_ns is not None and r.terminal_ns <= linger_deadline) or r.last_ns <= ttl_deadline
+        ]
+        for r in due:
+            if r.terminal_ns is None:
+                self.stats.requests_evicted += 1
+            self._finish(r)
+
+    def flush(self) -> None:
+        """End of input: everything still open is emitted, unfinished requests as incomplete."""
+        if self._pending_nccl is not None:
+            self._flush_nccl(None)
+        for r in list(self._open.values()):
+            self._finish(r)
+
+    @property
+    def open_requests(self) -> int:
+        return len(self._open)
+
+    @property
+    def min_open_offset(self) -> int | None:
+        """The earliest byte still needed by a request not yet emitted (for checkpoints)."""
+        return min((r.first_offset for r in self._open.values()), default=None)
+
+    # -- request lines -------------------------------------------------------------------
+
+    def _start(self, rid: str, record: Record) -> RequestState:
+        """The request this starting line belongs to, opening a new occurrence if needed."""
+        r = self._open.get(rid)
+        if r is not None:
+            if r.terminal_ns is None:
+                r.last_ns = record.ts_ns
+                r.last_offset = record.offset
+                return r
+            self._finish(r)  # over already: the id has been reused
+        ts = record.ts_ns
+        prev = self._recent_starts.get(rid)
+        n = prev[1] + 1 if prev is not None and prev[0] == ts else 0
+        self._recent_starts[rid] = (ts, n)
+        r = RequestState(rid, str(ts) if n == 0 else f"{ts}.{n}", ts, record.offset)
+        self._open[rid] = r
+        self._in_flight[rid] = r
+        self.stats.requests_opened += 1
+        return r
+
+    def _touch(self, rid: str, record: Record) -> RequestState | None:
+        r = self._open.get(rid)
+        if r is None:
+            self.stats.orphan_lines += 1
+            return None
+        r.last_ns = record.ts_ns
+        r.last_offset = record.offset
+        return r
+
+    def _on_scheduled(self, record: Record, ev: Scheduled) -> None:
+        r = self._start(ev.request_id, record)
+        ts = record.ts_ns
+        if r.schedules is None:
+            r.schedules = []
+            r.queue_at_schedule = self._queue
+            r.gpu_at_schedule = self._gpu
+        r.schedules.append((ts, ev))
+        if r.preemptions and r.preemptions[-1][1] is None:
+            r.preemptions[-1][1] = ts  # rescheduled: the preemption is over
+
+    def _on_preempted(self, record: Record, ev: Preempted) -> None:
+        r = self._start(ev.request_id, record)
+        if r.preemptions is None:
+            r.preemptions = []
+        if r.preemptions and r.preemptions[-1][1] is None:
+            return  # preempted again before being rescheduled: still the same preemption
+        r.preemptions.append([record.ts_ns, None, ev])
+
+    def _on_allocated(self, record: Record, ev: BlockAllocated) -> None:
+        r = self._start(ev.request_id, record)
+        r.allocated += 1
+        r.held += 1
+        r.add_block_event(SpanEvent("vllm.kv_block.allocated", record.ts_ns, {
+            "vllm.kv_block.id": ev.block, "vllm.kv_block.size_bytes": ev.size_bytes}))
+
+    def _on_freed(self, record: Record, ev: BlockFreed) -> None:
+        r = self._touch(ev.request_id, record)
+        if r is None:
+            return
+        r.freed += 1
+        r.held -= 1
+        attrs = {"vllm.kv_block.id": ev.block}
+        if ev.reason:
+            attrs["vllm.kv_block.reason"] = ev.reason
+        r.add_block_event(SpanEvent("vllm.kv_block.freed", record.ts_ns, attrs))
+        if r.terminal_ns is not None:
+            r.last_free_ns = record.ts_ns
+            if r.held <= 0 and r.outcome != "timeout":  # a timeout may still get its API line
+                self._finish(r)
+
+    def _on_summary(self, record: Record, ev: RequestSummary) -> None:
+        r = self._start(ev.request_id, record)
+        r.summary = ev
+        self._terminate(r, record.ts_ns, "finished")
+        if r.held <= 0:
+            self._finish(r)
+
+    def _on_timeout(self, record: Record, ev: RequestTimedOut) -> None:
+        r = self._open.get(ev.request_id)
+        if r is not None and r.outcome == "timeout":  # the second of the two timeout lines
+            self._touch(ev.request_id, record)
+            if ev.after_s is not None:
+                r.timeout_after_s = ev.after_s
+            return
+        r = self._start(ev.request_id, record)
+        r.timeout_after_s = ev.after_s
+        self._fail(r, record.ts_ns, "timeout", "timeout", "RequestTimeout", ev.message)
+
+    def _on_alloc_failed(self, record: Record, ev: AllocationFailed) -> None:
+        r = self._start(ev.request_id, record)
+        message = ev.message
+        oom = self._last_oom
+        if oom is not None and record.ts_ns - oom[0] <= self._config.oom_window_s * _NS:
+            message = f"{message}: {oom[1].message}"
+        self._fail(r, record.ts_ns, "failed", "oom", "OutOfMemoryError", message)
+
+    def _terminate(self, r: RequestState, ts: int, outcome: str) -> None:
+        r.terminal_ns = ts
+        r.outcome = outcome
+        self._in_flight.pop(r.request_id, None)
+
+    def _fail(self, r: RequestState, ts: int, outcome: str, error_type: str, exc_type: str, message: str) -> None:
+        r.error_type = error_type
+        r.error_message = message
+        r.add_event(SpanEvent("exception", ts, {"exception.type": exc_type, "exception.message": message}), False)
+        self._terminate(r, ts, outcome)
+
+    def _finish(self, r: RequestState) -> None:
+        del self._open[r.request_id]
+        self._in_flight.pop(r.request_id, None)
+        self.stats.requests_emitted += 1
+        self._emit(request_timeline(r, self.source, self._config.thresholds))
+
+    # -- engine-wide lines ---------------------------------------------------------------
+
+    def _on_queue(self, record: Record, ev: QueueState) -> None:
+        self._queue = ev
+        ratio = ev.free_blocks / ev.total_blocks if ev.total_blocks else None
+        event = SpanEvent("vllm.queue_state", record.ts_ns, {
+            "vllm.queue.running": ev.running, "vllm.queue.waiting": ev.waiting,
+            "vllm.kv.free_blocks": ev.free_blocks, "vllm.kv.total_blocks": ev.total_blocks})
+        for r in self._in_flight.values():  # one shared, read-only event object
+            r.add_event(event, True)
+            if ratio is not None and (r.min_free_ratio is None or ratio < r.min_free_ratio):
+                r.min_free_ratio = ratio
+
+    def _on_gpu(self, record: Record, ev: GpuMemory) -> None:
+        self._gpu = ev
+        event = SpanEvent("vllm.gpu_memory", record.ts_ns, {
+            "vllm.gpu.memory.used_bytes": ev.used_bytes, "vllm.gpu.memory.total_bytes": ev.total_bytes,
+            "vllm.gpu.memory.utilization": ev.utilization, "vllm.kv_cache.used_bytes": ev.cache_bytes,
+            "vllm.kv_cache.blocks_used": ev.kv_blocks_used, "vllm.kv_cache.blocks_total": ev.kv_blocks_total})
+        for r in self._in_flight.values():
+            r.add_event(event, True)
+            if r.max_gpu_ratio is None or ev.utilization > r.max_gpu_ratio:
+                r.max_gpu_ratio = ev.utilization
+
+    def _on_cuda_oom(self, record: Record, ev: CudaOom) -> None:
+        self._last_oom = (record.ts_ns, ev)
+        attrs = {}
+        if ev.requested_bytes is not None:
+            attrs["vllm.oom.requested_bytes"] = ev.requested_bytes
+        self._incident(record, "cuda_oom", "oom", record.ts_ns, ev.message, attrs)
+
+    def _on_model_load(self, record: Record, ev: ModelLoadFailed) -> None:
+        message = f"{ev.exception_type}: {ev.message}" if ev.exception_type else ev.message
+        attrs = {"exception.type": ev.exception_type} if ev.exception_type else {}
+        self._incident(record, "model_load", "model_load", record.ts_ns, message, attrs)
+
+    def _on_nccl(self, record: Record, ev: NcclTimeout) -> None:
+        # Held for one line: the next one usually says what may have caused it.
+        self._pending_nccl = (record, ev)
+
+    def _on_nccl_hint(self, record: Record, ev: NcclHint) -> None:
+        if self._pending_nccl is None:
+            self.stats.orphan_lines += 1
+            return
+        self._flush_nccl(ev)
+
+    def _flush_nccl(self, hint: NcclHint | None) -> None:
+        record, ev = self._pending_nccl
+        self._pending_nccl = None
+        attrs = {"vllm.nccl.rank": ev.rank, "vllm.nccl.timeout_s": ev.after_s}
+        if hint is not None:
+            attrs["vllm.incident.causes"] = hint.causes
+        start = record.ts_ns - int(ev.after_s * _NS)
+        self._incident(record, "nccl_timeout", "distributed", start, ev.message, attrs)
+
+    def _incident(self, record: Record, kind: str, error_type: str, start_ns: int, message: str, attrs: dict) -> None:
+        prev_ts, n = self._last_incident
+        n = n + 1 if prev_ts == record.ts_ns else 0
+        self._last_incident = (record.ts_ns, n)
+        affected = list(self._in_flight)
+        event = SpanEvent("vllm.engine.incident", record.ts_ns, {
+            "error.type": error_type, "vllm.incident.kind": kind, "exception.message": message})
+        for r in self._in_flight.values():
+            r.add_event(event, False)
+        self.stats.engine_incidents += 1
+        self._emit(engine_timeline(
+            self.source, kind, f"{record.ts_ns}.{n}", start_ns, record.ts_ns,
+            error_type, message, attrs, affected, record.offset, record.end_offset))

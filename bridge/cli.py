@@ -1,0 +1,140 @@
+"""`vllm-trace-bridge`: command-line entry point.
+
+Exit codes: 0 ok, 1 export failed (spans not acknowledged), 2 usage or input error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from typing import TextIO
+
+from bridge.assemble import AssembleConfig, Thresholds
+from bridge.decode.clock import zone
+from bridge.export.batch import OtlpSink
+from bridge.export.console import Waterfall
+from bridge.export.otlp import base_resource
+from bridge.export.summary import Summary
+from bridge.export.transport import PROTOCOLS, destination, make_transport
+from bridge.logs import make_logger
+from bridge.pipeline import ReplayConfig, ReplayStats, replay
+
+EXIT_OK, EXIT_EXPORT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """A bad flag value or input; the message says what to fix."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="vllm-trace-bridge", description="vLLM logs → OpenTelemetry traces")
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("replay", help="run finished log files through the pipeline once, then exit",
+                       description="Without an OTLP endpoint (flag or OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT) "
+                                   "each request is drawn as a waterfall in the terminal.")
+    r.add_argument("paths", nargs="+", metavar="PATH", help="log files: plain, CRI or docker json-file; .gz too")
+    r.add_argument("--otlp-endpoint", help="OTLP receiver, e.g. http://127.0.0.1:4317 (gRPC) or "
+                                           "http://127.0.0.1:4318 (HTTP)")
+    r.add_argument("--protocol", choices=PROTOCOLS + ("http",), help="default: OTEL_EXPORTER_OTLP_PROTOCOL or grpc")
+    r.add_argument("--year", type=int, help="year of the first line (vLLM headers have none); "
+                                            "default: inferred from the file's modification time")
+    r.add_argument("--timezone", default="UTC", help="timezone of vLLM's header stamps (default UTC)")
+    r.add_argument("--ttl", type=float, default=600.0, metavar="SECONDS",
+                   help="evict a request with no new line for this long, as incomplete (default 600)")
+    r.add_argument("--waterfalls", type=int, default=100, metavar="N",
+                   help="draw at most N requests in the terminal (default 100; 0: summary only)")
+    d = Thresholds()
+    r.add_argument("--slow-ttft-ms", type=float, default=d.ttft_s * 1000, help="diagnose slow_ttft above (200)")
+    r.add_argument("--slow-itl-ms", type=float, default=d.itl_s * 1000, help="diagnose slow_itl above (50)")
+    r.add_argument("--low-free-blocks-pct", type=float, default=d.free_blocks_ratio * 100,
+                   help="diagnose memory_pressure below this %% of free KV blocks (10)")
+    r.add_argument("--high-gpu-memory-pct", type=float, default=d.gpu_memory_ratio * 100,
+                   help="diagnose gpu_memory_high above this %% (90)")
+    return p
+
+
+def _replay_config(args: argparse.Namespace) -> ReplayConfig:
+    try:
+        tz = zone(args.timezone)
+    except ValueError as exc:
+        raise UsageError(f"--timezone: {exc}") from None
+    if args.year is not None and not 1970 <= args.year <= 9999:
+        raise UsageError(f"--year {args.year}: give a four-digit year such as 2025")
+    if not args.ttl > 0:
+        raise UsageError(f"--ttl {args.ttl}: give a number of seconds greater than 0")
+    try:
+        thresholds = Thresholds(args.slow_ttft_ms / 1000, args.slow_itl_ms / 1000,
+                                args.low_free_blocks_pct / 100, args.high_gpu_memory_pct / 100)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    for path in args.paths:
+        if not os.path.isfile(path):
+            raise UsageError(f"{path}: no such file (give the path of a vLLM log file)")
+        if not os.access(path, os.R_OK):
+            raise UsageError(f"{path}: not readable by this user")
+    return ReplayConfig(tz=tz, year=args.year, assemble=AssembleConfig(thresholds=thresholds, ttl_s=args.ttl))
+
+
+def _stats_lines(stats: ReplayStats) -> str:
+    p, d = stats.parse, stats.decode
+    malformed = sum(p.malformed.values())
+    kinds = ", ".join(f"{k} {v}" for k, v in sorted(p.by_kind.items()))
+    return (f"lines        {d.lines} in {stats.files} file(s): {p.recognised} recognised, "
+            f"{p.unrecognised} unrecognised, {malformed} malformed"
+            + (f", {d.invalid_utf8} invalid UTF-8" if d.invalid_utf8 else "")
+            + f"\nkinds        {kinds or 'none'}")
+
+
+def run_replay(args: argparse.Namespace, env: Mapping[str, str], out: TextIO, log) -> int:
+    config = _replay_config(args)
+    try:
+        dest = destination(env, args.otlp_endpoint, args.protocol)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    summary = Summary()
+    sinks = [summary]
+    waterfall = sink = None
+    if dest.endpoint is None:
+        if args.waterfalls:
+            waterfall = Waterfall(out, limit=args.waterfalls)
+            sinks.append(waterfall)
+    else:
+        sink = OtlpSink(make_transport(dest), base_resource(env))
+        sinks.append(sink)
+
+    stats = replay(args.paths, sinks, config)
+    delivered = sink.close() if sink is not None else True
+
+    if waterfall is not None and waterfall.skipped:
+        out.write(f"(+{waterfall.skipped} more not drawn; --waterfalls N draws more)\n")
+    out.write(("\n" if waterfall is not None and waterfall.drawn else "") + summary.render() + "\n")
+    out.write(_stats_lines(stats) + "\n")
+    if sink is not None:
+        s = sink.stats
+        out.write(f"export       {s.spans_sent} spans sent to {dest.endpoint} ({dest.protocol})"
+                  + (f", {s.spans_failed} NOT delivered" if s.spans_failed else "") + "\n")
+        if not delivered:
+            log.error("export_failed", endpoint=dest.endpoint, protocol=dest.protocol,
+                      spans_sent=s.spans_sent, spans_not_delivered=s.spans_failed,
+                      fix="check that an OTLP receiver listens there and accepts this protocol")
+            return EXIT_EXPORT_FAILED
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None,
+         out: TextIO | None = None) -> int:
+    args = _parser().parse_args(argv)
+    env = os.environ if env is None else env
+    out = out or sys.stdout
+    log = make_logger()
+    try:
+        return run_replay(args, env, out, log)
+    except UsageError as exc:
+        print(f"vllm-trace-bridge: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+"""decode: physical lines of one file → `Record`s (framing removed, timestamp resolved).
+
+One `Decoder` per file: it keeps that file's framing, partial-line buffer and clock.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import timezone, tzinfo
+
+from bridge.decode.clock import HeaderClock
+from bridge.decode.framing import CRI, DOCKER, PLAIN, CriUnwrapper, DockerUnwrapper, detect
+from bridge.decode.record import CLOCK_ANCHORED, CLOCK_HEADER, CLOCK_RUNTIME, Record
+from bridge.decode.source import Source, source_for
+
+__all__ = ["Decoder", "DecodeStats", "Record", "Source", "source_for"]
+
+# LEVEL MM-DD HH:MM:SS file.py:LINE] message   (v0.8+ writes [file.py:LINE])
+_HEADER = re.compile(
+    r"(DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d+)? \[?([^\s\]]+:\d+)\] ?"
+)
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_MAX_PARTIAL_CHARS = 4 * 1024 * 1024  # a runaway partial line is cut, not held forever
+
+
+@dataclass(slots=True)
+class DecodeStats:
+    lines: int = 0            # physical lines in
+    records: int = 0          # records out
+    invalid_utf8: int = 0
+    framing_errors: int = 0   # a line that did not fit its file's framing
+    partials_joined: int = 0
+    no_header: int = 0        # records with no vLLM header (timed from the last one)
+    truncated: int = 0
+
+
+class Decoder:
+    __slots__ = ("stats", "_framing", "_unwrap", "_clock", "_last_ts", "_parts", "_part_offset",
+                 "_part_chars", "_part_end", "_header")
+
+    def __init__(self, *, tz: tzinfo = timezone.utc, year: int | None = None, mtime: float | None = None):
+        self.stats = DecodeStats()
+        self._framing: str | None = None
+        self._unwrap = None
+        self._clock = HeaderClock(tz, year, mtime)
+        self._last_ts = int(mtime * 1e9) if mtime else 0
+        self._parts: list[str] = []
+        self._part_offset = 0
+        self._part_chars = 0
+        self._part_end = 0
+        self._header = _HEADER.match
+
+    @property
+    def framing(self) -> str | None:
+        return self._framing
+
+    def __call__(self, raw: bytes, offset: int) -> Record | None:
+        """One physical line (with its newline) starting at `offset` → a Record, or None while a
+        partial line is being joined or the line is empty."""
+        stats = self.stats
+        stats.lines += 1
+        end = offset + len(raw)
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            stats.invalid_utf8 += 1
+            line = raw.decode("utf-8", "replace")
+        line = line.rstrip("\r\n")
+        if self._framing is None:
+            if not line:
+                return None
+            self._framing = detect(line)
+            self._unwrap = {CRI: CriUnwrapper, DOCKER: DockerUnwrapper}.get(self._framing, lambda: None)()
+
+        runtime_ts = None
+        if self._unwrap is not None:
+            framed = self._unwrap(line)
+            if framed is None:
+                stats.framing_errors += 1
+            else:
+                runtime_ts, partial, line = framed
+                if partial or self._parts:
+                    if not self._parts:
+                        self._part_offset = offset
+                        self._part_chars = 0
+                    self._parts.append(line)
+                    self._part_chars += len(line)
+                    self._part_end = end
+                    if partial and self._part_chars < _MAX_PARTIAL_CHARS:
+                        return None
+                    if partial:
+                        stats.truncated += 1
+                    line, offset = self._take_parts()
+        if not line:
+            return None
+        return self._record(line, runtime_ts, offset, end)
+
+    def _record(self, line: str, runtime_ts: int | None, offset: int, end: int) -> Record:
+        stats = self.stats
+        if "\x1b" in line:
+            line = _ANSI.sub("", line)
+        line = line.rstrip("\r")
+        m = self._header(line)
+        if m is not None:
+            level, stamp, origin = m.groups()
+            message = line[m.end():]
+            if runtime_ts is not None:
+                ts, clock = runtime_ts, CLOCK_RUNTIME
+            else:
+                ts, clock = self._clock(stamp), CLOCK_HEADER
+                if ts is None:  # 02-30 is not a date: keep the line, time it from the last one
+                    ts, clock = self._last_ts, CLOCK_ANCHORED
+        else:
+            level = origin = ""
+            message = line
+            stats.no_header += 1
+            if runtime_ts is not None:
+                ts, clock = runtime_ts, CLOCK_RUNTIME
+            else:
+                ts, clock = self._last_ts, CLOCK_ANCHORED
+        self._last_ts = ts
+        stats.records += 1
+        return Record(ts, clock, level, origin, message, offset, end)
+
+    def flush(self) -> Record | None:
+        """At end of input: a partial line never completed is still a line."""
+        if not self._parts:
+            return None
+        end = self._part_end
+        line, offset = self._take_parts()
+        return self._record(line, None, offset, end) if line else None
+
+    def _take_parts(self) -> tuple[str, int]:
+        self.stats.partials_joined += len(self._parts) - 1
+        line = "".join(self._parts)
+        self._parts = []
+        return line, self._part_offset

@@ -1,0 +1,70 @@
+"""Container runtime framing: what wraps a log line on disk before vLLM's own text.
+
+Each unwrapper takes one physical line (newline removed) and returns
+`(runtime_ts, is_partial, text)`, or None when the line is not in that framing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from bridge.decode.clock import Rfc3339
+
+PLAIN, CRI, DOCKER = "plain", "cri", "docker"
+
+_CRI_SHAPE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S* (?:stdout|stderr) [PF]")
+
+
+def detect(first_line: str) -> str:
+    """The framing of a file, judged by its first non-empty line."""
+    if first_line.startswith("{") and '"log"' in first_line:
+        return DOCKER
+    if _CRI_SHAPE.match(first_line):
+        return CRI
+    return PLAIN
+
+
+class CriUnwrapper:
+    """containerd / CRI-O: `<RFC3339Nano> stdout|stderr P|F <text>`."""
+
+    __slots__ = ("_stamp",)
+
+    def __init__(self) -> None:
+        self._stamp = Rfc3339()
+
+    def __call__(self, line: str) -> tuple[int, bool, str] | None:
+        parts = line.split(" ", 3)
+        if len(parts) < 3 or parts[2] not in ("F", "P") or parts[1] not in ("stdout", "stderr"):
+            return None
+        ts = self._stamp(parts[0])
+        if ts is None:
+            return None
+        return ts, parts[2] == "P", parts[3] if len(parts) == 4 else ""
+
+
+class DockerUnwrapper:
+    """docker json-file: `{"log": "...\\n", "stream": "stdout", "time": "..."}`.
+
+    Docker splits lines over 16 KiB into entries without the trailing newline: those are partial.
+    """
+
+    __slots__ = ("_stamp",)
+
+    def __init__(self) -> None:
+        self._stamp = Rfc3339()
+
+    def __call__(self, line: str) -> tuple[int, bool, str] | None:
+        try:
+            obj = json.loads(line)
+            text, stamp = obj["log"], obj["time"]
+        except (ValueError, KeyError, TypeError):
+            return None
+        if not isinstance(text, str) or not isinstance(stamp, str):
+            return None
+        ts = self._stamp(stamp)
+        if ts is None:
+            return None
+        if text.endswith("\n"):
+            return ts, False, text[:-1]
+        return ts, True, text

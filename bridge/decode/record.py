@@ -1,0 +1,21 @@
+"""The decode stage's output: one logical log line, framing removed, timestamp resolved."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: How a record's timestamp was obtained, best first.
+CLOCK_RUNTIME = "runtime"    # container runtime's nanosecond stamp (CRI, docker)
+CLOCK_HEADER = "header"      # vLLM header, one-second precision, year inferred
+CLOCK_ANCHORED = "anchored"  # no stamp of its own: the last one seen in the same file
+
+
+@dataclass(slots=True)
+class Record:
+    ts_ns: int
+    clock: str
+    level: str     # "" when the line had no vLLM header
+    origin: str    # "file.py:123", "" when unknown
+    message: str
+    offset: int      # byte offset of the first physical line in the file
+    end_offset: int  # byte offset just past the last physical line

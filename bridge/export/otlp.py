@@ -1,0 +1,137 @@
+"""Timelines → OTLP protobuf messages, built directly from the `opentelemetry-proto` stubs.
+
+The SDK's span objects would cost several times more per span and would pick their own ids;
+here ids are deterministic (see `ids`) and a timeline maps onto spans in one pass. Shipping
+the messages is `transport`'s job, so the encoding can change without touching delivery.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Mapping
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, InstrumentationScope, KeyValue
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
+
+from bridge.assemble.timeline import EngineTimeline, RequestTimeline, SpanEvent
+from bridge.decode.source import Source
+from bridge.export.ids import span_id, trace_id
+
+SCOPE = InstrumentationScope(name="vllm-trace-bridge", version="0.1.0")
+_SERVER, _INTERNAL = Span.SpanKind.SPAN_KIND_SERVER, Span.SpanKind.SPAN_KIND_INTERNAL
+_ERROR = Status.StatusCode.STATUS_CODE_ERROR
+
+
+def base_resource(env: Mapping[str, str]) -> dict[str, str]:
+    """Resource attributes shared by every source: our defaults, overridden by
+    `OTEL_RESOURCE_ATTRIBUTES` and `OTEL_SERVICE_NAME` as the SDK's own detector reads them
+    (so syntax and percent-decoding match every other OpenTelemetry component)."""
+    from opentelemetry.sdk.resources import OTELResourceDetector
+
+    attrs: dict[str, str] = {"service.name": "vllm", "host.name": socket.gethostname()}
+    node = env.get("K8S_NODE_NAME") or env.get("NODE_NAME")
+    if node:
+        attrs["k8s.node.name"] = node
+    attrs.update({k: str(v) for k, v in OTELResourceDetector().detect().attributes.items()})
+    return attrs
+
+
+def any_value(v) -> AnyValue:
+    if isinstance(v, str):
+        return AnyValue(string_value=v)
+    if isinstance(v, bool):
+        return AnyValue(bool_value=v)
+    if isinstance(v, int):
+        return AnyValue(int_value=v)
+    if isinstance(v, float):
+        return AnyValue(double_value=v)
+    if isinstance(v, (list, tuple)):
+        return AnyValue(array_value=ArrayValue(values=[any_value(x) for x in v]))
+    return AnyValue(string_value=str(v))
+
+
+def key_values(attrs: Mapping) -> list[KeyValue]:
+    return [KeyValue(key=k, value=any_value(v)) for k, v in attrs.items()]
+
+
+def _events(events: list[SpanEvent]) -> list[Span.Event]:
+    return [Span.Event(time_unix_nano=e.ts_ns, name=e.name, attributes=key_values(e.attrs)) for e in events]
+
+
+def request_spans(t: RequestTimeline, parent: tuple[bytes, bytes] | None = None) -> list[Span]:
+    """The root `vllm.request` span and one child per phase. `parent` is (trace id, span id)
+    of a caller's span to nest under, when the request carried its trace context."""
+    if parent is not None:
+        tid, parent_id = parent
+    else:
+        tid, parent_id = trace_id(t.source.key, "request", t.request_id, t.occurrence), b""
+    root_id = span_id(tid + t.occurrence.encode(), "vllm.request")
+    root_attrs = dict(t.attrs)
+    root_attrs["vllm.timing.start"] = t.start_timing
+    root_attrs["vllm.timing.end"] = t.end_timing
+    status = Status(code=_ERROR, message=t.error_message) if t.error_type else None
+    spans = [Span(
+        trace_id=tid, span_id=root_id, parent_span_id=parent_id, name="vllm.request", kind=_SERVER,
+        start_time_unix_nano=t.start_ns, end_time_unix_nano=t.end_ns,
+        attributes=key_values(root_attrs), events=_events(t.events),
+        dropped_events_count=t.dropped_events, status=status,
+    )]
+    for p in t.phases:
+        attrs = dict(p.attrs)
+        attrs["vllm.timing"] = p.start_timing if p.start_timing == p.end_timing else (
+            "inferred" if "inferred" in (p.start_timing, p.end_timing) else "observed")
+        attrs["vllm.timing.start"] = p.start_timing
+        attrs["vllm.timing.end"] = p.end_timing
+        spans.append(Span(
+            trace_id=tid, span_id=span_id(root_id, p.name, p.index), parent_span_id=root_id,
+            name=p.name, kind=_INTERNAL, start_time_unix_nano=p.start_ns, end_time_unix_nano=p.end_ns,
+            attributes=key_values(attrs), events=_events(p.events), dropped_events_count=p.dropped_events,
+        ))
+    return spans
+
+
+def engine_spans(t: EngineTimeline) -> list[Span]:
+    tid = trace_id(t.source.key, "engine", t.kind, t.occurrence)
+    exc = Span.Event(time_unix_nano=t.end_ns, name="exception", attributes=key_values({
+        "exception.type": t.attrs.get("exception.type", t.kind), "exception.message": t.message}))
+    return [Span(
+        trace_id=tid, span_id=span_id(tid, "vllm.engine"), name="vllm.engine", kind=_INTERNAL,
+        start_time_unix_nano=t.start_ns, end_time_unix_nano=t.end_ns,
+        attributes=key_values(t.attrs), events=[exc], status=Status(code=_ERROR, message=t.message),
+    )]
+
+
+class RequestBuilder:
+    """Accumulates spans per source and turns them into one ExportTraceServiceRequest."""
+
+    __slots__ = ("_base", "_resources", "_by_source", "count")
+
+    def __init__(self, base: Mapping[str, str]):
+        self._base = dict(base)
+        self._resources: dict[str, Resource] = {}
+        self._by_source: dict[str, tuple[Source, list[Span]]] = {}
+        self.count = 0
+
+    def add(self, source: Source, spans: list[Span]) -> None:
+        entry = self._by_source.get(source.key)
+        if entry is None:
+            entry = self._by_source[source.key] = (source, [])
+        entry[1].extend(spans)
+        self.count += len(spans)
+
+    def _resource(self, source: Source) -> Resource:
+        res = self._resources.get(source.key)
+        if res is None:
+            res = self._resources[source.key] = Resource(attributes=key_values({**self._base, **source.resource}))
+        return res
+
+    def take(self) -> ExportTraceServiceRequest:
+        req = ExportTraceServiceRequest(resource_spans=[
+            ResourceSpans(resource=self._resource(src), scope_spans=[ScopeSpans(scope=SCOPE, spans=spans)])
+            for src, spans in self._by_source.values()
+        ])
+        self._by_source = {}
+        self.count = 0
+        return req

@@ -1,0 +1,75 @@
+"""A run's numbers at a glance: outcomes, latency percentiles, preemptions, errors, diagnoses."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from bridge.assemble.timeline import EngineTimeline, RequestTimeline, Timeline
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in 0..100); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * q // 100))  # ceil without floats
+    return ordered[int(rank) - 1]
+
+
+@dataclass(slots=True)
+class Summary:
+    outcomes: Counter = field(default_factory=Counter)
+    errors: Counter = field(default_factory=Counter)
+    diagnoses: Counter = field(default_factory=Counter)
+    incidents: Counter = field(default_factory=Counter)
+    queue_s: list[float] = field(default_factory=list)
+    ttft_s: list[float] = field(default_factory=list)
+    e2e_s: list[float] = field(default_factory=list)
+    preemptions: int = 0
+    preempted_requests: int = 0
+
+    @property
+    def requests(self) -> int:
+        return sum(self.outcomes.values())
+
+    def __call__(self, t: Timeline) -> None:
+        if isinstance(t, EngineTimeline):
+            self.incidents[t.kind] += 1
+            return
+        self._request(t)
+
+    def _request(self, t: RequestTimeline) -> None:
+        a = t.attrs
+        self.outcomes[t.outcome] += 1
+        if t.error_type:
+            self.errors[t.error_type] += 1
+        for d in a.get("vllm.diagnosis", ()):
+            self.diagnoses[d] += 1
+        for key, values in (("vllm.queue_s", self.queue_s), ("vllm.ttft_s", self.ttft_s), ("vllm.e2e_s", self.e2e_s)):
+            if key in a:
+                values.append(a[key])
+        n = a.get("vllm.preemptions", 0)
+        self.preemptions += n
+        self.preempted_requests += bool(n)
+
+    def render(self) -> str:
+        def ms(v: float | None) -> str:
+            return "-" if v is None else f"{v * 1000:.1f} ms"
+
+        def counts(c: Counter) -> str:
+            return ", ".join(f"{k} {v}" for k, v in sorted(c.items())) or "none"
+
+        lines = [
+            f"requests     {self.requests} ({counts(self.outcomes)})",
+            f"{'':13}{'p50':>12}{'p95':>12}{'n':>8}",
+        ]
+        for name, values in (("queue", self.queue_s), ("ttft", self.ttft_s), ("e2e", self.e2e_s)):
+            lines.append(f"{name:13}{ms(percentile(values, 50)):>12}{ms(percentile(values, 95)):>12}{len(values):>8}")
+        lines += [
+            f"preemptions  {self.preemptions} in {self.preempted_requests} requests",
+            f"errors       {counts(self.errors)}",
+            f"diagnosis    {counts(self.diagnoses)}",
+            f"engine       {counts(self.incidents)}",
+        ]
+        return "\n".join(lines)

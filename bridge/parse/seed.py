@@ -1,0 +1,188 @@
+"""The seed dialect's grammar: one vLLM message (header already removed) → one typed event.
+
+`parse_message` is pure. A dispatch on the message's first four characters is the cheap
+prefilter: most lines of a busy log are answered by one dict lookup, and only a candidate
+line meets a regex. A candidate whose regex fails is *malformed*; anything else is
+*unrecognised*. Neither is an error.
+"""
+
+from __future__ import annotations
+
+import re
+
+from bridge.parse.events import (
+    AllocationFailed,
+    BlockAllocated,
+    BlockFreed,
+    CudaOom,
+    Event,
+    GpuMemory,
+    ModelLoadFailed,
+    NcclHint,
+    NcclTimeout,
+    Preempted,
+    QueueState,
+    RequestSummary,
+    RequestTimedOut,
+    Scheduled,
+)
+
+_ID = r"([^\s:,]+)"
+_NUM = r"(\d+(?:\.\d+)?)"
+
+_SIZE_UNITS = {
+    "": 1, "b": 1,
+    "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
+    "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
+}
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "": 1.0, "m": 60.0, "min": 60.0}
+
+
+def size_bytes(number: str, unit: str) -> int:
+    """`16`, `KB` → 16000. The seed writes KB/MB/GB; binary units are accepted too."""
+    return int(float(number) * _SIZE_UNITS[unit.lower()])
+
+
+def duration_s(number: str, unit: str) -> float:
+    return float(number) * _DURATION_UNITS[unit]
+
+
+_DUR = _NUM + r"\s*(ns|us|µs|ms|min|s|m)?"
+_SIZE = _NUM + r"\s*([KMGT]i?B|B)?"
+
+_SUMMARY = re.compile(
+    r"Request " + _ID + r": prompt_tokens=(\d+), generated_tokens=(\d+), "
+    r"ttft=" + _DUR + r", itl=" + _DUR + r", total_latency=" + _DUR
+)
+_TIMED_OUT = re.compile(r"Request " + _ID + r" timed out(?: after " + _DUR + r")?")
+_TIMEOUT_API = re.compile(r"Request timeout: " + _ID)
+_SCHEDULING = re.compile(
+    r"Scheduling request " + _ID + r": priority=(-?\d+), num_scheduled_blocks=(\d+), remaining_blocks=(\d+)"
+)
+_PREEMPTING = re.compile(r"Preempting request " + _ID + r": reason=([^,\s]+), preempted_blocks=(\d+)")
+_QUEUE = re.compile(
+    r"Running queue: (\d+) requests?, waiting queue: (\d+) requests?, free blocks: (\d+)/(\d+)"
+)
+_ALLOCATED = re.compile(r"Allocated block " + _ID + r" for request " + _ID + r", size=" + _SIZE)
+_FREED = re.compile(r"Freed block " + _ID + r" for request " + _ID + r"(?:, reason=(\S+))?")
+_GPU = re.compile(
+    r"GPU memory usage: " + _SIZE + r"\s*/\s*" + _SIZE + r" \((\d+(?:\.\d+)?)%\), "
+    r"cache usage: " + _SIZE + r", kv_cache blocks: (\d+)/(\d+)"
+)
+_CUDA_OOM = re.compile(r"CUDA out of memory\.(?: Tried to allocate " + _SIZE + r")?")
+_ALLOC_FAILED = re.compile(r"Failed to allocate memory for request " + _ID)
+_LOAD_FAILED = re.compile(r"Failed to load model: (?:([A-Za-z_][\w.]*(?:Error|Exception|Interrupt)): )?(.*)")
+_NCCL = re.compile(r"NCCL timeout: rank (\d+) failed to synchronize after " + _DUR)
+_HINT = re.compile(r"Possible causes: (.*)")
+
+
+def _summary(m: re.Match[str], msg: str) -> Event:
+    return RequestSummary(
+        m[1], int(m[2]), int(m[3]),
+        duration_s(m[4], m[5] or "s"), duration_s(m[6], m[7] or "s"), duration_s(m[8], m[9] or "s"),
+    )
+
+
+def _request(msg: str) -> Event | None:
+    # Three families share the word "Request": summary, scheduler timeout, API timeout.
+    m = _SUMMARY.match(msg)
+    if m:
+        return _summary(m, msg)
+    m = _TIMEOUT_API.match(msg)
+    if m:
+        return RequestTimedOut(m[1], None, msg)
+    m = _TIMED_OUT.match(msg)
+    if m:
+        after = duration_s(m[2], m[3] or "s") if m[2] else None
+        return RequestTimedOut(m[1], after, msg)
+    return None
+
+
+def _scheduling(msg: str) -> Event | None:
+    m = _SCHEDULING.match(msg)
+    return Scheduled(m[1], int(m[2]), int(m[3]), int(m[4])) if m else None
+
+
+def _preempting(msg: str) -> Event | None:
+    m = _PREEMPTING.match(msg)
+    return Preempted(m[1], m[2], int(m[3])) if m else None
+
+
+def _queue(msg: str) -> Event | None:
+    m = _QUEUE.match(msg)
+    return QueueState(int(m[1]), int(m[2]), int(m[3]), int(m[4])) if m else None
+
+
+def _allocated(msg: str) -> Event | None:
+    m = _ALLOCATED.match(msg)
+    return BlockAllocated(m[1], m[2], size_bytes(m[3], m[4] or "")) if m else None
+
+
+def _freed(msg: str) -> Event | None:
+    m = _FREED.match(msg)
+    return BlockFreed(m[1], m[2], m[3] or "") if m else None
+
+
+def _gpu(msg: str) -> Event | None:
+    m = _GPU.match(msg)
+    if not m:
+        return None
+    return GpuMemory(
+        size_bytes(m[1], m[2] or ""), size_bytes(m[3], m[4] or ""), float(m[5]) / 100.0,
+        size_bytes(m[6], m[7] or ""), int(m[8]), int(m[9]),
+    )
+
+
+def _cuda(msg: str) -> Event | None:
+    m = _CUDA_OOM.match(msg)
+    if not m:
+        return None
+    return CudaOom(size_bytes(m[1], m[2] or "") if m[1] else None, msg)
+
+
+def _failed(msg: str) -> Event | None:
+    m = _ALLOC_FAILED.match(msg)
+    if m:
+        return AllocationFailed(m[1], msg)
+    m = _LOAD_FAILED.match(msg)
+    if m:
+        return ModelLoadFailed(m[1] or "", m[2])
+    return None
+
+
+def _nccl(msg: str) -> Event | None:
+    m = _NCCL.match(msg)
+    return NcclTimeout(int(m[1]), duration_s(m[2], m[3] or "s"), msg) if m else None
+
+
+def _hint(msg: str) -> Event | None:
+    m = _HINT.match(msg)
+    return NcclHint(m[1]) if m else None
+
+
+#: First four characters of a message → the rule that may match it.
+PREFILTER = {
+    "Requ": _request,
+    "Sche": _scheduling,
+    "Pree": _preempting,
+    "Runn": _queue,
+    "Allo": _allocated,
+    "Free": _freed,
+    "GPU ": _gpu,
+    "CUDA": _cuda,
+    "Fail": _failed,
+    "NCCL": _nccl,
+    "Poss": _hint,
+}
+
+MALFORMED = object()
+"""Returned for a line that looked like a seed line but did not fit its grammar."""
+
+
+def parse_message(msg: str, _rules=PREFILTER) -> Event | None | object:
+    """Event for a recognised message, `MALFORMED` for a near miss, None otherwise."""
+    rule = _rules.get(msg[:4])
+    if rule is None:
+        return None
+    event = rule(msg)
+    return MALFORMED if event is None else event
