@@ -37,7 +37,7 @@ class DecodeStats:
 
 class Decoder:
     __slots__ = ("stats", "_framing", "_unwrap", "_clock", "_last_ts", "_parts", "_part_offset",
-                 "_part_chars", "_part_end", "_header")
+                 "_part_chars", "_part_end", "_part_ts", "_header")
 
     def __init__(self, *, tz: tzinfo = timezone.utc, year: int | None = None, mtime: float | None = None):
         self.stats = DecodeStats()
@@ -49,6 +49,7 @@ class Decoder:
         self._part_offset = 0
         self._part_chars = 0
         self._part_end = 0
+        self._part_ts = 0
         self._header = _HEADER.match
 
     @property
@@ -83,6 +84,7 @@ class Decoder:
                 if partial or self._parts:
                     if not self._parts:
                         self._part_offset = offset
+                        self._part_ts = runtime_ts  # a joined line is as old as its first part
                         self._part_chars = 0
                     self._parts.append(line)
                     self._part_chars += len(line)
@@ -92,6 +94,7 @@ class Decoder:
                     if partial:
                         stats.truncated += 1
                     line, offset = self._take_parts()
+                    runtime_ts = self._part_ts
         if not line:
             return None
         return self._record(line, runtime_ts, offset, end)
@@ -127,9 +130,9 @@ class Decoder:
         """At end of input: a partial line never completed is still a line."""
         if not self._parts:
             return None
-        end = self._part_end
+        end, ts = self._part_end, self._part_ts
         line, offset = self._take_parts()
-        return self._record(line, None, offset, end) if line else None
+        return self._record(line, ts, offset, end) if line else None
 
     def _take_parts(self) -> tuple[str, int]:
         self.stats.partials_joined += len(self._parts) - 1
