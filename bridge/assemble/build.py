@@ -51,11 +51,12 @@ def request_timeline(r: RequestState, source: Source, thresholds: Thresholds) ->
     end_timing = OBSERVED if r.terminal_ns is not None else INFERRED
 
     arrival = first_token = None
+    ft_timing = REPORTED
     if s is not None:
-        arrival = r.terminal_ns - _ns(s.e2e_s)
-        first_token = arrival + _ns(s.ttft_s)
+        arrival = max(0, r.terminal_ns - _ns(s.e2e_s))
+        first_token, ft_timing = _clamp(arrival + _ns(s.ttft_s), REPORTED, None, r.terminal_ns)
     elif r.outcome == "timeout" and r.timeout_after_s is not None:
-        arrival = r.terminal_ns - _ns(r.timeout_after_s)
+        arrival = max(0, r.terminal_ns - _ns(r.timeout_after_s))
 
     sched0 = sched_timing = None
     if r.schedules:
@@ -72,7 +73,7 @@ def request_timeline(r: RequestState, source: Source, thresholds: Thresholds) ->
         if len(r.schedules) > 1:
             attrs["vllm.scheduling.count"] = len(r.schedules)
         if first_token is not None:
-            phases.append(Phase("scheduled", 0, sched0, first_token, sched_timing, REPORTED, attrs))
+            phases.append(Phase("scheduled", 0, sched0, first_token, sched_timing, ft_timing, attrs))
         else:
             phases.append(Phase("scheduled", 0, sched0, max(sched0, end), sched_timing, INFERRED, attrs))
     low = arrival if arrival is not None else r.first_ns
@@ -85,13 +86,16 @@ def request_timeline(r: RequestState, source: Source, thresholds: Thresholds) ->
         phases.append(Phase("preempted", i, start, stop, st, et,
                             {"vllm.preemption.reason": ev.reason, "vllm.preemption.blocks": ev.blocks}))
     if s is not None:
-        phases.append(Phase("generating", 0, first_token, r.terminal_ns, REPORTED, OBSERVED,
+        phases.append(Phase("generating", 0, first_token, r.terminal_ns, ft_timing, OBSERVED,
                             {"gen_ai.usage.output_tokens": s.generated_tokens, "vllm.itl_s": s.itl_s}))
     if r.terminal_ns is not None and r.last_free_ns is not None:
         phases.append(Phase("freed", 0, r.terminal_ns, r.last_free_ns, OBSERVED, OBSERVED))
 
-    start = min(low, r.first_ns)
+    start = min(low, r.first_ns, *(p.start_ns for p in phases))
     stop = max(end, r.last_ns, *(p.end_ns for p in phases))
+    for p in phases:  # lines whose stamps run backwards must not turn a span inside out
+        if p.end_ns < p.start_ns:
+            p.end_ns, p.end_timing = p.start_ns, INFERRED
     root_events = list(r.events or ())
     dropped = r.dropped + _place_block_events(r.block_events or (), phases, root_events)
     dropped += r.block_dropped

@@ -198,7 +198,8 @@ class Assembler:
         r = self._open.get(rid)
         if r is not None:
             if r.terminal_ns is None:
-                r.last_ns = record.ts_ns
+                if record.ts_ns > r.last_ns:
+                    r.last_ns = record.ts_ns
                 r.last_offset = record.offset
                 return r
             self._finish(r)  # over already: the id has been reused
@@ -217,7 +218,8 @@ class Assembler:
         if r is None:
             self.stats.orphan_lines += 1
             return None
-        r.last_ns = record.ts_ns
+        if record.ts_ns > r.last_ns:
+            r.last_ns = record.ts_ns
         r.last_offset = record.offset
         return r
 

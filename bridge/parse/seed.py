@@ -35,7 +35,8 @@ _SIZE_UNITS = {
     "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
     "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
 }
-_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "": 1.0, "m": 60.0, "min": 60.0}
+# Divisors, not factors: 45.2 / 1000 is the float nearest 0.0452, 45.2 * 1e-3 is not.
+_DURATION_DIVISORS = {"ns": 1e9, "us": 1e6, "µs": 1e6, "ms": 1e3, "s": 1.0, "": 1.0, "m": 1 / 60, "min": 1 / 60}
 
 
 def size_bytes(number: str, unit: str) -> int:
@@ -44,7 +45,7 @@ def size_bytes(number: str, unit: str) -> int:
 
 
 def duration_s(number: str, unit: str) -> float:
-    return float(number) * _DURATION_UNITS[unit]
+    return float(number) / _DURATION_DIVISORS[unit]
 
 
 _DUR = _NUM + r"\s*(ns|us|µs|ms|min|s|m)?"

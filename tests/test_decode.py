@@ -1,0 +1,93 @@
+import gzip
+import json
+import os
+from datetime import datetime, timezone
+
+from bridge.decode import Decoder, source_for
+from bridge.decode.clock import zone
+from bridge.tail import read_lines
+
+NS = 1_000_000_000
+
+
+def ns(iso: str) -> int:
+    return int(datetime.fromisoformat(iso).timestamp()) * NS
+
+
+def test_header_line_gets_its_year_from_the_flag():
+    line = b"INFO 02-15 10:23:45 scheduler.py:234] Scheduling request 0x1\n"
+    r = Decoder(year=2024)(line, 100)
+    assert (r.ts_ns, r.clock, r.level, r.origin) == (ns("2024-02-15T10:23:45+00:00"), "header", "INFO", "scheduler.py:234")
+    assert r.message == "Scheduling request 0x1"
+    assert (r.offset, r.end_offset) == (100, 100 + len(line))
+
+
+def test_bracketed_header_and_carriage_return():
+    r = Decoder(year=2025)(b"WARNING 04-10 03:35:45 [async_llm.py:204] Added request x.\r\n", 0)
+    assert (r.level, r.origin, r.message) == ("WARNING", "async_llm.py:204", "Added request x.")
+
+
+def test_year_from_mtime_and_december_to_january_rollover():
+    mtime = ns("2025-01-01T00:10:00+00:00") / NS
+    d = Decoder(mtime=mtime)
+    a = d(b"INFO 12-31 23:59:59 a.py:1] x\n", 0)
+    b = d(b"INFO 01-01 00:00:01 a.py:1] y\n", 30)
+    assert a.ts_ns == ns("2024-12-31T23:59:59+00:00")
+    assert b.ts_ns == ns("2025-01-01T00:00:01+00:00")
+
+
+def test_timezone_is_applied_to_header_stamps():
+    r = Decoder(year=2024, tz=zone("Europe/Berlin"))(b"INFO 07-01 12:00:00 a.py:1] x\n", 0)
+    assert r.ts_ns == ns("2024-07-01T10:00:00+00:00")
+
+
+def test_cri_partial_lines_join_and_keep_the_first_stamp():
+    d = Decoder(year=2024)
+    assert d(b"2024-02-15T10:23:45.000000100Z stdout P INFO 02-15 10:23:45 a.py:1] Req", 0) is None
+    second = b"2024-02-15T10:23:45.000000900Z stdout F uest done\n"
+    r = d(second, 70)
+    assert r.message == "Request done"
+    assert (r.ts_ns, r.clock) == (ns("2024-02-15T10:23:45+00:00") + 100, "runtime")
+    assert (r.offset, r.end_offset) == (0, 70 + len(second))
+    assert d.stats.partials_joined == 1
+
+
+def test_docker_json_file_lines():
+    d = Decoder()
+    line = json.dumps({"log": "ERROR 02-15 10:23:47 memory.py:300] CUDA out of memory.\n", "stream": "stderr",
+                       "time": "2024-02-15T10:23:47.5+01:00"}).encode() + b"\n"
+    r = d(line, 0)
+    assert d.framing == "docker"
+    assert r.ts_ns == ns("2024-02-15T09:23:47+00:00") + NS // 2
+    assert r.message == "CUDA out of memory."
+
+
+def test_lines_without_header_are_timed_from_the_last_one_and_ansi_is_stripped():
+    d = Decoder(year=2024)
+    d(b"\x1b[32mINFO\x1b[0m 02-15 10:23:45 a.py:1] first\n", 0)
+    r = d(b"Traceback (most recent call last):\n", 40)
+    assert (r.clock, r.ts_ns, r.level) == ("anchored", ns("2024-02-15T10:23:45+00:00"), "")
+
+
+def test_invalid_utf8_is_counted_not_fatal():
+    d = Decoder(year=2024)
+    r = d(b"INFO 02-15 10:23:45 a.py:1] caf\xe9\n", 0)
+    assert r.message == "caf\ufffd" and d.stats.invalid_utf8 == 1
+
+
+def test_kubelet_path_gives_kubernetes_identity():
+    s = source_for("/var/log/pods/llm_vllm-0_3f2a9c1e-1111-2222-3333-444455556666/vllm/2.log")
+    assert s.resource["k8s.namespace.name"] == "llm"
+    assert s.resource["k8s.pod.name"] == "vllm-0"
+    assert s.resource["k8s.pod.uid"] == "3f2a9c1e-1111-2222-3333-444455556666"
+    assert s.resource["k8s.container.name"] == "vllm"
+    assert s.resource["k8s.container.restart_count"] == 2
+    assert s.key == "k8s/llm/vllm-0/3f2a9c1e-1111-2222-3333-444455556666/vllm"
+
+
+def test_gzip_rotated_files_are_read_through(tmp_path):
+    p = tmp_path / "0.log.20240215-102345.gz"
+    with gzip.open(p, "wb") as f:
+        f.write(b"a\nbb\nccc")
+    assert list(read_lines(str(p))) == [(0, b"a\n"), (2, b"bb\n"), (5, b"ccc")]
+    assert os.path.exists(p)
