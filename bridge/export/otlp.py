@@ -19,7 +19,7 @@ from bridge.assemble.timeline import EngineTimeline, RequestTimeline, SpanEvent
 from bridge.decode.source import Source
 from bridge.export.ids import span_id, trace_id
 
-SCOPE = InstrumentationScope(name="vllm-trace-bridge", version="0.1.0")
+SCOPE_NAME, SCOPE_VERSION = "vllm-trace-bridge", "0.1.0"
 _SERVER, _INTERNAL = Span.SpanKind.SPAN_KIND_SERVER, Span.SpanKind.SPAN_KIND_INTERNAL
 _ERROR = Status.StatusCode.STATUS_CODE_ERROR
 
@@ -104,13 +104,16 @@ def engine_spans(t: EngineTimeline) -> list[Span]:
 
 
 class RequestBuilder:
-    """Accumulates spans per source and turns them into one ExportTraceServiceRequest."""
+    """Accumulates spans per source and turns them into one ExportTraceServiceRequest.
 
-    __slots__ = ("_base", "_resources", "_by_source", "count")
+    No message outlives its request: upb fuses the memory arenas of messages put together,
+    so one cached Resource shared by every request would keep every request alive.
+    """
+
+    __slots__ = ("_base", "_by_source", "count")
 
     def __init__(self, base: Mapping[str, str]):
         self._base = dict(base)
-        self._resources: dict[str, Resource] = {}
         self._by_source: dict[str, tuple[Source, list[Span]]] = {}
         self.count = 0
 
@@ -121,15 +124,12 @@ class RequestBuilder:
         entry[1].extend(spans)
         self.count += len(spans)
 
-    def _resource(self, source: Source) -> Resource:
-        res = self._resources.get(source.key)
-        if res is None:
-            res = self._resources[source.key] = Resource(attributes=key_values({**self._base, **source.resource}))
-        return res
-
     def take(self) -> ExportTraceServiceRequest:
         req = ExportTraceServiceRequest(resource_spans=[
-            ResourceSpans(resource=self._resource(src), scope_spans=[ScopeSpans(scope=SCOPE, spans=spans)])
+            ResourceSpans(
+                resource=Resource(attributes=key_values({**self._base, **src.resource})),
+                scope_spans=[ScopeSpans(scope=InstrumentationScope(name=SCOPE_NAME, version=SCOPE_VERSION),
+                                        spans=spans)])
             for src, spans in self._by_source.values()
         ])
         self._by_source = {}
