@@ -52,7 +52,77 @@ def _parser() -> argparse.ArgumentParser:
                    help="diagnose memory_pressure below this %% of free KV blocks (10)")
     r.add_argument("--high-gpu-memory-pct", type=float, default=d.gpu_memory_ratio * 100,
                    help="diagnose gpu_memory_high above this %% (90)")
+    _add_run(sub)
     return p
+
+
+_RUN_HELP = {
+    "include": "glob of files to follow (repeatable)", "exclude": "glob of files to skip (repeatable)",
+    "namespaces": "namespace patterns (repeatable)", "pods": "pod name patterns (repeatable)",
+    "containers": "container name patterns (repeatable)", "state_dir": "directory for checkpoints",
+    "start_at": "beginning|end: where to start files that existed before the first run",
+    "otlp_endpoint": "OTLP receiver (default: OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT)",
+    "otlp_protocol": "grpc|http/protobuf", "listen": "HOST:PORT for /healthz, /readyz, /metrics",
+}
+
+
+def _add_run(sub) -> None:
+    from bridge.config import FIELDS, _kind
+
+    r = sub.add_parser("run", help="follow live vLLM logs and export traces until SIGTERM",
+                       description="Settings: flag > VLLM_TRACE_BRIDGE_<KEY> environment > --config file "
+                                   "> default. OTLP delivery also honours the standard OTEL_EXPORTER_OTLP_* "
+                                   "variables.")
+    r.add_argument("--config", metavar="FILE", help="YAML file of settings (keys as the flags, with _)")
+    r.add_argument("--print-config", action="store_true", help="print the effective settings as YAML and exit")
+    for name in FIELDS:
+        flag = "--" + name.replace("_", "-")
+        if _kind(name) == "list":
+            r.add_argument(flag, dest=f"cfg_{name}", action="append", metavar="PATTERN", help=_RUN_HELP.get(name))
+        else:
+            r.add_argument(flag, dest=f"cfg_{name}", metavar=name.split("_")[-1].upper(), help=_RUN_HELP.get(name))
+
+
+def run_agent(args: argparse.Namespace, env: Mapping[str, str], out: TextIO) -> int:
+    import yaml
+
+    from bridge.agent import Agent, install_signal_handlers
+    from bridge.config import FIELDS, ConfigError, as_dict, load
+
+    file_data = None
+    if args.config:
+        try:
+            with open(args.config, encoding="utf-8") as f:
+                file_data = yaml.safe_load(f) or {}
+        except OSError as exc:
+            raise UsageError(f"--config {args.config}: {exc.strerror or exc}") from None
+        except yaml.YAMLError as exc:
+            raise UsageError(f"--config {args.config}: not valid YAML: {exc}") from None
+    flags = {name: getattr(args, f"cfg_{name}") for name in FIELDS}
+    try:
+        cfg, _origins = load(file_data, env, flags, file_name=args.config or "config file")
+        dest = destination(env, cfg.otlp_endpoint, cfg.otlp_protocol)
+    except (ConfigError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    if args.print_config:
+        out.write(yaml.safe_dump(as_dict(cfg), sort_keys=False))
+        return EXIT_OK
+    if dest.endpoint is None:
+        raise UsageError("no OTLP endpoint: set otlp_endpoint (--otlp-endpoint, VLLM_TRACE_BRIDGE_OTLP_ENDPOINT) "
+                         "or OTEL_EXPORTER_OTLP_ENDPOINT")
+    try:
+        os.makedirs(cfg.state_dir, exist_ok=True)
+        probe = os.path.join(cfg.state_dir, ".write-test")
+        with open(probe, "w"):
+            pass
+        os.unlink(probe)
+    except OSError as exc:
+        raise UsageError(f"state_dir {cfg.state_dir}: not writable ({exc.strerror}); give a writable directory "
+                         "with --state-dir") from None
+    json_logs = {"json": True, "console": False}.get(cfg.log_format)
+    agent = Agent(cfg, dest, env, make_logger(json=json_logs))
+    install_signal_handlers(agent)
+    return agent.run()
 
 
 def _replay_config(args: argparse.Namespace) -> ReplayConfig:
@@ -130,6 +200,8 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     out = out or sys.stdout
     log = make_logger()
     try:
+        if args.command == "run":
+            return run_agent(args, env, out)
         return run_replay(args, env, out, log)
     except UsageError as exc:
         print(f"vllm-trace-bridge: {exc}", file=sys.stderr)

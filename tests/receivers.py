@@ -54,13 +54,13 @@ def attrs(kvs) -> dict:
 class GrpcReceiver(_Store, trace_service_pb2_grpc.TraceServiceServicer):
     """`fail_first` requests are answered UNAVAILABLE (retryable) before any is accepted."""
 
-    def __init__(self, fail_first: int = 0) -> None:
+    def __init__(self, fail_first: int = 0, port: int = 0) -> None:
         super().__init__()
         self.fail_first = fail_first
         self.rejected = 0
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(self, self._server)
-        self.port = self._server.add_insecure_port("127.0.0.1:0")
+        self.port = self._server.add_insecure_port(f"127.0.0.1:{port}")
 
     def Export(self, request, context):  # noqa: N802 - gRPC method name
         if self.rejected < self.fail_first:

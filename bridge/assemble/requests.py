@@ -124,6 +124,10 @@ class Assembler:
         self._recent_starts: dict[str, tuple[int, int]] = {}  # id → (first_ns, n) for reuse within a tick
         self._queue: QueueState | None = None
         self._gpu: GpuMemory | None = None
+        # Where the gauges a new request snapshots were read: a request depends on those
+        # lines too, so a resume must start early enough to read them again.
+        self._queue_offset: int | None = None
+        self._gpu_offset: int | None = None
         self._last_oom: tuple[int, CudaOom] | None = None
         self._pending_nccl: tuple[Record, NcclTimeout] | None = None
         self._last_incident = (0, 0)  # (ts, n): occurrence of incidents within one timestamp
@@ -188,8 +192,23 @@ class Assembler:
 
     @property
     def min_open_offset(self) -> int | None:
-        """The earliest byte still needed by a request not yet emitted (for checkpoints)."""
-        return min((r.first_offset for r in self._open.values()), default=None)
+        """The earliest position still needed by anything not yet emitted (for checkpoints)."""
+        low = min((r.first_offset for r in self._open.values()), default=None)
+        if self._pending_nccl is not None:
+            held = self._pending_nccl[0].offset
+            low = held if low is None else min(low, held)
+        return low
+
+    def evict_oldest(self, keep: int) -> int:
+        """Emit the oldest open requests (as they stand) until at most `keep` remain."""
+        excess = len(self._open) - keep
+        if excess <= 0:
+            return 0
+        for r in list(self._open.values())[:excess]:
+            if r.terminal_ns is None:
+                self.stats.requests_evicted += 1
+            self._finish(r)
+        return excess
 
     # -- request lines -------------------------------------------------------------------
 
@@ -208,6 +227,9 @@ class Assembler:
         n = prev[1] + 1 if prev is not None and prev[0] == ts else 0
         self._recent_starts[rid] = (ts, n)
         r = RequestState(rid, str(ts) if n == 0 else f"{ts}.{n}", ts, record.offset)
+        for dep in (self._queue_offset, self._gpu_offset):
+            if dep is not None and dep < r.first_offset:
+                r.first_offset = dep
         self._open[rid] = r
         self._in_flight[rid] = r
         self.stats.requests_opened += 1
@@ -311,6 +333,7 @@ class Assembler:
 
     def _on_queue(self, record: Record, ev: QueueState) -> None:
         self._queue = ev
+        self._queue_offset = record.offset
         ratio = ev.free_blocks / ev.total_blocks if ev.total_blocks else None
         event = SpanEvent("vllm.queue_state", record.ts_ns, {
             "vllm.queue.running": ev.running, "vllm.queue.waiting": ev.waiting,
@@ -322,6 +345,7 @@ class Assembler:
 
     def _on_gpu(self, record: Record, ev: GpuMemory) -> None:
         self._gpu = ev
+        self._gpu_offset = record.offset
         event = SpanEvent("vllm.gpu_memory", record.ts_ns, {
             "vllm.gpu.memory.used_bytes": ev.used_bytes, "vllm.gpu.memory.total_bytes": ev.total_bytes,
             "vllm.gpu.memory.utilization": ev.utilization, "vllm.kv_cache.used_bytes": ev.cache_bytes,

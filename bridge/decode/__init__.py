@@ -56,6 +56,11 @@ class Decoder:
     def framing(self) -> str | None:
         return self._framing
 
+    @property
+    def held_position(self) -> int | None:
+        """Where a partial line this decoder still holds began (a resume must re-read it)."""
+        return self._part_offset if self._parts else None
+
     def __call__(self, raw: bytes, offset: int) -> Record | None:
         """One physical line (with its newline) starting at `offset` → a Record, or None while a
         partial line is being joined or the line is empty."""

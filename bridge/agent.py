@@ -1,0 +1,347 @@
+"""`run`: the long-lived node agent. Follows files, assembles, exports, checkpoints.
+
+The log file is the buffer (DESIGN.md §5). Each file's checkpoint only moves past lines whose
+spans the receiver acknowledged, or that belong to no request. Requests that were delivered
+while an older request held the checkpoint back are remembered in the checkpoint
+(`Delivered`): on resume their lines are skipped, so each request is exported once, and a
+span re-sent after a crash (acked, not yet checkpointed) carries the same deterministic ids.
+
+One thread reads and assembles; a second sends (export.sender); a third serves telemetry.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from bridge.assemble import AssembleConfig, Assembler, EngineTimeline, Timeline
+from bridge.config import AgentConfig
+from bridge.decode import Decoder
+from bridge.decode.clock import zone
+from bridge.decode.source import Source
+from bridge.export.otlp import base_resource
+from bridge.export.sender import Batch, Batcher, Sender
+from bridge.export.transport import Destination, make_transport
+from bridge.parse import Parser
+from bridge.tail.checkpoint import CheckpointStore, Delivered, FileCheckpoint, SourceCheckpoint
+from bridge.tail.follow import GEN_SHIFT, Filters, Follower, TrackedFile
+
+_MASK = (1 << GEN_SHIFT) - 1
+_NS = 1_000_000_000
+_CHECKPOINT_EVERY_S = 1.0
+
+
+@dataclass(slots=True)
+class _Pending:
+    first: int
+    key: str
+    last: int
+
+
+@dataclass
+class SourceState:
+    """One container's stream: its assembler, its files' decoders, and delivery bookkeeping."""
+
+    source: Source
+    assembler: Assembler | None = None
+    decoders: dict[int, Decoder] = field(default_factory=dict)   # id(TrackedFile) → Decoder
+    files: dict[int, TrackedFile] = field(default_factory=dict)
+    skip: dict[str, int] = field(default_factory=dict)            # key → last position delivered
+    pending: dict[int, _Pending] = field(default_factory=dict)    # emitted, not yet acked
+    delivered: list[Delivered] = field(default_factory=list)      # acked since the safe position
+    retired: list[FileCheckpoint] = field(default_factory=list)   # closed files an open request may need
+    seq: int = 0
+    last_ts: int = 0
+    last_wall: int = 0
+
+
+class Agent:
+    def __init__(self, cfg: AgentConfig, dest: Destination, env, log) -> None:
+        self.cfg = cfg
+        self.log = log
+        self._dest = dest
+        self._env = env
+        self._stop = threading.Event()
+        self._ready = False
+        self._parser = Parser()
+        self._sources: dict[str, SourceState] = {}
+        self._acks: deque[tuple[Batch, bool]] = deque()
+        self._store = CheckpointStore(cfg.state_dir)
+        self._skipped = 0
+        self._lines_read = 0
+        self._memory_pauses = 0
+        self._assemble_cfg = AssembleConfig(ttl_s=cfg.ttl, linger_s=cfg.linger)
+        self._tz = zone(cfg.timezone)
+        self.telemetry_port: int | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def stop(self, *_args) -> None:
+        self._stop.set()
+
+    def run(self) -> int:
+        from bridge.telemetry import TelemetryServer
+
+        os.makedirs(self.cfg.state_dir, exist_ok=True)
+        first_run = not self._store.exists()
+        files, sources = self._store.load()
+        cfg = self.cfg
+        self._follower = Follower(
+            Filters(cfg.include, cfg.exclude, cfg.namespaces, cfg.pods, cfg.containers),
+            start_at_end=cfg.start_at == "end" and first_run, read_chunk=cfg.read_chunk_bytes)
+        for s in sources:
+            st = self._state(s.key, None)
+            st.skip = {d.key: d.last_offset for d in s.delivered}
+            st.delivered = list(s.delivered)
+        self._follower.restore(files, {s.key: s.next_generation for s in sources})
+
+        self._batcher = Batcher(base_resource(self._env), cfg.max_batch_spans)
+        self._sender = Sender(make_transport(self._dest), cfg.max_queue_spans, cfg.export_give_up,
+                              lambda b, ok: self._acks.append((b, ok)), self.log)
+        self._sender.start()
+        telemetry = TelemetryServer(cfg.listen, self.snapshot, lambda: self._ready)
+        telemetry.start()
+        self.telemetry_port = telemetry.port
+        self.log.info("agent_started", include=list(cfg.include), state_dir=cfg.state_dir,
+                      endpoint=self._dest.endpoint, protocol=self._dest.protocol, telemetry_port=telemetry.port,
+                      resumed_files=len(files))
+        try:
+            self._loop(first_run)
+        finally:
+            self._shutdown()
+            telemetry.stop()
+        return 0
+
+    def _loop(self, first_run: bool) -> None:
+        cfg = self.cfg
+        next_discovery = 0.0
+        next_checkpoint = time.monotonic() + _CHECKPOINT_EVERY_S
+        next_tick = 0.0
+        first_round = True
+        while not self._stop.is_set():
+            now = time.monotonic()
+            if now >= next_discovery:
+                self._follower.discover(first_round=first_round and first_run)
+                first_round = False
+                next_discovery = now + cfg.poll_interval
+                self._ready = True
+            got = 0
+            if not self._over_memory():
+                for tf, lines in self._follower.poll():
+                    got += len(lines)
+                    self._process(tf, lines)
+                for tf in self._follower.just_retired:
+                    self._retire(tf)
+            if now >= next_tick:
+                self._tick()
+                next_tick = now + 1.0
+            if self._batcher.due(cfg.batch_delay):
+                self._sender.submit(self._batcher.take(), self._stop.is_set)
+            if self._drain_acks() or now >= next_checkpoint:
+                self._checkpoint()
+                next_checkpoint = now + _CHECKPOINT_EVERY_S
+            if not got:
+                self._stop.wait(min(cfg.poll_interval, cfg.batch_delay))
+
+    def _shutdown(self) -> None:
+        deadline = time.monotonic() + self.cfg.shutdown_grace - 1.0
+        if not self._batcher.empty:
+            self._sender.submit(self._batcher.take())
+        drained = self._sender.close(deadline)
+        self._drain_acks()
+        self._checkpoint()
+        self._follower.close()
+        self.log.info("agent_stopped", all_sent=drained, spans_sent=self._sender.stats.spans_sent)
+
+    def _over_memory(self) -> bool:
+        try:
+            with open("/proc/self/statm") as f:
+                rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            return False
+        if rss > self.cfg.memory_limit_mb * 1024 * 1024:
+            if self._memory_pauses == 0:
+                self.log.warning("memory_limit_reached", rss_mb=rss >> 20, limit_mb=self.cfg.memory_limit_mb,
+                                 fix="raise memory_limit_mb or lower max_queue_spans / ttl")
+            self._memory_pauses += 1
+            time.sleep(0.05)
+            return True
+        return False
+
+    # -- the pipeline --------------------------------------------------------------------
+
+    def _state(self, key: str, source: Source | None) -> SourceState:
+        st = self._sources.get(key)
+        if st is None:
+            st = self._sources[key] = SourceState(source or Source(key, ""))
+        if st.assembler is None and source is not None:
+            st.source = source
+            st.assembler = Assembler(source, lambda t, st=st: self._emit(st, t), self._assemble_cfg)
+        return st
+
+    def _process(self, tf: TrackedFile, lines: list[tuple[int, bytes]]) -> None:
+        st = self._state(tf.source.key, tf.source)
+        dec = st.decoders.get(id(tf))
+        if dec is None:
+            try:
+                mtime = os.fstat(tf.fh.fileno()).st_mtime
+            except (OSError, ValueError):
+                mtime = None
+            dec = st.decoders[id(tf)] = Decoder(tz=self._tz, year=self.cfg.year, mtime=mtime)
+            st.files[id(tf)] = tf
+        self._lines_read += len(lines)
+        parser, feed, skip = self._parser, st.assembler.feed, st.skip
+        for pos, raw in lines:
+            record = dec(raw, pos)
+            if record is None:
+                continue
+            event = parser(record.message)
+            if event is None:
+                continue
+            if skip and self._delivered_already(st, record, event):
+                continue
+            feed(record, event)
+        if record is not None and record.ts_ns > st.last_ts:
+            st.last_ts, st.last_wall = record.ts_ns, time.time_ns()
+        if st.assembler.open_requests > self.cfg.max_open_requests:
+            st.assembler.evict_oldest(self.cfg.max_open_requests)
+
+    def _delivered_already(self, st: SourceState, record, event) -> bool:
+        key = getattr(event, "request_id", None) or f"engine@{record.offset}"
+        last = st.skip.get(key)
+        if last is None or record.offset > last:
+            return False
+        self._skipped += 1
+        return True
+
+    def _emit(self, st: SourceState, t: Timeline) -> None:
+        st.seq += 1
+        key = f"engine@{t.first_offset}" if isinstance(t, EngineTimeline) else t.request_id
+        st.pending[st.seq] = _Pending(t.first_offset, key, t.last_offset)
+        self._batcher.add(t, (st.source.key, st.seq))
+        if self._batcher.full:
+            self._sender.submit(self._batcher.take(), self._stop.is_set)
+
+    def _retire(self, tf: TrackedFile) -> None:
+        st = self._sources.get(tf.source.key)
+        if st is None:
+            return
+        dec = st.decoders.pop(id(tf), None)
+        st.files.pop(id(tf), None)
+        if dec is not None:
+            record = dec.flush()
+            if record is not None:
+                event = self._parser(record.message)
+                if event is not None:
+                    st.assembler.feed(record, event)
+        st.retired.append(self._file_checkpoint(tf, tf.offset))
+
+    def _tick(self) -> None:
+        """Time passes for quiet sources too: extrapolate each log clock by the wall clock."""
+        wall = time.time_ns()
+        for st in self._sources.values():
+            if st.assembler is not None and st.last_wall:
+                st.assembler.tick(st.last_ts + (wall - st.last_wall))
+
+    # -- delivery and checkpoints --------------------------------------------------------
+
+    def _drain_acks(self) -> bool:
+        changed = False
+        while self._acks:
+            batch, _ok = self._acks.popleft()  # given up or not, it will not be sent again
+            changed = True
+            for source_key, seq in batch.tokens:
+                st = self._sources[source_key]
+                p = st.pending.pop(seq, None)
+                if p is not None:
+                    st.delivered.append(Delivered(p.key, p.last))
+        return changed
+
+    @staticmethod
+    def _file_checkpoint(tf: TrackedFile, offset: int) -> FileCheckpoint:
+        return FileCheckpoint(tf.path, tf.source.key, tf.generation, tf.inode, tf.fp, tf.fp_len, offset)
+
+    def _checkpoint(self) -> None:
+        files: list[FileCheckpoint] = []
+        sources: list[SourceCheckpoint] = []
+        next_gen = self._follower.next_generations()
+        for key, st in self._sources.items():
+            held = []
+            if st.assembler is not None and st.assembler.min_open_offset is not None:
+                held.append(st.assembler.min_open_offset)
+            held.extend(p.first for p in st.pending.values())
+            held.extend(d.held_position for d in st.decoders.values() if d.held_position is not None)
+            low = min(held) if held else None
+            safe_positions = []
+            for tf in st.files.values():
+                offset = tf.offset
+                if low is not None:
+                    gen = low >> GEN_SHIFT
+                    if gen == tf.generation:
+                        offset = min(offset, low & _MASK)
+                    elif gen < tf.generation:
+                        offset = 0
+                files.append(self._file_checkpoint(tf, offset))
+                safe_positions.append((tf.generation << GEN_SHIFT) + offset)
+            if low is not None:
+                keep_from = low >> GEN_SHIFT
+                st.retired = [r for r in st.retired if r.generation >= keep_from]
+                for r in st.retired:
+                    r.offset = min(r.offset, low & _MASK) if r.generation == keep_from else r.offset
+                files.extend(st.retired)
+                safe_positions.extend((r.generation << GEN_SHIFT) + r.offset for r in st.retired)
+            else:
+                st.retired = []
+            floor = min(safe_positions, default=None)
+            st.delivered = [d for d in st.delivered if floor is not None and d.last_offset >= floor]
+            if st.skip and floor is not None:
+                st.skip = {k: v for k, v in st.skip.items() if v >= floor}
+            sources.append(SourceCheckpoint(key, next_gen.get(key, 0), list(st.delivered)))
+        try:
+            self._store.save(files, sources)
+        except OSError as exc:
+            self.log.error("checkpoint_failed", error=str(exc), state_dir=self.cfg.state_dir,
+                           fix="make the state directory writable")
+
+    # -- telemetry -----------------------------------------------------------------------
+
+    def snapshot(self) -> dict:
+        decode = {"lines": 0, "invalid_utf8": 0, "partials_joined": 0, "framing_errors": 0}
+        assemble = {"requests_emitted": 0, "requests_evicted": 0, "engine_incidents": 0}
+        open_requests = 0
+        for st in list(self._sources.values()):
+            for dec in list(st.decoders.values()):
+                for k in decode:
+                    decode[k] += getattr(dec.stats, k)
+            if st.assembler is not None:
+                open_requests += st.assembler.open_requests
+                for k in assemble:
+                    assemble[k] += getattr(st.assembler.stats, k)
+        p = self._parser.snapshot()
+        f = self._follower.stats
+        s = self._sender.stats
+        written = self._store.written_at
+        return {
+            "lines_read": self._lines_read,
+            "lines_by_kind": dict(p.by_kind), "lines_unrecognised": p.unrecognised,
+            "lines_malformed": sum(p.malformed.values()), "invalid_utf8": decode["invalid_utf8"],
+            "lines_oversized": f.lines_oversized, "partials_joined": decode["partials_joined"],
+            "framing_errors": decode["framing_errors"],
+            "requests_open": open_requests, **assemble,
+            "spans_sent": s.spans_sent, "spans_retried": s.spans_retried, "spans_dropped": s.spans_dropped,
+            "queued_spans": s.queued_spans, "latencies": list(s.latencies),
+            "skipped_delivered": self._skipped,
+            "behind": self._follower.behind(), "files_watched": len(self._follower.files),
+            "rotations": dict(f.rotations), "file_errors": dict(f.errors),
+            "checkpoint_age": (time.time() - written) if written else 0.0,
+            "memory_pauses": self._memory_pauses,
+        }
+
+
+def install_signal_handlers(agent: Agent) -> None:
+    signal.signal(signal.SIGTERM, agent.stop)
+    signal.signal(signal.SIGINT, agent.stop)

@@ -1,0 +1,161 @@
+"""The agent's configuration: one typed record, filled from defaults < file < environment < flags.
+
+Every field can come from the YAML file (`key: value`), the environment
+(`VLLM_TRACE_BRIDGE_<KEY>`, lists comma-separated) or a flag (`--key-with-dashes`). A bad
+value fails at start with a message that names the field, where it came from, and what is
+allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+ENV_PREFIX = "VLLM_TRACE_BRIDGE_"
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot be used; the message says which and how to fix it."""
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    include: tuple[str, ...] = ("/var/log/pods/*/*/*.log",)
+    exclude: tuple[str, ...] = ()
+    namespaces: tuple[str, ...] = ("*",)
+    pods: tuple[str, ...] = ("*",)
+    containers: tuple[str, ...] = ("*vllm*",)
+    state_dir: str = "/var/lib/vllm-trace-bridge"
+    start_at: str = "beginning"        # for files that existed before the agent first ran
+    poll_interval: float = 0.5         # seconds between looks for new, rotated or deleted files
+    timezone: str = "UTC"
+    year: int | None = None
+    ttl: float = 600.0
+    linger: float = 5.0
+    otlp_endpoint: str | None = None   # None: OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT
+    otlp_protocol: str | None = None   # None: OTEL_EXPORTER_OTLP_PROTOCOL, else grpc
+    listen: str = "0.0.0.0:9464"
+    max_queue_spans: int = 20000
+    max_batch_spans: int = 512
+    batch_delay: float = 0.2           # a partial batch is sent after this long
+    max_open_requests: int = 100000    # beyond this the oldest open request is evicted
+    memory_limit_mb: int = 512
+    shutdown_grace: float = 10.0
+    export_give_up: float = 900.0      # a batch refused this long is dropped (counted, logged)
+    read_chunk_bytes: int = 1 << 20    # per file per round: fairness across files
+    log_format: str = "auto"
+
+
+_CHOICES = {
+    "start_at": ("beginning", "end"),
+    "otlp_protocol": (None, "grpc", "http/protobuf"),
+    "log_format": ("auto", "json", "console"),
+}
+_POSITIVE = {"poll_interval", "ttl", "max_queue_spans", "max_batch_spans", "batch_delay", "max_open_requests",
+             "memory_limit_mb", "shutdown_grace", "export_give_up", "read_chunk_bytes"}
+_NON_NEGATIVE = {"linger"}
+
+FIELDS = {f.name: f for f in dataclasses.fields(AgentConfig)}
+
+
+def _kind(name: str) -> str:
+    default = FIELDS[name].default
+    if isinstance(default, tuple):
+        return "list"
+    if name == "year":
+        return "int?"
+    if isinstance(default, bool):
+        return "bool"
+    if isinstance(default, int):
+        return "int"
+    if isinstance(default, float):
+        return "float"
+    return "str?"
+
+
+def _coerce(name: str, value: Any, origin: str) -> Any:
+    kind = _kind(name)
+    where = f"{name} (from {origin})"
+    try:
+        if kind == "list":
+            if isinstance(value, str):
+                value = [v.strip() for v in value.split(",") if v.strip()]
+            if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+                raise ConfigError(f"{where}: expected a list of strings, got {value!r}")
+            return tuple(value)
+        if value is None or value == "":
+            if kind in ("str?", "int?"):
+                return None
+            raise ConfigError(f"{where}: a value is required")
+        if kind in ("int", "int?"):
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            return int(value)
+        if kind == "float":
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        return str(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where}: expected {'a number' if kind in ('int', 'float', 'int?') else kind}, "
+                          f"got {value!r}") from None
+
+
+def _check(cfg: AgentConfig, origins: Mapping[str, str]) -> None:
+    for name, allowed in _CHOICES.items():
+        if getattr(cfg, name) not in allowed:
+            shown = ", ".join(a for a in allowed if a)
+            raise ConfigError(f"{name} (from {origins.get(name, 'default')}): {getattr(cfg, name)!r} is not "
+                              f"allowed; use one of: {shown}")
+    for name in _POSITIVE:
+        if not getattr(cfg, name) > 0:
+            raise ConfigError(f"{name} (from {origins.get(name, 'default')}): must be greater than 0, "
+                              f"got {getattr(cfg, name)!r}")
+    for name in _NON_NEGATIVE:
+        if getattr(cfg, name) < 0:
+            raise ConfigError(f"{name} (from {origins.get(name, 'default')}): must be 0 or more")
+    if not cfg.include:
+        raise ConfigError("include: give at least one glob, e.g. /var/log/pods/*/*/*.log")
+    host, sep, port = cfg.listen.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"listen (from {origins.get('listen', 'default')}): {cfg.listen!r} is not HOST:PORT, "
+                          "e.g. 0.0.0.0:9464 (port 0 picks a free one)")
+    from bridge.decode.clock import zone
+    try:
+        zone(cfg.timezone)
+    except ValueError as exc:
+        raise ConfigError(f"timezone (from {origins.get('timezone', 'default')}): {exc}") from None
+
+
+def load(file_data: Mapping[str, Any] | None, env: Mapping[str, str], flags: Mapping[str, Any],
+         file_name: str = "config file") -> tuple[AgentConfig, dict[str, str]]:
+    """The effective config and where each non-default value came from."""
+    values: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    if file_data is not None:
+        if not isinstance(file_data, Mapping):
+            raise ConfigError(f"{file_name}: expected a mapping of key: value, got {type(file_data).__name__}")
+        for key, value in file_data.items():
+            if key not in FIELDS:
+                raise ConfigError(f"{file_name}: unknown key {key!r}; known keys: {', '.join(sorted(FIELDS))}")
+            values[key] = _coerce(key, value, file_name)
+            origins[key] = file_name
+    for key in FIELDS:
+        env_key = ENV_PREFIX + key.upper()
+        if env_key in env:
+            values[key] = _coerce(key, env[env_key], env_key)
+            origins[key] = env_key
+    for key, value in flags.items():
+        if value is not None:
+            flag = "--" + key.replace("_", "-")
+            values[key] = _coerce(key, value, flag)
+            origins[key] = flag
+    cfg = AgentConfig(**values)
+    _check(cfg, origins)
+    return cfg, origins
+
+
+def as_dict(cfg: AgentConfig) -> dict[str, Any]:
+    return {name: (list(v) if isinstance(v, tuple) else v) for name in FIELDS for v in [getattr(cfg, name)]}

@@ -1,0 +1,184 @@
+"""For the long-lived agent: batch spans, send them from a background thread, report acks.
+
+Reading never waits for the network unless the bounded queue is full; then it waits, which
+is the backpressure that keeps memory bounded while a receiver is down. A batch is retried
+with backoff until acknowledged; only after `give_up_s` of refusals is it dropped, counted,
+and reported, so nothing disappears silently.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from bridge.assemble.timeline import RequestTimeline, Timeline
+from bridge.export.otlp import RequestBuilder, engine_spans, request_spans
+from bridge.export.transport import Transport
+
+
+@dataclass(slots=True)
+class Batch:
+    request: ExportTraceServiceRequest
+    spans: int
+    tokens: list            # opaque delivery tokens, handed back with the ack
+    created: float
+
+
+@dataclass(slots=True)
+class SenderStats:
+    spans_sent: int = 0
+    spans_retried: int = 0
+    spans_dropped: int = 0
+    batches_sent: int = 0
+    send_failures: int = 0
+    queued_spans: int = 0
+    latencies: deque = field(default_factory=lambda: deque(maxlen=4096))  # seconds per acked batch
+
+
+class Sender:
+    def __init__(self, transport: Transport, max_queue_spans: int, give_up_s: float,
+                 on_ack: Callable[[Batch, bool], None], log, backoff_max_s: float = 30.0) -> None:
+        self.stats = SenderStats()
+        self._transport = transport
+        self._max = max_queue_spans
+        self._give_up = give_up_s
+        self._on_ack = on_ack
+        self._log = log
+        self._backoff_max = backoff_max_s
+        self._queue: deque[Batch] = deque()
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._abort = threading.Event()
+        self._busy = False
+        self._thread = threading.Thread(target=self._run, name="otlp-sender", daemon=True)
+        self._warned = False
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, batch: Batch, should_stop: Callable[[], bool] = lambda: False) -> None:
+        """Queue a batch; blocks while the queue is full (unless it is empty: a batch larger
+        than the whole queue still goes through, alone)."""
+        with self._cond:
+            while self.stats.queued_spans and self.stats.queued_spans + batch.spans > self._max:
+                if should_stop() or self._abort.is_set():
+                    break
+                self._cond.wait(0.1)
+            self._queue.append(batch)
+            self.stats.queued_spans += batch.spans
+            self._cond.notify_all()
+
+    @property
+    def full(self) -> bool:
+        return self.stats.queued_spans >= self._max
+
+    @property
+    def idle(self) -> bool:
+        with self._cond:
+            return not self._queue and not self._busy
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._stopping:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                batch = self._queue[0]
+                self._busy = True
+            ok = self._deliver(batch)
+            with self._cond:
+                self._queue.popleft()
+                self.stats.queued_spans -= batch.spans
+                self._busy = False
+                self._cond.notify_all()
+            if ok is not None:
+                self._on_ack(batch, ok)
+
+    def _deliver(self, batch: Batch) -> bool | None:
+        """True: acknowledged. False: given up (dropped). None: aborted at shutdown (kept in
+        the log for the next run: the checkpoint has not moved past it)."""
+        first_try = time.monotonic()
+        backoff = 0.5
+        while True:
+            start = time.monotonic()
+            if self._transport.send(batch.request):
+                self.stats.spans_sent += batch.spans
+                self.stats.batches_sent += 1
+                self.stats.latencies.append(time.monotonic() - start)
+                if self._warned:
+                    self._log.info("export_recovered")
+                    self._warned = False
+                return True
+            self.stats.send_failures += 1
+            if self._abort.is_set():
+                return None
+            if time.monotonic() - first_try >= self._give_up:
+                self.stats.spans_dropped += batch.spans
+                self._log.error("export_gave_up", spans=batch.spans, after_s=round(self._give_up),
+                                fix="check the receiver; these spans are counted in spans_dropped")
+                return False
+            self.stats.spans_retried += batch.spans
+            if not self._warned:
+                self._log.warning("export_retrying", spans=batch.spans,
+                                  fix="is the OTLP receiver up? reading pauses when the queue is full")
+                self._warned = True
+            if self._abort.wait(backoff):
+                return None
+            backoff = min(backoff * 2, self._backoff_max)
+
+    def close(self, deadline: float) -> bool:
+        """Send what is queued until `deadline` (monotonic); then abort. True if all went."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        self._thread.join(max(0.0, deadline - time.monotonic()))
+        drained = not self._thread.is_alive()
+        if not drained:
+            self._abort.set()
+            self._transport.close()  # cancels the exporter's own retry waits
+            self._thread.join(2.0)
+        else:
+            self._transport.close()
+        return drained
+
+
+class Batcher:
+    """Encodes timelines into the current batch; `take()` when it is full or old enough."""
+
+    def __init__(self, resource, max_spans: int) -> None:
+        self._builder = RequestBuilder(resource)
+        self._tokens: list = []
+        self._max = max_spans
+        self._since: float | None = None
+
+    def add(self, timeline: Timeline, token) -> None:
+        spans = request_spans(timeline) if isinstance(timeline, RequestTimeline) else engine_spans(timeline)
+        if self._since is None:
+            self._since = time.monotonic()
+        self._builder.add(timeline.source, spans)
+        self._tokens.append(token)
+
+    def due(self, max_delay: float) -> bool:
+        return self._builder.count >= self._max or (
+            self._since is not None and time.monotonic() - self._since >= max_delay)
+
+    @property
+    def full(self) -> bool:
+        return self._builder.count >= self._max
+
+    @property
+    def empty(self) -> bool:
+        return self._builder.count == 0 and not self._tokens
+
+    def take(self) -> Batch:
+        n = self._builder.count
+        batch = Batch(self._builder.take(), n, self._tokens, self._since or time.monotonic())
+        self._tokens = []
+        self._since = None
+        return batch

@@ -1,0 +1,436 @@
+"""Follow live log files: discovery, fair reading, rotation, truncation, deletion.
+
+Identity is content plus inode, never the name: a file is known by the fingerprint of its
+first bytes and its inode, so a renamed file keeps its history and a new file at an old name
+is new. Every file belongs to a *source* (one container's stream, from the kubelet path) and
+gets a *generation* number within it; a line's position is `generation << 40 | offset`, so
+positions stay ordered across rotations and across restarts (generations are checkpointed).
+
+Rotation kinds handled:
+- rename + create (kubelet: `0.log` → `0.log.<stamp>`, later gzipped): the open descriptor is
+  read to its end; the new file at the name is a new generation.
+- copytruncate: the file shrinks under us; the copy is found by fingerprint and read from
+  where we were; the truncated file continues as a new generation.
+- truncation without a copy: a new generation from offset 0 (counted).
+- deletion: the open descriptor is read to its end, then closed.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import gzip
+import os
+import time
+from dataclasses import dataclass, field
+from hashlib import blake2b
+
+from bridge.decode.source import Source, source_for
+from bridge.tail.checkpoint import FileCheckpoint
+
+GEN_SHIFT = 40
+FINGERPRINT_BYTES = 256
+MAX_LINE_BYTES = 4 << 20   # a longer line is cut into pieces (counted)
+RETIRE_AFTER_S = 5.0       # a detached file quiet this long at its end is closed
+
+
+def fingerprint(head: bytes) -> str:
+    return blake2b(head, digest_size=12).hexdigest()
+
+
+def _open(path: str):
+    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+
+
+def read_head(path: str, n: int = FINGERPRINT_BYTES) -> bytes:
+    with _open(path) as f:
+        return f.read(n)
+
+
+@dataclass(slots=True)
+class Filters:
+    include: tuple[str, ...]
+    exclude: tuple[str, ...] = ()
+    namespaces: tuple[str, ...] = ("*",)
+    pods: tuple[str, ...] = ("*",)
+    containers: tuple[str, ...] = ("*",)
+
+    def accepts(self, path: str, source: Source) -> bool:
+        if any(fnmatch.fnmatch(path, p) for p in self.exclude):
+            return False
+        r = source.resource
+        for key, patterns in (("k8s.namespace.name", self.namespaces), ("k8s.pod.name", self.pods),
+                              ("k8s.container.name", self.containers)):
+            if key in r and not any(fnmatch.fnmatch(str(r[key]), p) for p in patterns):
+                return False
+        return True
+
+
+@dataclass(slots=True)
+class TailStats:
+    files_opened: int = 0
+    files_retired: int = 0
+    rotations: dict[str, int] = field(default_factory=dict)  # rename | copytruncate | truncate | deleted
+    errors: dict[str, int] = field(default_factory=dict)     # permission | vanished | lost | io
+    lines_oversized: int = 0
+    bytes_read: int = 0
+
+    def count(self, table: dict[str, int], key: str) -> None:
+        table[key] = table.get(key, 0) + 1
+
+
+class TrackedFile:
+    """One open file being read. `offset` is where the next unread line starts."""
+
+    __slots__ = ("path", "source", "generation", "base", "fh", "inode", "fp", "fp_len", "offset",
+                 "partial", "detached", "quiet_since", "done")
+
+    def __init__(self, path: str, source: Source, generation: int, fh, inode: int, offset: int) -> None:
+        self.path = path
+        self.source = source
+        self.generation = generation
+        self.base = generation << GEN_SHIFT
+        self.fh = fh
+        self.inode = inode
+        self.fp = ""
+        self.fp_len = 0
+        self.offset = offset
+        self.partial = b""
+        self.detached = False   # no longer at its path (renamed, deleted, or a rotated copy)
+        self.quiet_since: float | None = None
+        self.done = False
+
+    def refresh_fingerprint(self) -> None:
+        if self.fp_len >= FINGERPRINT_BYTES:
+            return
+        try:
+            head = os.pread(self.fh.fileno(), FINGERPRINT_BYTES, 0) if not self.path.endswith(".gz") \
+                else read_head(self.path)
+        except OSError:
+            return
+        if len(head) > self.fp_len:
+            self.fp, self.fp_len = fingerprint(head), len(head)
+
+    def size(self) -> int | None:
+        if self.path.endswith(".gz"):
+            return None
+        try:
+            return os.fstat(self.fh.fileno()).st_size
+        except OSError:
+            return None
+
+    def read(self, max_bytes: int, stats: TailStats) -> list[tuple[int, bytes]]:
+        """Complete lines (position, bytes) from `offset`, at most about `max_bytes` of them."""
+        out: list[tuple[int, bytes]] = []
+        readline = self.fh.readline
+        pos = self.offset + len(self.partial)
+        budget = max_bytes
+        while budget > 0:
+            raw = readline(MAX_LINE_BYTES)
+            if not raw:
+                break
+            n = len(raw)
+            budget -= n
+            stats.bytes_read += n
+            pos += n
+            if raw[-1] != 10:  # no b"\n": the writer is mid-line, or the line is oversized
+                if n + len(self.partial) < MAX_LINE_BYTES:
+                    self.partial += raw
+                    continue
+                stats.lines_oversized += 1
+            if self.partial:
+                raw = self.partial + raw
+                self.partial = b""
+            out.append((self.base + self.offset, raw))
+            self.offset = pos
+        return out
+
+    def flush_partial(self) -> list[tuple[int, bytes]]:
+        if not self.partial:
+            return []
+        raw, self.partial = self.partial, b""
+        pos = self.offset
+        self.offset += len(raw)
+        return [(self.base + pos, raw)]
+
+    def close(self) -> None:
+        try:
+            self.fh.close()
+        except OSError:
+            pass
+        self.done = True
+
+
+def expand(pattern: str, errors: TailStats) -> list[str]:
+    """`glob`, but a directory we may not read is counted instead of silently skipped."""
+    parts = pattern.split(os.sep)
+    roots = [os.sep] if pattern.startswith(os.sep) else [os.curdir]
+    parts = [p for p in parts if p]
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        nxt = []
+        for d in roots:
+            if glob.has_magic(part):
+                try:
+                    with os.scandir(d) as it:
+                        names = [e.name for e in it]
+                except PermissionError:
+                    errors.count(errors.errors, "permission")
+                    continue
+                except (FileNotFoundError, NotADirectoryError):
+                    continue
+                nxt.extend(os.path.join(d, n) for n in names if fnmatch.fnmatchcase(n, part) and not n.startswith("."))
+            else:
+                p = os.path.join(d, part)
+                if os.path.lexists(p):
+                    nxt.append(p)
+        roots = nxt if not last else [p for p in nxt if os.path.isfile(p)]
+    return roots
+
+
+class Follower:
+    """Knows every file worth reading and hands out their new lines, round-robin."""
+
+    def __init__(self, filters: Filters, *, start_at_end: bool = False, read_chunk: int = 1 << 20,
+                 clock=time.monotonic) -> None:
+        self.filters = filters
+        self.stats = TailStats()
+        self.files: list[TrackedFile] = []
+        self._by_path: dict[str, TrackedFile] = {}
+        self._next_gen: dict[str, int] = {}
+        self._start_at_end = start_at_end
+        self._read_chunk = read_chunk
+        self._clock = clock
+        self._resume: dict[str, FileCheckpoint] = {}
+        self._denied: set[str] = set()
+        self._seen: set[tuple[int, str]] = set()  # (length, fingerprint) of heads read, recent ones
+        self.just_retired: list[TrackedFile] = []  # closed during the last poll
+
+    # -- restore -------------------------------------------------------------------------
+
+    def restore(self, files: list[FileCheckpoint], next_generation: dict[str, int]) -> None:
+        """Resume from checkpoints. A file no longer at its path is looked for among its
+        rotated siblings (`<path>.*`, gzipped too) by fingerprint."""
+        self._next_gen.update(next_generation)
+        for ck in files:
+            if self._matches(ck.path, ck):
+                self._resume[ck.path] = ck
+                continue
+            for sibling in sorted(glob.glob(glob.escape(ck.path) + ".*")):
+                if self._matches(sibling, ck):
+                    self._open(sibling, source_for(ck.path), ck.generation, ck.offset, detached=True)
+                    break
+            else:
+                self.stats.count(self.stats.errors, "lost")  # rotated away and gone while we were down
+
+    @staticmethod
+    def _matches(path: str, ck: FileCheckpoint) -> bool:
+        try:
+            head = read_head(path, ck.fingerprint_len)
+        except OSError:
+            return False
+        return len(head) == ck.fingerprint_len and fingerprint(head) == ck.fingerprint
+
+    # -- discovery -----------------------------------------------------------------------
+
+    def discover(self, first_round: bool = False) -> None:
+        found: set[str] = set()
+        for pattern in self.filters.include:
+            for path in expand(pattern, self.stats):
+                path = os.path.abspath(path)
+                if path in found:
+                    continue
+                source = source_for(path)
+                if self.filters.accepts(path, source):
+                    found.add(path)
+                    self._see(path, source, first_round)
+        for path, tf in list(self._by_path.items()):
+            if path not in found:  # deleted or renamed away: read what is left, then retire
+                tf.detached = True
+                del self._by_path[path]
+                self.stats.count(self.stats.rotations, "deleted" if not os.path.exists(path) else "excluded")
+
+    def _see(self, path: str, source: Source, first_round: bool) -> None:
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            self.stats.count(self.stats.errors, "vanished")
+            return
+        tf = self._by_path.get(path)
+        if tf is not None:
+            if tf.inode == st.st_ino:
+                return
+            tf.detached = True  # renamed away; a new file took the name
+            self.stats.count(self.stats.rotations, "rename")
+            del self._by_path[path]
+            self._catch_missed(path, source, tf)
+        ck = self._resume.pop(path, None)
+        if ck is not None and ck.inode == st.st_ino:
+            offset = ck.offset if st.st_size >= ck.offset else 0
+            self._by_path_open(path, source, ck.generation, offset)
+            return
+        offset = st.st_size if (first_round and self._start_at_end and ck is None) else 0
+        self._by_path_open(path, source, self._new_generation(source), offset)
+
+    def _catch_missed(self, path: str, source: Source, previous: TrackedFile) -> None:
+        """Files that took the name and were rotated away again between two looks: rotated
+        siblings we have never read, written after the file we were reading. Oldest first."""
+        try:
+            since = os.fstat(previous.fh.fileno()).st_mtime
+        except (OSError, ValueError):
+            return
+        open_inodes = {t.inode for t in self.files if not t.path.endswith(".gz")}
+        candidates = []
+        for sibling in glob.glob(glob.escape(path) + ".*"):
+            try:
+                st = os.stat(sibling)
+                if st.st_mtime < since or (st.st_ino in open_inodes and not sibling.endswith(".gz")):
+                    continue
+                head = read_head(sibling)
+            except OSError:
+                continue
+            if (len(head), fingerprint(head)) not in self._seen:
+                candidates.append((st.st_mtime, sibling))
+        for _, sibling in sorted(candidates):
+            self.stats.count(self.stats.rotations, "caught_up")
+            self._open(sibling, source, self._new_generation(source), 0, detached=True)
+
+    def _new_generation(self, source: Source) -> int:
+        gen = self._next_gen.get(source.key, 0)
+        self._next_gen[source.key] = gen + 1
+        return gen
+
+    def _by_path_open(self, path: str, source: Source, generation: int, offset: int) -> None:
+        tf = self._open(path, source, generation, offset, detached=False)
+        if tf is not None:
+            self._by_path[path] = tf
+
+    def _open(self, path: str, source: Source, generation: int, offset: int, detached: bool) -> TrackedFile | None:
+        try:
+            fh = _open(path)
+            inode = os.fstat(fh.fileno()).st_ino
+            if offset:
+                fh.seek(offset)
+        except PermissionError:
+            if path not in self._denied:
+                self._denied.add(path)
+                self.stats.count(self.stats.errors, "permission")
+            return None
+        except FileNotFoundError:
+            self.stats.count(self.stats.errors, "vanished")
+            return None
+        except OSError:
+            self.stats.count(self.stats.errors, "io")
+            return None
+        self._denied.discard(path)
+        self._next_gen[source.key] = max(self._next_gen.get(source.key, 0), generation + 1)
+        tf = TrackedFile(path, source, generation, fh, inode, offset)
+        tf.detached = detached
+        tf.refresh_fingerprint()
+        self._remember(tf)
+        self.files.append(tf)
+        self.stats.files_opened += 1
+        return tf
+
+    def _remember(self, tf: TrackedFile) -> None:
+        if tf.fp_len:
+            if len(self._seen) > 4096:
+                self._seen.clear()
+            self._seen.add((tf.fp_len, tf.fp))
+
+    # -- reading -------------------------------------------------------------------------
+
+    def _check_truncation(self, tf: TrackedFile) -> list[tuple[int, bytes]]:
+        """Lines still to read from the copy if the file was copied and truncated, else []."""
+        size = tf.size()
+        if size is None:
+            return []
+        if size >= tf.offset + len(tf.partial):
+            # Not smaller, but it may have been truncated and refilled since we last looked:
+            # the first bytes tell.
+            if not tf.fp_len or tf.offset == 0:
+                return []
+            try:
+                head = os.pread(tf.fh.fileno(), tf.fp_len, 0)
+            except OSError:
+                return []
+            if len(head) == tf.fp_len and fingerprint(head) == tf.fp:
+                return []
+        # Shrunk under us. A copy with our fingerprint holds what we had not read yet.
+        copy = None
+        for sibling in sorted(glob.glob(glob.escape(tf.path) + ".*")):
+            try:
+                if os.path.getsize(sibling) >= tf.offset and fingerprint(read_head(sibling, tf.fp_len)) == tf.fp:
+                    copy = sibling
+                    break
+            except OSError:
+                continue
+        lines: list[tuple[int, bytes]] = []
+        if copy is not None:
+            # Read the copy's tail as the same stream (same generation, same decoder), so
+            # lines keep their order: the copy's tail comes before the refilled file.
+            live = tf.fh
+            try:
+                with _open(copy) as fh:
+                    fh.seek(tf.offset + len(tf.partial))
+                    tf.fh = fh
+                    lines = tf.read(1 << 62, self.stats) + tf.flush_partial()
+            except OSError:
+                self.stats.count(self.stats.errors, "io")
+            finally:
+                tf.fh = live
+            self.stats.count(self.stats.rotations, "copytruncate")
+        else:
+            self.stats.count(self.stats.rotations, "truncate")
+        tf.generation = self._new_generation(tf.source)
+        tf.base = tf.generation << GEN_SHIFT
+        tf.offset, tf.partial, tf.fp, tf.fp_len = 0, b"", "", 0
+        tf.fh.seek(0)
+        return lines
+
+    def poll(self) -> list[tuple[TrackedFile, list[tuple[int, bytes]]]]:
+        """One fair round: up to `read_chunk` bytes from each file."""
+        out = []
+        now = self._clock()
+        for tf in self.files:
+            early = self._check_truncation(tf) if not tf.detached else []
+            try:
+                lines = early + tf.read(self._read_chunk, self.stats)
+            except OSError:
+                self.stats.count(self.stats.errors, "io")
+                lines = []
+            if tf.fp_len < FINGERPRINT_BYTES and lines:
+                tf.refresh_fingerprint()
+                if tf.fp_len >= FINGERPRINT_BYTES:
+                    self._remember(tf)
+            if lines:
+                tf.quiet_since = None
+            elif tf.detached:
+                if tf.quiet_since is None:
+                    tf.quiet_since = now
+                elif now - tf.quiet_since >= RETIRE_AFTER_S or tf.path.endswith(".gz"):
+                    lines = tf.flush_partial()
+                    tf.close()
+            if lines:
+                out.append((tf, lines))
+        self.just_retired = [tf for tf in self.files if tf.done]
+        if self.just_retired:
+            self.files = [tf for tf in self.files if not tf.done]
+            self.stats.files_retired += len(self.just_retired)
+        return out
+
+    def behind(self) -> dict[str, int]:
+        """Bytes written but not read yet, per file path."""
+        out = {}
+        for tf in self.files:
+            size = tf.size()
+            if size is not None:
+                out[tf.path] = max(0, size - tf.offset)
+        return out
+
+    def next_generations(self) -> dict[str, int]:
+        return dict(self._next_gen)
+
+    def close(self) -> None:
+        for tf in self.files:
+            tf.close()

@@ -1,0 +1,124 @@
+"""The agent's own health: `/healthz`, `/readyz` and `/metrics` (Prometheus text) over HTTP.
+
+Metrics are read from the stages' stats records when scraped, so the hot path only bumps
+plain integers it already keeps; prometheus_client does the exposition format.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.process_collector import ProcessCollector
+
+_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class AgentCollector:
+    """Turns `snapshot()` (a dict of the agent's counters) into metric families on scrape."""
+
+    def __init__(self, snapshot: Callable[[], dict]) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterable:
+        s = self._snapshot()
+        p = "vllm_trace_bridge_"
+
+        def counter(name: str, doc: str, value: float | dict, label: str | None = None):
+            m = CounterMetricFamily(p + name, doc, labels=[label] if label else None)
+            if isinstance(value, dict):
+                for k, v in sorted(value.items()):
+                    m.add_metric([k], v)
+            else:
+                m.add_metric([], value)
+            return m
+
+        def gauge(name: str, doc: str, value: float | dict, label: str | None = None):
+            m = GaugeMetricFamily(p + name, doc, labels=[label] if label else None)
+            if isinstance(value, dict):
+                for k, v in sorted(value.items()):
+                    m.add_metric([k], v)
+            else:
+                m.add_metric([], value)
+            return m
+
+        yield counter("lines_read", "Physical log lines read.", s["lines_read"])
+        yield counter("lines_parsed", "Lines recognised, by kind.", s["lines_by_kind"], "kind")
+        yield counter("lines_unrecognised", "Lines no grammar knew (not an error).", s["lines_unrecognised"])
+        yield counter("lines_malformed", "Lines that looked like a known kind but did not fit it.",
+                      s["lines_malformed"])
+        yield counter("lines_invalid_utf8", "Lines that were not valid UTF-8 (decoded with replacement).",
+                      s["invalid_utf8"])
+        yield counter("lines_oversized", "Lines longer than the line limit, cut into pieces.", s["lines_oversized"])
+        yield counter("partial_lines_joined", "CRI/docker partial lines joined into a line.", s["partials_joined"])
+        yield counter("framing_errors", "Lines that did not fit their file's container framing.",
+                      s["framing_errors"])
+        yield gauge("requests_open", "Requests being assembled now.", s["requests_open"])
+        yield counter("requests_finished", "Requests assembled and handed to export.", s["requests_emitted"])
+        yield counter("requests_evicted", "Requests ended by TTL or the open-request limit (incomplete).",
+                      s["requests_evicted"])
+        yield counter("engine_incidents", "Engine-wide incidents (vllm.engine spans).", s["engine_incidents"])
+        yield counter("spans_exported", "Spans acknowledged by the receiver.", s["spans_sent"])
+        yield counter("spans_retried", "Spans in export attempts that failed and were retried.", s["spans_retried"])
+        yield counter("spans_dropped", "Spans dropped after the export give-up time.", s["spans_dropped"])
+        yield counter("spans_skipped_delivered", "Lines skipped on resume: their request was already delivered.",
+                      s["skipped_delivered"])
+        yield gauge("export_queue_spans", "Spans waiting to be sent.", s["queued_spans"])
+        lat = sorted(s["latencies"])
+        h = HistogramMetricFamily(p + "export_latency_seconds", "Time to send one acknowledged batch "
+                                  "(recent batches).")
+        buckets = [(str(b), sum(1 for x in lat if x <= b)) for b in _BUCKETS] + [("+Inf", len(lat))]
+        h.add_metric([], buckets, sum(lat))
+        yield h
+        yield gauge("file_bytes_behind", "Bytes written to a file but not read yet.", s["behind"], "path")
+        yield gauge("files_watched", "Files open for reading.", s["files_watched"])
+        yield counter("file_rotations", "Rotations seen, by kind.", s["rotations"], "kind")
+        yield counter("file_errors", "File and directory errors, by reason.", s["file_errors"], "reason")
+        yield gauge("checkpoint_age_seconds", "Seconds since the checkpoint was last written.", s["checkpoint_age"])
+        yield counter("memory_pauses", "Times reading paused because memory was over its limit.",
+                      s["memory_pauses"])
+
+
+class TelemetryServer:
+    def __init__(self, listen: str, snapshot: Callable[[], dict], ready: Callable[[], bool]) -> None:
+        host, _, port = listen.rpartition(":")
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(AgentCollector(snapshot))
+        ProcessCollector(registry=registry)
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802
+                path = self.path.split("?", 1)[0]
+                if path == "/metrics":
+                    body, ctype, code = generate_latest(registry), CONTENT_TYPE_LATEST, 200
+                elif path == "/healthz":
+                    body, ctype, code = b"ok\n", "text/plain", 200
+                elif path == "/readyz":
+                    ok = ready()
+                    body, ctype, code = (b"ready\n" if ok else b"starting\n"), "text/plain", 200 if ok else 503
+                else:
+                    body, ctype, code = b"not found: try /metrics, /healthz or /readyz\n", "text/plain", 404
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self._server = ThreadingHTTPServer((host.strip("[]") or "0.0.0.0", int(port)), Handler)
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, name="telemetry", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

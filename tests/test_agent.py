@@ -1,0 +1,215 @@
+"""The node agent as a real process, with a real writer and a real receiver in their own
+processes. Every check is against the writer's ground truth."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+
+import pytest
+from agentkit import AgentProc, Receiver, check_exactly_once, free_port, pod_log, start_writer, wait_for
+
+from bridge.cli import main
+
+
+def received_all(rx: Receiver, n: int) -> bool:
+    return len({s.trace_id for s in rx.spans() if s.name == "vllm.request"}) >= n
+
+
+def truth_count(path) -> int:
+    import json
+    with open(path) as f:
+        return len(json.load(f)["requests"])
+
+
+@pytest.mark.parametrize("rotate", ["rename", "gzip", "copytruncate"])
+def test_rotation_while_writing_delivers_every_request_exactly_once(tmp_path, rotate):
+    log, truth = pod_log(tmp_path), str(tmp_path / "truth.json")
+    rx = Receiver(free_port(), str(tmp_path / "rx.bin")).start()
+    agent = AgentProc(str(tmp_path / "pods/*/*/*.log"), str(tmp_path / "state"), rx.endpoint).start()
+    try:
+        writer = start_writer(log, truth, requests=500, rate=2000, rotate_every=1500, rotate=rotate, seed=3)
+        assert writer.wait(60) == 0
+        assert wait_for(lambda: received_all(rx, truth_count(truth)), 30)
+        time.sleep(1)  # anything more would be a duplicate: give it the chance to show
+        figures = check_exactly_once(truth, rx.spans())
+        assert figures["spans_received"] == figures["distinct_span_ids"]
+        assert agent.metric("file_rotations") >= 3
+        code, took = agent.term()
+        assert code == 0
+    finally:
+        rx.stop()
+
+
+def test_kill_9_five_times_loses_nothing_and_never_makes_two_traces(tmp_path, capsys):
+    """20,000 requests; the agent is killed at 5 random moments and restarted each time."""
+    log, truth = pod_log(tmp_path), str(tmp_path / "truth.json")
+    state = str(tmp_path / "state")
+    rx = Receiver(free_port(), str(tmp_path / "rx.bin")).start()
+    include = str(tmp_path / "pods/*/*/*.log")
+    rnd = random.Random(2024)
+    try:
+        writer = start_writer(log, truth, requests=20000, rate=8000, rotate_every=60000, rotate="rename", seed=9)
+        agent = AgentProc(include, state, rx.endpoint).start()
+        for _ in range(5):
+            time.sleep(rnd.uniform(1.5, 4.5))
+            agent.kill9()
+            agent = AgentProc(include, state, rx.endpoint).start()
+        assert writer.wait(120) == 0
+        n = truth_count(truth)
+        assert wait_for(lambda: received_all(rx, n), 90), "not everything arrived"
+        time.sleep(1)
+        figures = check_exactly_once(truth, rx.spans())
+        resent = figures["spans_received"] - figures["distinct_span_ids"]
+        with capsys.disabled():
+            print(f"\nkill -9 x5 over {n} requests: {figures['spans_received']} spans received, "
+                  f"{figures['distinct_span_ids']} distinct span ids, {resent} re-sent")
+        assert resent <= figures["distinct_span_ids"] * 0.05
+        assert agent.term()[0] == 0
+    finally:
+        rx.stop()
+
+
+def test_receiver_down_30s_loses_nothing_and_memory_stays_bounded(tmp_path):
+    log, truth = pod_log(tmp_path), str(tmp_path / "truth.json")
+    port = free_port()
+    rx = Receiver(port, str(tmp_path / "rx.bin")).start()
+    limit_mb = 200
+    agent = AgentProc(str(tmp_path / "pods/*/*/*.log"), str(tmp_path / "state"), rx.endpoint,
+                      "--max-queue-spans", "2000", "--memory-limit-mb", str(limit_mb),
+                      env={"OTEL_EXPORTER_OTLP_TIMEOUT": "2"}).start()
+    try:
+        writer = start_writer(log, truth, requests=6000, rate=1500, seed=5)
+        time.sleep(3)
+        rx.stop()
+        peak = 0.0
+        t_end = time.monotonic() + 30
+        while time.monotonic() < t_end:
+            peak = max(peak, agent.rss_mb())
+            time.sleep(0.5)
+        assert agent.metric("spans_retried") > 0
+        rx = Receiver(port, str(tmp_path / "rx.bin")).start()
+        assert writer.wait(120) == 0
+        assert wait_for(lambda: received_all(rx, truth_count(truth)), 90)
+        figures = check_exactly_once(truth, rx.spans())
+        assert peak < limit_mb, f"agent RSS peaked at {peak:.0f} MB"
+        assert agent.metric("spans_dropped") == 0
+        assert figures["requests"] == truth_count(truth)
+        assert agent.term()[0] == 0
+    finally:
+        rx.stop()
+
+
+def test_sigterm_exits_0_within_grace_and_loses_nothing(tmp_path):
+    log, truth = pod_log(tmp_path), str(tmp_path / "truth.json")
+    state = str(tmp_path / "state")
+    include = str(tmp_path / "pods/*/*/*.log")
+    rx = Receiver(free_port(), str(tmp_path / "rx.bin")).start()
+    try:
+        writer = start_writer(log, truth, requests=3000, rate=4000, seed=4)
+        agent = AgentProc(include, state, rx.endpoint, "--shutdown-grace", "5").start()
+        time.sleep(2.5)
+        code, took = agent.term()
+        assert code == 0 and took < 5
+        assert any(e.get("event") == "agent_stopped" for e in agent.log_events())
+        assert writer.wait(60) == 0
+        agent = AgentProc(include, state, rx.endpoint).start()  # picks up where the checkpoint says
+        assert wait_for(lambda: received_all(rx, truth_count(truth)), 60)
+        time.sleep(1)
+        check_exactly_once(truth, rx.spans())
+        assert agent.term()[0] == 0
+    finally:
+        rx.stop()
+
+
+def _without_dac_override():
+    """Root without CAP_DAC_OVERRIDE / CAP_DAC_READ_SEARCH: a locked directory stays locked."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    for cap in (1, 2):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+        libc.prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP: gone from the bounding set at exec
+
+
+def test_bad_input_and_bad_files_keep_it_running_and_show_in_metrics(tmp_path):
+    rx = Receiver(free_port(), str(tmp_path / "rx.bin")).start()
+    os.chmod(tmp_path, 0o755)
+    log = pod_log(tmp_path)
+    state = tmp_path / "state"
+    state.mkdir()
+    os.chmod(state, 0o777)
+    for d in (tmp_path / "pods", os.path.dirname(os.path.dirname(log)), os.path.dirname(log)):
+        os.chmod(d, 0o777)
+    locked = tmp_path / "pods" / "llm_locked-0_3f2a9c1e-aaaa-bbbb-cccc-444455556666"
+    (locked / "vllm").mkdir(parents=True)
+    os.chmod(locked, 0o000)
+    vanishing = pod_log(tmp_path, name="gone-0")
+    os.chmod(os.path.dirname(vanishing), 0o777)
+    with open(vanishing, "w") as f:
+        f.write("2025-02-15T10:23:00.000000000Z stdout F INFO 02-15 10:23:00 a.py:1] hello\n")
+    os.chmod(vanishing, 0o666)
+    agent = AgentProc(str(tmp_path / "pods/*/*/*.log"), str(state), rx.endpoint)
+    if os.getuid() == 0:  # root reads anything unless it gives up the override
+        agent.preexec = _without_dac_override
+    agent.start()
+    try:
+        stamp = "2025-02-15T10:23:01.000000000Z"
+        head = "INFO 02-15 10:23:01 scheduler.py:234] "
+        with open(log, "ab") as f:
+            f.write(f"{stamp} stdout P {head}Scheduling request 0xabc: prio".encode())
+            f.flush()
+            time.sleep(1.0)  # the agent reads the first part alone
+            f.write(f"{stamp} stdout F rity=0, num_scheduled_blocks=1, remaining_blocks=0\n".encode())
+            f.write(f"{stamp} stdout F {head}".encode() + b"x" * (1 << 20) + b"\n")
+            f.write(f"{stamp} stdout F {head}caf\xe9 \xff\xfe\n".encode("latin-1"))
+            f.write(f"{stamp} stdout F INFO 02-15 10:23:02 scheduler.py:789] Request 0xabc: prompt_tokens=1, "
+                    f"generated_tokens=2, ttft=1.0ms, itl=1.0ms, total_latency=0.5s\n".encode())
+        os.unlink(vanishing)
+        assert wait_for(lambda: agent.metric("lines_invalid_utf8") >= 1, 10)
+        assert wait_for(lambda: agent.metric("partial_lines_joined") >= 1, 10)
+        assert wait_for(lambda: agent.metric("requests_finished") >= 1, 10)
+        assert wait_for(lambda: agent.metric("file_errors", 'reason="permission"') >= 1, 10)
+        assert wait_for(lambda: agent.metric("file_rotations", 'kind="deleted"') >= 1, 10)
+        assert agent.metric("lines_read") >= 5
+        assert agent.get("/healthz")[0] == 200 and agent.get("/readyz")[0] == 200
+        assert agent.proc.poll() is None
+        assert agent.term()[0] == 0
+        roots = [s for s in rx.spans() if s.name == "vllm.request"]
+        assert len(roots) == 1
+    finally:
+        os.chmod(locked, 0o755)
+        rx.stop()
+
+
+@pytest.mark.parametrize("argv,env,needle", [
+    (["--poll-interval", "soon"], {}, "poll_interval (from --poll-interval): expected a number"),
+    (["--start-at", "middle"], {}, "start_at (from --start-at): 'middle' is not allowed"),
+    ([], {"VLLM_TRACE_BRIDGE_MAX_QUEUE_SPANS": "-5"}, "max_queue_spans (from VLLM_TRACE_BRIDGE_MAX_QUEUE_SPANS)"),
+    (["--listen", "nowhere"], {}, "listen (from --listen)"),
+    (["--timezone", "Mars/Base"], {}, "timezone (from --timezone)"),
+    (["--otlp-protocol", "pigeon"], {}, "otlp_protocol (from --otlp-protocol)"),
+])
+def test_invalid_config_fails_fast_naming_the_field(tmp_path, capsys, argv, env, needle):
+    code = main(["run", "--state-dir", str(tmp_path), "--otlp-endpoint", "http://127.0.0.1:1", *argv], env=env)
+    assert code == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_config_file_errors_name_the_key(tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("include: [/x/*.log]\npoll_intervall: 1\n")
+    assert main(["run", "--config", str(cfg)], env={}) == 2
+    assert "unknown key 'poll_intervall'" in capsys.readouterr().err
+    cfg.write_text("ttl: forever\n")
+    assert main(["run", "--config", str(cfg)], env={}) == 2
+    assert f"ttl (from {cfg})" in capsys.readouterr().err
+
+
+def test_print_config_shows_precedence(tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("ttl: 100\npoll_interval: 2\nstate_dir: /from/file\n")
+    code = main(["run", "--config", str(cfg), "--print-config", "--state-dir", "/from/flag"],
+                env={"VLLM_TRACE_BRIDGE_TTL": "200", "VLLM_TRACE_BRIDGE_STATE_DIR": "/from/env"})
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "ttl: 200.0" in out and "poll_interval: 2.0" in out and "state_dir: /from/flag" in out
