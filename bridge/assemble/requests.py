@@ -468,8 +468,10 @@ class Assembler:
             self._finish(r)
 
     def _on_config(self, record: Record, ev: EngineConfig) -> None:
-        self._end_startup()
-        self._startup = Startup(record)
+        if self._startup is None or self._startup.has_banner:  # a second banner: the engine restarted
+            self._end_startup()
+            self._startup = Startup(record)
+        self._startup.has_banner = True
         facts = [("vllm.version", ev.version)]
         if ev.engine:
             facts.append(("vllm.engine.version", ev.engine))

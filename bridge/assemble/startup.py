@@ -16,13 +16,14 @@ STARTUP = "startup"  # EngineTimeline.kind of a startup span (exported as `vllm.
 
 
 class Startup:
-    __slots__ = ("start_ns", "end_ns", "attrs", "first_offset", "last_offset")
+    __slots__ = ("start_ns", "end_ns", "attrs", "first_offset", "last_offset", "has_banner")
 
     def __init__(self, record: Record) -> None:
         self.start_ns = self.end_ns = record.ts_ns
         self.first_offset = record.offset
         self.last_offset = record.end_offset
         self.attrs: dict = {}
+        self.has_banner = False
         if record.process:
             self.attrs["vllm.process"] = record.process
 

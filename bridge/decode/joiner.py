@@ -32,6 +32,7 @@ _INSIDE = ("  ", "\t", "Traceback (most recent call last)", "The above exception
            "frame #", "Exception raised from", "^")
 _MEMORY_PROFILE = ("Memory profiling takes", "the current vLLM instance", "model weights take")
 _ERRORISH = ("ERROR", "CRITICAL")
+_GLOG_NEXT = ("[E", "[F", "terminate called")
 _CRLF_EVIDENCE = 3  # `\r` lines not followed by their continuation: the file is CRLF, not vLLM's marker
 
 
@@ -119,7 +120,13 @@ class Joiner:
             if rec.level != p.level or rec.origin != p.origin:
                 return False
             return (self._last.continued and self._cr_marks) or _inside(rec.message)
-        return not rec.level and _inside(_strip_rank(rec.message))
+        if rec.level:
+            return False
+        msg = _strip_rank(rec.message)
+        if _inside(msg):
+            return True
+        # torch C++ (glog) error lines come in bursts that end in `terminate called …`: one block
+        return msg.startswith(_GLOG_NEXT) and _strip_rank(p.message).startswith(_GLOG_NEXT)
 
     def _open(self, rec: Record) -> None:
         self._pending = self._last = rec

@@ -280,7 +280,7 @@ def _banner(msg: str) -> Event | None:
     m = _BANNER.match(msg)
     if m is None:
         return None
-    mm = _MODEL.search(msg, m.end())
+    mm = _MODEL.search(msg, m.end() - 1)
     model = (mm[1] if mm[1] is not None else mm[2]) if mm else None
     return EngineConfig(m[2], m[1] or "", model)
 
@@ -351,18 +351,27 @@ def engine_error(msg: str) -> EngineError:
                        stack[:_MAX_STACK])
 
 
-_ERROR_STARTS = (
-    "Engine background task failed", "Engine iteration timed out", "Engine core initialization failed",
-    "EngineCore failed to start", "EngineCore encountered", "Worker ", "WorkerProc ", "AsyncLLMEngine ",
-    "AsyncLLM output_handler failed", "No available shared memory broadcast block", "No available block found",
-    "Killing local vLLM worker", "Process ", "Traceback", "Error in ", "Exception in ", "RayWorkerProc ",
+_ERROR_TEXT = re.compile(
+    r"Engine background task failed|Engine iteration timed out|Engine core initialization failed"
+    r"|EngineCore failed to start|EngineCore encountered|Worker .*died|WorkerProc initialization failed"
+    r"|RayWorkerProc .*died|AsyncLLMEngine (?:has failed|is already dead)|AsyncLLM output_handler failed"
+    r"|No available (?:shared memory broadcast )?block found|Process [\w-]+:\n|Traceback \(most recent"
+    r"|Error in |Exception in |TimeoutError: RPC call"
 )
 
 
 def _maybe_error(msg: str) -> Event | None:
-    if msg.startswith(_ERROR_STARTS):
+    if _ERROR_TEXT.match(msg):
         return engine_error(msg)
     return None
+
+
+_STATS_EXTRA = ("Prefix cache hit rate: GPU", "Speculative metrics: ", "SpecDecoding metrics: ",
+                "KV Transfer metrics: ", "KV connector", "CUDA graph", "Perf ")
+
+
+def _stats_extra(msg: str) -> Event | None:
+    return Notice("stats_extra") if msg.startswith(_STATS_EXTRA) else None
 
 
 # -- other writers: uvicorn, tqdm, torch C++ -------------------------------------------------
@@ -397,6 +406,7 @@ _NOTICES = (
         "vLLM is using", "Ray", "Connected", "Sleep mode", "Prefix caching", "Custom allreduce",
         "NCCL", "pynccl", "Attention", "FlashInfer", "flashinfer", "Registering", "V1 LLM engine",
         "Initialized", "Local ", "Loaded ", "Dumping ", "Shutting down", "Gracefully", "Stopping",
+        "Killing local vLLM worker", "Worker ready",
     )),
 )
 
@@ -470,5 +480,8 @@ PREFILTER = {
     "DEBU": _uvicorn,
     "CRIT": _uvicorn,
     **{k: _blocks for k in ("# GP", "# CU", "# cu", "# XP", "# HP", "# NP", "# TP", "# CP")},
-    **{s[:4]: _maybe_error for s in _ERROR_STARTS if s[:4] not in ("Engi",)},
+    **{k: _maybe_error for k in ("Work", "Asyn", "No a", "Proc", "Trac", "Erro", "Exce", "RayW", "Time")},
+    "Pref": _stats_extra,
+    "Spec": _stats_extra,
+    "KV T": _stats_extra,
 }
