@@ -3,7 +3,7 @@
 Two shapes reach the log:
 
 - **headed** — vLLM's `NewLineFormatter` repeats the full header on every line of a message and
-  ends every line but the last with `\\r`. Continuation: same process, level and origin, and
+  ends every line but the last with `\\r`. Continuation: same process, level, origin and second, and
   either the previous line ended in `\\r` or the line reads like a traceback line (for logs whose
   shipper dropped the `\\r`).
 - **raw** — no header: Python tracebacks printed by multiprocessing or torch elastic
@@ -33,6 +33,7 @@ _INSIDE = ("  ", "\t", "Traceback (most recent call last)", "The above exception
 _MEMORY_PROFILE = ("Memory profiling takes", "the current vLLM instance", "model weights take")
 _ERRORISH = ("ERROR", "CRITICAL")
 _GLOG_NEXT = ("[E", "[F", "terminate called")
+_SECOND = 1_000_000_000
 _CRLF_EVIDENCE = 3  # `\r` lines not followed by their continuation: the file is CRLF, not vLLM's marker
 
 
@@ -117,7 +118,8 @@ class Joiner:
         if rec.process != p.process:
             return False
         if p.level:
-            if rec.level != p.level or rec.origin != p.origin:
+            # NewLineFormatter formats the header once: every line of a message has the same stamp
+            if rec.level != p.level or rec.origin != p.origin or abs(rec.ts_ns - self._last.ts_ns) >= _SECOND:
                 return False
             return (self._last.continued and self._cr_marks) or _inside(rec.message)
         if rec.level:
