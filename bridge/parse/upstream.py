@@ -423,7 +423,8 @@ def fallback(msg: str, level: str) -> Event | None:
     if not level:
         c = msg[:1]
         if c == "[" and _GLOG.match(msg):
-            return engine_error(msg) if msg.find("[E", 0, 16) >= 0 or msg.find("[F", 0, 16) >= 0 or "\n" in msg \
+            head = msg[:40]
+            return engine_error(msg) if "[E" in head or "[F" in head or "[PG " in head or "\n" in msg \
                 else Notice("torch_log")
         if _PROGRESS.search(msg) or _PY_WARNING.match(msg) or msg.startswith("  warnings.warn("):
             return Notice("noise")
