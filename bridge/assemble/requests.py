@@ -7,6 +7,11 @@ request is over and *which* occurrence a line belongs to; `build` decides what t
 Ids repeat (the seed's ids are object addresses, reused once freed): a line that starts a
 request (scheduling, preemption, allocation, summary) for an id whose request is already over
 begins a new occurrence, and the old one is emitted first.
+
+Upstream vLLM requests (`Received` / `Added` / `Generated response` / abort and failure lines)
+join under one key whatever spelling a line uses (`ids`); they end at the best evidence there
+is — a finish, abort or failure line, or an engine death — and otherwise stay `incomplete` with
+an inferred end. The startup banner's model and version go on every request of that engine.
 """
 
 from __future__ import annotations

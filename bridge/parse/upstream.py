@@ -313,7 +313,7 @@ _CLASSES = (
                      "background task failed", "terminating server process", "died", "fatal error",
                      "killing local vllm worker", "output_handler failed", "engine dead")),
     ("bad_request", ("bad request", "badrequest", "input error", "is too long", "validation error",
-                     "maximum context length", "invalid")),
+                     "maximum context length", "invalid input", "invalid request")),
     ("aborted", ("abort", "cancellederror")),
 )
 _FATAL = ("enginedeaderror", "engine loop is not running", "background loop", "background task failed",
