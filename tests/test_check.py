@@ -18,6 +18,7 @@ FAMILIES = {
     "v0_8_bracket.log": "V0 0.8+ (vLLM 0.8.0)",
     "nccl_ray.log": "V0 0.8+ (vLLM 0.9.0)",
     "v1_modern.log": "V1 (vLLM 0.14.0)",
+    "v1_early_prefixes.log": "V1 (vLLM 0.8.4)",
     "v1_colour_prefix.log": "V1 (vLLM 0.12.0)",
     "v1_model_load.log": "V1 (vLLM 0.10.1)",
     "v1_engine_dead.log": "V1",

@@ -27,7 +27,7 @@ def received():
     with GrpcReceiver() as rx:
         for path in sorted(FIXTURES.glob("*.log")):
             out = io.StringIO()
-            year = "2025" if path.name.startswith(("shipper", "v0_8", "nccl", "v1_model", "v1_colour")) else "2026"
+            year = "2025" if path.name.startswith(("shipper", "v0_8", "nccl", "v1_model", "v1_colour", "v1_early")) else "2026"
             if path.name.startswith(("v0_4", "v0_6")):
                 year = "2024"
             code = main(["replay", str(path), "--otlp-endpoint", rx.endpoint, "--year", year], env={}, out=out)
@@ -192,6 +192,20 @@ def test_colour_and_prefixes_do_not_change_what_is_understood(received):
     assert (a["vllm.outcome"], a["gen_ai.request.model"]) == ("aborted", "Qwen/Qwen3-0.6B")
     (span, a), = spans_named(received, "v1_colour_prefix.log", "vllm.startup")
     assert (a["vllm.startup.kv_cache_tokens"], a["vllm.startup.profile_s"]) == (162704, 1.52)
+
+
+def test_early_v1_process_prefixes_name_their_writers(received):
+    file = "v1_early_prefixes.log"
+    span, a = root(received, file, "chatcmpl-9f8e7d6c5b4a39281706f5e4d3c2b1a0")
+    assert "vllm.process" not in a  # the API server had no prefix before v0.10.1
+    assert (a["vllm.outcome"], a["error.type"], a["gen_ai.request.model"]) == ("failed", "engine_dead", "google/gemma-2-9b-it")
+    assert span.end_time_unix_nano == ts("2025-04-20T10:01:30")
+    (_, s), = spans_named(received, file, "vllm.startup")
+    assert (s["vllm.process"], s["vllm.startup.kv_cache_tokens"], s["vllm.startup.max_concurrency"]) == (
+        "EngineCore_0 pid=9", 1234560, 150.7)
+    assert s["vllm.startup.load_s"] == 8.120001  # the last worker to report wins
+    processes = sorted(a["vllm.process"] for _, a in spans_named(received, file, "vllm.engine"))
+    assert processes == ["EngineCore pid=104", "VllmWorker TP0 pid=7"]
 
 
 SECRET_PROMPT = "my secret prompt: the password is hunter2"
