@@ -52,6 +52,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="diagnose memory_pressure below this %% of free KV blocks (10)")
     r.add_argument("--high-gpu-memory-pct", type=float, default=d.gpu_memory_ratio * 100,
                    help="diagnose gpu_memory_high above this %% (90)")
+    c = sub.add_parser("check", help="report which lines of a log the bridge understands",
+                       description="Per file: the vLLM version family, records recognised per kind, "
+                                   "%% unrecognised and the top unrecognised line templates.")
+    c.add_argument("paths", nargs="+", metavar="PATH", help="log files: plain, CRI or docker json-file; .gz too")
+    c.add_argument("--top", type=int, default=10, metavar="N", help="unrecognised templates to list (default 10)")
     _add_run(sub)
     return p
 
@@ -193,6 +198,16 @@ def run_replay(args: argparse.Namespace, env: Mapping[str, str], out: TextIO, lo
     return EXIT_OK
 
 
+def run_check_command(args: argparse.Namespace, out: TextIO) -> int:
+    from bridge.check import run_check
+
+    for path in args.paths:
+        if not os.path.isfile(path):
+            raise UsageError(f"{path}: no such file (give the path of a vLLM log file)")
+    run_check(args.paths, out, args.top)
+    return EXIT_OK
+
+
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None,
          out: TextIO | None = None) -> int:
     args = _parser().parse_args(argv)
@@ -202,6 +217,8 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     try:
         if args.command == "run":
             return run_agent(args, env, out)
+        if args.command == "check":
+            return run_check_command(args, out)
         return run_replay(args, env, out, log)
     except UsageError as exc:
         print(f"vllm-trace-bridge: {exc}", file=sys.stderr)

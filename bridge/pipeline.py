@@ -13,6 +13,7 @@ from datetime import timezone, tzinfo
 
 from bridge.assemble import AssembleConfig, Assembler, AssembleStats, Timeline
 from bridge.decode import Decoder, DecodeStats, source_for
+from bridge.decode.joiner import Joiner, JoinStats
 from bridge.parse import Parser, ParseStats
 from bridge.tail import read_lines
 
@@ -30,6 +31,7 @@ class ReplayConfig:
 class ReplayStats:
     files: int = 0
     decode: DecodeStats = field(default_factory=DecodeStats)
+    join: JoinStats = field(default_factory=JoinStats)
     parse: ParseStats = field(default_factory=ParseStats)
     assemble: AssembleStats = field(default_factory=AssembleStats)
 
@@ -55,21 +57,30 @@ def replay(paths: Iterable[str], sinks: list[Sink], config: ReplayConfig = Repla
     for path in paths:
         stats.files += 1
         decoder = Decoder(tz=config.tz, year=config.year, mtime=os.stat(path).st_mtime)
+        join = Joiner()
         assembler = Assembler(source_for(path), emit, config.assemble)
         feed = assembler.feed
+
+        def handle(record, feed=feed) -> None:
+            event = parser(record.message, record.level)
+            if event is not None:
+                feed(record, event)
+
         for offset, raw in read_lines(path):
             record = decoder(raw, offset)
             if record is not None:
-                event = parser(record.message)
-                if event is not None:
-                    feed(record, event)
+                for record in join(record):
+                    handle(record)
         record = decoder.flush()
         if record is not None:
-            event = parser(record.message)
-            if event is not None:
-                feed(record, event)
+            for record in join(record):
+                handle(record)
+        record = join.flush()
+        if record is not None:
+            handle(record)
         assembler.flush()
         _add_into(stats.decode, decoder.stats)
+        _add_into(stats.join, join.stats)
         _add_into(stats.assemble, assembler.stats)
     stats.parse = parser.snapshot()
     return stats

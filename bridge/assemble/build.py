@@ -164,7 +164,8 @@ def _request_attrs(r: RequestState, t: Thresholds, arrival: int | None, sched0: 
         queue_s = (sched0 - arrival) / _NS
         a["vllm.queue_s"] = queue_s
         a["gen_ai.latency.time_in_queue"] = queue_s
-    a["vllm.preemptions"] = len(r.preemptions or ())
+    n_preempted = len(r.preemptions or ()) + r.sampled_preemptions
+    a["vllm.preemptions"] = n_preempted
     a["vllm.kv_blocks"] = r.allocated
     a["vllm.kv_blocks.freed"] = r.freed
     if r.error_type is not None:
@@ -188,10 +189,11 @@ def _request_attrs(r: RequestState, t: Thresholds, arrival: int | None, sched0: 
     max_gpu = r.max_gpu_ratio
     if g is not None:
         max_gpu = g.utilization if max_gpu is None else max(max_gpu, g.utilization)
-    found = diagnose(t, s.ttft_s if s else None, s.itl_s if s else None, min_free, max_gpu,
-                     len(r.preemptions or ()))
+    found = diagnose(t, s.ttft_s if s else None, s.itl_s if s else None, min_free, max_gpu, n_preempted)
     if found:
         a["vllm.diagnosis"] = found
+    if r.extra:
+        a.update(r.extra)
     return a
 
 

@@ -7,6 +7,11 @@ request is over and *which* occurrence a line belongs to; `build` decides what t
 Ids repeat (the seed's ids are object addresses, reused once freed): a line that starts a
 request (scheduling, preemption, allocation, summary) for an id whose request is already over
 begins a new occurrence, and the old one is emitted first.
+
+Upstream vLLM requests (`Received` / `Added` / `Generated response` / abort and failure lines)
+join under one key whatever spelling a line uses (`ids`); they end at the best evidence there
+is — a finish, abort or failure line, or an engine death — and otherwise stay `incomplete` with
+an inferred end. The startup banner's model and version go on every request of that engine.
 """
 
 from __future__ import annotations
@@ -14,25 +19,40 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from bridge.assemble import ids
 from bridge.assemble.build import EVENT_CAP, engine_timeline, request_timeline
 from bridge.assemble.diagnosis import Thresholds
+from bridge.assemble.startup import Startup
 from bridge.assemble.timeline import SpanEvent, Timeline
 from bridge.decode.record import Record
 from bridge.decode.source import Source
 from bridge.parse.events import (
+    AccessLog,
     AllocationFailed,
     BlockAllocated,
     BlockFreed,
     CudaOom,
+    EngineConfig,
+    EngineError,
+    EngineStats,
     GpuMemory,
     ModelLoadFailed,
     NcclHint,
     NcclTimeout,
+    Notice,
     Preempted,
     QueueState,
+    RequestAdded,
+    RequestFailed,
+    RequestFinished,
+    RequestReceived,
+    RequestsAborted,
     RequestSummary,
     RequestTimedOut,
+    ResponseGenerated,
     Scheduled,
+    SequencePreempted,
+    StartupFact,
 )
 
 _NS = 1_000_000_000
@@ -64,7 +84,7 @@ class RequestState:
         "schedules", "preemptions", "allocated", "freed", "held", "block_events", "block_dropped",
         "events", "dropped", "summary", "terminal_ns", "outcome", "error_type", "error_message",
         "timeout_after_s", "queue_at_schedule", "gpu_at_schedule", "min_free_ratio",
-        "max_gpu_ratio", "last_free_ns",
+        "max_gpu_ratio", "last_free_ns", "extra", "sampled_preemptions",
     )
 
     def __init__(self, request_id: str, occurrence: str, ts: int, offset: int) -> None:
@@ -90,6 +110,13 @@ class RequestState:
         self.min_free_ratio: float | None = None
         self.max_gpu_ratio: float | None = None
         self.last_free_ns: int | None = None
+        self.extra: dict | None = None      # upstream attributes: gen_ai.*, vllm.process, …
+        self.sampled_preemptions = 0        # V0's preemption warning (1st and every 50th only)
+
+    def set(self, key: str, value) -> None:
+        if self.extra is None:
+            self.extra = {}
+        self.extra[key] = value
 
     def add_event(self, event: SpanEvent, capped: bool) -> None:
         if self.events is None:
@@ -133,6 +160,9 @@ class Assembler:
         self._last_incident = (0, 0)  # (ts, n): occurrence of incidents within one timestamp
         self._now = 0
         self._next_sweep = 0
+        self._startup: Startup | None = None
+        self._engine: dict = {}  # what the banner said: gen_ai.request.model, vllm.version
+        self._stats_engines: set[str] = set()  # data-parallel engines seen in stats lines
         self._handlers = {
             Scheduled: self._on_scheduled,
             Preempted: self._on_preempted,
@@ -147,6 +177,19 @@ class Assembler:
             ModelLoadFailed: self._on_model_load,
             NcclTimeout: self._on_nccl,
             NcclHint: self._on_nccl_hint,
+            RequestReceived: self._on_received,
+            RequestAdded: self._on_added,
+            RequestFinished: self._on_finished,
+            RequestsAborted: self._on_aborted,
+            RequestFailed: self._on_failed,
+            ResponseGenerated: self._on_generated,
+            SequencePreempted: self._on_sequence_preempted,
+            EngineStats: self._on_stats,
+            EngineConfig: self._on_config,
+            StartupFact: self._on_startup_fact,
+            EngineError: self._on_engine_error,
+            AccessLog: self._ignore,
+            Notice: self._ignore,
         }
 
     # -- input ---------------------------------------------------------------------------
@@ -183,6 +226,7 @@ class Assembler:
         """End of input: everything still open is emitted, unfinished requests as incomplete."""
         if self._pending_nccl is not None:
             self._flush_nccl(None)
+        self._end_startup()
         for r in list(self._open.values()):
             self._finish(r)
 
@@ -327,7 +371,172 @@ class Assembler:
         del self._open[r.request_id]
         self._in_flight.pop(r.request_id, None)
         self.stats.requests_emitted += 1
+        if r.extra is not None and self._engine:  # upstream request: the engine's model and version
+            for key, value in self._engine.items():
+                r.extra.setdefault(key, value)
         self._emit(request_timeline(r, self.source, self._config.thresholds))
+
+    # -- upstream request lines ----------------------------------------------------------
+
+    def _ignore(self, record: Record, ev) -> None:
+        """Recognised, nothing to assemble (uvicorn access lines carry no request id)."""
+
+    def _upstream(self, key: str, record: Record) -> RequestState:
+        """Open (or continue) an upstream request under `key`, with what its id tells."""
+        self._end_startup()
+        r = self._start(key, record)
+        if r.extra is None:
+            r.extra = {"gen_ai.response.id": ids.response_id(key)}
+            op = ids.operation(key)
+            if op is not None:
+                r.extra["gen_ai.operation.name"] = op
+            if record.process:
+                r.extra["vllm.process"] = record.process
+        return r
+
+    def _resolve(self, rid: str, record: Record) -> RequestState | None:
+        key = ids.resolve(rid, self._open)
+        if key is None:
+            self.stats.orphan_lines += 1
+            return None
+        return self._touch(key, record)
+
+    def _on_received(self, record: Record, ev: RequestReceived) -> None:
+        r = self._upstream(ev.request_id, record)
+        for key, value in (("gen_ai.request.max_tokens", ev.max_tokens), ("gen_ai.request.temperature", ev.temperature),
+                           ("gen_ai.request.top_p", ev.top_p), ("gen_ai.request.n", ev.n),
+                           ("vllm.lora.name", ev.lora)):
+            if value is not None:
+                r.set(key, value)
+
+    def _on_added(self, record: Record, ev: RequestAdded) -> None:
+        key = ids.resolve(ev.request_id, self._in_flight)
+        r = self._upstream(key if key is not None else ids.canonical(ev.request_id), record)
+        if ev.request_id != r.request_id:
+            r.set("vllm.request.internal_id", ev.request_id)
+
+    def _on_finished(self, record: Record, ev: RequestFinished) -> None:
+        r = self._resolve(ev.request_id, record)
+        if r is not None and r.terminal_ns is None:
+            self._terminate(r, record.ts_ns, "finished")
+
+    def _on_generated(self, record: Record, ev: ResponseGenerated) -> None:
+        r = self._resolve(ev.request_id, record)
+        if r is None:
+            return
+        if ev.output_tokens is not None:
+            previous = (r.extra or {}).get("gen_ai.usage.output_tokens", 0) if ev.streaming == "delta" else 0
+            r.set("gen_ai.usage.output_tokens", previous + ev.output_tokens)
+        if ev.finish_reason is None:
+            return
+        reasons = (r.extra or {}).get("gen_ai.response.finish_reasons", [])
+        if ev.finish_reason not in reasons:
+            r.set("gen_ai.response.finish_reasons", [*reasons, ev.finish_reason])
+        if r.terminal_ns is None:
+            self._terminate(r, record.ts_ns, "finished")
+
+    def _on_aborted(self, record: Record, ev: RequestsAborted) -> None:
+        for rid in ev.request_ids:
+            r = self._resolve(rid, record)
+            if r is not None and r.terminal_ns is None:
+                self._fail(r, record.ts_ns, "aborted", "aborted", "RequestAborted", f"Request {rid} aborted")
+
+    def _on_failed(self, record: Record, ev: RequestFailed) -> None:
+        r = self._resolve(ev.request_id, record)
+        if r is None:
+            key = ids.canonical(ev.request_id)  # V0's "Failing the request" may be its only line
+            r = self._upstream(key, record)
+        if r.terminal_ns is None:
+            self._fail(r, record.ts_ns, "failed", ev.error_type, "RequestFailed", ev.reason)
+
+    def _on_sequence_preempted(self, record: Record, ev: SequencePreempted) -> None:
+        r = self._resolve(ev.request_id, record)
+        if r is None:
+            return
+        r.sampled_preemptions += 1
+        r.add_event(SpanEvent("vllm.preempted", record.ts_ns, {
+            "vllm.preemption.mode": ev.mode, "vllm.preemption.cumulative": ev.cumulative}), True)
+
+    # -- upstream engine lines -----------------------------------------------------------
+
+    def _on_stats(self, record: Record, ev: EngineStats) -> None:
+        attrs = {}
+        for name in ("running", "waiting", "swapped", "deferred", "preemptions", "corrupted"):
+            v = getattr(ev, name)
+            if v is not None:
+                attrs[f"vllm.queue.{name}"] = v
+        for name, key in (("prompt_throughput", "vllm.throughput.prompt_tokens_per_s"),
+                          ("generation_throughput", "vllm.throughput.generation_tokens_per_s"),
+                          ("gpu_kv_usage", "vllm.kv_cache.gpu_usage"), ("cpu_kv_usage", "vllm.kv_cache.cpu_usage"),
+                          ("prefix_cache_hit_rate", "vllm.prefix_cache.hit_rate"),
+                          ("external_prefix_cache_hit_rate", "vllm.prefix_cache.external_hit_rate"),
+                          ("mm_cache_hit_rate", "vllm.mm_cache.hit_rate")):
+            v = getattr(ev, name)
+            if v is not None:
+                attrs[key] = v
+        if ev.engine is not None:
+            attrs["vllm.engine.index"] = ev.engine
+        event = SpanEvent("vllm.engine_stats", record.ts_ns, attrs)
+        free = 1.0 - ev.gpu_kv_usage if ev.gpu_kv_usage is not None else None
+        for r in self._in_flight.values():
+            r.add_event(event, True)
+            if free is not None and (r.min_free_ratio is None or free < r.min_free_ratio):
+                r.min_free_ratio = free
+        if ev.engine is not None:
+            self._stats_engines.add(ev.engine)
+        if ev.running == 0 and not ev.waiting and not ev.swapped and (
+                len(self._stats_engines) <= 1 or "Aggregated" in (ev.engine or "")):
+            self._idle(record)
+
+    def _idle(self, record: Record) -> None:
+        """The engine says nothing runs or waits: requests with no end line are over, end unknown."""
+        for r in [r for r in self._in_flight.values() if r.extra is not None and r.last_ns < record.ts_ns]:
+            r.set("vllm.end_unknown", True)
+            self._finish(r)
+
+    def _on_config(self, record: Record, ev: EngineConfig) -> None:
+        if self._startup is None or self._startup.has_banner:  # a second banner: the engine restarted
+            self._end_startup()
+            self._startup = Startup(record)
+        self._startup.has_banner = True
+        facts = [("vllm.version", ev.version)]
+        if ev.engine:
+            facts.append(("vllm.engine.version", ev.engine))
+        if ev.model:
+            facts.append(("gen_ai.request.model", ev.model))
+            self._engine["gen_ai.request.model"] = ev.model
+        self._engine["vllm.version"] = ev.version
+        self._startup.add(record, facts)
+
+    def _on_startup_fact(self, record: Record, ev: StartupFact) -> None:
+        if self._startup is None:
+            self._startup = Startup(record)
+        self._startup.add(record, ev.facts)
+        for key, value in ev.facts:
+            if key == "vllm.version":
+                self._engine.setdefault(key, value)
+
+    def _end_startup(self, error_type: str = "", message: str = "") -> None:
+        if self._startup is not None:
+            self._emit(self._startup.timeline(self.source, error_type, message))
+            self._startup = None
+
+    def _on_engine_error(self, record: Record, ev: EngineError) -> None:
+        if self._startup is not None and (ev.fatal or ev.error_type in ("model_load", "oom")):
+            self._startup.add(record, ())
+            self._end_startup(ev.error_type, ev.message)
+        attrs = {"vllm.incident.fatal": ev.fatal}
+        if ev.exception_type:
+            attrs["exception.type"] = ev.exception_type
+        if ev.stacktrace:
+            attrs["exception.stacktrace"] = ev.stacktrace
+        if record.process:
+            attrs["vllm.process"] = record.process
+        self._incident(record, ev.error_type, ev.error_type, record.ts_ns, ev.message, attrs)
+        if ev.fatal:  # engine death is the best evidence of when the requests in flight ended
+            for r in list(self._in_flight.values()):
+                self._fail(r, record.ts_ns, "failed", ev.error_type, ev.exception_type or "EngineDeadError",
+                           ev.message)
 
     # -- engine-wide lines ---------------------------------------------------------------
 

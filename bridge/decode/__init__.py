@@ -9,17 +9,14 @@ import re
 from dataclasses import dataclass
 from datetime import timezone, tzinfo
 
-from bridge.decode.clock import HeaderClock
+from bridge.decode.clock import HeaderClock, Rfc3339
 from bridge.decode.framing import CRI, DOCKER, PLAIN, CriUnwrapper, DockerUnwrapper, detect
-from bridge.decode.record import CLOCK_ANCHORED, CLOCK_HEADER, CLOCK_RUNTIME, Record
+from bridge.decode.prefix import HEADER, split_prefix
+from bridge.decode.record import CLOCK_ANCHORED, CLOCK_HEADER, CLOCK_RUNTIME, CLOCK_SHIPPER, Record
 from bridge.decode.source import Source, source_for
 
 __all__ = ["Decoder", "DecodeStats", "Record", "Source", "source_for"]
 
-# LEVEL MM-DD HH:MM:SS file.py:LINE] message   (v0.8+ writes [file.py:LINE])
-_HEADER = re.compile(
-    r"(DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d+)? \[?([^\s\]]+:\d+)\] ?"
-)
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _MAX_PARTIAL_CHARS = 4 * 1024 * 1024  # a runaway partial line is cut, not held forever
 
@@ -32,12 +29,13 @@ class DecodeStats:
     framing_errors: int = 0   # a line that did not fit its file's framing
     partials_joined: int = 0
     no_header: int = 0        # records with no vLLM header (timed from the last one)
+    prefixed: int = 0         # records with a process prefix, shipper stamp or literal prefix
     truncated: int = 0
 
 
 class Decoder:
     __slots__ = ("stats", "_framing", "_unwrap", "_clock", "_last_ts", "_parts", "_part_offset",
-                 "_part_chars", "_part_end", "_part_ts", "_header")
+                 "_part_chars", "_part_end", "_part_ts", "_header", "_shipper")
 
     def __init__(self, *, tz: tzinfo = timezone.utc, year: int | None = None, mtime: float | None = None):
         self.stats = DecodeStats()
@@ -50,7 +48,8 @@ class Decoder:
         self._part_chars = 0
         self._part_end = 0
         self._part_ts = 0
-        self._header = _HEADER.match
+        self._header = HEADER.match
+        self._shipper = Rfc3339()
 
     @property
     def framing(self) -> str | None:
@@ -72,9 +71,9 @@ class Decoder:
         except UnicodeDecodeError:
             stats.invalid_utf8 += 1
             line = raw.decode("utf-8", "replace")
-        line = line.rstrip("\r\n")
+        line = line.rstrip("\n")
         if self._framing is None:
-            if not line:
+            if not line.rstrip("\r"):
                 return None
             self._framing = detect(line)
             self._unwrap = {CRI: CriUnwrapper, DOCKER: DockerUnwrapper}.get(self._framing, lambda: None)()
@@ -104,17 +103,38 @@ class Decoder:
             return None
         return self._record(line, runtime_ts, offset, end)
 
-    def _record(self, line: str, runtime_ts: int | None, offset: int, end: int) -> Record:
+    def _record(self, line: str, runtime_ts: int | None, offset: int, end: int) -> Record | None:
         stats = self.stats
         if "\x1b" in line:
             line = _ANSI.sub("", line)
-        line = line.rstrip("\r")
+        continued = line.endswith("\r")
+        if continued:
+            line = line.rstrip("\r")
+            if not line:
+                return None
+        process = ""
         m = self._header(line)
+        if m is None:  # the slow path: prefixes, shipper stamps, lines with no header
+            split = split_prefix(line)
+            m, process = split.header, split.process
+            if split.shipper_stamp and runtime_ts is None:
+                runtime_ts = self._shipper(split.shipper_stamp)
+                shipper = runtime_ts is not None
+            else:
+                shipper = False
+            if m is not None or process or split.message_start:
+                stats.prefixed += 1
+            if m is None:
+                line = line[split.message_start:]
+                if not line:
+                    return None
+        else:
+            shipper = False
         if m is not None:
             level, stamp, origin = m.groups()
             message = line[m.end():]
             if runtime_ts is not None:
-                ts, clock = runtime_ts, CLOCK_RUNTIME
+                ts, clock = runtime_ts, (CLOCK_SHIPPER if shipper else CLOCK_RUNTIME)
             else:
                 ts, clock = self._clock(stamp), CLOCK_HEADER
                 if ts is None:  # 02-30 is not a date: keep the line, time it from the last one
@@ -124,12 +144,12 @@ class Decoder:
             message = line
             stats.no_header += 1
             if runtime_ts is not None:
-                ts, clock = runtime_ts, CLOCK_RUNTIME
+                ts, clock = runtime_ts, (CLOCK_SHIPPER if shipper else CLOCK_RUNTIME)
             else:
                 ts, clock = self._last_ts, CLOCK_ANCHORED
         self._last_ts = ts
         stats.records += 1
-        return Record(ts, clock, level, origin, message, offset, end)
+        return Record(ts, clock, level, origin, message, offset, end, process, continued)
 
     def flush(self) -> Record | None:
         """At end of input: a partial line never completed is still a line."""

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 #: How a record's timestamp was obtained, best first.
 CLOCK_RUNTIME = "runtime"    # container runtime's nanosecond stamp (CRI, docker)
+CLOCK_SHIPPER = "shipper"    # a log shipper's ISO 8601 stamp written in front of the line
 CLOCK_HEADER = "header"      # vLLM header, one-second precision, year inferred
 CLOCK_ANCHORED = "anchored"  # no stamp of its own: the last one seen in the same file
 
@@ -19,3 +20,5 @@ class Record:
     message: str
     offset: int      # byte offset of the first physical line in the file
     end_offset: int  # byte offset just past the last physical line
+    process: str = ""       # vLLM's `(EngineCore_DP0 pid=7) ` prefix, without parentheses
+    continued: bool = False  # the line ended in `\r`: vLLM's NewLineFormatter says more follows

@@ -62,5 +62,12 @@ class Waterfall:
 
     @staticmethod
     def _engine(t: EngineTimeline) -> str:
+        if t.kind == "startup":
+            a = t.attrs
+            what = ", ".join(f"{k.rsplit('.', 1)[-1]} {a[k]}" for k in (
+                "gen_ai.request.model", "vllm.version", "vllm.startup.kv_cache_tokens",
+                "vllm.startup.gpu_blocks", "vllm.startup.max_concurrency") if k in a)
+            tail = f"\n  ✗ {t.error_type}: {t.message}" if t.error_type else ""
+            return f"STARTUP  {_secs(t.end_ns - t.start_ns)}  {what}{tail}\n"
         return (f"ENGINE {t.kind}  {_secs(t.end_ns - t.start_ns)}  affected {len(t.affected)} requests\n"
                 f"  ✗ {t.error_type}: {t.message}\n")

@@ -93,13 +93,22 @@ def request_spans(t: RequestTimeline, parent: tuple[bytes, bytes] | None = None)
 
 
 def engine_spans(t: EngineTimeline) -> list[Span]:
+    """`vllm.engine` for an incident (status ERROR), `vllm.startup` for an engine's startup
+    (ERROR only when an error ended it)."""
     tid = trace_id(t.source.key, "engine", t.kind, t.occurrence)
-    exc = Span.Event(time_unix_nano=t.end_ns, name="exception", attributes=key_values({
-        "exception.type": t.attrs.get("exception.type", t.kind), "exception.message": t.message}))
+    name = "vllm.startup" if t.kind == "startup" else "vllm.engine"
+    events, status = [], None
+    if t.error_type:
+        exc = {"exception.type": t.attrs.get("exception.type", t.kind), "exception.message": t.message}
+        if "exception.stacktrace" in t.attrs:
+            exc["exception.stacktrace"] = t.attrs["exception.stacktrace"]
+        events.append(Span.Event(time_unix_nano=t.end_ns, name="exception", attributes=key_values(exc)))
+        status = Status(code=_ERROR, message=t.message)
+    attrs = {k: v for k, v in t.attrs.items() if k != "exception.stacktrace"}
     return [Span(
-        trace_id=tid, span_id=span_id(tid, "vllm.engine"), name="vllm.engine", kind=_INTERNAL,
+        trace_id=tid, span_id=span_id(tid, name), name=name, kind=_INTERNAL,
         start_time_unix_nano=t.start_ns, end_time_unix_nano=t.end_ns,
-        attributes=key_values(t.attrs), events=[exc], status=Status(code=_ERROR, message=t.message),
+        attributes=key_values(attrs), events=events, status=status,
     )]
 
 

@@ -28,6 +28,7 @@ class Summary:
     e2e_s: list[float] = field(default_factory=list)
     preemptions: int = 0
     preempted_requests: int = 0
+    startups: Counter = field(default_factory=Counter)  # model (or "?") → engine startups seen
 
     @property
     def requests(self) -> int:
@@ -35,7 +36,10 @@ class Summary:
 
     def __call__(self, t: Timeline) -> None:
         if isinstance(t, EngineTimeline):
-            self.incidents[t.kind] += 1
+            if t.kind == "startup":
+                self.startups[str(t.attrs.get("gen_ai.request.model", "?"))] += 1
+            else:
+                self.incidents[t.kind] += 1
             return
         self._request(t)
 
@@ -72,4 +76,6 @@ class Summary:
             f"diagnosis    {counts(self.diagnoses)}",
             f"engine       {counts(self.incidents)}",
         ]
+        if self.startups:
+            lines.append(f"startups     {counts(self.startups)}")
         return "\n".join(lines)

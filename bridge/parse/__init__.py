@@ -1,13 +1,47 @@
-"""parse: a vLLM message → a typed event, or nothing. Pure; counts what it did not know."""
+"""parse: a vLLM message → a typed event, or nothing. Pure; counts what it did not know.
+
+Two grammars share one dispatch table keyed by a message's first four characters: the seed
+dialect's rules (`seed`) are tried first, so seed lines parse exactly as they always did, then
+upstream vLLM's (`upstream`). Lines no key claims go to `upstream.fallback` (error levels,
+header-less writers). A keyed line that no rule accepts is *malformed*; anything else that is
+not recognised is *unrecognised*. Neither is an error.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from bridge.parse.events import KIND, Event
+from bridge.parse import seed, upstream
+from bridge.parse.events import KIND, Event, Notice
 from bridge.parse.seed import MALFORMED, parse_message
 
-__all__ = ["Event", "KIND", "ParseStats", "Parser", "parse_message", "MALFORMED"]
+__all__ = ["Event", "KIND", "ParseStats", "Parser", "parse_line", "parse_message", "MALFORMED"]
+
+
+def _rules() -> dict[str, tuple]:
+    table: dict[str, tuple] = {}
+    for grammar in (seed.PREFILTER, upstream.PREFILTER):
+        for key, rule in grammar.items():
+            table[key] = table.get(key, ()) + (rule,)
+    return table
+
+
+RULES = _rules()
+
+
+def parse_line(message: str, level: str = "", _rules=RULES, _fallback=upstream.fallback) -> Event | None | object:
+    """Event for a recognised message (seed or upstream), `MALFORMED` for a near miss, None otherwise.
+    `level` is the header's level ("" for a line with no vLLM header)."""
+    rules = _rules.get(message[:4])
+    if rules is not None:
+        for rule in rules:
+            event = rule(message)
+            if event is not None:
+                return event
+    event = _fallback(message, level)
+    if event is None and rules is not None:
+        return MALFORMED
+    return event
 
 
 @dataclass(slots=True)
@@ -25,17 +59,17 @@ class ParseStats:
 
 
 class Parser:
-    """`parse_message` plus the counters that make unknown lines visible."""
+    """`parse_line` plus the counters that make unknown lines visible."""
 
     __slots__ = ("stats", "_counts")
 
     def __init__(self) -> None:
         self.stats = ParseStats()
-        self._counts: dict[type, int] = {}
+        self._counts: dict[str, int] = {}
 
-    def __call__(self, message: str) -> Event | None:
+    def __call__(self, message: str, level: str = "") -> Event | None:
         self.stats.lines += 1
-        event = parse_message(message)
+        event = parse_line(message, level)
         if event is None:
             self.stats.unrecognised += 1
             return None
@@ -44,10 +78,11 @@ class Parser:
             self.stats.malformed[key] = self.stats.malformed.get(key, 0) + 1
             return None
         cls = type(event)
-        self._counts[cls] = self._counts.get(cls, 0) + 1
+        kind = event.kind if cls is Notice else KIND[cls]
+        self._counts[kind] = self._counts.get(kind, 0) + 1
         return event
 
     def snapshot(self) -> ParseStats:
-        """Stats with per-kind counts folded in by their stable names."""
-        self.stats.by_kind = {KIND[cls]: n for cls, n in self._counts.items()}
+        """Stats with per-kind counts under their stable names."""
+        self.stats.by_kind = dict(self._counts)
         return self.stats

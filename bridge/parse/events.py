@@ -112,6 +112,132 @@ class NcclHint:
     causes: str
 
 
+# -- upstream vLLM (reference/vllm-log-formats.md) ------------------------------------------
+# Never a prompt, prompt token ids or generated text: only ids, numbers and enum-like words.
+
+
+@dataclass(frozen=True, slots=True)
+class RequestReceived:
+    """`Received request X: [prompt: …,] params: SamplingParams(…), …` — the params only."""
+
+    request_id: str
+    max_tokens: int | None
+    temperature: float | None
+    top_p: float | None
+    n: int | None
+    lora: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RequestAdded:
+    request_id: str  # V1 ≥ 0.14 prints the internal `<external id>-<8 hex>`
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFinished:
+    """V0 AsyncLLMEngine in-process only; V1 and V0 multiprocess never print it."""
+
+    request_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class RequestsAborted:
+    """`Aborted request X.`, `Aborted request(s) a,b.` or V1's `Request X aborted.`"""
+
+    request_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFailed:
+    """V1 `Request X failed (…)`, V0 `Failing the request X because …`."""
+
+    request_id: str
+    error_type: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseGenerated:
+    """`Generated response X: output: …, output_token_ids: […], finish_reason: R` — no text kept."""
+
+    request_id: str
+    finish_reason: str | None  # None on a streaming delta that did not end the request
+    output_tokens: int | None
+    streaming: str             # "", "delta" or "complete"
+
+
+@dataclass(frozen=True, slots=True)
+class SequencePreempted:
+    """V0's preemption warning: logged on the 1st and every 50th preemption only."""
+
+    request_id: str
+    mode: str
+    cumulative: int
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    """The periodic stats line, V0 or V1; a field is None when that version does not print it."""
+
+    engine: str | None
+    prompt_throughput: float | None
+    generation_throughput: float | None
+    running: int | None
+    waiting: int | None        # V0 `Pending`
+    swapped: int | None
+    deferred: int | None
+    preemptions: int | None
+    corrupted: int | None
+    gpu_kv_usage: float | None  # ratios, 0..1
+    cpu_kv_usage: float | None
+    prefix_cache_hit_rate: float | None
+    external_prefix_cache_hit_rate: float | None
+    mm_cache_hit_rate: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """The startup banner: `Initializing a V1 LLM engine (v0.11.0) with config: model='…', …`."""
+
+    version: str
+    engine: str  # "V0", "V1" or "" (≤ v0.7 did not say)
+    model: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class StartupFact:
+    """A startup line's numbers, as attribute names of the `vllm.startup` span."""
+
+    facts: tuple[tuple[str, str | int | float], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class EngineError:
+    """An error line or a joined traceback / C++ block, classified into `error.type`."""
+
+    error_type: str       # oom | timeout | aborted | engine_dead | bad_request | distributed | model_load | other
+    exception_type: str
+    message: str
+    fatal: bool           # the engine (or a worker it needs) is gone: requests in flight are lost
+    stacktrace: str
+
+
+@dataclass(frozen=True, slots=True)
+class AccessLog:
+    """uvicorn's access line. No request id and no timestamp: recognised, not joined."""
+
+    method: str
+    path: str
+    status: int
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """A recognised line with nothing to assemble: startup chatter, progress bars, server noise."""
+
+    kind: str
+
+
 Event = (
     RequestSummary
     | Scheduled
@@ -126,6 +252,19 @@ Event = (
     | ModelLoadFailed
     | NcclTimeout
     | NcclHint
+    | RequestReceived
+    | RequestAdded
+    | RequestFinished
+    | RequestsAborted
+    | RequestFailed
+    | ResponseGenerated
+    | SequencePreempted
+    | EngineStats
+    | EngineConfig
+    | StartupFact
+    | EngineError
+    | AccessLog
+    | Notice
 )
 
 #: The stable name of each kind, used in counters and reports.
@@ -143,4 +282,17 @@ KIND = {
     ModelLoadFailed: "model_load",
     NcclTimeout: "nccl_timeout",
     NcclHint: "nccl_hint",
+    RequestReceived: "request_received",
+    RequestAdded: "request_added",
+    RequestFinished: "request_finished",
+    RequestsAborted: "request_aborted",
+    RequestFailed: "request_failed",
+    ResponseGenerated: "response_generated",
+    SequencePreempted: "sequence_preempted",
+    EngineStats: "engine_stats",
+    EngineConfig: "engine_config",
+    StartupFact: "startup",
+    EngineError: "engine_error",
+    AccessLog: "http_access",
+    # Notice counts under its own `kind`: startup_info, http_server, noise, …
 }

@@ -1,0 +1,61 @@
+"""Upstream request ids: which spellings name the same request, and what the id tells about it.
+
+vLLM logs one request under several spellings (reference "Parser implications" 4):
+`Received request chatcmpl-a269…` but V1 ≥ 0.14 `Added request chatcmpl-a269…-a8a65d16`
+(internal `-<8 hex>` suffix); n>1 children `{i}_<id>`; completions `cmpl-<id>-<i>`, one engine
+request per prompt while the response id is `cmpl-<id>`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Container
+
+_V1_SUFFIX = re.compile(r"-[0-9a-f]{8}$")
+_CHILD = re.compile(r"^\d+_")
+_PROMPT_INDEX = re.compile(r"^(cmpl-.+)-\d+$")
+
+#: id prefix → `gen_ai.operation.name` (OpenTelemetry GenAI conventions).
+_OPERATIONS = (("chatcmpl-", "chat"), ("chat-", "chat"), ("cmpl-", "text_completion"), ("embd-", "embeddings"))
+
+
+def candidates(rid: str) -> list[str]:
+    """Spellings to look up, most specific first."""
+    out = [rid]
+    child = _CHILD.match(rid)
+    base = rid[child.end():] if child else rid
+    if base != rid:
+        out.append(base)
+    stripped = _V1_SUFFIX.sub("", base)
+    if stripped != base:
+        out.append(stripped)
+    if rid.startswith("cmpl-"):
+        out.append(rid + "-0")  # a completion's base id names its first prompt's request
+    return out
+
+
+def resolve(rid: str, open_ids: Container[str]) -> str | None:
+    """The open request this spelling names, or None."""
+    for c in candidates(rid):
+        if c in open_ids:
+            return c
+    return None
+
+
+def canonical(rid: str) -> str:
+    """The key a request is opened under when no spelling of it is open yet."""
+    child = _CHILD.match(rid)
+    return _V1_SUFFIX.sub("", rid[child.end():] if child else rid)
+
+
+def response_id(key: str) -> str:
+    """`gen_ai.response.id`: the id the client saw (a completion's prompt index dropped)."""
+    m = _PROMPT_INDEX.match(key)
+    return m[1] if m else key
+
+
+def operation(key: str) -> str | None:
+    for prefix, name in _OPERATIONS:
+        if key.startswith(prefix):
+            return name
+    return None

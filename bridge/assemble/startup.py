@@ -1,0 +1,42 @@
+"""The `vllm.startup` span: from the engine config banner to the last startup line.
+
+It opens at the banner (or the first startup fact, when the banner was missed), gathers the
+numbers the startup lines print (weights, memory profile, KV cache size, blocks, concurrency),
+and ends at the last of them. It is emitted when the first request arrives, when an error ends
+the startup, when a new banner says the engine restarted, or at end of input.
+"""
+
+from __future__ import annotations
+
+from bridge.assemble.timeline import EngineTimeline
+from bridge.decode.record import Record
+from bridge.decode.source import Source
+
+STARTUP = "startup"  # EngineTimeline.kind of a startup span (exported as `vllm.startup`)
+
+
+class Startup:
+    __slots__ = ("start_ns", "end_ns", "attrs", "first_offset", "last_offset", "has_banner")
+
+    def __init__(self, record: Record) -> None:
+        self.start_ns = self.end_ns = record.ts_ns
+        self.first_offset = record.offset
+        self.last_offset = record.end_offset
+        self.attrs: dict = {}
+        self.has_banner = False
+        if record.process:
+            self.attrs["vllm.process"] = record.process
+
+    def add(self, record: Record, facts) -> None:
+        if record.ts_ns > self.end_ns:
+            self.end_ns = record.ts_ns
+        self.last_offset = record.end_offset
+        for key, value in facts:
+            self.attrs[key] = value
+
+    def timeline(self, source: Source, error_type: str = "", message: str = "") -> EngineTimeline:
+        attrs = {"vllm.incident.kind": STARTUP, **self.attrs}
+        if error_type:
+            attrs["error.type"] = error_type
+        return EngineTimeline(source, STARTUP, str(self.start_ns), self.start_ns, self.end_ns, error_type,
+                              message, attrs, [], self.first_offset, self.last_offset)

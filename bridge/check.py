@@ -1,0 +1,186 @@
+"""`vllm-trace-bridge check PATH...`: does the bridge understand these logs?
+
+Runs decode and parse (no assembly, no export) and reports, per file: the vLLM version family
+the file looks like and why, the records recognised per kind, the share not recognised, and the
+most frequent unrecognised line *templates* (ids, hex, numbers and quoted text masked, so the
+report shows shapes, not data). Progress bars and Python warnings are recognised as kind
+`noise`: understood to carry nothing, not unknown.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TextIO
+
+from bridge.decode import Decoder
+from bridge.decode.joiner import Joiner
+from bridge.parse import MALFORMED, Parser, parse_line
+from bridge.parse.events import EngineConfig, EngineStats, RequestAdded
+from bridge.tail import read_lines
+
+SEED_KINDS = frozenset({"request_summary", "scheduling", "preemption", "queue_state", "block_alloc", "block_free",
+                        "gpu_memory", "cuda_oom", "alloc_failed", "request_timeout", "model_load",
+                        "nccl_timeout", "nccl_hint"})
+_MAX_TEMPLATES = 10_000  # distinct templates kept per file: memory stays bounded on any input
+
+_MASKS = (
+    (re.compile(r"'[^']*'|\"[^\"]*\""), "'…'"),
+    (re.compile(r"\b(?:chatcmpl|cmpl|chat|embd|pool|score|rerank|classify|tokn|trsc)-[\w-]+"), "<id>"),
+    (re.compile(r"0x[0-9a-fA-F]+"), "<hex>"),
+    (re.compile(r"\b(?=[0-9a-fA-F-]*\d)[0-9a-fA-F]{8,}(?:-[0-9a-fA-F]{4,})*\b"), "<hex>"),
+    (re.compile(r"\d+(?:[.,:]\d+)*"), "<n>"),
+)
+_BRACKETED = re.compile(rb"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \[")
+_V1_PROCESS = ("EngineCore", "APIServer", "ApiServer", "Worker_", "VllmWorker ")
+_V1_INTERNAL_ID = re.compile(r"-[0-9a-f]{8}$")
+
+
+def template(message: str) -> str:
+    """A line's shape: first line only, variable parts masked."""
+    line = message.split("\n", 1)[0][:160]
+    for pattern, mask in _MASKS:
+        line = pattern.sub(mask, line)
+    return line
+
+
+@dataclass(slots=True)
+class FileReport:
+    path: str
+    physical_lines: int = 0
+    records: int = 0
+    joined: int = 0
+    by_kind: Counter = field(default_factory=Counter)
+    malformed: Counter = field(default_factory=Counter)     # template → count
+    unrecognised: Counter = field(default_factory=Counter)  # template → count
+    unrecognised_lines: int = 0
+    malformed_lines: int = 0
+    evidence: Counter = field(default_factory=Counter)
+    version: str = ""
+    engine: str = ""
+
+    @property
+    def recognised(self) -> int:
+        return sum(self.by_kind.values())
+
+    @property
+    def recognised_pct(self) -> float:
+        return 100.0 * self.recognised / self.records if self.records else 100.0
+
+    @property
+    def family(self) -> str:
+        return family(self)
+
+
+def family(r: FileReport) -> str:
+    """The version family the evidence points to, e.g. `V1 (vLLM 0.14.0)`."""
+    seed = sum(n for k, n in r.by_kind.items() if k in SEED_KINDS)
+    upstream = r.recognised - seed
+    if seed and seed >= upstream:
+        return "seed dialect"
+    version = f" (vLLM {r.version})" if r.version else ""
+    e = r.evidence
+    if r.engine == "V1" or (not r.engine and e["v1"] > e["v0"]):
+        return "V1" + version
+    if r.engine == "V0" or e["v0"]:
+        old = _older_than_0_8(r.version) if r.version else e["plain_header"] > e["bracket_header"]
+        return ("V0 ≤0.7" if old else "V0 0.8+") + version
+    if r.version:
+        return ("V0 ≤0.7" if _older_than_0_8(r.version) else "vLLM") + version
+    if e["bracket_header"] or e["plain_header"]:
+        return "vLLM, version unknown (" + ("0.8+" if e["bracket_header"] >= e["plain_header"] else "≤0.7") + " headers)"
+    return "unknown"
+
+
+def _older_than_0_8(version: str) -> bool:
+    m = re.match(r"(\d+)\.(\d+)", version)
+    return bool(m) and (int(m[1]), int(m[2])) < (0, 8)
+
+
+def check_file(path: str) -> FileReport:
+    report = FileReport(path)
+    decoder, join, parser = Decoder(mtime=os.stat(path).st_mtime), Joiner(), Parser()
+    ev = report.evidence
+
+    def handle(record) -> None:
+        report.records += 1
+        if record.process:
+            ev["v1" if record.process.startswith(_V1_PROCESS) else "v0" if "VllmWorkerProcess" in record.process
+               else "process"] += 1
+        event = parse_line(record.message, record.level)
+        parser(record.message, record.level)  # same counters as replay's
+        if event is None:
+            _count(report.unrecognised, record.message)
+            report.unrecognised_lines += 1
+        elif event is MALFORMED:
+            _count(report.malformed, record.message)
+            report.malformed_lines += 1
+        elif isinstance(event, EngineConfig):
+            report.version, report.engine = report.version or event.version, report.engine or event.engine
+        elif isinstance(event, EngineStats):
+            ev["v0" if event.swapped is not None else "v1"] += 1
+        elif isinstance(event, RequestAdded) and _V1_INTERNAL_ID.search(event.request_id):
+            ev["v1"] += 1
+
+    for offset, raw in read_lines(path):
+        report.physical_lines += 1
+        if b"] " in raw:
+            if _BRACKETED.search(raw):
+                ev["bracket_header"] += 1
+            else:
+                ev["plain_header"] += 1
+        record = decoder(raw, offset)
+        if record is not None:
+            for record in join(record):
+                handle(record)
+    record = decoder.flush()
+    if record is not None:
+        for record in join(record):
+            handle(record)
+    record = join.flush()
+    if record is not None:
+        handle(record)
+    report.by_kind.update(parser.snapshot().by_kind)
+    report.joined = join.stats.lines_joined
+    return report
+
+
+def _count(counter: Counter, message: str) -> None:
+    key = template(message)
+    if key in counter or len(counter) < _MAX_TEMPLATES:
+        counter[key] += 1
+    else:
+        counter["(other templates)"] += 1
+
+
+def render(r: FileReport, top: int = 10) -> str:
+    lines = [
+        r.path,
+        f"  family        {r.family}",
+        f"  records       {r.records} from {r.physical_lines} lines ({r.joined} joined into multi-line records)",
+        f"  recognised    {r.recognised} ({r.recognised_pct:.1f} %)",
+        f"  unrecognised  {r.unrecognised_lines} ({_pct(r.unrecognised_lines, r.records)})"
+        + (f", malformed {r.malformed_lines}" if r.malformed_lines else ""),
+        "  kinds         " + (", ".join(f"{k} {n}" for k, n in sorted(r.by_kind.items())) or "none"),
+    ]
+    for title, counter in (("top unrecognised templates", r.unrecognised), ("malformed (a known start, an unknown rest)", r.malformed)):
+        if counter:
+            lines.append(f"  {title}:")
+            lines += [f"    {n:>7}  {t}" for t, n in counter.most_common(top)]
+    return "\n".join(lines)
+
+
+def _pct(n: int, total: int) -> str:
+    return f"{100.0 * n / total:.1f} %" if total else "0.0 %"
+
+
+def run_check(paths: list[str], out: TextIO, top: int = 10) -> list[FileReport]:
+    reports = [check_file(p) for p in paths]
+    out.write("\n\n".join(render(r, top) for r in reports) + "\n")
+    if len(reports) > 1:
+        total = sum(r.records for r in reports)
+        known = sum(r.recognised for r in reports)
+        out.write(f"\ntotal         {known}/{total} records recognised ({_pct(known, total)}) in {len(reports)} files\n")
+    return reports

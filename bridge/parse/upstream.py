@@ -1,0 +1,488 @@
+"""Upstream vLLM's lines (v0.4 → 2026, V0 and V1) → typed events.
+
+Formats are those of `reference/vllm-log-formats.md`. Same contract as `seed`: a rule per
+first-four-characters key, tried only after the cheap lookup; `fallback` handles lines whose
+start varies (error levels, header-less writers). Privacy: `Received request` and
+`Generated response` lines carry the prompt and the generated text; rules read only the id, the
+numbers after the text, and never put any of the text into an event.
+"""
+
+from __future__ import annotations
+
+import re
+
+from bridge.parse.events import (
+    AccessLog,
+    EngineConfig,
+    EngineError,
+    EngineStats,
+    Event,
+    Notice,
+    RequestAdded,
+    RequestFailed,
+    RequestFinished,
+    RequestReceived,
+    RequestsAborted,
+    ResponseGenerated,
+    SequencePreempted,
+    StartupFact,
+)
+
+_NUM = r"(\d[\d,]*(?:\.\d+)?)"
+
+
+def _num(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+# -- per-request lines ---------------------------------------------------------------------
+
+_RECEIVED = re.compile(r"Received request (\S+?): (?:prompt|params|sampling_params): ")
+_PARAM = re.compile(r"(?:\(|, )(n|temperature|top_p|max_tokens)=(None|-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)")
+_LORA = re.compile(r"lora_name='([^']*)'")
+
+
+def _received(msg: str) -> Event | None:
+    if msg.startswith("Received a request with trace context"):
+        return Notice("request_trace_context")
+    m = _RECEIVED.match(msg)
+    if m is None:
+        return None
+    # The params repr follows the prompt: search from the last one, so a prompt that quotes
+    # "SamplingParams(" cannot steer what is read. Only numbers and a LoRA name leave here.
+    values: dict[str, str] = {}
+    i = msg.rfind("SamplingParams(")
+    if i >= 0:
+        for key, value in _PARAM.findall(msg, i + 14):
+            values.setdefault(key, value)
+
+    def get(key: str, cast):
+        v = values.get(key)
+        return None if v is None or v == "None" else cast(float(v)) if cast is int else cast(v)
+
+    lora = None
+    j = msg.rfind("lora_request: LoRARequest(")
+    if j >= 0:
+        lm = _LORA.search(msg, j)
+        lora = lm[1] if lm else None
+    return RequestReceived(m[1], get("max_tokens", int), get("temperature", float), get("top_p", float),
+                           get("n", int), lora)
+
+
+def _id_before_dot(msg: str, start: int) -> str | None:
+    rid = msg[start:].rstrip()
+    if rid.endswith("."):
+        rid = rid[:-1]
+    return rid if rid and " " not in rid else None
+
+
+def _added(msg: str) -> Event | None:
+    if msg.startswith("Added request "):
+        rid = _id_before_dot(msg, 14)
+        return RequestAdded(rid) if rid else None
+    return None
+
+
+def _finished(msg: str) -> Event | None:
+    if msg.startswith("Finished request "):
+        rid = _id_before_dot(msg, 17)
+        return RequestFinished(rid) if rid else None
+    return None
+
+
+def _aborted(msg: str) -> Event | None:
+    for head in ("Aborted request(s) ", "Aborted request "):
+        if msg.startswith(head):
+            body = msg[len(head):].rstrip()
+            if body.endswith("."):
+                body = body[:-1]
+            ids = tuple(x.strip() for x in body.split(",") if x.strip())
+            return RequestsAborted(ids) if ids else None
+    return None
+
+
+_REQUEST_V1 = re.compile(r"Request (\S+) (aborted|failed)(?: \(([^)]*)\)| due to (.*?))?(?:: (.*?))?\.?$", re.S)
+_FAILED_REASON = {"engine dead": "engine_dead", "bad request": "bad_request", "input error": "bad_request"}
+
+
+def _request(msg: str) -> Event | None:
+    if msg.startswith("Request ") and " details: " in msg[:200]:
+        return Notice("request_details")  # DEBUG, carries the prompt: counted, never read
+    m = _REQUEST_V1.match(msg)
+    if m is None:
+        return None
+    rid, what, paren, due, detail = m.groups()
+    if what == "aborted":
+        return RequestsAborted((rid,))
+    reason = paren or due or ""
+    error_type = _FAILED_REASON.get(paren or "") or (classify(reason + " " + (detail or "")) if reason or detail else "other")
+    return RequestFailed(rid, error_type, (reason + (": " + detail if detail else "")).strip() or "failed")
+
+
+_GENERATED = re.compile(r"Generated response (\S+?)(?: \(streaming (delta|complete)\))?: ")
+_TOKEN_IDS = ", output_token_ids: "
+_FINISH = ", finish_reason: "
+
+
+def _generated(msg: str) -> Event | None:
+    m = _GENERATED.match(msg)
+    if m is None:
+        return None
+    # The output text comes first and may contain anything: read the fields from the right.
+    f = msg.rfind(_FINISH)
+    if f < 0:
+        return None
+    reason = msg[f + len(_FINISH):].strip()
+    finish = None if reason in ("None", "") else reason
+    tokens = None
+    t = msg.rfind(_TOKEN_IDS, 0, f)
+    if t >= 0:
+        ids = msg[t + len(_TOKEN_IDS):f].strip()
+        if ids.startswith("[") and ids.endswith("]"):
+            inner = ids[1:-1].strip()
+            tokens = inner.count(",") + 1 if inner else 0
+    return ResponseGenerated(m[1], finish, tokens, m[2] or "")
+
+
+_PREEMPTED_V0 = re.compile(
+    r"Sequence group (\S+) is preempted by (?:PreemptionMode\.)?(\w+) mode .*?total_num_cumulative_preemption=(\d+)", re.S
+)
+
+
+def _sequence(msg: str) -> Event | None:
+    m = _PREEMPTED_V0.match(msg)
+    return SequencePreempted(m[1], m[2], int(m[3])) if m else None
+
+
+_FAILING_V0 = re.compile(r"Failing the request (\S+) because (.*?)\.?$")
+
+
+def _failing(msg: str) -> Event | None:
+    m = _FAILING_V0.match(msg)
+    if m:
+        return RequestFailed(m[1], "oom", m[2])
+    if msg.startswith("Failing ") and "request(s)" in msg[:40]:
+        return EngineError("other", "KVLoadFailure", msg[:500], False, "")
+    return None
+
+
+# -- stats -----------------------------------------------------------------------------------
+
+_ENGINE_PREFIX = re.compile(r"(?:Engine (\d+)|(\d+ Engines Aggregated)): ")
+_VALUE = re.compile(r"\s*(-?\d[\d,]*(?:\.\d+)?)")
+_INT_FIELDS = {"Running": "running", "Waiting": "waiting", "Pending": "waiting", "Swapped": "swapped",
+               "Deferred": "deferred", "Preemptions": "preemptions", "Corrupted": "corrupted"}
+_FLOAT_FIELDS = {"Avg prompt throughput": "prompt_throughput", "Avg generation throughput": "generation_throughput"}
+_PCT_FIELDS = {"GPU KV cache usage": "gpu_kv_usage", "CPU KV cache usage": "cpu_kv_usage",
+               "Prefix cache hit rate": "prefix_cache_hit_rate",
+               "External prefix cache hit rate": "external_prefix_cache_hit_rate",
+               "MM cache hit rate": "mm_cache_hit_rate"}
+_STATS_FIELDS = EngineStats.__slots__
+
+
+def _stats(msg: str) -> Event | None:
+    """Any order, any optional field: `Key: value` pairs split on `, `."""
+    engine = None
+    m = _ENGINE_PREFIX.match(msg)
+    body = msg
+    if m is not None:
+        engine = m[1] or m[2]
+        body = msg[m.end():]
+    values: dict[str, float | int | str | None] = dict.fromkeys(_STATS_FIELDS)
+    values["engine"] = engine
+    seen = 0
+    for part in body.split(", "):
+        key, sep, value = part.partition(": ")
+        if not sep:
+            continue
+        key = key.strip()
+        v = _VALUE.match(value)
+        if v is None:
+            continue
+        if key in _INT_FIELDS:
+            values[_INT_FIELDS[key]] = int(_num(v[1]))
+        elif key in _FLOAT_FIELDS:
+            values[_FLOAT_FIELDS[key]] = _num(v[1])
+        elif key in _PCT_FIELDS:
+            values[_PCT_FIELDS[key]] = _num(v[1]) / 100.0
+        else:
+            continue
+        seen += 1
+    if values["running"] is None or seen < 2:
+        return None
+    return EngineStats(**values)
+
+
+# -- startup ---------------------------------------------------------------------------------
+
+_BANNER = re.compile(r"Initializing an? (?:(V[01]) )?LLM engine \(v([^)]*)\) with config: ")
+_MODEL = re.compile(r"(?:^|[\s,(])model=(?:'([^']*)'|\"([^\"]*)\")")
+_FACTS = [  # (key, regex, attribute names of the groups)
+    ("Load", re.compile(r"Loading model weights took " + _NUM + r" Gi?B"), ("vllm.startup.weights_gib",)),
+    ("Mode", re.compile(r"Model loading took " + _NUM + r" Gi?B(?: memory)? and " + _NUM + r" s"),
+     ("vllm.startup.weights_gib", "vllm.startup.load_s")),
+    ("Memo", re.compile(r"Memory profiling takes " + _NUM + r" seconds"), ("vllm.startup.profile_s",)),
+    ("Avai", re.compile(r"Available KV cache memory: " + _NUM + r" GiB"), ("vllm.startup.kv_cache_gib",)),
+    ("GPU ", re.compile(r"GPU KV cache size: " + _NUM + r" tokens"), ("vllm.startup.kv_cache_tokens",)),
+    ("Maxi", re.compile(r"Maximum concurrency for " + _NUM + r" tokens per request: " + _NUM + r"x"),
+     ("vllm.startup.max_model_len", "vllm.startup.max_concurrency")),
+    ("Grap", re.compile(r"Graph capturing finished in " + _NUM + r" secs?(?:, took " + _NUM + r" GiB)?"),
+     ("vllm.startup.graph_capture_s", "vllm.startup.graph_memory_gib")),
+    ("init", re.compile(r"init engine \(profile, create kv cache, warmup model\) took " + _NUM + r" s"),
+     ("vllm.startup.init_s",)),
+    ("torc", re.compile(r"torch\.compile takes " + _NUM + r" s in total"), ("vllm.startup.compile_s",)),
+    ("vLLM", re.compile(r"vLLM API server version (\S+)"), ("vllm.version",)),
+    ("Engi", re.compile(r"Engine \d+: vllm cache_config_info with initialization after num_gpu_blocks is: (\d+)"),
+     ("vllm.startup.gpu_blocks",)),
+]
+_BLOCKS = re.compile(r"# (\w+) blocks: (\d+), # CPU blocks: (\d+)")
+_MEMORY_SPLIT = re.compile(
+    r"total_gpu_memory \(" + _NUM + r"GiB\) x gpu_memory_utilization \(" + _NUM + r"\) = " + _NUM + r"GiB"
+    r"|reserved for KV Cache is " + _NUM + r"GiB"
+)
+_STRINGS = {"vllm.version"}
+
+
+def _fact_rule(pattern: re.Pattern[str], names: tuple[str, ...]):
+    def rule(msg: str) -> Event | None:
+        m = pattern.match(msg)
+        if m is None:
+            return None
+        facts = []
+        for name, value in zip(names, m.groups()):
+            if value is not None:
+                facts.append((name, value if name in _STRINGS else _number(value)))
+        return StartupFact(tuple(facts))
+    return rule
+
+
+def _number(text: str) -> int | float:
+    v = _num(text)
+    return int(v) if "." not in text and v.is_integer() else v
+
+
+def _memory_profile(msg: str) -> Event | None:
+    """V0's 3-line message (joined by decode), or V1's one-line DEBUG variant."""
+    m = _FACT_RULES["Memo"](msg)
+    if m is None:
+        return None
+    facts = list(m.facts)
+    for mm in _MEMORY_SPLIT.finditer(msg):
+        if mm[1] is not None:
+            facts += [("vllm.startup.total_gpu_gib", _num(mm[1])),
+                      ("vllm.startup.gpu_memory_utilization", _num(mm[2]))]
+        else:
+            facts.append(("vllm.startup.kv_cache_gib", _num(mm[4])))
+    return StartupFact(tuple(facts))
+
+
+def _banner(msg: str) -> Event | None:
+    m = _BANNER.match(msg)
+    if m is None:
+        return None
+    mm = _MODEL.search(msg, m.end() - 1)
+    model = (mm[1] if mm[1] is not None else mm[2]) if mm else None
+    return EngineConfig(m[2], m[1] or "", model)
+
+
+def _blocks(msg: str) -> Event | None:
+    m = _BLOCKS.match(msg)
+    if m is None:
+        return None
+    return StartupFact((("vllm.startup.gpu_blocks", int(m[2])), ("vllm.startup.cpu_blocks", int(m[3]))))
+
+
+_FACT_RULES = {key: _fact_rule(p, names) for key, p, names in _FACTS}
+
+# -- errors ----------------------------------------------------------------------------------
+
+#: Ordered: the first family whose marker occurs wins, so a CUDA OOM wrapped in an engine-dead
+#: error is `oom`, and an NCCL watchdog "timeout" is `distributed`.
+_CLASSES = (
+    ("oom", ("out of memory", "outofmemoryerror", "no available memory for the cache blocks",
+             "maximum number of tokens that can be stored in kv cache")),
+    ("distributed", ("nccl", "processgroup", "watchdog", "heartbeat monitor", "collective operation",
+                     "distbackenderror", "shared memory broadcast", "no available block found", "gloo")),
+    ("timeout", ("timed out", "timeouterror", "timeout")),
+    ("model_load", ("failed to load model", "safetensors", "huggingface_hub", "repository not found",
+                    "no such file or directory", "does not appear to have a file", "load_weights",
+                    "model_loader", "gated repo", "is not a valid model", "model architectures",
+                    "entrynotfounderror", "repositorynotfounderror", "initialization failed",
+                    "failed to start")),
+    ("engine_dead", ("enginedeaderror", "engine loop is not running", "background loop",
+                     "background task failed", "terminating server process", "died", "fatal error",
+                     "killing local vllm worker", "output_handler failed", "engine dead")),
+    ("bad_request", ("bad request", "badrequest", "input error", "is too long", "validation error",
+                     "maximum context length", "invalid input", "invalid request")),
+    ("aborted", ("abort", "cancellederror")),
+)
+_FATAL = ("enginedeaderror", "engine loop is not running", "background loop", "background task failed",
+          "terminating server process", "died", "fatal error", "killing local vllm worker",
+          "output_handler failed", "taking the entire process down", "will be terminated",
+          "initialization failed", "failed to start", "engine iteration timed out", "terminate called")
+_EXC = re.compile(r"^(?:\[rank\d+\]: ?)?([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Failure)):? ?(.*)$", re.M)
+_MAX_MESSAGE, _MAX_STACK = 1024, 8 * 1024
+
+
+def classify(text: str) -> str:
+    low = text.lower()
+    for error_type, markers in _CLASSES:
+        for marker in markers:
+            if marker in low:
+                return error_type
+    return "other"
+
+
+def engine_error(msg: str) -> EngineError:
+    """Any error record: one line or a joined traceback / C++ block."""
+    low = msg.lower()
+    excs = _EXC.findall(msg)
+    exc_type = excs[-1][0] if excs else ""
+    first = msg.split("\n", 1)[0]
+    if first.startswith(("Traceback", "Process ")) and excs:
+        message = f"{excs[-1][0]}: {excs[-1][1]}".rstrip(": ")
+    elif excs and "\n" in msg and excs[-1][0] not in first:
+        message = f"{first} {excs[-1][0]}: {excs[-1][1]}".rstrip(": ")
+    else:
+        message = first
+    fatal = any(f in low for f in _FATAL)
+    stack = msg if "\n" in msg else ""
+    return EngineError(classify(msg), exc_type.rsplit(".", 1)[-1], message[:_MAX_MESSAGE], fatal,
+                       stack[:_MAX_STACK])
+
+
+_ERROR_TEXT = re.compile(
+    r"Engine background task failed|Engine iteration timed out|Engine core initialization failed"
+    r"|EngineCore failed to start|EngineCore encountered|Worker .*died|WorkerProc initialization failed"
+    r"|RayWorkerProc .*died|AsyncLLMEngine (?:has failed|is already dead)|AsyncLLM output_handler failed"
+    r"|No available (?:shared memory broadcast )?block found|Process [\w-]+:\n|Traceback \(most recent"
+    r"|Error in |Exception in |TimeoutError: RPC call"
+)
+
+
+def _maybe_error(msg: str) -> Event | None:
+    if _ERROR_TEXT.match(msg):
+        return engine_error(msg)
+    return None
+
+
+_STATS_EXTRA = ("Prefix cache hit rate: GPU", "Speculative metrics: ", "SpecDecoding metrics: ",
+                "KV Transfer metrics: ", "KV connector", "CUDA graph", "Perf ")
+
+
+def _stats_extra(msg: str) -> Event | None:
+    return Notice("stats_extra") if msg.startswith(_STATS_EXTRA) else None
+
+
+# -- other writers: uvicorn, tqdm, torch C++ -------------------------------------------------
+
+_UVICORN_ACCESS = re.compile(r"(?:INFO|WARNING|ERROR):\s+\S+ - \"(\S+) (\S+) HTTP/[\d.]+\" (\d{3})")
+_UVICORN = re.compile(r"(?:INFO|WARNING|ERROR|DEBUG|CRITICAL):\s{1,8}\S")
+
+
+def _uvicorn(msg: str) -> Event | None:
+    m = _UVICORN_ACCESS.match(msg)
+    if m is not None:
+        return AccessLog(m[1], m[2].split("?", 1)[0], int(m[3]))
+    return Notice("http_server") if _UVICORN.match(msg) else None
+
+
+_PROGRESS = re.compile(r"\d+%(?:\||\s*Completed\s*\|)|\|\s*\d+/\d+ \[[\d:<]+|it/s\]|s/it\]")
+_PY_WARNING = re.compile(r"\S+\.py:\d+: \w*Warning: ")
+_GLOG = re.compile(r"(?:\[rank\d+\]:)?\[[EFW][\d ].*?\] |(?:\[rank\d+\]:)?\[PG \d+")
+
+#: Known vLLM lines with nothing to assemble, by prefix: counted as recognised, under a kind.
+_NOTICES = (
+    ("startup_info", (
+        "Automatically detected platform", "Using ", "Starting to load model", "Resolved architecture",
+        "Chunked prefill is enabled", "Capturing cudagraphs", "Capturing CUDA graph", "Compiling a graph",
+        "Compile and warming up", "Loading weights took", "Supported_tasks", "Supported tasks",
+        "Default sampling parameters", "non-default args", "This model's", "Starting vLLM API server",
+        "Available routes are", "Route: ", "Waiting for ", "Dynamo bytecode transform", "Directly load",
+        "Cache the graph", "Graph capturing", "Setting max_num_batched_tokens", "Disabling", "Enabling",
+        "CUDA graph", "Asynchronous scheduling", "Started engine process", "Multiprocessing frontend",
+        "Downcasting", "Casting", "Defaulting", "Overriding", "Possible", "Reducing", "Detected",
+        "Found ", "Model loading", "Loading model", "Initializing", "Chat template", "world_size",
+        "vLLM is using", "Ray", "Connected", "Sleep mode", "Prefix caching", "Custom allreduce",
+        "NCCL", "pynccl", "Attention", "FlashInfer", "flashinfer", "Registering", "V1 LLM engine",
+        "Initialized", "Local ", "Loaded ", "Dumping ", "Shutting down", "Gracefully", "Stopping",
+        "Killing local vLLM worker", "Worker ready",
+    )),
+)
+
+
+def _notice(msg: str) -> Event | None:
+    for kind, prefixes in _NOTICES:
+        if msg.startswith(prefixes):
+            return Notice(kind)
+    return None
+
+
+def fallback(msg: str, level: str) -> Event | None:
+    """Lines no key claimed: error levels, header-less writers, progress bars."""
+    if not level:
+        c = msg[:1]
+        if c == "[" and _GLOG.match(msg):
+            head = msg[:40]
+            return engine_error(msg) if "[E" in head or "[F" in head or "[PG " in head or "\n" in msg \
+                else Notice("torch_log")
+        if _PROGRESS.search(msg) or _PY_WARNING.match(msg) or msg.startswith("  warnings.warn("):
+            return Notice("noise")
+        if c.isdigit() and " Engines Aggregated: " in msg[:24]:
+            return _stats(msg)
+        e = _EXC.match(msg)
+        if e is not None and e.start() == 0 and e[0] == msg.split("\n", 1)[0]:
+            return engine_error(msg)
+        return None
+    if level in ("ERROR", "CRITICAL"):
+        return engine_error(msg)
+    if _PROGRESS.search(msg):
+        return Notice("noise")
+    return _notice(msg)
+
+
+def _chain(*rules):
+    def rule(msg: str) -> Event | None:
+        for r in rules:
+            ev = r(msg)
+            if ev is not None:
+                return ev
+        return None
+    return rule
+
+
+#: First four characters of a message → the rule that may match it.
+PREFILTER = {
+    "Rece": _received,
+    "Adde": _added,
+    "Fini": _finished,
+    "Abor": _aborted,
+    "Requ": _request,
+    "Gene": _generated,
+    "Sequ": _sequence,
+    "Fail": _failing,
+    "Avg ": _stats,
+    "Runn": _stats,
+    "Engi": _chain(_stats, _FACT_RULES["Engi"], _maybe_error),
+    "Init": _banner,
+    "Load": _FACT_RULES["Load"],
+    "Mode": _FACT_RULES["Mode"],
+    "Memo": _memory_profile,
+    "Avai": _FACT_RULES["Avai"],
+    "GPU ": _FACT_RULES["GPU "],
+    "Maxi": _FACT_RULES["Maxi"],
+    "Grap": _FACT_RULES["Grap"],
+    "init": _FACT_RULES["init"],
+    "torc": _FACT_RULES["torc"],
+    "vLLM": _FACT_RULES["vLLM"],
+    "INFO": _uvicorn,
+    "WARN": _uvicorn,
+    "ERRO": _uvicorn,
+    "DEBU": _uvicorn,
+    "CRIT": _uvicorn,
+    **{k: _blocks for k in ("# GP", "# CU", "# cu", "# XP", "# HP", "# NP", "# TP", "# CP")},
+    **{k: _maybe_error for k in ("Work", "Asyn", "No a", "Proc", "Trac", "Erro", "Exce", "RayW", "Time")},
+    "Pref": _stats_extra,
+    "Spec": _stats_extra,
+    "KV T": _stats_extra,
+}

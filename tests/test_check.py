@@ -1,0 +1,78 @@
+"""`vllm-trace-bridge check`: recognition per kind, version family, unknown templates."""
+
+import io
+from pathlib import Path
+
+import pytest
+
+from bridge.check import check_file, template
+from bridge.cli import main
+
+ROOT = Path(__file__).parent
+SAMPLE = ROOT.parent / "bridge" / "samples" / "seed.log"
+FIXTURES = ROOT / "fixtures" / "upstream"
+
+FAMILIES = {
+    "v0_4_plain.log": "V0 ≤0.7 (vLLM 0.4.0)",
+    "v0_6_mq.log": "V0 ≤0.7 (vLLM 0.6.5)",
+    "v0_8_bracket.log": "V0 0.8+ (vLLM 0.8.0)",
+    "nccl_ray.log": "V0 0.8+ (vLLM 0.9.0)",
+    "v1_modern.log": "V1 (vLLM 0.14.0)",
+    "v1_early_prefixes.log": "V1 (vLLM 0.8.4)",
+    "v1_colour_prefix.log": "V1 (vLLM 0.12.0)",
+    "v1_model_load.log": "V1 (vLLM 0.10.1)",
+    "v1_engine_dead.log": "V1",
+    "shipper.log": "V1",
+}
+
+
+def test_the_shipped_sample_is_fully_recognised_as_the_seed_dialect():
+    r = check_file(str(SAMPLE))
+    assert (r.family, r.recognised, r.unrecognised_lines, r.malformed_lines) == ("seed dialect", r.records, 0, 0)
+    assert r.records == 762 and r.recognised_pct == 100.0
+
+
+@pytest.mark.parametrize("name,family", sorted(FAMILIES.items()))
+def test_every_fixture_is_fully_recognised_and_its_family_named(name, family):
+    r = check_file(str(FIXTURES / name))
+    assert r.unrecognised_lines == 0 and r.malformed_lines == 0, r.unrecognised
+    assert r.recognised == r.records > 0
+    assert r.family == family
+
+
+def test_fixture_kinds_are_counted_as_written():
+    r = check_file(str(FIXTURES / "v1_modern.log"))
+    assert r.by_kind == {
+        "engine_config": 1, "engine_stats": 2, "http_access": 1, "http_server": 2, "noise": 1,
+        "request_aborted": 1, "request_added": 6, "request_failed": 1, "request_received": 5,
+        "response_generated": 3, "startup": 6, "startup_info": 1,
+    }
+    r = check_file(str(FIXTURES / "v1_engine_dead.log"))
+    assert (r.physical_lines, r.records, r.joined) == (24, 10, 14)
+
+
+def test_unknown_lines_are_listed_as_masked_templates():
+    r = check_file(str(FIXTURES / "unknown.log"))
+    assert (r.records, r.recognised, r.unrecognised_lines) == (6, 0, 6)
+    assert r.unrecognised.most_common() == [
+        ("hello from a sidecar <n>", 3), ("Frobnicated widget <hex> in <n> ms", 2), ("custom-app: user=<n> logged in", 1)]
+
+
+def test_templates_mask_ids_hex_numbers_and_quoted_text():
+    assert template("Added request chatcmpl-a269fdcb7c6ce890-a8a65d16 after 12.5 ms") == "Added request <id> after <n> ms"
+    assert template("block 0x7f8c4a at deadbeef01 said 'my prompt'\nmore") == "block <hex> at <hex> said '…'"
+
+
+def test_cli_check_prints_the_report_and_totals():
+    out = io.StringIO()
+    code = main(["check", str(SAMPLE), str(FIXTURES / "unknown.log")], env={}, out=out)
+    text = out.getvalue()
+    assert code == 0
+    assert "family        seed dialect" in text and "recognised    762 (100.0 %)" in text
+    assert "top unrecognised templates:" in text and "hello from a sidecar <n>" in text
+    assert "total         762/768 records recognised (99.2 %) in 2 files" in text
+
+
+def test_cli_check_missing_file_is_a_usage_error(capsys):
+    assert main(["check", "/nonexistent.log"], env={}, out=io.StringIO()) == 2
+    assert "no such file" in capsys.readouterr().err

@@ -1,0 +1,166 @@
+"""Upstream framing (reference a.1–a.4) and multi-line joining, line by line, expected by hand."""
+
+from datetime import datetime
+
+import pytest
+
+from bridge.decode import Decoder
+from bridge.decode.joiner import Joiner
+
+NS = 1_000_000_000
+E = "\x1b"
+
+
+def ns(iso: str) -> int:
+    return int(datetime.fromisoformat(iso).timestamp()) * NS
+
+
+def decode(line: str, year: int = 2025):
+    return Decoder(year=year)(line.encode() + b"\n", 0)
+
+
+@pytest.mark.parametrize("line,process,level,origin,message", [
+    ("INFO 01-22 18:27:20 metrics.py:449] Avg prompt", "", "INFO", "metrics.py:449", "Avg prompt"),
+    ("INFO 04-10 03:35:45 [async_llm.py:204] Added request x.", "", "INFO", "async_llm.py:204", "Added request x."),
+    ("DEBUG 10-22 09:33:49 [v1/engine/core.py:123] step", "", "DEBUG", "v1/engine/core.py:123", "step"),
+    ("(APIServer pid=1) INFO 10-22 09:33:49 [logger.py:43] Received", "APIServer pid=1", "INFO", "logger.py:43", "Received"),
+    ("(EngineCore_DP0 pid=77352) INFO 10-22 09:33:49 [kv_cache_utils.py:1087] GPU KV cache size: 162,704 tokens",
+     "EngineCore_DP0 pid=77352", "INFO", "kv_cache_utils.py:1087", "GPU KV cache size: 162,704 tokens"),
+    ("(Worker_TP0 pid=11) INFO 10-22 09:33:49 [gpu_worker.py:298] x", "Worker_TP0 pid=11", "INFO", "gpu_worker.py:298", "x"),
+    ("(VllmWorker rank=0 pid=5) INFO 10-22 09:33:49 [a.py:1] x", "VllmWorker rank=0 pid=5", "INFO", "a.py:1", "x"),
+    ("(VllmWorker TP0 pid=5) INFO 10-22 09:33:49 [a.py:1] x", "VllmWorker TP0 pid=5", "INFO", "a.py:1", "x"),
+    (f"{E}[1;36m(VllmWorkerProcess pid=521){E}[0;0m INFO 12-18 09:00:05 multiproc_worker_utils.py:222] ready",
+     "VllmWorkerProcess pid=521", "INFO", "multiproc_worker_utils.py:222", "ready"),
+    ("(RayWorkerWrapper pid=206994, ip=192.168.10.25) INFO 06-10 12:00:00 [a.py:1] x",
+     "RayWorkerWrapper pid=206994, ip=192.168.10.25", "INFO", "a.py:1", "x"),
+    # colour: level in green, timestamp and [file:line] in grey, coloured process prefix
+    (f"{E}[36m(APIServer pid=1){E}[0m {E}[32mINFO{E}[0m {E}[90m12-05 14:00:00 [api_server.py:1896]{E}[0m v",
+     "APIServer pid=1", "INFO", "api_server.py:1896", "v"),
+    # VLLM_LOGGING_PREFIX: literal text before the level
+    ("(APIServer pid=1) [pod-a] WARNING 12-05 14:00:12 [a.py:9] w", "APIServer pid=1", "WARNING", "a.py:9", "w"),
+    ("myprefix|ERROR 12-05 14:00:12 [a.py:9] e", "", "ERROR", "a.py:9", "e"),
+    # header-less writers keep their process
+    ("(APIServer pid=1) INFO:     10.0.0.1:5 - \"GET /health HTTP/1.1\" 200 OK", "APIServer pid=1", "", "",
+     "INFO:     10.0.0.1:5 - \"GET /health HTTP/1.1\" 200 OK"),
+    ("(EngineCore pid=104) Traceback (most recent call last):", "EngineCore pid=104", "", "", "Traceback (most recent call last):"),
+])
+def test_headers_prefixes_and_colour(line, process, level, origin, message):
+    r = decode(line)
+    assert (r.process, r.level, r.origin, r.message) == (process, level, origin, message)
+
+
+def test_shipper_stamp_wins_over_the_header_and_is_stripped():
+    r = decode("2025-10-22T09:33:49.250Z (APIServer pid=1) INFO 10-22 09:33:48 [logger.py:43] hello")
+    assert (r.clock, r.ts_ns) == ("shipper", ns("2025-10-22T09:33:49+00:00") + NS // 4)
+    assert (r.process, r.message) == ("APIServer pid=1", "hello")
+    r = decode("2025-10-22 09:33:50,500 +02:00 INFO:     Shutting down")
+    assert (r.clock, r.ts_ns, r.message) == ("shipper", ns("2025-10-22T07:33:50+00:00") + NS // 2, "INFO:     Shutting down")
+
+
+def test_other_junk_before_the_header_is_dropped():
+    r = decode("kubernetes.var.log.containers.vllm stdout: INFO 10-22 09:33:49 [a.py:1] m")
+    assert (r.level, r.message, r.clock) == ("INFO", "m", "header")
+
+
+def test_trailing_carriage_return_marks_a_continued_message():
+    d = Decoder(year=2025)
+    a = d(b"INFO 12-18 09:00:33 worker.py:241] Memory profiling takes 2.72 seconds\r\n", 0)
+    b = d(b"INFO 12-18 09:00:33 worker.py:241] model weights take 7.12GiB\n", 80)
+    assert (a.continued, a.message) == (True, "Memory profiling takes 2.72 seconds")
+    assert b.continued is False
+
+
+def feed(lines: list[str], year: int = 2025) -> tuple[list, Joiner]:
+    d, j, out, offset = Decoder(year=year), Joiner(), [], 0
+    for line in lines:
+        raw = line.encode() + b"\n"
+        rec = d(raw, offset)
+        offset += len(raw)
+        if rec is not None:
+            out.extend(j(rec))
+    tail = j.flush()
+    if tail is not None:
+        out.append(tail)
+    return out, j
+
+
+def test_header_repeating_traceback_joins_into_its_error_and_releases_at_the_last_line():
+    h = "ERROR 03-20 11:02:05 [async_llm_engine.py:70] "
+    lines = [h + "Engine background task failed\r", h + "Traceback (most recent call last):\r",
+             h + "  File \"x.py\", line 1, in f\r", h + "asyncio.exceptions.CancelledError"]
+    d, j = Decoder(year=2025), Joiner()
+    got = []
+    for i, line in enumerate(lines):
+        got.append(j(d(line.encode() + b"\n", i * 100)))
+    assert got[:3] == [(), (), ()]
+    (rec,) = got[3]  # released by its own last line, not held until the next one
+    assert rec.message == ("Engine background task failed\nTraceback (most recent call last):\n"
+                           "  File \"x.py\", line 1, in f\nasyncio.exceptions.CancelledError")
+    assert (rec.offset, rec.level, rec.origin) == (0, "ERROR", "async_llm_engine.py:70")
+    assert j.stats.lines_joined == 3 and j.flush() is None
+
+
+def test_three_line_memory_profiling_message_is_one_record():
+    h = "INFO 12-18 09:00:33 worker.py:241] "
+    out, _ = feed([h + "Memory profiling takes 2.72 seconds\r", h + "the current vLLM instance can use x\r",
+                   h + "model weights take 7.12GiB", "INFO 12-18 09:00:34 a.py:1] next"])
+    assert [r.message.count("\n") for r in out] == [2, 0]
+
+
+def test_raw_chained_traceback_with_pid_and_rank_prefixes():
+    p = "(EngineCore pid=104) "
+    out, _ = feed([
+        p + "Process EngineCore:", p + "Traceback (most recent call last):", p + "  File \"a.py\", line 1, in <module>",
+        p + "    x()", p + "    ^^^", p + "ValueError: bad", "", p + "The above exception was the direct cause of the following exception:",
+        "", p + "Traceback (most recent call last):", p + "  File \"b.py\", line 2", p + "RuntimeError: Engine core initialization failed.",
+        "(APIServer pid=1) INFO:     Shutting down",
+        "[rank0]: Traceback (most recent call last):", "[rank0]:   File \"c.py\", line 3", "[rank0]: KeyError: 'x'",
+    ])
+    assert len(out) == 3
+    assert out[0].process == "EngineCore pid=104" and out[0].message.startswith("Process EngineCore:\nTraceback")
+    assert out[0].message.endswith("RuntimeError: Engine core initialization failed.")
+    assert out[1].message == "INFO:     Shutting down"
+    assert out[2].message.count("\n") == 2
+
+
+def test_torch_cpp_block_is_one_record():
+    r = "[rank1]:"
+    out, _ = feed([
+        r + "[E321 12:15:00.408271257 ProcessGroupNCCL.cpp:607] [Rank 1] Watchdog caught collective operation timeout",
+        r + "[E321 12:15:00.408612329 ProcessGroupNCCL.cpp:695] [Rank 1] To avoid data inconsistency, we are taking the entire process down.",
+        "Exception raised from checkTimeout at ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:565 (most recent call first):",
+        "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x96 (0x7f1e6d16c446 in libc10.so)",
+        "terminate called after throwing an instance of 'c10::DistBackendError'",
+        "  what():  [PG 0 Rank 1] Process group watchdog thread terminated with exception",
+        "INFO 06-10 12:15:01 [a.py:1] after",
+    ])
+    assert [r.message.count("\n") for r in out] == [5, 0]
+
+
+def test_ordinary_lines_pass_straight_through():
+    d, j = Decoder(year=2025), Joiner()
+    rec = d(b"INFO 01-15 08:01:00 [async_llm.py:368] Added request x.\n", 0)
+    assert j(rec) == (rec,)
+
+
+def test_a_pending_error_line_is_released_by_the_next_line_and_by_flush():
+    out, _ = feed(["ERROR 01-15 08:01:00 [a.py:1] boom", "INFO 01-15 08:01:00 [a.py:2] fine"])
+    assert [r.message for r in out] == ["boom", "fine"]
+    out, _ = feed(["ERROR 01-15 08:01:00 [a.py:1] boom"])
+    assert [r.message for r in out] == ["boom"]
+
+
+def test_crlf_files_are_not_joined_into_one_record():
+    lines = [f"INFO 01-15 08:01:0{i} [async_llm.py:368] Added request r{i}.\r" for i in range(8)]
+    out, _ = feed(lines)
+    assert len(out) >= 6  # after a few lines the joiner stops taking `\r` as vLLM's marker
+
+
+def test_groups_are_cut_at_the_bound():
+    d, j = Decoder(year=2025), Joiner(max_lines=5)
+    out = []
+    for i, line in enumerate(["Traceback (most recent call last):"] + ["  File \"x.py\", line 1"] * 20):
+        out.extend(j(d(line.encode() + b"\n", i)))
+    tail = j.flush()
+    assert j.stats.cut >= 1 and out and out[0].message.count("\n") == 4
+    assert tail is None or tail.message

@@ -1,0 +1,196 @@
+"""Upstream vLLM messages (reference b–f) → the events they state, written out by hand."""
+
+from dataclasses import astuple
+
+import pytest
+
+from bridge.parse import MALFORMED, Parser, parse_line
+from bridge.parse.events import (
+    AccessLog, EngineConfig, EngineError, EngineStats, Notice, RequestAdded, RequestFailed, RequestFinished,
+    RequestReceived, RequestsAborted, ResponseGenerated, SequencePreempted, StartupFact,
+)
+
+SECRET = "Tell nobody: the launch code is 0000"
+
+CASES = [
+    # b.1 Received request, every era: only the id and numbers come out
+    (f"Received request cmpl-6b5b-0: prompt: '{SECRET}', sampling_params: SamplingParams(n=1, best_of=1, "
+     "presence_penalty=0.0, temperature=0.0, top_p=1.0, top_k=-1, stop=[], max_tokens=7, logprobs=None), "
+     "prompt_token_ids: [1, 3087], lora_request: None.",
+     RequestReceived("cmpl-6b5b-0", 7, 0.0, 1.0, 1, None)),
+    (f"Received request chatcmpl-1f2e: prompt: '{SECRET}, params: SamplingParams(n=9, max_tokens=1)', "
+     "params: SamplingParams(n=1, temperature=0.7, top_p=0.8, top_k=20, max_tokens=32000), "
+     "prompt_token_ids: [151644], lora_request: None, prompt_adapter_request: None.",
+     RequestReceived("chatcmpl-1f2e", 32000, 0.7, 0.8, 1, None)),
+    ("Received request chatcmpl-5e4d: prompt: 'x', params: SamplingParams(n=1, temperature=0.2, top_p=0.9, "
+     "max_tokens=100), prompt_token_ids: [1], prompt_embeds shape: None, lora_request: "
+     "LoRARequest(lora_name='sql-lora', lora_int_id=1, lora_path='/adapters/sql').",
+     RequestReceived("chatcmpl-5e4d", 100, 0.2, 0.9, 1, "sql-lora")),
+    ("Received request chatcmpl-a269fdcb7c6ce890: params: SamplingParams(n=2, temperature=0.6, top_p=0.9, "
+     "max_tokens=None), lora_request: None.",
+     RequestReceived("chatcmpl-a269fdcb7c6ce890", None, 0.6, 0.9, 2, None)),
+    ("Received request embd-1: params: PoolingParams(dimensions=None), lora_request: None.",
+     RequestReceived("embd-1", None, None, None, None, None)),
+    # b.2
+    ("Added request chatcmpl-a269fdcb7c6ce890-a8a65d16.", RequestAdded("chatcmpl-a269fdcb7c6ce890-a8a65d16")),
+    ("Added request 0_chatcmpl-77aa-1b2c3d4e.", RequestAdded("0_chatcmpl-77aa-1b2c3d4e")),
+    ("Finished request cmpl-6b5b-0.", RequestFinished("cmpl-6b5b-0")),
+    ("Aborted request cmpl-6b5b-0.", RequestsAborted(("cmpl-6b5b-0",))),
+    ("Aborted request(s) chatcmpl-a-11111111,cmpl-b-0-22222222.", RequestsAborted(("chatcmpl-a-11111111", "cmpl-b-0-22222222"))),
+    ("Request chatcmpl-a aborted.", RequestsAborted(("chatcmpl-a",))),
+    ("Request chatcmpl-a failed (engine dead).", RequestFailed("chatcmpl-a", "engine_dead", "engine dead")),
+    ("Request chatcmpl-a failed (bad request): Invalid input.", RequestFailed("chatcmpl-a", "bad_request", "bad request: Invalid input")),
+    ("Request chatcmpl-a failed (input error): prompt is too long.", RequestFailed("chatcmpl-a", "bad_request", "input error: prompt is too long")),
+    ("Request chatcmpl-a failed due to CUDA out of memory.", RequestFailed("chatcmpl-a", "oom", "CUDA out of memory")),
+    ("Request chatcmpl-a failed.", RequestFailed("chatcmpl-a", "other", "failed")),
+    ("Failing the request 147 because there's not enough kv cache blocks to run the entire sequence.",
+     RequestFailed("147", "oom", "there's not enough kv cache blocks to run the entire sequence")),
+    # b.1 outputs: the text never comes out, even when it imitates the fields
+    (f"Generated response chatcmpl-a: output: '{SECRET}, output_token_ids: [1], finish_reason: length', "
+     "output_token_ids: [791, 4320, 374], finish_reason: stop",
+     ResponseGenerated("chatcmpl-a", "stop", 3, "")),
+    ("Generated response chatcmpl-b (streaming delta): output: 'Hel', output_token_ids: [9906], finish_reason: None",
+     ResponseGenerated("chatcmpl-b", None, 1, "delta")),
+    ("Generated response chatcmpl-b (streaming complete): output: 'Hello', output_token_ids: None, finish_reason: length",
+     ResponseGenerated("chatcmpl-b", "length", None, "complete")),
+    # c.1
+    ("Sequence group cmpl-0a1b-0 is preempted by PreemptionMode.RECOMPUTE mode because there is not enough KV "
+     "cache space. This can affect the end-to-end performance. Increase gpu_memory_utilization or "
+     "tensor_parallel_size to provide more KV cache memory. total_num_cumulative_preemption=51",
+     SequencePreempted("cmpl-0a1b-0", "RECOMPUTE", 51)),
+    # d.1 / d.2 stats, every optional field
+    ("Avg prompt throughput: 12.3 tokens/s, Avg generation throughput: 45.6 tokens/s, Running: 1 reqs, Swapped: 2 reqs, "
+     "Pending: 3 reqs, GPU KV cache usage: 97.2%, CPU KV cache usage: 0.5%",
+     EngineStats(None, 12.3, 45.6, 1, 3, 2, None, None, None, 0.972, 0.005, None, None, None)),
+    ("Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 1.2 tokens/s, Running: 0 reqs, Swapped: 0 reqs, "
+     "Pending: 0 reqs, GPU KV cache usage: 0.0%, CPU KV cache usage: 0.0%.",
+     EngineStats(None, 0.0, 1.2, 0, 0, 0, None, None, None, 0.0, 0.0, None, None, None)),
+    ("Running: 3 reqs, Waiting: 0 reqs ", EngineStats(None, None, None, 3, 0, None, None, None, None, None, None, None, None, None)),
+    ("Avg prompt throughput: 1.0 tokens/s, Avg generation throughput: 2.0 tokens/s, Running: 4 reqs, Waiting: 5 reqs, "
+     "GPU KV cache usage: 10.0%, Prefix cache hit rate: 50.0%",
+     EngineStats(None, 1.0, 2.0, 4, 5, None, None, None, None, 0.1, None, 0.5, None, None)),
+    ("Engine 000: Avg prompt throughput: 120.4 tokens/s, Avg generation throughput: 88.2 tokens/s, Running: 3 reqs, "
+     "Waiting: 1 reqs, Deferred: 2 reqs, Preemptions: 4, GPU KV cache usage: 93.5%, Prefix cache hit rate: 41.0%, "
+     "Corrupted: 1 reqs, External prefix cache hit rate: 12.5%, MM cache hit rate: 7.0%",
+     EngineStats("000", 120.4, 88.2, 3, 1, None, 2, 4, 1, 0.935, None, 0.41, 0.125, 0.07)),
+    ("2 Engines Aggregated: Avg prompt throughput: 1.0 tokens/s, Avg generation throughput: 2.0 tokens/s, Running: 6 reqs, "
+     "Waiting: 0 reqs, GPU KV cache usage: 5.0%, Prefix cache hit rate: 0.0%INFO 07-28 01:02:03 [x.py:1] glued",
+     EngineStats("2 Engines Aggregated", 1.0, 2.0, 6, 0, None, None, None, None, 0.05, None, 0.0, None, None)),
+    # e. startup
+    ("Initializing an LLM engine (v0.4.0) with config: model='meta-llama/Llama-2-7b-chat-hf', speculative_config=None, "
+     "tokenizer='meta-llama/Llama-2-7b-chat-hf'", EngineConfig("0.4.0", "", "meta-llama/Llama-2-7b-chat-hf")),
+    ("Initializing a V1 LLM engine (v0.11.0) with config: model='Qwen/Qwen3-0.6B', speculative_config=None",
+     EngineConfig("0.11.0", "V1", "Qwen/Qwen3-0.6B")),
+    ("Loading model weights took 12.5523 GB", StartupFact((("vllm.startup.weights_gib", 12.5523),))),
+    ("Model loading took 14.9889 GiB memory and 9.481532 seconds",
+     StartupFact((("vllm.startup.weights_gib", 14.9889), ("vllm.startup.load_s", 9.481532)))),
+    ("Model loading took 15.0 GB and 10.0 seconds",
+     StartupFact((("vllm.startup.weights_gib", 15.0), ("vllm.startup.load_s", 10.0)))),
+    ("Memory profiling takes 2.72 seconds\nthe current vLLM instance can use total_gpu_memory (79.15GiB) x "
+     "gpu_memory_utilization (0.90) = 71.24GiB\nmodel weights take 7.12GiB; non_torch_memory takes 0.46GiB; PyTorch "
+     "activation peak memory takes 1.44GiB; the rest of the memory reserved for KV Cache is 62.22GiB.",
+     StartupFact((("vllm.startup.profile_s", 2.72), ("vllm.startup.total_gpu_gib", 79.15),
+                  ("vllm.startup.gpu_memory_utilization", 0.9), ("vllm.startup.kv_cache_gib", 62.22)))),
+    ("Available KV cache memory: 54.87 GiB", StartupFact((("vllm.startup.kv_cache_gib", 54.87),))),
+    ("GPU KV cache size: 162,704 tokens", StartupFact((("vllm.startup.kv_cache_tokens", 162704),))),
+    ("Maximum concurrency for 16,000 tokens per request: 10.17x",
+     StartupFact((("vllm.startup.max_model_len", 16000), ("vllm.startup.max_concurrency", 10.17)))),
+    ("# GPU blocks: 7448, # CPU blocks: 512", StartupFact((("vllm.startup.gpu_blocks", 7448), ("vllm.startup.cpu_blocks", 512)))),
+    ("# CUDA blocks: 7191, # CPU blocks: 2048", StartupFact((("vllm.startup.gpu_blocks", 7191), ("vllm.startup.cpu_blocks", 2048)))),
+    ("# cuda blocks: 7191, # CPU blocks: 512", StartupFact((("vllm.startup.gpu_blocks", 7191), ("vllm.startup.cpu_blocks", 512)))),
+    ("vLLM API server version 0.6.5", StartupFact((("vllm.version", "0.6.5"),))),
+    ("init engine (profile, create kv cache, warmup model) took 25.31 seconds", StartupFact((("vllm.startup.init_s", 25.31),))),
+    # b.3 uvicorn
+    ('INFO:     10.80.23.18:51408 - "POST /v1/chat/completions HTTP/1.1" 200 OK', AccessLog("POST", "/v1/chat/completions", 200)),
+    ('INFO:     10.0.0.7:40112 - "POST /v1/completions?x=1 HTTP/1.1" 500 Internal Server Error', AccessLog("POST", "/v1/completions", 500)),
+    ("INFO:     Uvicorn running on http://0.0.0.0:8000 (Press CTRL+C to quit)", Notice("http_server")),
+    # noise: progress bars are understood to carry nothing
+    ("Loading safetensors checkpoint shards:  50% Completed | 1/2 [00:01<00:01,  1.23s/it]", Notice("noise")),
+    ("Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): 100%|██████████| 67/67 [00:03<00:00, 19.30it/s]", Notice("noise")),
+]
+
+
+@pytest.mark.parametrize("message,expected", CASES, ids=[f"{i}-{type(e).__name__}" for i, (_, e) in enumerate(CASES)])
+def test_upstream_lines(message, expected):
+    got = parse_line(message)
+    assert type(got) is type(expected), got
+    if any(isinstance(v, tuple) for v in astuple(expected)):
+        assert got == expected
+    else:
+        assert astuple(got) == pytest.approx(astuple(expected))
+
+
+def test_prompt_and_output_text_never_reach_an_event():
+    for message, _ in CASES:
+        assert SECRET not in repr(parse_line(message))
+
+
+ERRORS = [
+    # (message, level, error.type, exception type, fatal)
+    ("Engine iteration timed out. This should never happen!", "ERROR", "timeout", "", True),
+    ("Engine background task failed\nTraceback (most recent call last):\n  File \"a.py\", line 1\n"
+     "asyncio.exceptions.CancelledError\n\nThe above exception was the direct cause of the following exception:\n\n"
+     "Traceback (most recent call last):\n  File \"b.py\", line 2\nTimeoutError", "ERROR", "timeout", "TimeoutError", True),
+    ("AsyncEngineDeadError: Background loop has errored already.", "", "engine_dead", "AsyncEngineDeadError", True),
+    ("MQEngineDeadError: Engine loop is not running. Inspect the stacktrace to find the original error: "
+     "RuntimeError('CUDA out of memory. Tried to allocate 2.00 GiB')", "", "oom", "MQEngineDeadError", True),
+    ("EngineCore encountered a fatal error.\nTraceback (most recent call last):\n  File \"core.py\", line 701\n"
+     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 128.00 MiB.", "ERROR", "oom", "OutOfMemoryError", True),
+    ("AsyncLLM output_handler failed.\nTraceback (most recent call last):\n  File \"x.py\", line 4\n"
+     "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.",
+     "ERROR", "engine_dead", "EngineDeadError", True),
+    ("Worker VllmWorkerProcess pid 1159 died, exit code: -6", "ERROR", "engine_dead", "", True),
+    ("Worker proc VllmWorker-1 died unexpectedly, shutting down executor.", "ERROR", "engine_dead", "", True),
+    ("AsyncLLMEngine has failed, terminating server process", "CRITICAL", "engine_dead", "", True),
+    ("No available shared memory broadcast block found in 60 seconds. This typically happens when some processes are "
+     "hanging or doing some time-consuming work (e.g. compilation, weight/kv cache quantization).", "INFO", "distributed", "", False),
+    ("[rank0]:[E ProcessGroupNCCL.cpp:563] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=2, "
+     "OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600059 milliseconds before timing out.\n"
+     "[rank0]:[E ProcessGroupNCCL.cpp:577] [Rank 0] To avoid data inconsistency, we are taking the entire process down.",
+     "", "distributed", "", True),
+    ("[PG 2 Rank 1] Heartbeat monitor timed out! Process will be terminated after dumping debug info.", "", "distributed", "", True),
+    ("EngineCore failed to start.\nTraceback (most recent call last):\n  File \"default_loader.py\", line 110\n"
+     "RuntimeError: Cannot find any model weights with `/models/m`", "ERROR", "model_load", "RuntimeError", True),
+    ("Traceback (most recent call last):\n  File \"hub.py\", line 1\nOSError: We couldn't connect to "
+     "'https://huggingface.co' to load this file. huggingface_hub.errors.LocalEntryNotFoundError", "", "model_load", "OSError", False),
+    ("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing "
+     "the engine.", "", "oom", "ValueError", False),
+    ("Error in chat completion stream generator.", "ERROR", "other", "", False),
+    ("RuntimeError: something unexpected", "", "other", "RuntimeError", False),
+]
+
+
+@pytest.mark.parametrize("message,level,error_type,exc_type,fatal", ERRORS)
+def test_errors_are_classified(message, level, error_type, exc_type, fatal):
+    ev = parse_line(message, level)
+    assert isinstance(ev, EngineError), ev
+    assert (ev.error_type, ev.exception_type, ev.fatal) == (error_type, exc_type, fatal)
+    assert ev.message and len(ev.message) <= 1024
+
+
+def test_info_lines_that_only_sound_alike_are_not_errors():
+    assert parse_line("Worker ready; awaiting tasks", "INFO") == Notice("startup_info")
+    assert not isinstance(parse_line("Killing local vLLM worker processes", "INFO"), EngineError)
+
+
+def test_keyed_near_misses_are_malformed_and_the_rest_unrecognised():
+    assert parse_line("Added request", "INFO") is MALFORMED
+    assert parse_line("Sequence group x is doing fine", "WARNING") is MALFORMED
+    assert parse_line("Frobnicated widget 3", "INFO") is None
+    assert parse_line("hello from a sidecar") is None
+
+
+def test_seed_lines_still_win_on_shared_keys():
+    from bridge.parse.events import GpuMemory, QueueState
+    assert isinstance(parse_line("Running queue: 3 requests, waiting queue: 5 requests, free blocks: 12/64"), QueueState)
+    assert isinstance(parse_line("GPU memory usage: 14.2GB/16.0GB (88.75%), cache usage: 8.1GB, kv_cache blocks: 512/640"),
+                      GpuMemory)
+
+
+def test_parser_counts_notices_by_their_kind():
+    p = Parser()
+    p("Loading safetensors checkpoint shards:  50% Completed | 1/2 [00:01<00:01,  1.23s/it]")
+    p("Added request x.", "INFO")
+    p("nothing", "INFO")
+    s = p.snapshot()
+    assert s.by_kind == {"noise": 1, "request_added": 1} and s.unrecognised == 1
