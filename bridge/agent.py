@@ -22,6 +22,7 @@ from bridge.assemble import AssembleConfig, Assembler, EngineTimeline, Timeline
 from bridge.config import AgentConfig
 from bridge.decode import Decoder
 from bridge.decode.clock import zone
+from bridge.decode.joiner import Joiner
 from bridge.decode.source import Source
 from bridge.export.otlp import base_resource
 from bridge.export.sender import Batch, Batcher, Sender
@@ -33,6 +34,8 @@ from bridge.tail.follow import GEN_SHIFT, Filters, Follower, TrackedFile
 _MASK = (1 << GEN_SHIFT) - 1
 _NS = 1_000_000_000
 _CHECKPOINT_EVERY_S = 1.0
+_TICK_S = 0.25
+_JOIN_IDLE_S = 0.25  # a held traceback or error line is released after this long with no new line
 
 
 @dataclass(slots=True)
@@ -49,6 +52,8 @@ class SourceState:
     source: Source
     assembler: Assembler | None = None
     decoders: dict[int, Decoder] = field(default_factory=dict)   # id(TrackedFile) → Decoder
+    joiners: dict[int, Joiner] = field(default_factory=dict)     # id(TrackedFile) → Joiner
+    quiet_since: dict[int, float] = field(default_factory=dict)  # id(TrackedFile) → last lines (monotonic)
     files: dict[int, TrackedFile] = field(default_factory=dict)
     skip: dict[str, int] = field(default_factory=dict)            # key → last position delivered
     pending: dict[int, _Pending] = field(default_factory=dict)    # emitted, not yet acked
@@ -138,7 +143,7 @@ class Agent:
                     self._retire(tf)
             if now >= next_tick:
                 self._tick()
-                next_tick = now + 1.0
+                next_tick = now + _TICK_S
             if self._batcher.due(cfg.batch_delay):
                 self._sender.submit(self._batcher.take(), self._stop.is_set)
             if self._drain_acks() or now >= next_checkpoint:
@@ -185,30 +190,37 @@ class Agent:
 
     def _process(self, tf: TrackedFile, lines: list[tuple[int, bytes]]) -> None:
         st = self._state(tf.source.key, tf.source)
-        dec = st.decoders.get(id(tf))
+        key = id(tf)
+        dec = st.decoders.get(key)
         if dec is None:
             try:
                 mtime = os.fstat(tf.fh.fileno()).st_mtime
             except (OSError, ValueError):
                 mtime = None
-            dec = st.decoders[id(tf)] = Decoder(tz=self._tz, year=self.cfg.year, mtime=mtime)
-            st.files[id(tf)] = tf
+            dec = st.decoders[key] = Decoder(tz=self._tz, year=self.cfg.year, mtime=mtime)
+            st.joiners[key] = Joiner()
+            st.files[key] = tf
+        st.quiet_since[key] = time.monotonic()
         self._lines_read += len(lines)
-        parser, feed, skip = self._parser, st.assembler.feed, st.skip
+        join, handle = st.joiners[key], self._handle
+        record = None
         for pos, raw in lines:
             record = dec(raw, pos)
-            if record is None:
-                continue
-            event = parser(record.message)
-            if event is None:
-                continue
-            if skip and self._delivered_already(st, record, event):
-                continue
-            feed(record, event)
+            if record is not None:
+                for complete in join(record):
+                    handle(st, complete)
         if record is not None and record.ts_ns > st.last_ts:
             st.last_ts, st.last_wall = record.ts_ns, time.time_ns()
         if st.assembler.open_requests > self.cfg.max_open_requests:
             st.assembler.evict_oldest(self.cfg.max_open_requests)
+
+    def _handle(self, st: SourceState, record) -> None:
+        event = self._parser(record.message, record.level)
+        if event is None:
+            return
+        if st.skip and self._delivered_already(st, record, event):
+            return
+        st.assembler.feed(record, event)
 
     def _delivered_already(self, st: SourceState, record, event) -> bool:
         key = getattr(event, "request_id", None) or f"engine@{record.offset}"
@@ -231,19 +243,28 @@ class Agent:
         if st is None:
             return
         dec = st.decoders.pop(id(tf), None)
+        join = st.joiners.pop(id(tf), None)
         st.files.pop(id(tf), None)
+        st.quiet_since.pop(id(tf), None)
         if dec is not None:
             record = dec.flush()
-            if record is not None:
-                event = self._parser(record.message)
-                if event is not None:
-                    st.assembler.feed(record, event)
+            done = list(join(record)) if record is not None else []
+            held = join.flush()
+            for record in done + ([held] if held is not None else []):
+                self._handle(st, record)
         st.retired.append(self._file_checkpoint(tf, tf.offset))
 
     def _tick(self) -> None:
-        """Time passes for quiet sources too: extrapolate each log clock by the wall clock."""
+        """Time passes for quiet sources too: extrapolate each log clock by the wall clock,
+        and release a multi-line record held for a continuation that has not come."""
         wall = time.time_ns()
+        now = time.monotonic()
         for st in self._sources.values():
+            for key, join in st.joiners.items():
+                if join.held_position is not None and now - st.quiet_since.get(key, now) >= _JOIN_IDLE_S:
+                    held = join.flush()
+                    if held is not None:
+                        self._handle(st, held)
             if st.assembler is not None and st.last_wall:
                 st.assembler.tick(st.last_ts + (wall - st.last_wall))
 
@@ -275,6 +296,7 @@ class Agent:
                 held.append(st.assembler.min_open_offset)
             held.extend(p.first for p in st.pending.values())
             held.extend(d.held_position for d in st.decoders.values() if d.held_position is not None)
+            held.extend(j.held_position for j in st.joiners.values() if j.held_position is not None)
             low = min(held) if held else None
             safe_positions = []
             for tf in st.files.values():

@@ -99,6 +99,11 @@ class Joiner:
             return (done,)
         return (done, rec)
 
+    @property
+    def held_position(self) -> int | None:
+        """Where the group being held began (a resume must re-read it)."""
+        return self._pending.offset if self._pending is not None else None
+
     def flush(self) -> Record | None:
         """At end of input (or when the live agent goes idle): release the held group."""
         return self._close() if self._pending is not None else None
