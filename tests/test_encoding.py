@@ -135,3 +135,17 @@ def test_a_kubernetes_source_resource_matches_the_reference(tmp_path):
     assert_same(got, want)
     res = ExportTraceServiceRequest.FromString(got).resource_spans[0].resource
     assert {kv.key for kv in res.attributes} >= {"k8s.pod.name", "k8s.container.restart_count", "service.name"}
+
+
+def test_ids_keep_their_derivation():
+    """Replays after an upgrade must send the same ids: the blake2b derivation is pinned."""
+    from hashlib import blake2b
+
+    from bridge.export.ids import span_id, trace_id
+
+    person = b"vllm-trace-bri"
+    want_trace = blake2b(b"file//x.log\x1frequest\x1f0x7f\x1f123", digest_size=16, person=person).digest()
+    assert trace_id("file//x.log", "request", "0x7f", "123") == want_trace
+    want_span = blake2b(want_trace + b"preempted\x1f2", digest_size=8, person=person).digest()
+    assert span_id(want_trace, "preempted", 2) == want_span
+    assert span_id(want_trace, "queued") == blake2b(want_trace + b"queued\x1f0", digest_size=8, person=person).digest()

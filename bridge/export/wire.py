@@ -24,7 +24,7 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from bridge.assemble.timeline import EngineTimeline, Phase, RequestTimeline, SpanEvent, Timeline
+from bridge.assemble.timeline import EngineTimeline, RequestTimeline, SpanEvent, Timeline
 from bridge.decode.source import Source
 from bridge.export.ids import span_id, trace_id
 
@@ -32,7 +32,7 @@ SCOPE_NAME, SCOPE_VERSION = "vllm-trace-bridge", "0.1.0"
 _CACHE_LIMIT = 1 << 14  # entries per cache; a full cache is cleared, so memory stays bounded
 
 _pack_double = struct.Struct("<d").pack
-_pack_fixed64 = struct.Struct("<Q").pack
+_pack_fixed64 = struct.Struct("<BQ").pack  # tag byte, then a fixed64
 _pack_times = struct.Struct("<BQBQ").pack  # Span fields 7 and 8: start and end, fixed64
 _ONE_BYTE = [bytes((i,)) for i in range(128)]
 _INT64 = (1 << 64) - 1
@@ -54,6 +54,8 @@ def span_count(t: Timeline) -> int:
 def varint(n: int) -> bytes:
     if n < 0x80:
         return _ONE_BYTE[n]
+    if n < 0x4000:
+        return bytes((n & 0x7F | 0x80, n >> 7))
     out = bytearray()
     while n >= 0x80:
         out.append(n & 0x7F | 0x80)
@@ -87,53 +89,66 @@ class KeyValues:
 
     `kv(key, value)` returns the field's bytes, tag included. Floats (durations, ratios)
     rarely repeat: their per-key prefix is cached and the value packed. Other values are
-    cached whole, keyed by (key, value); both caches are bounded.
+    cached whole, keyed by (key, value); every cache is bounded (cleared when full).
     """
 
-    __slots__ = ("_tag", "_keys", "_floats", "_whole")
+    __slots__ = ("kv",)
 
     def __init__(self, tag: int) -> None:
-        self._tag = bytes((tag,))
-        self._keys: dict[str, bytes] = {}
-        self._floats: dict[str, bytes] = {}
-        self._whole: dict = {}
+        tag_byte = bytes((tag,))
+        keys: dict[str, bytes] = {}
+        floats: dict[str, bytes] = {}
+        whole: dict = {}
+        pack_double = _pack_double
+        limit = _CACHE_LIMIT
 
-    def _key(self, k: str) -> bytes:
-        kb = self._keys.get(k)
-        if kb is None:
-            if len(self._keys) >= _CACHE_LIMIT:
-                self._keys.clear()
-            kb = self._keys[k] = field(b"\x0a", k.encode())
-        return kb
+        def encode(k: str, v) -> bytes:
+            key = keys.get(k)
+            if key is None:
+                if len(keys) >= limit:
+                    keys.clear()
+                key = keys[k] = field(b"\x0a", k.encode())
+            return field(tag_byte, key + field(b"\x12", any_value(v)))
 
-    def kv(self, k: str, v) -> bytes:
-        t = type(v)
-        if t is float:
-            prefix = self._floats.get(k)
-            if prefix is None:
-                key = self._key(k)
-                if len(self._floats) >= _CACHE_LIMIT:
-                    self._floats.clear()
-                prefix = self._floats[k] = self._tag + varint(len(key) + 11) + key + b"\x12\x09\x21"
-            return prefix + _pack_double(v)
-        if t is str or t is int:
-            cache_key = (k, v)
-        elif t is list and all(type(x) is str for x in v):  # diagnosis lists
-            cache_key = (k, tuple(v), list)  # a tuple value would compare equal: tell them apart
-        elif t is bool:
-            cache_key = (k, v, bool)  # True == 1: keep flags apart from ints
-        else:
-            return self._encode(k, v)
-        whole = self._whole
-        b = whole.get(cache_key)
-        if b is None:
-            if len(whole) >= _CACHE_LIMIT:
-                whole.clear()
-            b = whole[cache_key] = self._encode(k, v)
-        return b
+        def kv(k: str, v) -> bytes:
+            t = type(v)
+            if t is float:
+                prefix = floats.get(k)
+                if prefix is None:
+                    if len(floats) >= limit:
+                        floats.clear()
+                    key = field(b"\x0a", k.encode())
+                    prefix = floats[k] = tag_byte + varint(len(key) + 11) + key + b"\x12\x09\x21"
+                return prefix + pack_double(v)
+            if t is str or t is int:
+                cache_key = (k, v)
+            elif t is list:
+                # Only all-string lists (diagnoses) are stored, so [True] cannot hit [1]'s entry.
+                cache_key = (k, tuple(v), list)
+                try:
+                    b = whole.get(cache_key)
+                except TypeError:  # nested lists
+                    return encode(k, v)
+                if b is not None:
+                    return b
+                b = encode(k, v)
+                if all(type(x) is str for x in v):
+                    if len(whole) >= limit:
+                        whole.clear()
+                    whole[cache_key] = b
+                return b
+            elif t is bool:
+                cache_key = (k, v, bool)  # True == 1: keep flags apart from ints
+            else:
+                return encode(k, v)
+            b = whole.get(cache_key)
+            if b is None:
+                if len(whole) >= limit:
+                    whole.clear()
+                b = whole[cache_key] = encode(k, v)
+            return b
 
-    def _encode(self, k: str, v) -> bytes:
-        return field(self._tag, self._key(k) + field(b"\x12", any_value(v)))
+        self.kv = kv
 
     def all(self, attrs: Mapping) -> list[bytes]:
         kv = self.kv
@@ -143,25 +158,21 @@ class KeyValues:
 # Field tags (field number << 3 | wire type) of the messages written here.
 _SPAN_ATTRS, _EVENT_ATTRS, _RESOURCE_ATTRS = 0x4A, 0x1A, 0x0A
 _TRACE_ID, _SPAN_ID, _PARENT_ID = b"\x0a\x10", b"\x12\x08", b"\x22\x08"  # ids: 16 and 8 bytes
-_EVENT, _DROPPED_EVENTS, _STATUS = b"\x5a", 0x60, b"\x7a"
+_EVENT, _DROPPED_EVENTS, _STATUS = b"\x5a", b"\x60", b"\x7a"
 _KIND_SERVER, _KIND_INTERNAL = b"\x30\x02", b"\x30\x01"
 _STATUS_ERROR = b"\x18\x02"  # Status.code = STATUS_CODE_ERROR
 _SPAN_IN_SCOPE = b"\x12"      # ScopeSpans.spans
 
 
-def _name(name: str) -> bytes:
-    return field(b"\x2a", name.encode())
-
-
-_ROOT_HEAD = _name("vllm.request") + _KIND_SERVER
-_ENGINE_HEAD = _name("vllm.engine") + _KIND_INTERNAL
+_ROOT_HEAD = field(b"\x2a", b"vllm.request") + _KIND_SERVER  # Span.name and Span.kind
+_ENGINE_HEAD = field(b"\x2a", b"vllm.engine") + _KIND_INTERNAL
 _SCOPE = field(b"\x0a", field(b"\x0a", SCOPE_NAME.encode()) + field(b"\x12", SCOPE_VERSION.encode()))
 
 
-def _phase_timing(p: Phase) -> str:
-    if p.start_timing == p.end_timing:
-        return p.start_timing
-    return "inferred" if "inferred" in (p.start_timing, p.end_timing) else "observed"
+def _phase_timing(start: str, end: str) -> str:
+    if start == end:
+        return start
+    return "inferred" if "inferred" in (start, end) else "observed"
 
 
 class WireEncoder:
@@ -171,17 +182,21 @@ class WireEncoder:
     """
 
     __slots__ = ("_base", "_resources", "_by_source", "count", "_span_kv", "_event_kv", "_events",
-                 "_phase_heads")
+                 "_held", "_names", "_timings")
 
     def __init__(self, base: Mapping[str, str]):
         self._base = dict(base)
         self._resources: dict[str, bytes] = {}
         self._by_source: dict[str, tuple[Source, list[bytes]]] = {}
         self.count = 0
-        self._span_kv = KeyValues(_SPAN_ATTRS)
-        self._event_kv = KeyValues(_EVENT_ATTRS)
-        self._events: dict[int, tuple[SpanEvent, bytes]] = {}  # id → (event, field bytes)
-        self._phase_heads: dict[str, bytes] = {}
+        self._span_kv = KeyValues(_SPAN_ATTRS).kv
+        self._event_kv = KeyValues(_EVENT_ATTRS).kv
+        # Encoded events by identity. `_held` keeps each one alive while it is cached, so its
+        # id cannot be reused by another object meanwhile.
+        self._events: dict[int, bytes] = {}
+        self._held: list[SpanEvent] = []
+        self._names: dict[bytes, dict[str, bytes]] = {}  # tag → name → field
+        self._timings: dict[tuple, bytes] = {}  # (start, end) timing → their attributes, encoded
 
     def add(self, timeline: Timeline) -> int:
         entry = self._by_source.get(timeline.source.key)
@@ -218,46 +233,62 @@ class WireEncoder:
             res = self._resources[source.key] = field(b"\x0a", b"".join(kv.all({**self._base, **source.resource})))
         return res
 
-    def _event(self, e: SpanEvent) -> bytes:
-        """Span.events field. Shared events are encoded once (keyed by identity; the entry
-        holds the event, so its id cannot be reused while cached)."""
-        cached = self._events.get(id(e))
-        if cached is not None and cached[0] is e:
-            return cached[1]
-        body = [b"\x09", _pack_fixed64(e.ts_ns), field(b"\x12", e.name.encode())]
-        body += self._event_kv.all(e.attrs)
-        b = field(_EVENT, b"".join(body))
-        if len(self._events) >= _CACHE_LIMIT:
-            self._events.clear()
-        self._events[id(e)] = (e, b)
+    def _name(self, tag: bytes, name: str) -> bytes:
+        """A name field (Span.name: tag 0x2A, Event.name: 0x12), encoded once per name."""
+        names = self._names.get(tag)
+        if names is None:
+            names = self._names[tag] = {}
+        b = names.get(name)
+        if b is None:
+            b = names[name] = field(tag, name.encode())
         return b
 
-    def _phase_head(self, name: str) -> bytes:
-        head = self._phase_heads.get(name)
-        if head is None:
-            head = self._phase_heads[name] = _name(name) + _KIND_INTERNAL
-        return head
+    def _event(self, e: SpanEvent) -> bytes:
+        """A Span.events field, encoded and cached: an event shared by many spans (gauges,
+        incidents) is encoded once. Callers look in `_events` first."""
+        kv = self._event_kv
+        body = _pack_fixed64(0x09, e.ts_ns) + self._name(b"\x12", e.name)
+        for k, v in e.attrs.items():
+            body += kv(k, v)
+        b = _EVENT + varint(len(body)) + body
+        if len(self._held) >= _CACHE_LIMIT:
+            self._events.clear()
+            self._held.clear()
+        self._events[id(e)] = b
+        self._held.append(e)
+        return b
+
+    def _timing(self, start: str, end: str, phase: bool) -> bytes:
+        """`vllm.timing` (phases only), `vllm.timing.start`, `vllm.timing.end`, encoded."""
+        key = (start, end, phase)
+        b = self._timings.get(key)
+        if b is None:
+            kv = self._span_kv
+            b = kv("vllm.timing.start", start) + kv("vllm.timing.end", end)
+            if phase:
+                b = kv("vllm.timing", _phase_timing(start, end)) + b
+            self._timings[key] = b
+        return b
 
     def _request(self, t: RequestTimeline, out: list[bytes]) -> int:
         tid = trace_id(t.source.key, "request", t.request_id, t.occurrence)
         root_id = span_id(tid + t.occurrence.encode(), "vllm.request")
-        kv = self._span_kv.kv
-        event = self._event
+        kv = self._span_kv
+        cached, event = self._events.get, self._event
 
+        parts = [_TRACE_ID, tid, _SPAN_ID, root_id, _ROOT_HEAD, _pack_times(0x39, t.start_ns, 0x41, t.end_ns)]
         attrs = t.attrs
         if "vllm.timing.start" in attrs or "vllm.timing.end" in attrs:  # keep the reference's order
             attrs = dict(attrs)
             attrs["vllm.timing.start"] = t.start_timing
             attrs["vllm.timing.end"] = t.end_timing
-            parts = [_TRACE_ID, tid, _SPAN_ID, root_id, _ROOT_HEAD, _pack_times(0x39, t.start_ns, 0x41, t.end_ns)]
             parts += [kv(k, v) for k, v in attrs.items()]
         else:
-            parts = [_TRACE_ID, tid, _SPAN_ID, root_id, _ROOT_HEAD, _pack_times(0x39, t.start_ns, 0x41, t.end_ns)]
             parts += [kv(k, v) for k, v in attrs.items()]
-            parts += (kv("vllm.timing.start", t.start_timing), kv("vllm.timing.end", t.end_timing))
-        parts += [event(e) for e in t.events]
+            parts.append(self._timing(t.start_timing, t.end_timing, False))
+        parts += [cached(id(e)) or event(e) for e in t.events]
         if t.dropped_events:
-            parts += (bytes((_DROPPED_EVENTS,)), varint(t.dropped_events))
+            parts += (_DROPPED_EVENTS, varint(t.dropped_events))
         if t.error_type:
             status = field(b"\x12", t.error_message.encode()) if t.error_message else b""
             parts.append(field(_STATUS, status + _STATUS_ERROR))
@@ -266,21 +297,21 @@ class WireEncoder:
 
         for p in t.phases:
             parts = [_TRACE_ID, tid, _SPAN_ID, span_id(root_id, p.name, p.index), _PARENT_ID, root_id,
-                     self._phase_head(p.name), _pack_times(0x39, p.start_ns, 0x41, p.end_ns)]
+                     self._name(b"\x2a", p.name), _KIND_INTERNAL, _pack_times(0x39, p.start_ns, 0x41, p.end_ns)]
             attrs = p.attrs
             if "vllm.timing" in attrs or "vllm.timing.start" in attrs or "vllm.timing.end" in attrs:
                 attrs = dict(attrs)
-                attrs["vllm.timing"] = _phase_timing(p)
+                attrs["vllm.timing"] = _phase_timing(p.start_timing, p.end_timing)
                 attrs["vllm.timing.start"] = p.start_timing
                 attrs["vllm.timing.end"] = p.end_timing
                 parts += [kv(k, v) for k, v in attrs.items()]
             else:
                 parts += [kv(k, v) for k, v in attrs.items()]
-                parts += (kv("vllm.timing", _phase_timing(p)), kv("vllm.timing.start", p.start_timing),
-                          kv("vllm.timing.end", p.end_timing))
-            parts += [event(e) for e in p.events]
+                parts.append(self._timing(p.start_timing, p.end_timing, True))
+            if p.events:
+                parts += [cached(id(e)) or event(e) for e in p.events]
             if p.dropped_events:
-                parts += (bytes((_DROPPED_EVENTS,)), varint(p.dropped_events))
+                parts += (_DROPPED_EVENTS, varint(p.dropped_events))
             span = b"".join(parts)
             out += (_SPAN_IN_SCOPE, varint(len(span)), span)
         return 1 + len(t.phases)
@@ -288,12 +319,12 @@ class WireEncoder:
     def _engine(self, t: EngineTimeline, out: list[bytes]) -> int:
         tid = trace_id(t.source.key, "engine", t.kind, t.occurrence)
         message = t.message.encode()
-        exc = [b"\x09", _pack_fixed64(t.end_ns), field(b"\x12", b"exception")]
-        exc += self._event_kv.all({"exception.type": t.attrs.get("exception.type", t.kind),
-                                   "exception.message": t.message})
+        kv = self._event_kv
+        exc = [_pack_fixed64(0x09, t.end_ns), field(b"\x12", b"exception"),
+               kv("exception.type", t.attrs.get("exception.type", t.kind)), kv("exception.message", t.message)]
         parts = [_TRACE_ID, tid, _SPAN_ID, span_id(tid, "vllm.engine"), _ENGINE_HEAD,
                  _pack_times(0x39, t.start_ns, 0x41, t.end_ns)]
-        parts += self._span_kv.all(t.attrs)
+        parts += [self._span_kv(k, v) for k, v in t.attrs.items()]
         parts.append(field(_EVENT, b"".join(exc)))
         parts.append(field(_STATUS, (field(b"\x12", message) if message else b"") + _STATUS_ERROR))
         span = b"".join(parts)
