@@ -12,7 +12,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from bridge.assemble.timeline import SpanEvent
-from bridge.export.otlp import ProtoEncoder, any_value
+from bridge.export.otlp import any_value
+from bridge.export.reference import ProtoEncoder
 from bridge.export.wire import KeyValues, WireEncoder, span_count, varint
 from bridge.pipeline import ReplayConfig, replay
 from bridge.synth import SynthConfig, write_file

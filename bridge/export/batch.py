@@ -30,7 +30,7 @@ class OtlpSink:
                  encoder=WireEncoder):
         self.stats = ExportStats()
         self._transport = transport
-        self._builder = encoder(resource)  # wire.WireEncoder, or otlp.ProtoEncoder (reference)
+        self._builder = encoder(resource)  # wire.WireEncoder, or reference.ProtoEncoder
         self._max_batch = max_batch
         self._failed = False
 

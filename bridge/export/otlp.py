@@ -1,10 +1,8 @@
-"""Timelines → OTLP protobuf messages, built from the `opentelemetry-proto` stubs: the
-reference encoding.
+"""Timelines → OTLP protobuf messages, built directly from the `opentelemetry-proto` stubs.
 
-This is the readable statement of how a timeline maps onto spans (ids are deterministic, see
-`ids`). `wire.WireEncoder` writes the same spans straight to wire bytes at a fraction of the
-cost and is what the bridge sends by default; tests decode its bytes and compare them with the
-messages built here. Shipping either is `transport`'s job.
+The SDK's span objects would cost several times more per span and would pick their own ids;
+here ids are deterministic (see `ids`) and a timeline maps onto spans in one pass. Shipping
+the messages is `transport`'s job, so the encoding can change without touching delivery.
 """
 
 from __future__ import annotations
@@ -17,10 +15,9 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, Instr
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
 
-from bridge.assemble.timeline import EngineTimeline, RequestTimeline, SpanEvent, Timeline
+from bridge.assemble.timeline import EngineTimeline, RequestTimeline, SpanEvent
 from bridge.decode.source import Source
 from bridge.export.ids import span_id, trace_id
-from bridge.export.wire import EncodedRequest
 
 SCOPE = InstrumentationScope(name="vllm-trace-bridge", version="0.1.0")
 _SERVER, _INTERNAL = Span.SpanKind.SPAN_KIND_SERVER, Span.SpanKind.SPAN_KIND_INTERNAL
@@ -138,26 +135,3 @@ class RequestBuilder:
         self._by_source = {}
         self.count = 0
         return req
-
-
-class ProtoEncoder:
-    """The reference encoder, with `wire.WireEncoder`'s interface: builds proto messages and
-    serialises them with the protobuf runtime. Slow (~120 µs per span); kept selectable."""
-
-    __slots__ = ("_builder",)
-
-    def __init__(self, base: Mapping[str, str]):
-        self._builder = RequestBuilder(base)
-
-    @property
-    def count(self) -> int:
-        return self._builder.count
-
-    def add(self, timeline: Timeline) -> int:
-        spans = request_spans(timeline) if isinstance(timeline, RequestTimeline) else engine_spans(timeline)
-        self._builder.add(timeline.source, spans)
-        return len(spans)
-
-    def take(self) -> EncodedRequest:
-        n = self._builder.count
-        return EncodedRequest(self._builder.take().SerializeToString(), n)

@@ -178,7 +178,7 @@ def _phase_timing(start: str, end: str) -> str:
 class WireEncoder:
     """Accumulates spans per source as wire bytes; `take()` gives one EncodedRequest.
 
-    Same interface as `otlp.ProtoEncoder`: `add(timeline) -> spans added`, `count`, `take()`.
+    Same interface as `reference.ProtoEncoder`: `add(timeline) -> spans added`, `count`, `take()`.
     """
 
     __slots__ = ("_base", "_resources", "_by_source", "count", "_span_kv", "_event_kv", "_events",
