@@ -5,6 +5,8 @@ everything else in the bridge together. The OTLP trace schema is small and fixed
 module writes its wire format itself (protobuf encoding: tag, varint length, body) for exactly
 the messages the bridge sends: ExportTraceServiceRequest → ResourceSpans → (Resource,
 ScopeSpans → InstrumentationScope, Span → KeyValue/AnyValue/ArrayValue, Event, Status).
+Request spans, nearly all of the volume, are written here; the rare engine-incident spans are
+built by the reference mapping and serialised one by one.
 
 What makes it cheap:
 - every KeyValue whose value repeats (strings, ints, flags, diagnosis lists) is encoded once
@@ -165,7 +167,6 @@ _SPAN_IN_SCOPE = b"\x12"      # ScopeSpans.spans
 
 
 _ROOT_HEAD = field(b"\x2a", b"vllm.request") + _KIND_SERVER  # Span.name and Span.kind
-_ENGINE_HEAD = field(b"\x2a", b"vllm.engine") + _KIND_INTERNAL
 _SCOPE = field(b"\x0a", field(b"\x0a", SCOPE_NAME.encode()) + field(b"\x12", SCOPE_VERSION.encode()))
 
 
@@ -317,16 +318,12 @@ class WireEncoder:
         return 1 + len(t.phases)
 
     def _engine(self, t: EngineTimeline, out: list[bytes]) -> int:
-        tid = trace_id(t.source.key, "engine", t.kind, t.occurrence)
-        message = t.message.encode()
-        kv = self._event_kv
-        exc = [_pack_fixed64(0x09, t.end_ns), field(b"\x12", b"exception"),
-               kv("exception.type", t.attrs.get("exception.type", t.kind)), kv("exception.message", t.message)]
-        parts = [_TRACE_ID, tid, _SPAN_ID, span_id(tid, "vllm.engine"), _ENGINE_HEAD,
-                 _pack_times(0x39, t.start_ns, 0x41, t.end_ns)]
-        parts += [self._span_kv(k, v) for k, v in t.attrs.items()]
-        parts.append(field(_EVENT, b"".join(exc)))
-        parts.append(field(_STATUS, (field(b"\x12", message) if message else b"") + _STATUS_ERROR))
-        span = b"".join(parts)
-        out += (_SPAN_IN_SCOPE, varint(len(span)), span)
-        return 1
+        """Engine incidents are rare (a handful per log): they go through the reference mapping
+        itself, serialised span by span, so the two can never drift apart."""
+        from bridge.export.otlp import engine_spans
+
+        spans = engine_spans(t)
+        for s in spans:
+            b = s.SerializeToString()
+            out += (_SPAN_IN_SCOPE, varint(len(b)), b)
+        return len(spans)
