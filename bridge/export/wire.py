@@ -103,6 +103,7 @@ class KeyValues:
         whole: dict = {}
         pack_double = _pack_double
         limit = _CACHE_LIMIT
+        one_byte = _ONE_BYTE
 
         def encode(k: str, v) -> bytes:
             key = keys.get(k)
@@ -114,6 +115,25 @@ class KeyValues:
 
         def kv(k: str, v) -> bytes:
             t = type(v)
+            if t is str:  # the commonest miss (request and block ids): written out inline
+                cache_key = (k, v)
+                b = whole.get(cache_key)
+                if b is None:
+                    key = keys.get(k)
+                    if key is None:
+                        key = field(b"\x0a", k.encode())
+                    vb = v.encode()
+                    n = len(vb)
+                    if n < 126:
+                        body = key + b"\x12" + one_byte[n + 2] + b"\x0a" + one_byte[n] + vb
+                    else:
+                        value = b"\x0a" + varint(n) + vb
+                        body = key + b"\x12" + varint(len(value)) + value
+                    b = tag_byte + varint(len(body)) + body
+                    if len(whole) >= limit:
+                        whole.clear()
+                    whole[cache_key] = b
+                return b
             if t is float:
                 prefix = floats.get(k)
                 if prefix is None:
@@ -122,7 +142,7 @@ class KeyValues:
                     key = field(b"\x0a", k.encode())
                     prefix = floats[k] = tag_byte + varint(len(key) + 11) + key + b"\x12\x09\x21"
                 return prefix + pack_double(v)
-            if t is str or t is int:
+            if t is int:
                 cache_key = (k, v)
             elif t is list:
                 # Only all-string lists (diagnoses) are stored, so [True] cannot hit [1]'s entry.
@@ -183,7 +203,7 @@ class WireEncoder:
     """
 
     __slots__ = ("_base", "_resources", "_by_source", "count", "_span_kv", "_event_kv", "_events",
-                 "_held", "_names", "_timings")
+                 "_held", "_names", "_event_names", "_timings")
 
     def __init__(self, base: Mapping[str, str]):
         self._base = dict(base)
@@ -197,6 +217,7 @@ class WireEncoder:
         self._events: dict[int, bytes] = {}
         self._held: list[SpanEvent] = []
         self._names: dict[bytes, dict[str, bytes]] = {}  # tag → name → field
+        self._event_names: dict[str, bytes] = {}
         self._timings: dict[tuple, bytes] = {}  # (start, end) timing → their attributes, encoded
 
     def add(self, timeline: Timeline) -> int:
@@ -247,16 +268,20 @@ class WireEncoder:
     def _event(self, e: SpanEvent) -> bytes:
         """A Span.events field, encoded and cached: an event shared by many spans (gauges,
         incidents) is encoded once. Callers look in `_events` first."""
+        name = self._event_names.get(e.name)
+        if name is None:
+            name = self._event_names[e.name] = field(b"\x12", e.name.encode())
         kv = self._event_kv
-        body = _pack_fixed64(0x09, e.ts_ns) + self._name(b"\x12", e.name)
+        body = _pack_fixed64(0x09, e.ts_ns) + name
         for k, v in e.attrs.items():
             body += kv(k, v)
         b = _EVENT + varint(len(body)) + body
-        if len(self._held) >= _CACHE_LIMIT:
+        held = self._held
+        if len(held) >= _CACHE_LIMIT:
             self._events.clear()
-            self._held.clear()
+            held.clear()
         self._events[id(e)] = b
-        self._held.append(e)
+        held.append(e)
         return b
 
     def _timing(self, start: str, end: str, phase: bool) -> bytes:
