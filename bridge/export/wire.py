@@ -266,8 +266,7 @@ class WireEncoder:
         return b
 
     def _event(self, e: SpanEvent) -> bytes:
-        """A Span.events field, encoded and cached: an event shared by many spans (gauges,
-        incidents) is encoded once. Callers look in `_events` first."""
+        """A Span.events field."""
         name = self._event_names.get(e.name)
         if name is None:
             name = self._event_names[e.name] = field(b"\x12", e.name.encode())
@@ -275,7 +274,12 @@ class WireEncoder:
         body = _pack_fixed64(0x09, e.ts_ns) + name
         for k, v in e.attrs.items():
             body += kv(k, v)
-        b = _EVENT + varint(len(body)) + body
+        return _EVENT + varint(len(body)) + body
+
+    def _shared_event(self, e: SpanEvent) -> bytes:
+        """`_event`, cached by identity: an event shared by many spans (queue and GPU gauges,
+        engine incidents: all on root spans) is encoded once. Callers look in `_events` first."""
+        b = self._event(e)
         held = self._held
         if len(held) >= _CACHE_LIMIT:
             self._events.clear()
@@ -300,7 +304,7 @@ class WireEncoder:
         tid = trace_id(t.source.key, "request", t.request_id, t.occurrence)
         root_id = span_id(tid + t.occurrence.encode(), "vllm.request")
         kv = self._span_kv
-        cached, event = self._events.get, self._event
+        cached, shared, event = self._events.get, self._shared_event, self._event
 
         parts = [_TRACE_ID, tid, _SPAN_ID, root_id, _ROOT_HEAD, _pack_times(0x39, t.start_ns, 0x41, t.end_ns)]
         attrs = t.attrs
@@ -312,7 +316,7 @@ class WireEncoder:
         else:
             parts += [kv(k, v) for k, v in attrs.items()]
             parts.append(self._timing(t.start_timing, t.end_timing, False))
-        parts += [cached(id(e)) or event(e) for e in t.events]
+        parts += [cached(id(e)) or shared(e) for e in t.events]
         if t.dropped_events:
             parts += (_DROPPED_EVENTS, varint(t.dropped_events))
         if t.error_type:
@@ -334,8 +338,8 @@ class WireEncoder:
             else:
                 parts += [kv(k, v) for k, v in attrs.items()]
                 parts.append(self._timing(p.start_timing, p.end_timing, True))
-            if p.events:
-                parts += [cached(id(e)) or event(e) for e in p.events]
+            if p.events:  # KV block events: each belongs to this request alone
+                parts += [event(e) for e in p.events]
             if p.dropped_events:
                 parts += (_DROPPED_EVENTS, varint(p.dropped_events))
             span = b"".join(parts)
