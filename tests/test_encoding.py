@@ -106,7 +106,7 @@ def test_dropped_events_and_attribute_corner_cases(tmp_path):
 def test_any_value_matches_the_proto_stubs(value):
     kv = KeyValues(0x0A)
     first, again = kv.kv("k", value), kv.kv("k", value)  # the second comes from the cache
-    assert first == again
+    assert first == again == kv.all({"k": value})[0]  # and the batch path's lookups agree
     from opentelemetry.proto.resource.v1.resource_pb2 import Resource
     got = Resource.FromString(first).attributes[0]
     want = any_value(value)
@@ -119,6 +119,10 @@ def test_cached_values_never_confuse_types():
     assert kv.kv("k", 1) != kv.kv("k", True)
     assert kv.kv("k", ["1"]) != kv.kv("k", "1")
     assert kv.kv("k", [True]) != kv.kv("k", [1])
+    one, true, one_float, text = kv.kv("k", 1), kv.kv("k", True), kv.kv("k", 1.0), kv.kv("k", "1")
+    assert kv.all({"k": 1}) == [one] and kv.all({"k": True}) == [true]
+    assert kv.all({"k": 1.0}) == [one_float] and kv.all({"k": "1"}) == [text]
+    assert len({one, true, one_float, text}) == 4
 
 
 @pytest.mark.parametrize("n", [0, 1, 127, 128, 300, 16383, 16384, 2**32, 2**64 - 1])

@@ -94,7 +94,7 @@ class KeyValues:
     cached whole, keyed by (key, value); every cache is bounded (cleared when full).
     """
 
-    __slots__ = ("kv",)
+    __slots__ = ("kv", "extend")
 
     def __init__(self, tag: int) -> None:
         tag_byte = bytes((tag,))
@@ -170,11 +170,27 @@ class KeyValues:
                 b = whole[cache_key] = encode(k, v)
             return b
 
+        def extend(out: list[bytes], attrs: Mapping) -> None:
+            """`out += [kv(k, v) for k, v in attrs.items()]`, with the cache hits (most
+            attributes) looked up here instead of in one call per attribute."""
+            get = whole.get
+            for k, v in attrs.items():
+                t = type(v)
+                if t is float:
+                    prefix = floats.get(k)
+                    out.append(prefix + pack_double(v) if prefix is not None else kv(k, v))
+                elif t is int or t is str:
+                    out.append(get((k, v)) or kv(k, v))
+                else:
+                    out.append(kv(k, v))
+
         self.kv = kv
+        self.extend = extend
 
     def all(self, attrs: Mapping) -> list[bytes]:
-        kv = self.kv
-        return [kv(k, v) for k, v in attrs.items()]
+        out: list[bytes] = []
+        self.extend(out, attrs)
+        return out
 
 
 # Field tags (field number << 3 | wire type) of the messages written here.
@@ -203,14 +219,15 @@ class WireEncoder:
     """
 
     __slots__ = ("_base", "_resources", "_by_source", "count", "_span_kv", "_event_kv", "_events",
-                 "_held", "_names", "_event_names", "_timings")
+                 "_held", "_names", "_event_names", "_timings", "_span_extend")
 
     def __init__(self, base: Mapping[str, str]):
         self._base = dict(base)
         self._resources: dict[str, bytes] = {}
         self._by_source: dict[str, tuple[Source, list[bytes]]] = {}
         self.count = 0
-        self._span_kv = KeyValues(_SPAN_ATTRS).kv
+        span_kv = KeyValues(_SPAN_ATTRS)
+        self._span_kv, self._span_extend = span_kv.kv, span_kv.extend
         self._event_kv = KeyValues(_EVENT_ATTRS).kv
         # Encoded events by identity. `_held` keeps each one alive while it is cached, so its
         # id cannot be reused by another object meanwhile.
@@ -303,7 +320,7 @@ class WireEncoder:
     def _request(self, t: RequestTimeline, out: list[bytes]) -> int:
         tid = trace_id(t.source.key, "request", t.request_id, t.occurrence)
         root_id = span_id(tid + t.occurrence.encode(), "vllm.request")
-        kv = self._span_kv
+        kv, extend = self._span_kv, self._span_extend
         cached, shared, event = self._events.get, self._shared_event, self._event
 
         parts = [_TRACE_ID, tid, _SPAN_ID, root_id, _ROOT_HEAD, _pack_times(0x39, t.start_ns, 0x41, t.end_ns)]
@@ -312,9 +329,9 @@ class WireEncoder:
             attrs = dict(attrs)
             attrs["vllm.timing.start"] = t.start_timing
             attrs["vllm.timing.end"] = t.end_timing
-            parts += [kv(k, v) for k, v in attrs.items()]
+            extend(parts, attrs)
         else:
-            parts += [kv(k, v) for k, v in attrs.items()]
+            extend(parts, attrs)
             parts.append(self._timing(t.start_timing, t.end_timing, False))
         parts += [cached(id(e)) or shared(e) for e in t.events]
         if t.dropped_events:
@@ -334,9 +351,9 @@ class WireEncoder:
                 attrs["vllm.timing"] = _phase_timing(p.start_timing, p.end_timing)
                 attrs["vllm.timing.start"] = p.start_timing
                 attrs["vllm.timing.end"] = p.end_timing
-                parts += [kv(k, v) for k, v in attrs.items()]
+                extend(parts, attrs)
             else:
-                parts += [kv(k, v) for k, v in attrs.items()]
+                extend(parts, attrs)
                 parts.append(self._timing(p.start_timing, p.end_timing, True))
             if p.events:  # KV block events: each belongs to this request alone
                 parts += [event(e) for e in p.events]
