@@ -209,7 +209,7 @@ def main() -> None:
         finally:
             rx.terminate()
             received = rx.communicate(timeout=120)[0].strip()
-        note = f"{n:,} lines, {runs[0]['spans']:,} spans; receiver got {received}"
+        note = f"{n:,} lines, {runs[0]['spans']:,} spans per run; receiver, all runs: {received}"
         rows += [
             _row("replay CPU-µs per line (whole process)", [r["us_per_line"] for r in runs], ".2f", note),
             _row("replay lines per CPU-second", [r["lines_per_s"] for r in runs], ",.0f"),
