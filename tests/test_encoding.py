@@ -4,6 +4,7 @@ stubs, are the very messages `otlp.request_spans` / `engine_spans` build."""
 from __future__ import annotations
 
 import copy
+import os
 
 import pytest
 from hypothesis import given, settings
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
+import bridge
 from bridge.assemble.timeline import SpanEvent
 from bridge.export.otlp import any_value
 from bridge.export.reference import ProtoEncoder
@@ -18,7 +20,7 @@ from bridge.export.wire import KeyValues, WireEncoder, span_count, varint
 from bridge.pipeline import ReplayConfig, replay
 from bridge.synth import SynthConfig, write_file
 
-SAMPLE = "bridge/samples/seed.log"
+SAMPLE = os.path.join(os.path.dirname(bridge.__file__), "samples", "seed.log")
 RESOURCE = {"service.name": "vllm", "host.name": "node-1", "k8s.node.name": "n1"}
 
 
