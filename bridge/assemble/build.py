@@ -9,6 +9,7 @@ line that proves it began.
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from bridge.assemble.diagnosis import Thresholds, diagnose
@@ -91,8 +92,12 @@ def request_timeline(r: RequestState, source: Source, thresholds: Thresholds) ->
     if r.terminal_ns is not None and r.last_free_ns is not None:
         phases.append(Phase("freed", 0, r.terminal_ns, r.last_free_ns, OBSERVED, OBSERVED))
 
-    start = min(low, r.first_ns, *(p.start_ns for p in phases))
-    stop = max(end, r.last_ns, *(p.end_ns for p in phases))
+    start, stop = min(low, r.first_ns), max(end, r.last_ns)
+    for p in phases:
+        if p.start_ns < start:
+            start = p.start_ns
+        if p.end_ns > stop:
+            stop = p.end_ns
     for p in phases:  # lines whose stamps run backwards must not turn a span inside out
         if p.end_ns < p.start_ns:
             p.end_ns, p.end_timing = p.start_ns, INFERRED
@@ -101,9 +106,9 @@ def request_timeline(r: RequestState, source: Source, thresholds: Thresholds) ->
     dropped += r.block_dropped
 
     attrs = _request_attrs(r, thresholds, arrival, sched0)
-    timing = [p.start_timing for p in phases] + [p.end_timing for p in phases]
-    attrs["vllm.timing"] = INFERRED if INFERRED in timing or end_timing == INFERRED else (
-        REPORTED if arrival is not None else OBSERVED)
+    inferred = end_timing == INFERRED or any(
+        p.start_timing == INFERRED or p.end_timing == INFERRED for p in phases)
+    attrs["vllm.timing"] = INFERRED if inferred else (REPORTED if arrival is not None else OBSERVED)
     root_events.sort(key=_event_ts)
     return RequestTimeline(
         source=source, request_id=r.request_id, occurrence=r.occurrence,
@@ -115,26 +120,22 @@ def request_timeline(r: RequestState, source: Source, thresholds: Thresholds) ->
     )
 
 
-def _event_ts(e: SpanEvent) -> int:
-    return e.ts_ns
+_event_ts = attrgetter("ts_ns")
 
 
 def _place_block_events(events, phases: list[Phase], root_events: list[SpanEvent]) -> int:
     """Put each KV block event on its phase (EVENT_CAP per span); return how many were dropped."""
-    by_name: dict[str, list[Phase]] = {}
-    for p in phases:
-        by_name.setdefault(p.name, []).append(p)
+    candidates = [p for name in _BLOCK_PLACEMENT for p in phases if p.name == name]  # in placement order
     root_blocks = 0
     dropped = 0
     for e in events:
-        target = None
-        for name in _BLOCK_PLACEMENT:
-            for p in by_name.get(name, ()):
-                if p.start_ns <= e.ts_ns < p.end_ns or (name == "freed" and e.ts_ns == p.end_ns):
-                    target = p
-                    break
-            if target is not None:
+        ts = e.ts_ns
+        for p in candidates:
+            if p.start_ns <= ts < p.end_ns or (ts == p.end_ns and p.name == "freed"):
+                target = p
                 break
+        else:
+            target = None
         if target is None:
             if root_blocks < EVENT_CAP:
                 root_events.append(e)

@@ -1,13 +1,13 @@
-"""The OTLP sink: timelines in, batched ExportTraceServiceRequests out through a Transport."""
+"""The OTLP sink: timelines in, batched encoded ExportTraceServiceRequests out through a Transport."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from bridge.assemble.timeline import RequestTimeline, Timeline
-from bridge.export.otlp import RequestBuilder, engine_spans, request_spans
+from bridge.assemble.timeline import Timeline
 from bridge.export.transport import Transport
+from bridge.export.wire import WireEncoder, span_count
 
 
 @dataclass(slots=True)
@@ -26,10 +26,11 @@ class OtlpSink:
     can report exactly what was not delivered instead of hammering a dead receiver.
     """
 
-    def __init__(self, transport: Transport, resource: Mapping[str, str], max_batch: int = 1024):
+    def __init__(self, transport: Transport, resource: Mapping[str, str], max_batch: int = 1024,
+                 encoder=WireEncoder):
         self.stats = ExportStats()
         self._transport = transport
-        self._builder = RequestBuilder(resource)
+        self._builder = encoder(resource)  # wire.WireEncoder, or reference.ProtoEncoder
         self._max_batch = max_batch
         self._failed = False
 
@@ -38,11 +39,10 @@ class OtlpSink:
         return self._failed
 
     def __call__(self, timeline: Timeline) -> None:
-        spans = request_spans(timeline) if isinstance(timeline, RequestTimeline) else engine_spans(timeline)
         if self._failed:
-            self.stats.spans_failed += len(spans)
+            self.stats.spans_failed += span_count(timeline)
             return
-        self._builder.add(timeline.source, spans)
+        self._builder.add(timeline)
         if self._builder.count >= self._max_batch:
             self.flush()
 

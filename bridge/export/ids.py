@@ -6,17 +6,30 @@ Ids derive from (source identity, request id, occurrence, phase, index).
 
 from __future__ import annotations
 
+from functools import lru_cache
 from hashlib import blake2b
 
 _PERSON = b"vllm-trace-bri"  # blake2b personalisation: ids differ from any other blake2b use
+_TRACE_HASH = blake2b(digest_size=16, person=_PERSON)  # copied per id: cheaper than a new one
+_SPAN_HASH = blake2b(digest_size=8, person=_PERSON)
+_ZERO_TRACE, _ZERO_SPAN = bytes(16), bytes(8)
 
 
 def trace_id(source_key: str, kind: str, request_id: str, occurrence: str) -> bytes:
-    h = blake2b(f"{source_key}\x1f{kind}\x1f{request_id}\x1f{occurrence}".encode(), digest_size=16, person=_PERSON)
+    h = _TRACE_HASH.copy()
+    h.update(f"{source_key}\x1f{kind}\x1f{request_id}\x1f{occurrence}".encode())
     d = h.digest()
-    return d if any(d) else b"\x00" * 15 + b"\x01"  # all-zero ids are invalid in OTLP
+    return d if d != _ZERO_TRACE else b"\x00" * 15 + b"\x01"  # all-zero ids are invalid in OTLP
+
+
+@lru_cache(maxsize=256)
+def _suffix(name: str, index: int) -> bytes:
+    return f"{name}\x1f{index}".encode()
 
 
 def span_id(trace: bytes, name: str, index: int = 0) -> bytes:
-    d = blake2b(trace + f"{name}\x1f{index}".encode(), digest_size=8, person=_PERSON).digest()
-    return d if any(d) else b"\x00" * 7 + b"\x01"
+    h = _SPAN_HASH.copy()
+    h.update(trace)
+    h.update(_suffix(name, index))
+    d = h.digest()
+    return d if d != _ZERO_SPAN else b"\x00" * 7 + b"\x01"

@@ -1,9 +1,11 @@
-"""Ship ready-made ExportTraceServiceRequests through the OpenTelemetry SDK's OTLP exporters.
+"""Ship ready-made, already serialised ExportTraceServiceRequests through the OpenTelemetry
+SDK's OTLP exporters.
 
 The SDK exporters already do what users rely on: retry with backoff on retryable codes, TLS
 and client certificates, headers, compression, timeouts, and every `OTEL_EXPORTER_OTLP_*`
-variable. They expect SDK span objects, though; these thin subclasses hand them an encoded
-request instead, so none of that delivery logic is written twice.
+variable. They expect SDK span objects, though; these thin subclasses hand them the encoded
+bytes instead (`wire.EncodedRequest`), so none of that delivery logic is written twice and the
+request is never turned back into a protobuf object.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from bridge.export.wire import EncodedRequest
 
 GRPC, HTTP = "grpc", "http/protobuf"
 PROTOCOLS = (GRPC, HTTP)
@@ -53,11 +55,30 @@ def destination(env: Mapping[str, str], endpoint: str | None = None, protocol: s
 class Transport:
     """`send(request) -> bool`: True once the receiver acknowledged it, after the SDK's retries."""
 
-    def send(self, request: ExportTraceServiceRequest) -> bool:  # pragma: no cover - interface
+    def send(self, request: EncodedRequest) -> bool:  # pragma: no cover - interface
         raise NotImplementedError
 
     def close(self) -> None:  # pragma: no cover - interface
         pass
+
+
+def _bytes_stub(channel):
+    """TraceServiceStub's Export method, sending bytes that are already the serialised request
+    (the stock stub would call ExportTraceServiceRequest.SerializeToString on them)."""
+    from types import SimpleNamespace
+
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+    return SimpleNamespace(Export=channel.unary_unary(
+        "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+        request_serializer=_payload,
+        response_deserializer=ExportTraceServiceResponse.FromString,
+        _registered_method=True,
+    ))
+
+
+def _payload(request: EncodedRequest) -> bytes:
+    return request.payload
 
 
 def _grpc_transport(endpoint: str) -> Transport:
@@ -65,13 +86,19 @@ def _grpc_transport(endpoint: str) -> Transport:
     from opentelemetry.sdk.trace.export import SpanExportResult
 
     class GrpcTransport(OTLPSpanExporter, Transport):
-        def _translate_data(self, data):  # already an ExportTraceServiceRequest
+        def __init__(self, **kwargs) -> None:
+            super().__init__(**kwargs)
+            # The exporter builds its stub from `_stub`, now and on every reconnect.
+            self._stub = _bytes_stub
+            self._client = self._stub(self._channel)
+
+        def _translate_data(self, data: EncodedRequest) -> EncodedRequest:  # already encoded
             return data
 
-        def _count_data(self, data) -> int:
-            return sum(len(ss.spans) for rs in data.resource_spans for ss in rs.scope_spans)
+        def _count_data(self, data: EncodedRequest) -> int:
+            return data.spans
 
-        def send(self, request: ExportTraceServiceRequest) -> bool:
+        def send(self, request: EncodedRequest) -> bool:
             return self._export(request) == SpanExportResult.SUCCESS
 
         def close(self) -> None:
@@ -86,8 +113,8 @@ def _http_transport(endpoint: str) -> Transport:
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
     class HttpTransport(OTLPSpanExporter, Transport):
-        def send(self, request: ExportTraceServiceRequest) -> bool:
-            return self._client.export(request.SerializeToString()).success
+        def send(self, request: EncodedRequest) -> bool:
+            return self._client.export(request.payload).success
 
         def close(self) -> None:
             self.shutdown()

@@ -44,6 +44,20 @@ def size_bytes(number: str, unit: str) -> int:
     return int(float(number) * _SIZE_UNITS[unit.lower()])
 
 
+_SIZE_MEMO: dict[tuple[str, str], int] = {}  # a log repeats a handful of block sizes
+
+
+def _size(number: str, unit: str | None) -> int:
+    """`size_bytes`, remembered (bounded: cleared when full)."""
+    key = (number, unit or "")
+    n = _SIZE_MEMO.get(key)
+    if n is None:
+        if len(_SIZE_MEMO) >= 4096:
+            _SIZE_MEMO.clear()
+        n = _SIZE_MEMO[key] = size_bytes(number, unit or "")
+    return n
+
+
 def duration_s(number: str, unit: str) -> float:
     return float(number) / _DURATION_DIVISORS[unit]
 
@@ -78,9 +92,10 @@ _HINT = re.compile(r"Possible causes: (.*)")
 
 
 def _summary(m: re.Match[str], msg: str) -> Event:
+    rid, prompt, generated, ttft, ttft_unit, itl, itl_unit, e2e, e2e_unit = m.groups()
     return RequestSummary(
-        m[1], int(m[2]), int(m[3]),
-        duration_s(m[4], m[5] or "s"), duration_s(m[6], m[7] or "s"), duration_s(m[8], m[9] or "s"),
+        rid, int(prompt), int(generated),
+        duration_s(ttft, ttft_unit or "s"), duration_s(itl, itl_unit or "s"), duration_s(e2e, e2e_unit or "s"),
     )
 
 
@@ -101,7 +116,10 @@ def _request(msg: str) -> Event | None:
 
 def _scheduling(msg: str) -> Event | None:
     m = _SCHEDULING.match(msg)
-    return Scheduled(m[1], int(m[2]), int(m[3]), int(m[4])) if m else None
+    if m is None:
+        return None
+    rid, priority, blocks, remaining = m.groups()
+    return Scheduled(rid, int(priority), int(blocks), int(remaining))
 
 
 def _preempting(msg: str) -> Event | None:
@@ -116,12 +134,18 @@ def _queue(msg: str) -> Event | None:
 
 def _allocated(msg: str) -> Event | None:
     m = _ALLOCATED.match(msg)
-    return BlockAllocated(m[1], m[2], size_bytes(m[3], m[4] or "")) if m else None
+    if m is None:
+        return None
+    block, rid, number, unit = m.groups()
+    return BlockAllocated(block, rid, _size(number, unit))
 
 
 def _freed(msg: str) -> Event | None:
     m = _FREED.match(msg)
-    return BlockFreed(m[1], m[2], m[3] or "") if m else None
+    if m is None:
+        return None
+    block, rid, reason = m.groups()
+    return BlockFreed(block, rid, reason or "")
 
 
 def _gpu(msg: str) -> Event | None:
