@@ -14,16 +14,14 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-
-from bridge.assemble.timeline import RequestTimeline, Timeline
-from bridge.export.otlp import RequestBuilder, engine_spans, request_spans
+from bridge.assemble.timeline import Timeline
 from bridge.export.transport import Transport
+from bridge.export.wire import EncodedRequest, WireEncoder
 
 
 @dataclass(slots=True)
 class Batch:
-    request: ExportTraceServiceRequest
+    request: EncodedRequest
     spans: int
     tokens: list            # opaque delivery tokens, handed back with the ack
     created: float
@@ -107,7 +105,12 @@ class Sender:
         backoff = 0.5
         while True:
             start = time.monotonic()
-            if self._transport.send(batch.request):
+            try:
+                sent = self._transport.send(batch.request)
+            except Exception as exc:  # a bug or an odd transport error must not kill the sender
+                self._log.error("export_error", error=repr(exc))
+                sent = False
+            if sent:
                 self.stats.spans_sent += batch.spans
                 self.stats.batches_sent += 1
                 self.stats.latencies.append(time.monotonic() - start)
@@ -151,17 +154,16 @@ class Sender:
 class Batcher:
     """Encodes timelines into the current batch; `take()` when it is full or old enough."""
 
-    def __init__(self, resource, max_spans: int) -> None:
-        self._builder = RequestBuilder(resource)
+    def __init__(self, resource, max_spans: int, encoder=WireEncoder) -> None:
+        self._builder = encoder(resource)
         self._tokens: list = []
         self._max = max_spans
         self._since: float | None = None
 
     def add(self, timeline: Timeline, token) -> None:
-        spans = request_spans(timeline) if isinstance(timeline, RequestTimeline) else engine_spans(timeline)
         if self._since is None:
             self._since = time.monotonic()
-        self._builder.add(timeline.source, spans)
+        self._builder.add(timeline)
         self._tokens.append(token)
 
     def due(self, max_delay: float) -> bool:
@@ -177,8 +179,8 @@ class Batcher:
         return self._builder.count == 0 and not self._tokens
 
     def take(self) -> Batch:
-        n = self._builder.count
-        batch = Batch(self._builder.take(), n, self._tokens, self._since or time.monotonic())
+        request = self._builder.take()
+        batch = Batch(request, request.spans, self._tokens, self._since or time.monotonic())
         self._tokens = []
         self._since = None
         return batch
