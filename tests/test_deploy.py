@@ -7,6 +7,7 @@ the image's install step runs as a script in a fresh virtualenv.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -23,6 +24,16 @@ ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 CHART = DEPLOY / "helm" / "vllm-trace-bridge"
 BIN = Path(sys.executable).parent
+
+
+def _load_render():
+    spec = importlib.util.spec_from_file_location("deploy_render", DEPLOY / "render.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+render = _load_render()
 
 
 def _tool(name: str) -> str:
@@ -131,7 +142,7 @@ def test_image_install_steps_give_a_working_agent(tmp_path):
         state = tmp_path / "state"
         state.mkdir()
         config = tmp_path / "config.yaml"
-        config.write_text("containers: ['*vllm*']\nlisten: 0.0.0.0:9464\n")
+        config.write_text(_configmap_config())
         proc = subprocess.run([str(exe), "run", "--config", str(config), "--print-config",
                                "--state-dir", str(state)], capture_output=True, text=True, env=env, timeout=60)
         assert proc.returncode == 0, proc.stderr
@@ -165,9 +176,249 @@ def test_healthcheck_script_probes_healthz(tmp_path):
     assert down.returncode == 1
 
 
+# --- Helm chart -----------------------------------------------------------------------------
+
+# Kubernetes versions the chart supports: the oldest (Chart.yaml kubeVersion) and the newest
+# whose schemas kubernetes-validate bundles.
+KUBE_VERSIONS = ["1.28.0", "latest"]
+
+NON_DEFAULT = {
+    "image": {"repository": "registry.example.com/obs/vllm-trace-bridge",
+              "digest": "sha256:" + "ab" * 32, "pullPolicy": "Always"},
+    "imagePullSecrets": [{"name": "regcred"}],
+    "fullnameOverride": "trace-bridge",
+    "config": {"namespaces": ["inference-*"], "containers": ["vllm", "engine"], "start_at": "end",
+               "poll_interval": 0.5, "ttl": 300, "log_format": "console", "shutdown_grace": 20},
+    "otlp": {"endpoint": "https://otel-gateway.observability.svc:4317", "protocol": "grpc",
+             "compression": "gzip", "headers": "authorization=Bearer abc,x-scope-orgid=gpu",
+             "tls": {"secretName": "otlp-tls", "caKey": "ca.crt", "certKey": "tls.crt", "keyKey": "tls.key"}},
+    "resourceAttributes": {"k8s.cluster.name": "prod-eu", "deployment.environment": "prod"},
+    "stateDir": {"hostPath": "/var/lib/trace-bridge", "mountPath": "/state", "initChown": True},
+    "metrics": {"port": 19464, "podMonitor": {"enabled": True, "interval": "15s", "labels": {"release": "kps"}}},
+    "podSecurityContext": {"runAsUser": 10001, "runAsGroup": 0, "runAsNonRoot": True,
+                           "supplementalGroups": [0], "seccompProfile": {"type": "RuntimeDefault"}},
+    "nodeSelector": {"kubernetes.io/os": "linux"},
+    "tolerations": [{"operator": "Exists"}],
+    "priorityClassName": "system-node-critical",
+    "updateStrategy": {"rollingUpdate": {"maxUnavailable": "20%"}},
+    "serviceAccount": {"annotations": {"example.com/owner": "platform"}},
+    "podAnnotations": {"example.com/team": "ml-platform"},
+    "podLabels": {"team": "ml-platform"},
+    "extraArgs": ["--log-format", "json"],
+    "extraEnv": [{"name": "OTEL_SERVICE_NAME", "value": "vllm-prod"}],
+    "extraVolumes": [{"name": "docker-containers", "hostPath": {"path": "/var/lib/docker/containers"}}],
+    "extraVolumeMounts": [{"name": "docker-containers", "mountPath": "/var/lib/docker/containers",
+                           "readOnly": True}],
+}
+
+VALUE_SETS = {"default": None, "non-default": NON_DEFAULT}
+
+
+def _objects(values) -> list[dict]:
+    return [yaml.safe_load(text) for _, text in render.render(values)]
+
+
+def _by_kind(objs: list[dict]) -> dict[str, dict]:
+    return {o["kind"]: o for o in objs}
+
+
+def _configmap_config(values=None) -> str:
+    return _by_kind(_objects(values))["ConfigMap"]["data"]["config.yaml"]
+
+
+@pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
+def test_chart_lints_strictly(values):
+    import helm_python as helm
+
+    for kube in ("v1.28.0", "v1.37.0"):
+        report = helm.lint(CHART, values, strict=True, kube_version=kube)
+        problems = [m for m in report["messages"] if m["severity"] >= 2]
+        assert not report["errors"] and not problems, report
+
+
+def test_chart_declares_the_oldest_supported_kubernetes():
+    # `helm install` refuses clusters older than kubeVersion; the tests cover that version.
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["kubeVersion"] == f">={KUBE_VERSIONS[0]}-0"
+
+
+def _kube_validate(obj: dict, version: str) -> None:
+    import kubernetes_validate
+
+    if version == "latest":
+        version = kubernetes_validate.utils.latest_version()
+    kubernetes_validate.validate(obj, version, strict=True)
+
+
+# CRDs have no schema in kubernetes-validate; these checks stand in for it.
+def _check_podmonitor(obj: dict, values: dict) -> None:
+    assert obj["apiVersion"] == "monitoring.coreos.com/v1"
+    assert set(obj["spec"]) <= {"selector", "podMetricsEndpoints", "namespaceSelector", "jobLabel"}
+    (ep,) = obj["spec"]["podMetricsEndpoints"]
+    assert set(ep) <= {"port", "path", "interval", "scrapeTimeout"}
+    assert ep["port"] == "http-metrics" and ep["path"] == "/metrics"
+    assert ep["interval"] == values["metrics"]["podMonitor"]["interval"]
+
+
+@pytest.mark.parametrize("kube", KUBE_VERSIONS)
+@pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
+def test_every_rendered_object_passes_strict_kubernetes_schema(values, kube):
+    objs = _objects(values)
+    kinds = {o["kind"] for o in objs}
+    assert {"DaemonSet", "ConfigMap", "ServiceAccount"} <= kinds
+    for obj in objs:
+        if obj["kind"] == "PodMonitor":
+            _check_podmonitor(obj, values)
+        else:
+            _kube_validate(obj, kube)
+
+
+@pytest.mark.parametrize("kube", KUBE_VERSIONS)
+def test_plain_namespace_manifest_passes_strict_schema(kube):
+    _kube_validate(yaml.safe_load((DEPLOY / "kubernetes" / "00-namespace.yaml").read_text()), kube)
+
+
+def test_default_daemonset_fits_gpu_nodes_and_is_locked_down():
+    objs = _by_kind(_objects(None))
+    ds = objs["DaemonSet"]
+    pod = ds["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    # GPU nodes: affinity on the NVIDIA label, toleration for the NVIDIA taint.
+    term = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+    assert term["matchExpressions"][0]["key"] == "nvidia.com/gpu.present"
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    # Host logs read-only; state on the host; a writable /tmp.
+    vols = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    assert vols["var-log-pods"]["hostPath"]["path"] == "/var/log/pods"
+    assert vols["var-log-containers"]["hostPath"]["path"] == "/var/log/containers"
+    assert mounts["/var/log/pods"]["readOnly"] and mounts["/var/log/containers"]["readOnly"]
+    assert vols["state"]["hostPath"]["type"] == "DirectoryOrCreate"
+    assert not mounts["/var/lib/vllm-trace-bridge"].get("readOnly")
+    assert "emptyDir" in vols["tmp"] and "/tmp" in mounts
+    # Restrictive container security context.
+    sc = c["securityContext"]
+    assert sc["readOnlyRootFilesystem"] and not sc["allowPrivilegeEscalation"] and not sc["privileged"]
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["automountServiceAccountToken"] is False
+    # Identity from the downward API.
+    env = {e["name"]: e for e in c["env"]}
+    assert env["K8S_NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    # The contract's command, probes on the agent's endpoints, on the configured port.
+    assert c["args"] == ["run", "--config", "/etc/vllm-trace-bridge/config.yaml"]
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http-metrics"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http-metrics"}
+    assert c["ports"] == [{"name": "http-metrics", "containerPort": 9464, "protocol": "TCP"}]
+    assert c["resources"]["requests"] and c["resources"]["limits"]["memory"] == "512Mi"
+    # One agent per node, ever.
+    assert ds["spec"]["updateStrategy"] == {"type": "RollingUpdate",
+                                            "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}
+    # SIGTERM: time to flush and checkpoint.
+    config = yaml.safe_load(objs["ConfigMap"]["data"]["config.yaml"])
+    assert pod["terminationGracePeriodSeconds"] > config["shutdown_grace"]
+    assert config["state_dir"] == "/var/lib/vllm-trace-bridge" and config["listen"] == "0.0.0.0:9464"
+    assert "PodMonitor" not in objs and "Secret" not in objs
+
+
+# Keys of the agent's config file (the contract); the chart may set any of them, no others.
+CONTRACT_KEYS = {"include", "exclude", "namespaces", "pods", "containers", "state_dir", "start_at",
+                 "poll_interval", "timezone", "ttl", "otlp_endpoint", "otlp_protocol", "listen",
+                 "max_queue_spans", "memory_limit_mb", "shutdown_grace", "log_format"}
+
+
+@pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
+def test_configmap_holds_only_contract_keys(values):
+    config = yaml.safe_load(_configmap_config(values))
+    assert set(config) <= CONTRACT_KEYS
+    assert config["memory_limit_mb"] < 512  # below the container's memory limit
+
+
+def test_non_default_values_reach_the_pod():
+    objs = _by_kind(_objects(NON_DEFAULT))
+    pod = objs["DaemonSet"]["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    env = {e["name"]: e for e in c["env"]}
+    assert c["image"] == "registry.example.com/obs/vllm-trace-bridge@sha256:" + "ab" * 32
+    assert env["OTEL_EXPORTER_OTLP_ENDPOINT"]["value"] == "https://otel-gateway.observability.svc:4317"
+    assert env["OTEL_EXPORTER_OTLP_COMPRESSION"]["value"] == "gzip"
+    # Headers only through a Secret; the chart made one since no existingSecret was named.
+    ref = env["OTEL_EXPORTER_OTLP_HEADERS"]["valueFrom"]["secretKeyRef"]
+    assert ref["name"] == objs["Secret"]["metadata"]["name"]
+    assert ref["key"] in objs["Secret"]["data"]
+    assert env["OTEL_EXPORTER_OTLP_CERTIFICATE"]["value"] == "/etc/vllm-trace-bridge-tls/ca.crt"
+    assert env["OTEL_EXPORTER_OTLP_CLIENT_KEY"]["value"] == "/etc/vllm-trace-bridge-tls/tls.key"
+    assert env["OTEL_RESOURCE_ATTRIBUTES"]["value"] == "deployment.environment=prod,k8s.cluster.name=prod-eu"
+    assert env["OTEL_SERVICE_NAME"]["value"] == "vllm-prod"
+    assert {v["name"] for v in pod["volumes"]} >= {"otlp-tls", "docker-containers"}
+    assert c["ports"][0]["containerPort"] == 19464
+    config = yaml.safe_load(objs["ConfigMap"]["data"]["config.yaml"])
+    assert config["listen"] == "0.0.0.0:19464" and config["state_dir"] == "/state"
+    assert config["start_at"] == "end" and config["namespaces"] == ["inference-*"]
+    assert pod["terminationGracePeriodSeconds"] == 25
+    (init,) = pod["initContainers"]
+    assert init["command"] == ["chown", "10001:0", "/state"]
+    assert init["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
+    assert objs["PodMonitor"]["metadata"]["labels"]["release"] == "kps"
+
+
+def test_existing_secret_wins_over_inline_headers():
+    objs = _by_kind(_objects({"otlp": {"headers": "a=b", "existingSecret": {"name": "mine", "key": "h"}}}))
+    assert "Secret" not in objs
+    env = {e["name"]: e for e in objs["DaemonSet"]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["OTEL_EXPORTER_OTLP_HEADERS"]["valueFrom"]["secretKeyRef"] == {"name": "mine", "key": "h"}
+
+
+def test_config_change_rolls_the_pods():
+    def checksum(values):
+        return _by_kind(_objects(values))["DaemonSet"]["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+    assert checksum(None) != checksum({"config": {"ttl": 30}})
+
+
+BAD_VALUES = {
+    "unknown config key": {"config": {"tll": 300}},
+    "start_at not beginning|end": {"config": {"start_at": "middle"}},
+    "log_format": {"config": {"log_format": "xml"}},
+    "negative poll_interval": {"config": {"poll_interval": -1}},
+    "containers not a list": {"config": {"containers": "vllm"}},
+    "otlp protocol": {"otlp": {"protocol": "http"}},
+    "port out of range": {"metrics": {"port": 70000}},
+    "maxSurge would double-send": {"updateStrategy": {"rollingUpdate": {"maxSurge": 1}}},
+    "relative host path": {"hostLogs": {"pods": "var/log/pods"}},
+    "typo at top level": {"resource": {"limits": {"memory": "1Gi"}}},
+    "bad digest": {"image": {"digest": "latest"}},
+    "bad quantity": {"resources": {"limits": {"memory": "lots"}}},
+}
+
+
+@pytest.mark.parametrize("values", BAD_VALUES.values(), ids=BAD_VALUES.keys())
+def test_bad_values_fail_at_install(values):
+    import helm_python as helm
+
+    with pytest.raises(helm.HelmValuesError, match="schema"):
+        render.render(values)
+
+
+# --- plain manifests ----------------------------------------------------------------------------
+
+def test_plain_manifests_equal_the_charts_default_render():
+    committed = (DEPLOY / "kubernetes" / "vllm-trace-bridge.yaml").read_text()
+    assert committed == render.plain_manifests(), "run: python deploy/render.py"
+
+
 # --- YAML ---------------------------------------------------------------------------------------
 
 def test_yamllint_passes_on_all_yaml():
     proc = subprocess.run([_tool("yamllint"), "--strict", "--format", "parsable", "."],
                           cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_yamllint_passes_on_non_default_render(tmp_path):
+    out = tmp_path / "rendered.yaml"
+    out.write_text("".join(f"---\n{text}\n" for _, text in render.render(NON_DEFAULT)))
+    proc = subprocess.run([_tool("yamllint"), "--strict", "--format", "parsable",
+                           "-c", str(ROOT / ".yamllint"), str(out)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
