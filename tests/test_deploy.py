@@ -422,3 +422,118 @@ def test_yamllint_passes_on_non_default_render(tmp_path):
     proc = subprocess.run([_tool("yamllint"), "--strict", "--format", "parsable",
                            "-c", str(ROOT / ".yamllint"), str(out)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# --- collector configs ---------------------------------------------------------------------------
+
+COLLECTOR = ROOT / "collector-config"
+COLLECTOR_CONFIGS = ["gateway.yaml", "loadbalancer.yaml", "passthrough.yaml"]
+KINDS = ["receivers", "processors", "exporters", "extensions", "connectors"]
+_ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}")
+
+
+def _components() -> dict:
+    (path,) = COLLECTOR.glob("components-otelcol-contrib-*.yaml")
+    return yaml.safe_load(path.read_text())
+
+
+def _collector(name: str) -> dict:
+    """The config as the collector sees it with no environment set: every ${env:X:-d} -> d."""
+    text = (COLLECTOR / name).read_text()
+    for m in _ENV_REF.finditer(text):
+        assert m.group(2), f"{name}: ${{env:{m.group(1)}}} has no default, so the config fails unset"
+    return yaml.safe_load(_ENV_REF.sub(lambda m: m.group(3), text))
+
+
+@pytest.mark.parametrize("name", COLLECTOR_CONFIGS)
+def test_collector_pipelines_name_only_defined_components_and_use_all_of_them(name):
+    cfg = _collector(name)
+    service = cfg["service"]
+    used = {kind: set() for kind in KINDS}
+    used["extensions"] = set(service.get("extensions", []))
+    assert service["pipelines"], name
+    for pname, pipe in service["pipelines"].items():
+        assert pname.split("/")[0] in {"traces", "metrics", "logs"}, pname
+        assert pipe.get("receivers") and pipe.get("exporters"), pname
+        for kind in ("receivers", "processors", "exporters"):
+            for comp in pipe.get(kind, []):
+                connector = comp in cfg.get("connectors", {})
+                assert comp in cfg.get(kind, {}) or (connector and kind != "processors"), \
+                    f"{name}: pipeline {pname} names {kind[:-1]} {comp!r}, which is not defined"
+                used["connectors" if connector else kind].add(comp)
+        procs = pipe.get("processors", [])
+        if procs:
+            assert procs[0] == "memory_limiter", f"{name}: memory_limiter must come first"
+    for kind in KINDS:
+        defined = set(cfg.get(kind) or {})
+        assert defined == used[kind], f"{name}: {kind} defined but unused: {sorted(defined - used[kind])}"
+
+
+@pytest.mark.parametrize("name", COLLECTOR_CONFIGS)
+def test_collector_components_exist_in_the_targeted_contrib_release(name):
+    comps = _components()
+    cfg = _collector(name)
+    assert f"otelcol-contrib {comps['version']}" in (COLLECTOR / "README.md").read_text()
+    assert f"otelcol-contrib {comps['version']}" in (COLLECTOR / name).read_text()
+    for kind in KINDS:
+        for comp in cfg.get(kind) or {}:
+            ctype = comp.split("/")[0]
+            module = comps["types"][kind].get(ctype)
+            assert module, f"{name}: {kind[:-1]} type {ctype!r} is not a known component type"
+            assert module in comps["modules"][kind], \
+                f"{name}: {ctype!r} ({module}) is not in otelcol-contrib {comps['version']}"
+
+
+def test_every_typed_component_maps_to_a_module_of_its_kind():
+    comps = _components()
+    for kind, types in comps["types"].items():
+        for ctype, module in (types or {}).items():
+            assert module in comps["modules"][kind], (kind, ctype, module)
+            assert module.rsplit("/", 1)[1].endswith(kind[:-1]), (kind, module)
+
+
+_OTTL = re.compile(r'^name == "(?P<span>[^"]+)" and attributes\["(?P<key>[^"]+)"\] > (?P<threshold>[0-9.]+)$')
+
+
+def _sample_root_spans() -> list[dict]:
+    """Root spans of the shipped sample, sent by `replay` to a real OTLP receiver."""
+    import io
+
+    from receivers import GrpcReceiver
+
+    from bridge.cli import main
+
+    with GrpcReceiver() as rx:
+        code = main(["replay", str(ROOT / "bridge" / "samples" / "seed.log"), "--otlp-endpoint", rx.endpoint],
+                    env={}, out=io.StringIO())
+    assert code == 0
+    return [s for _, s in rx.spans() if not s.parent_span_id]
+
+
+def test_gateway_tail_sampling_policies_match_what_the_bridge_sends():
+    """Each policy keeps something in the sample, on the attribute types the bridge really emits."""
+    policies = {p["name"]: p for p in _collector("gateway.yaml")["processors"]["tail_sampling"]["policies"]}
+    assert policies["errors"]["status_code"]["status_codes"] == ["ERROR"]
+    assert 0 < policies["baseline"]["probabilistic"]["sampling_percentage"] < 100
+    roots = _sample_root_spans()
+    requests = [s for s in roots if s.name == "vllm.request"]
+    assert requests
+    assert any(s.status.code == 2 for s in roots), "the sample has errors for the errors policy"
+    wanted = {"slow-ttft": "vllm.ttft_s", "slow-e2e": "vllm.e2e_s", "preempted": "vllm.preemptions"}
+    for name, key in wanted.items():
+        (cond,) = policies[name]["ottl_condition"]["span"]
+        m = _OTTL.match(cond)
+        assert m and m["span"] == "vllm.request" and m["key"] == key, cond
+        threshold = float(m["threshold"])
+        kinds = {kv.value.WhichOneof("value") for s in requests for kv in s.attributes if kv.key == key}
+        assert kinds and kinds <= {"double_value", "int_value"}, (key, kinds)
+        values = [getattr(kv.value, kv.value.WhichOneof("value")) for s in requests
+                  for kv in s.attributes if kv.key == key]
+        assert any(v > threshold for v in values), f"{name}: nothing in the sample is above {threshold}"
+        assert not all(v > threshold for v in values), f"{name}: {threshold} keeps every request"
+
+
+def test_collector_readme_says_when_to_use_which():
+    text = (COLLECTOR / "README.md").read_text()
+    for name in COLLECTOR_CONFIGS + [next(COLLECTOR.glob("components-*.yaml")).name]:
+        assert name in text
