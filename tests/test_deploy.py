@@ -537,3 +537,89 @@ def test_collector_readme_says_when_to_use_which():
     text = (COLLECTOR / "README.md").read_text()
     for name in COLLECTOR_CONFIGS + [next(COLLECTOR.glob("components-*.yaml")).name]:
         assert name in text
+
+
+# --- compose demo ------------------------------------------------------------------------------
+
+COMPOSE = DEPLOY / "compose"
+
+
+def _compose() -> dict:
+    return yaml.safe_load((COMPOSE / "compose.yaml").read_text())
+
+
+def _published(service: dict) -> set[int]:
+    return {int(str(p).split(":")[-2] if str(p).count(":") else p) for p in service.get("ports", [])}
+
+
+def test_compose_defines_every_service_it_needs_with_the_ports_the_readme_names():
+    compose = _compose()
+    services = compose["services"]
+    assert {"vllm-logs", "bridge", "collector", "jaeger", "tempo", "grafana"} <= set(services)
+    for name, svc in services.items():
+        assert "image" in svc, name
+        for dep in svc.get("depends_on", []):
+            assert dep in services, f"{name} depends on undefined {dep}"
+        for vol in svc.get("volumes", []):
+            source = vol.split(":")[0]
+            if source.startswith("."):
+                assert (COMPOSE / source).exists(), f"{name} mounts missing {source}"
+            else:
+                assert source in compose["volumes"], f"{name} mounts undefined volume {source}"
+    # The README's port table is what compose publishes, service by service.
+    readme = (COMPOSE / "README.md").read_text()
+    rows = re.findall(r"^\| `([a-z-]+)` \|[^|]*\| ([^|]*) \|$", readme, re.M)
+    assert {name for name, _ in rows} == set(services)
+    for name, ports in rows:
+        named = {int(p) for p in re.findall(r"\b(\d{4,5})\b", ports)}
+        assert named == _published(services[name]), (name, named, _published(services[name]))
+    for port in (16686, 3000):
+        assert f"localhost:{port}" in readme
+
+
+def test_compose_wiring_points_at_defined_services_and_ports():
+    services = _compose()["services"]
+    bridge = services["bridge"]
+    # The bridge runs the contract's command from the image built here, reading logs read-only.
+    assert bridge["build"]["dockerfile"] == "deploy/Dockerfile"
+    assert bridge["command"] == ["run", "--config", "/etc/vllm-trace-bridge/config.yaml"]
+    assert "pod-logs:/var/log/pods:ro" in bridge["volumes"]
+    assert bridge["read_only"] is True and bridge["cap_drop"] == ["ALL"]
+    assert bridge["environment"]["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://collector:4317"
+    config = yaml.safe_load((COMPOSE / "bridge-config.yaml").read_text())
+    assert set(config) <= CONTRACT_KEYS
+    assert config["listen"].endswith(":9464") and 9464 in _published(bridge)
+    # The log writer runs this package's generator and writes where the bridge looks.
+    logs = services["vllm-logs"]
+    assert logs["build"] == bridge["build"] and "pod-logs:/var/log/pods" in logs["volumes"]
+    # The collector runs the gateway config against Jaeger's and Tempo's OTLP ports.
+    collector = services["collector"]
+    comps = _components()
+    assert collector["image"].endswith(f":{comps['version']}")
+    assert any(v.startswith("../../collector-config/gateway.yaml:") for v in collector["volumes"])
+    env = collector["environment"]
+    assert env["JAEGER_OTLP_ENDPOINT"].split(":")[0] in services
+    assert env["TEMPO_OTLP_ENDPOINT"].split(":")[0] in services
+    tempo = yaml.safe_load((COMPOSE / "tempo.yaml").read_text())
+    grpc = tempo["distributor"]["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"]
+    assert grpc.endswith(":" + env["TEMPO_OTLP_ENDPOINT"].split(":")[1])
+    # Grafana's provisioned Tempo data source reaches Tempo's HTTP port.
+    (ds,) = yaml.safe_load((COMPOSE / "grafana/provisioning/datasources/tempo.yaml").read_text())["datasources"]
+    assert ds["type"] == "tempo" and ds["url"] == f"http://tempo:{tempo['server']['http_listen_port']}"
+
+
+def test_demo_log_writer_writes_logs_the_bridge_reads(tmp_path):
+    proc = subprocess.run([sys.executable, str(COMPOSE / "vllm-logs.py"), "--root", str(tmp_path),
+                           "--batches", "1", "--requests", "12", "--no-pace"],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert proc.returncode == 0, proc.stderr
+    (log,) = tmp_path.glob("*_*_*/vllm/0.log")  # the kubelet's <ns>_<pod>_<uid>/<container>/N.log
+    import io
+
+    from bridge.cli import main
+
+    out = io.StringIO()
+    assert main(["replay", str(log), "--waterfalls", "0"], env={}, out=out) == 0
+    text = out.getvalue()
+    assert "requests     12 (" in text and " 0 malformed" in text
