@@ -99,11 +99,9 @@ def _build_stage_copy_and_run(tmp_path: Path) -> tuple[Path, Path]:
             target = src / (Path(dest) if not dest.startswith("/") else Path(dest).relative_to(workdir))
             for s in sources:
                 origin = ROOT / s
-                if origin.is_dir():
-                    shutil.copytree(origin, target if not dest.endswith("/") or len(sources) == 1
-                                    and s.rstrip("/") == dest.rstrip("/").split("/")[-1]
-                                    else target / origin.name,
-                                    ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True)
+                if origin.is_dir():  # like Docker: a directory's contents go into dest
+                    shutil.copytree(origin, target, ignore=shutil.ignore_patterns("__pycache__"),
+                                    dirs_exist_ok=True)
                 else:
                     dst = target / origin.name if dest.endswith("/") or len(sources) > 1 else target
                     dst.parent.mkdir(parents=True, exist_ok=True)
