@@ -1,0 +1,73 @@
+{{/* Chart name, truncated to the 63 characters a label value allows. */}}
+{{- define "vllm-trace-bridge.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Full name of the release's objects. */}}
+{{- define "vllm-trace-bridge.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "vllm-trace-bridge.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "vllm-trace-bridge.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "vllm-trace-bridge.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "vllm-trace-bridge.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: agent
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{- define "vllm-trace-bridge.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "vllm-trace-bridge.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "vllm-trace-bridge.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Name of the Secret holding OTEL_EXPORTER_OTLP_HEADERS, or "" when there is none. */}}
+{{- define "vllm-trace-bridge.headersSecret" -}}
+{{- if .Values.otlp.existingSecret.name -}}
+{{- .Values.otlp.existingSecret.name -}}
+{{- else if .Values.otlp.headers -}}
+{{- printf "%s-otlp" (include "vllm-trace-bridge.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The agent's config file: the `config` values plus the keys other values decide. */}}
+{{- define "vllm-trace-bridge.config" -}}
+{{- $cfg := deepCopy .Values.config -}}
+{{- $_ := set $cfg "state_dir" .Values.stateDir.mountPath -}}
+{{- $_ := set $cfg "listen" (printf "0.0.0.0:%d" (int .Values.metrics.port)) -}}
+{{- toYaml $cfg -}}
+{{- end -}}
+
+{{/* OTEL_RESOURCE_ATTRIBUTES from the resourceAttributes map, keys sorted. */}}
+{{- define "vllm-trace-bridge.resourceAttributes" -}}
+{{- $pairs := list -}}
+{{- range $k, $v := .Values.resourceAttributes -}}
+{{- $pairs = append $pairs (printf "%s=%v" $k $v) -}}
+{{- end -}}
+{{- join "," $pairs -}}
+{{- end -}}
