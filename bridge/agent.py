@@ -22,7 +22,7 @@ from bridge.assemble import AssembleConfig, Assembler, EngineTimeline, Timeline
 from bridge.config import AgentConfig
 from bridge.decode import Decoder
 from bridge.decode.clock import zone
-from bridge.decode.joiner import Joiner
+from bridge.decode.stream import RecordStream
 from bridge.decode.source import Source
 from bridge.export.otlp import base_resource
 from bridge.export.sender import Batch, Batcher, Sender
@@ -47,12 +47,11 @@ class _Pending:
 
 @dataclass
 class SourceState:
-    """One container's stream: its assembler, its files' decoders, and delivery bookkeeping."""
+    """One container's stream: its assembler, its files' record streams, and delivery bookkeeping."""
 
     source: Source
     assembler: Assembler | None = None
-    decoders: dict[int, Decoder] = field(default_factory=dict)   # id(TrackedFile) → Decoder
-    joiners: dict[int, Joiner] = field(default_factory=dict)     # id(TrackedFile) → Joiner
+    streams: dict[int, RecordStream] = field(default_factory=dict)  # id(TrackedFile) → its records
     quiet_since: dict[int, float] = field(default_factory=dict)  # id(TrackedFile) → last lines (monotonic)
     files: dict[int, TrackedFile] = field(default_factory=dict)
     skip: dict[str, int] = field(default_factory=dict)            # key → last position delivered
@@ -191,24 +190,21 @@ class Agent:
     def _process(self, tf: TrackedFile, lines: list[tuple[int, bytes]]) -> None:
         st = self._state(tf.source.key, tf.source)
         key = id(tf)
-        dec = st.decoders.get(key)
-        if dec is None:
+        stream = st.streams.get(key)
+        if stream is None:
             try:
                 mtime = os.fstat(tf.fh.fileno()).st_mtime
             except (OSError, ValueError):
                 mtime = None
-            dec = st.decoders[key] = Decoder(tz=self._tz, year=self.cfg.year, mtime=mtime)
-            st.joiners[key] = Joiner()
+            stream = st.streams[key] = RecordStream(Decoder(tz=self._tz, year=self.cfg.year, mtime=mtime))
             st.files[key] = tf
         st.quiet_since[key] = time.monotonic()
         self._lines_read += len(lines)
-        join, handle = st.joiners[key], self._handle
+        handle = self._handle
         record = None
         for pos, raw in lines:
-            record = dec(raw, pos)
-            if record is not None:
-                for complete in join(record):
-                    handle(st, complete)
+            for record in stream(raw, pos):
+                handle(st, record)
         if record is not None and record.ts_ns > st.last_ts:
             st.last_ts, st.last_wall = record.ts_ns, time.time_ns()
         if st.assembler.open_requests > self.cfg.max_open_requests:
@@ -242,15 +238,11 @@ class Agent:
         st = self._sources.get(tf.source.key)
         if st is None:
             return
-        dec = st.decoders.pop(id(tf), None)
-        join = st.joiners.pop(id(tf), None)
+        stream = st.streams.pop(id(tf), None)
         st.files.pop(id(tf), None)
         st.quiet_since.pop(id(tf), None)
-        if dec is not None:
-            record = dec.flush()
-            done = list(join(record)) if record is not None else []
-            held = join.flush()
-            for record in done + ([held] if held is not None else []):
+        if stream is not None:
+            for record in stream.flush():
                 self._handle(st, record)
         st.retired.append(self._file_checkpoint(tf, tf.offset))
 
@@ -260,11 +252,10 @@ class Agent:
         wall = time.time_ns()
         now = time.monotonic()
         for st in self._sources.values():
-            for key, join in st.joiners.items():
-                if join.held_position is not None and now - st.quiet_since.get(key, now) >= _JOIN_IDLE_S:
-                    held = join.flush()
-                    if held is not None:
-                        self._handle(st, held)
+            for key, stream in st.streams.items():
+                if stream.joiner.held_position is not None and now - st.quiet_since.get(key, now) >= _JOIN_IDLE_S:
+                    for record in stream.release():
+                        self._handle(st, record)
             if st.assembler is not None and st.last_wall:
                 st.assembler.tick(st.last_ts + (wall - st.last_wall))
 
@@ -295,8 +286,7 @@ class Agent:
             if st.assembler is not None and st.assembler.min_open_offset is not None:
                 held.append(st.assembler.min_open_offset)
             held.extend(p.first for p in st.pending.values())
-            held.extend(d.held_position for d in st.decoders.values() if d.held_position is not None)
-            held.extend(j.held_position for j in st.joiners.values() if j.held_position is not None)
+            held.extend(s.held_position for s in st.streams.values() if s.held_position is not None)
             low = min(held) if held else None
             safe_positions = []
             for tf in st.files.values():
@@ -336,9 +326,9 @@ class Agent:
         assemble = {"requests_emitted": 0, "requests_evicted": 0, "engine_incidents": 0}
         open_requests = 0
         for st in list(self._sources.values()):
-            for dec in list(st.decoders.values()):
+            for stream in list(st.streams.values()):
                 for k in decode:
-                    decode[k] += getattr(dec.stats, k)
+                    decode[k] += getattr(stream.decoder.stats, k)
             if st.assembler is not None:
                 open_requests += st.assembler.open_requests
                 for k in assemble:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from bridge.decode import Decoder
-from bridge.decode.joiner import Joiner
+from bridge.decode.stream import RecordStream
 from bridge.parse import MALFORMED, Parser, parse_line
 from bridge.parse.events import EngineConfig, EngineStats, RequestAdded
 from bridge.tail import read_lines
@@ -101,7 +101,7 @@ def _older_than_0_8(version: str) -> bool:
 
 def check_file(path: str) -> FileReport:
     report = FileReport(path)
-    decoder, join, parser = Decoder(mtime=os.stat(path).st_mtime), Joiner(), Parser()
+    stream, parser = RecordStream(Decoder(mtime=os.stat(path).st_mtime)), Parser()
     ev = report.evidence
 
     def handle(record) -> None:
@@ -131,19 +131,12 @@ def check_file(path: str) -> FileReport:
                 ev["bracket_header"] += 1
             else:
                 ev["plain_header"] += 1
-        record = decoder(raw, offset)
-        if record is not None:
-            for record in join(record):
-                handle(record)
-    record = decoder.flush()
-    if record is not None:
-        for record in join(record):
+        for record in stream(raw, offset):
             handle(record)
-    record = join.flush()
-    if record is not None:
+    for record in stream.flush():
         handle(record)
     report.by_kind.update(parser.snapshot().by_kind)
-    report.joined = join.stats.lines_joined
+    report.joined = stream.joiner.stats.lines_joined
     return report
 
 

@@ -13,7 +13,8 @@ from datetime import timezone, tzinfo
 
 from bridge.assemble import AssembleConfig, Assembler, AssembleStats, Timeline
 from bridge.decode import Decoder, DecodeStats, source_for
-from bridge.decode.joiner import Joiner, JoinStats
+from bridge.decode.joiner import JoinStats
+from bridge.decode.stream import RecordStream
 from bridge.parse import Parser, ParseStats
 from bridge.tail import read_lines
 
@@ -56,31 +57,21 @@ def replay(paths: Iterable[str], sinks: list[Sink], config: ReplayConfig = Repla
 
     for path in paths:
         stats.files += 1
-        decoder = Decoder(tz=config.tz, year=config.year, mtime=os.stat(path).st_mtime)
-        join = Joiner()
+        stream = RecordStream(Decoder(tz=config.tz, year=config.year, mtime=os.stat(path).st_mtime))
         assembler = Assembler(source_for(path), emit, config.assemble)
         feed = assembler.feed
-
-        def handle(record, feed=feed) -> None:
+        for offset, raw in read_lines(path):
+            for record in stream(raw, offset):
+                event = parser(record.message, record.level)
+                if event is not None:
+                    feed(record, event)
+        for record in stream.flush():
             event = parser(record.message, record.level)
             if event is not None:
                 feed(record, event)
-
-        for offset, raw in read_lines(path):
-            record = decoder(raw, offset)
-            if record is not None:
-                for record in join(record):
-                    handle(record)
-        record = decoder.flush()
-        if record is not None:
-            for record in join(record):
-                handle(record)
-        record = join.flush()
-        if record is not None:
-            handle(record)
         assembler.flush()
-        _add_into(stats.decode, decoder.stats)
-        _add_into(stats.join, join.stats)
+        _add_into(stats.decode, stream.decoder.stats)
+        _add_into(stats.join, stream.joiner.stats)
         _add_into(stats.assemble, assembler.stats)
     stats.parse = parser.snapshot()
     return stats
