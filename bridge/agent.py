@@ -77,6 +77,7 @@ class Agent:
         self._store = CheckpointStore(cfg.state_dir)
         self._skipped = 0
         self._lines_read = 0
+        self._dirty = True
         self._memory_pauses = 0
         self._assemble_cfg = AssembleConfig(ttl_s=cfg.ttl, linger_s=cfg.linger)
         self._tz = zone(cfg.timezone)
@@ -126,6 +127,7 @@ class Agent:
         next_checkpoint = time.monotonic() + _CHECKPOINT_EVERY_S
         next_tick = 0.0
         first_round = True
+        last_lines = 0.0
         while not self._stop.is_set():
             now = time.monotonic()
             if now >= next_discovery:
@@ -145,11 +147,24 @@ class Agent:
                 next_tick = now + _TICK_S
             if self._batcher.due(cfg.batch_delay):
                 self._sender.submit(self._batcher.take(), self._stop.is_set)
-            if self._drain_acks() or now >= next_checkpoint:
+            if got or self._follower.just_retired:
+                self._dirty = True
+            # Right after an ack (keeps what a crash would re-send small), else once a second
+            # if anything moved; an idle agent writes nothing.
+            if self._drain_acks() or (now >= next_checkpoint and self._dirty):
                 self._checkpoint()
+                self._dirty = False
                 next_checkpoint = now + _CHECKPOINT_EVERY_S
-            if not got:
-                self._stop.wait(min(cfg.poll_interval, cfg.batch_delay))
+            elif now >= next_checkpoint:
+                self._store.written_at = time.time()  # nothing to record: still current
+                next_checkpoint = now + _CHECKPOINT_EVERY_S
+            if got:
+                last_lines = now
+            else:
+                # Busy files are looked at every batch_delay; after a quiet second, every
+                # poll_interval (what an idle node pays for each watched file).
+                busy = now - last_lines < 1.0 or not self._batcher.empty
+                self._stop.wait(min(cfg.poll_interval, cfg.batch_delay) if busy else cfg.poll_interval)
 
     def _shutdown(self) -> None:
         deadline = time.monotonic() + self.cfg.shutdown_grace - 1.0
@@ -228,6 +243,7 @@ class Agent:
 
     def _emit(self, st: SourceState, t: Timeline) -> None:
         st.seq += 1
+        self._dirty = True
         key = f"engine@{t.first_offset}" if isinstance(t, EngineTimeline) else t.request_id
         st.pending[st.seq] = _Pending(t.first_offset, key, t.last_offset)
         self._batcher.add(t, (st.source.key, st.seq))

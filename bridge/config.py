@@ -29,7 +29,7 @@ class AgentConfig:
     containers: tuple[str, ...] = ("*vllm*",)
     state_dir: str = "/var/lib/vllm-trace-bridge"
     start_at: str = "beginning"        # for files that existed before the agent first ran
-    poll_interval: float = 0.5         # seconds between looks for new, rotated or deleted files
+    poll_interval: float = 1.0         # seconds between looks for new or rotated files, and at quiet ones
     timezone: str = "UTC"
     year: int | None = None
     ttl: float = 600.0

@@ -46,6 +46,7 @@ class CheckpointStore:
         self.state_dir = state_dir
         self.path = os.path.join(state_dir, "checkpoints.json")
         self.written_at: float | None = None
+        self._last_body: dict | None = None
 
     def exists(self) -> bool:
         return os.path.exists(self.path)
@@ -67,8 +68,13 @@ class CheckpointStore:
         return files, sources
 
     def save(self, files: list[FileCheckpoint], sources: list[SourceCheckpoint]) -> None:
-        doc = {"version": _VERSION, "written_at": time.time(),
-               "files": [asdict(f) for f in files], "sources": [asdict(s) for s in sources]}
+        """Write the checkpoint, unless it says exactly what the file already says (an idle
+        agent then costs no writes and no fsyncs); either way it is current as of now."""
+        body = {"files": [asdict(f) for f in files], "sources": [asdict(s) for s in sources]}
+        if body == self._last_body:
+            self.written_at = time.time()
+            return
+        doc = {"version": _VERSION, "written_at": time.time(), **body}
         tmp = self.path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(doc, f, separators=(",", ":"))
@@ -81,3 +87,4 @@ class CheckpointStore:
         finally:
             os.close(dir_fd)
         self.written_at = doc["written_at"]
+        self._last_body = body

@@ -21,6 +21,7 @@ import fnmatch
 import glob
 import gzip
 import os
+import stat
 import time
 from dataclasses import dataclass, field
 from hashlib import blake2b
@@ -83,7 +84,7 @@ class TrackedFile:
     """One open file being read. `offset` is where the next unread line starts."""
 
     __slots__ = ("path", "source", "generation", "base", "fh", "inode", "fp", "fp_len", "offset",
-                 "partial", "detached", "quiet_since", "done")
+                 "partial", "detached", "quiet_since", "done", "seen", "at_eof")
 
     def __init__(self, path: str, source: Source, generation: int, fh, inode: int, offset: int) -> None:
         self.path = path
@@ -99,6 +100,8 @@ class TrackedFile:
         self.detached = False   # no longer at its path (renamed, deleted, or a rotated copy)
         self.quiet_since: float | None = None
         self.done = False
+        self.seen: tuple[int, int] | None = None  # (size, mtime_ns) when last read to the end
+        self.at_eof = False
 
     def refresh_fingerprint(self) -> None:
         if self.fp_len >= FINGERPRINT_BYTES:
@@ -110,6 +113,16 @@ class TrackedFile:
             return
         if len(head) > self.fp_len:
             self.fp, self.fp_len = fingerprint(head), len(head)
+
+    def signature(self) -> tuple[int, int] | None:
+        """(size, mtime) of the open file; None where it cannot tell (gzip, closed)."""
+        if self.path.endswith(".gz"):
+            return None
+        try:
+            st = os.fstat(self.fh.fileno())
+        except (OSError, ValueError):
+            return None
+        return st.st_size, st.st_mtime_ns
 
     def size(self) -> int | None:
         if self.path.endswith(".gz"):
@@ -125,9 +138,11 @@ class TrackedFile:
         readline = self.fh.readline
         pos = self.offset + len(self.partial)
         budget = max_bytes
+        self.at_eof = False
         while budget > 0:
             raw = readline(MAX_LINE_BYTES)
             if not raw:
+                self.at_eof = True
                 break
             n = len(raw)
             budget -= n
@@ -161,31 +176,46 @@ class TrackedFile:
         self.done = True
 
 
-def expand(pattern: str, errors: TailStats) -> list[str]:
-    """`glob`, but a directory we may not read is counted instead of silently skipped."""
-    parts = pattern.split(os.sep)
-    roots = [os.sep] if pattern.startswith(os.sep) else [os.curdir]
-    parts = [p for p in parts if p]
-    for i, part in enumerate(parts):
-        last = i == len(parts) - 1
-        nxt = []
-        for d in roots:
+def expand(pattern: str, errors: TailStats, listings: dict[str, tuple[int, list[str]]] | None = None
+           ) -> list[tuple[str, bool]]:
+    """`glob`, but a directory we may not read is counted instead of silently skipped, and a
+    directory whose mtime has not changed is not listed again (`listings` caches them).
+
+    Each match comes with `changed`: False when its directory was unchanged since the last
+    call (no file there was created, renamed or removed), so the caller may skip it.
+    """
+    parts = [p for p in pattern.split(os.sep) if p]
+    roots = [(os.sep if pattern.startswith(os.sep) else os.curdir, False)]
+    for part in parts:
+        nxt: list[tuple[str, bool]] = []
+        for d, _ in roots:
             if glob.has_magic(part):
                 try:
-                    with os.scandir(d) as it:
-                        names = [e.name for e in it]
+                    mtime = os.stat(d).st_mtime_ns
+                    cached = listings.get(d) if listings is not None else None
+                    changed = cached is None or cached[0] != mtime
+                    if changed:
+                        with os.scandir(d) as it:
+                            names = [e.name for e in it]
+                        if listings is not None:
+                            if len(listings) > 50_000:
+                                listings.clear()
+                            listings[d] = (mtime, names)
+                    else:
+                        names = cached[1]
                 except PermissionError:
                     errors.count(errors.errors, "permission")
                     continue
                 except (FileNotFoundError, NotADirectoryError):
                     continue
-                nxt.extend(os.path.join(d, n) for n in names if fnmatch.fnmatchcase(n, part) and not n.startswith("."))
+                nxt.extend((os.path.join(d, n), changed) for n in names
+                           if fnmatch.fnmatchcase(n, part) and not n.startswith("."))
             else:
                 p = os.path.join(d, part)
                 if os.path.lexists(p):
-                    nxt.append(p)
-        roots = nxt if not last else [p for p in nxt if os.path.isfile(p)]
-    return roots
+                    nxt.append((p, True))
+        roots = nxt
+    return roots  # may include a directory that matched: the caller's stat tells
 
 
 class Follower:
@@ -204,6 +234,9 @@ class Follower:
         self._resume: dict[str, FileCheckpoint] = {}
         self._denied: set[str] = set()
         self._seen: set[tuple[int, str]] = set()  # (length, fingerprint) of heads read, recent ones
+        self._listings: dict[str, tuple[int, list[str]]] = {}  # directory → (mtime, names)
+        self._last_look: float | None = None  # wall time of the last discovery
+        self._judged: dict[str, tuple[Source, bool]] = {}     # path → (source, passes the filters)
         self.just_retired: list[TrackedFile] = []  # closed during the last poll
 
     # -- restore -------------------------------------------------------------------------
@@ -234,14 +267,24 @@ class Follower:
     # -- discovery -----------------------------------------------------------------------
 
     def discover(self, first_round: bool = False) -> None:
+        looked_at = time.time()
         found: set[str] = set()
         for pattern in self.filters.include:
-            for path in expand(pattern, self.stats):
+            for path, changed in expand(pattern, self.stats, self._listings):
                 path = os.path.abspath(path)
                 if path in found:
                     continue
-                source = source_for(path)
-                if self.filters.accepts(path, source):
+                if not changed and path in self._by_path:
+                    found.add(path)  # its directory is as it was: same file, nothing to look at
+                    continue
+                known = self._judged.get(path)
+                if known is None:
+                    if len(self._judged) > 100_000:
+                        self._judged.clear()
+                    source = source_for(path)
+                    known = self._judged[path] = (source, self.filters.accepts(path, source))
+                source, accepted = known
+                if accepted:
                     found.add(path)
                     self._see(path, source, first_round)
         for path, tf in list(self._by_path.items()):
@@ -249,12 +292,15 @@ class Follower:
                 tf.detached = True
                 del self._by_path[path]
                 self.stats.count(self.stats.rotations, "deleted" if not os.path.exists(path) else "excluded")
+        self._last_look = looked_at
 
     def _see(self, path: str, source: Source, first_round: bool) -> None:
         try:
             st = os.stat(path)
         except FileNotFoundError:
             self.stats.count(self.stats.errors, "vanished")
+            return
+        if not stat.S_ISREG(st.st_mode):
             return
         tf = self._by_path.get(path)
         if tf is not None:
@@ -263,22 +309,24 @@ class Follower:
             tf.detached = True  # renamed away; a new file took the name
             self.stats.count(self.stats.rotations, "rename")
             del self._by_path[path]
-            self._catch_missed(path, source, tf)
+            try:
+                self._catch_missed(path, source, os.fstat(tf.fh.fileno()).st_mtime)
+            except (OSError, ValueError):
+                pass
         ck = self._resume.pop(path, None)
         if ck is not None and ck.inode == st.st_ino:
             offset = ck.offset if st.st_size >= ck.offset else 0
             self._by_path_open(path, source, ck.generation, offset)
             return
+        if ck is None and not first_round and self._last_look is not None:
+            self._catch_missed(path, source, self._last_look)  # a name we never saw: anything before it?
         offset = st.st_size if (first_round and self._start_at_end and ck is None) else 0
         self._by_path_open(path, source, self._new_generation(source), offset)
 
-    def _catch_missed(self, path: str, source: Source, previous: TrackedFile) -> None:
+    def _catch_missed(self, path: str, source: Source, since: float) -> None:
         """Files that took the name and were rotated away again between two looks: rotated
-        siblings we have never read, written after the file we were reading. Oldest first."""
-        try:
-            since = os.fstat(previous.fh.fileno()).st_mtime
-        except (OSError, ValueError):
-            return
+        siblings we have never read, written since `since` (the last write to the file we
+        were reading, or our last look). Oldest first."""
         open_inodes = {t.inode for t in self.files if not t.path.endswith(".gz")}
         candidates = []
         for sibling in glob.glob(glob.escape(path) + ".*"):
@@ -393,12 +441,17 @@ class Follower:
         out = []
         now = self._clock()
         for tf in self.files:
-            early = self._check_truncation(tf) if not tf.detached else []
-            try:
-                lines = early + tf.read(self._read_chunk, self.stats)
-            except OSError:
-                self.stats.count(self.stats.errors, "io")
-                lines = []
+            sig = tf.signature()
+            if sig is not None and sig == tf.seen:
+                lines = []  # unchanged since we read it to the end: one fstat, nothing more
+            else:
+                early = self._check_truncation(tf) if not tf.detached else []
+                try:
+                    lines = early + tf.read(self._read_chunk, self.stats)
+                except OSError:
+                    self.stats.count(self.stats.errors, "io")
+                    lines = []
+                tf.seen = sig if tf.at_eof else None
             if tf.fp_len < FINGERPRINT_BYTES and lines:
                 tf.refresh_fingerprint()
                 if tf.fp_len >= FINGERPRINT_BYTES:
