@@ -357,7 +357,7 @@ class Agent:
             "lines_read": self._lines_read,
             "lines_by_kind": dict(p.by_kind), "lines_unrecognised": p.unrecognised,
             "lines_malformed": sum(p.malformed.values()), "invalid_utf8": decode["invalid_utf8"],
-            "lines_oversized": f.lines_oversized, "partials_joined": decode["partials_joined"],
+            "lines_oversized": f.lines_oversized, "lines_long": f.lines_long, "partials_joined": decode["partials_joined"],
             "framing_errors": decode["framing_errors"],
             "requests_open": open_requests, **assemble,
             "spans_sent": s.spans_sent, "spans_retried": s.spans_retried, "spans_dropped": s.spans_dropped,

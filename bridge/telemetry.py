@@ -54,6 +54,7 @@ class AgentCollector:
         yield counter("lines_invalid_utf8", "Lines that were not valid UTF-8 (decoded with replacement).",
                       s["invalid_utf8"])
         yield counter("lines_oversized", "Lines longer than the line limit, cut into pieces.", s["lines_oversized"])
+        yield counter("lines_long", "Lines over 64 KiB (read whole).", s["lines_long"])
         yield counter("partial_lines_joined", "CRI/docker partial lines joined into a line.", s["partials_joined"])
         yield counter("framing_errors", "Lines that did not fit their file's container framing.",
                       s["framing_errors"])

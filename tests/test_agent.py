@@ -166,6 +166,7 @@ def test_bad_input_and_bad_files_keep_it_running_and_show_in_metrics(tmp_path):
                     f"generated_tokens=2, ttft=1.0ms, itl=1.0ms, total_latency=0.5s\n".encode())
         os.unlink(vanishing)
         assert wait_for(lambda: agent.metric("lines_invalid_utf8") >= 1, 10)
+        assert wait_for(lambda: agent.metric("lines_long") == 1, 10)  # the 1 MiB line, read whole
         assert wait_for(lambda: agent.metric("partial_lines_joined") >= 1, 10)
         assert wait_for(lambda: agent.metric("requests_finished") >= 1, 10)
         assert wait_for(lambda: agent.metric("file_errors", 'reason="permission"') >= 1, 10)

@@ -32,6 +32,7 @@ from bridge.tail.checkpoint import FileCheckpoint
 GEN_SHIFT = 40
 FINGERPRINT_BYTES = 256
 MAX_LINE_BYTES = 4 << 20   # a longer line is cut into pieces (counted)
+LONG_LINE_BYTES = 64 << 10  # lines longer than this are counted: a sign of a stuck writer or a dump
 RETIRE_AFTER_S = 5.0       # a detached file quiet this long at its end is closed
 
 
@@ -74,6 +75,7 @@ class TailStats:
     rotations: dict[str, int] = field(default_factory=dict)  # rename | copytruncate | truncate | deleted
     errors: dict[str, int] = field(default_factory=dict)     # permission | vanished | lost | io
     lines_oversized: int = 0
+    lines_long: int = 0       # over LONG_LINE_BYTES, still read whole
     bytes_read: int = 0
 
     def count(self, table: dict[str, int], key: str) -> None:
@@ -156,6 +158,8 @@ class TrackedFile:
             if self.partial:
                 raw = self.partial + raw
                 self.partial = b""
+            if len(raw) > LONG_LINE_BYTES:
+                stats.lines_long += 1
             out.append((self.base + self.offset, raw))
             self.offset = pos
         return out
