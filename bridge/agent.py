@@ -11,6 +11,7 @@ One thread reads and assembles; a second sends (export.sender); a third serves t
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import threading
@@ -18,7 +19,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from bridge.assemble import AssembleConfig, Assembler, EngineTimeline, Timeline
+from bridge.assemble import AssembleConfig, Assembler, EngineTimeline, Timeline, ids
 from bridge.config import AgentConfig
 from bridge.decode import Decoder
 from bridge.decode.clock import zone
@@ -229,17 +230,35 @@ class Agent:
         event = self._parser(record.message, record.level)
         if event is None:
             return
-        if st.skip and self._delivered_already(st, record, event):
-            return
+        if st.skip:
+            event = self._not_delivered(st, record, event)
+            if event is None:
+                return
         st.assembler.feed(record, event)
 
-    def _delivered_already(self, st: SourceState, record, event) -> bool:
-        key = getattr(event, "request_id", None) or f"engine@{record.offset}"
-        last = st.skip.get(key)
-        if last is None or record.offset > last:
-            return False
-        self._skipped += 1
-        return True
+    def _not_delivered(self, st: SourceState, record, event):
+        """The event, minus what belongs to requests already delivered before a restart
+        (their lines up to the recorded position are skipped, so they are not rebuilt)."""
+        ids_ = getattr(event, "request_ids", None)
+        if ids_ is not None:
+            keep = tuple(i for i in ids_ if not self._delivered(st, i, record.offset))
+            if len(keep) == len(ids_):
+                return event
+            self._skipped += 1
+            return dataclasses.replace(event, request_ids=keep) if keep else None
+        rid = getattr(event, "request_id", None)
+        if self._delivered(st, rid if rid is not None else f"engine@{record.offset}", record.offset):
+            self._skipped += 1
+            return None
+        return event
+
+    @staticmethod
+    def _delivered(st: SourceState, rid: str, offset: int) -> bool:
+        for spelling in (*ids.candidates(rid), ids.canonical(rid)):  # how the assembler keyed it
+            last = st.skip.get(spelling)
+            if last is not None and offset <= last:
+                return True
+        return False
 
     def _emit(self, st: SourceState, t: Timeline) -> None:
         st.seq += 1

@@ -214,3 +214,85 @@ def test_print_config_shows_precedence(tmp_path, capsys):
     assert code == 0
     out = capsys.readouterr().out
     assert "ttl: 200.0" in out and "poll_interval: 2.0" in out and "state_dir: /from/flag" in out
+
+
+def _v1_lines(t0: float, n: int) -> tuple[list[str], list[str]]:
+    """A V1 API-server log (CRI-framed): one long chat request around n short ones."""
+    import datetime
+
+    def cri(t: float, text: str) -> str:
+        stamp = datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f") + "000Z"
+        hdr = datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%m-%d %H:%M:%S")
+        return f"{stamp} stdout F (APIServer pid=1) INFO {hdr} [{text}\n"
+
+    def request(t: float, rid: str) -> list[str]:
+        return [cri(t, f"logger.py:49] Received request {rid}: params: SamplingParams(n=1, temperature=0.0, "
+                       "top_p=1.0, max_tokens=8), lora_request: None."),
+                cri(t + 0.001, f"async_llm.py:368] Added request {rid}-{abs(hash(rid)) % 16**8:08x}."),
+                cri(t + 0.5, f"logger.py:71] Generated response {rid}: output: 'x', output_token_ids: [1], "
+                             "finish_reason: stop")]
+    ids = [f"chatcmpl-{i:016x}" for i in range(1, n + 1)]
+    long_id = "chatcmpl-ffffffffffffffff"
+    first = request(t0, long_id)[:2]
+    for i, rid in enumerate(ids):
+        first += request(t0 + 1 + i, rid)
+    last = [request(t0, long_id)[2].replace(cri(t0 + 0.5, "")[:30], cri(t0 + n + 5, "")[:30])]
+    half = len(first) // 2
+    return first[:half], first[half:] + last, [long_id, *ids]
+
+
+def test_upstream_requests_survive_a_crash_exactly_once(tmp_path):
+    """A long request holds the checkpoint back while others are delivered: after kill -9,
+    those are skipped on resume (by their upstream id spellings), the long one completes."""
+    log = pod_log(tmp_path)
+    state, include = str(tmp_path / "state"), str(tmp_path / "pods/*/*/*.log")
+    part1, part2, ids = _v1_lines(1767225600.0, 30)
+    rx = Receiver(free_port(), str(tmp_path / "rx.bin")).start()
+    try:
+        agent = AgentProc(include, state, rx.endpoint).start()
+        with open(log, "a") as f:
+            f.writelines(part1)
+        assert wait_for(lambda: len({s.trace_id for s in rx.spans() if s.name == "vllm.request"}) >= 10, 20)
+        time.sleep(1.5)  # an ack and a checkpoint
+        agent.kill9()
+        with open(log, "a") as f:
+            f.writelines(part2)
+        agent = AgentProc(include, state, rx.endpoint).start()
+        assert wait_for(lambda: len({s.trace_id for s in rx.spans() if s.name == "vllm.request"}) >= len(ids), 20)
+        time.sleep(1.5)
+        from receivers import attrs
+        traces: dict[str, set] = {}
+        for s in rx.spans():
+            if s.name == "vllm.request":
+                traces.setdefault(attrs(s.attributes)["vllm.request.id"], set()).add(s.trace_id)
+        assert sorted(traces) == sorted(ids)
+        assert all(len(t) == 1 for t in traces.values()), {k: len(v) for k, v in traces.items() if len(v) > 1}
+        assert agent.metric("spans_skipped_delivered") > 0
+        assert agent.term()[0] == 0
+    finally:
+        rx.stop()
+
+
+def test_resume_skips_every_spelling_of_a_delivered_request_and_nothing_else():
+    from bridge.agent import Agent, SourceState
+    from bridge.config import AgentConfig
+    from bridge.decode.record import Record
+    from bridge.decode.source import Source
+    from bridge.export.transport import Destination
+    from bridge.parse.events import RequestAdded, RequestsAborted, Scheduled
+
+    agent = Agent(AgentConfig(), Destination("http://127.0.0.1:1", "grpc"), {}, None)
+    st = SourceState(Source("s", ""))
+    st.skip = {"chatcmpl-aa": 500, "cmpl-bb-0": 500, "engine@40": 40}
+
+    def rec(offset):
+        return Record(0, "runtime", "INFO", "", "", offset, offset + 1)
+
+    assert agent._not_delivered(st, rec(100), RequestAdded("chatcmpl-aa-0a1b2c3d")) is None   # V1 suffix
+    assert agent._not_delivered(st, rec(100), RequestAdded("1_chatcmpl-aa-0a1b2c3d")) is None  # n>1 child
+    assert agent._not_delivered(st, rec(600), RequestAdded("chatcmpl-aa-0a1b2c3d")) is not None  # past it
+    assert agent._not_delivered(st, rec(100), RequestAdded("chatcmpl-cc")) is not None  # another request
+    both = RequestsAborted(("cmpl-bb-0-0f1e2d3c", "chatcmpl-cc-11223344"))
+    assert agent._not_delivered(st, rec(100), both).request_ids == ("chatcmpl-cc-11223344",)
+    assert agent._not_delivered(st, rec(40), Scheduled("0x1", 0, 1, 0)) is not None
+    assert agent._not_delivered(st, rec(40), RequestsAborted(("cmpl-bb-0",))) is None
