@@ -28,23 +28,17 @@ class AgentCollector:
         s = self._snapshot()
         p = "vllm_trace_bridge_"
 
-        def counter(name: str, doc: str, value: float | dict, label: str | None = None):
-            m = CounterMetricFamily(p + name, doc, labels=[label] if label else None)
-            if isinstance(value, dict):
-                for k, v in sorted(value.items()):
-                    m.add_metric([k], v)
-            else:
-                m.add_metric([], value)
+        def family(kind, name: str, doc: str, value: float | dict, label: str | None):
+            m = kind(p + name, doc, labels=[label] if label else None)
+            for k, v in (sorted(value.items()) if isinstance(value, dict) else [(None, value)]):
+                m.add_metric([k] if label else [], v)
             return m
 
+        def counter(name: str, doc: str, value: float | dict, label: str | None = None):
+            return family(CounterMetricFamily, name, doc, value, label)
+
         def gauge(name: str, doc: str, value: float | dict, label: str | None = None):
-            m = GaugeMetricFamily(p + name, doc, labels=[label] if label else None)
-            if isinstance(value, dict):
-                for k, v in sorted(value.items()):
-                    m.add_metric([k], v)
-            else:
-                m.add_metric([], value)
-            return m
+            return family(GaugeMetricFamily, name, doc, value, label)
 
         yield counter("lines_read", "Physical log lines read.", s["lines_read"])
         yield counter("lines_parsed", "Lines recognised, by kind.", s["lines_by_kind"], "kind")
