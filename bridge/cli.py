@@ -223,6 +223,10 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     except UsageError as exc:
         print(f"vllm-trace-bridge: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:  # `… | head`: the reader has all it wanted
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
 
 
 if __name__ == "__main__":
