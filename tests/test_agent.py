@@ -296,3 +296,30 @@ def test_resume_skips_every_spelling_of_a_delivered_request_and_nothing_else():
     assert agent._not_delivered(st, rec(100), both).request_ids == ("chatcmpl-cc-11223344",)
     assert agent._not_delivered(st, rec(40), Scheduled("0x1", 0, 1, 0)) is not None
     assert agent._not_delivered(st, rec(40), RequestsAborted(("cmpl-bb-0",))) is None
+
+
+def test_two_pods_at_once_each_exactly_once_with_their_own_identity(tmp_path):
+    logs = [pod_log(tmp_path, name="vllm-a"), pod_log(tmp_path, name="vllm-b")]
+    truths = [str(tmp_path / "truth-a.json"), str(tmp_path / "truth-b.json")]
+    rx = Receiver(free_port(), str(tmp_path / "rx.bin")).start()
+    agent = AgentProc(str(tmp_path / "pods/*/*/*.log"), str(tmp_path / "state"), rx.endpoint).start()
+    try:
+        writers = [start_writer(logs[0], truths[0], requests=300, rate=1500, rotate_every=1200, seed=21),
+                   start_writer(logs[1], truths[1], requests=300, rate=1500, seed=22)]
+        assert all(w.wait(60) == 0 for w in writers)
+        assert wait_for(lambda: received_all(rx, truth_count(truths[0]) + truth_count(truths[1])), 30)
+        time.sleep(1)
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+        from receiver_proc import read_requests
+        from receivers import attrs
+        by_pod: dict[str, list] = {"vllm-a": [], "vllm-b": []}
+        for raw in read_requests(rx.out):
+            for rs in ExportTraceServiceRequest.FromString(raw).resource_spans:
+                pod = attrs(rs.resource.attributes)["k8s.pod.name"]
+                for ss in rs.scope_spans:
+                    by_pod[pod].extend(ss.spans)
+        for pod, truth in zip(("vllm-a", "vllm-b"), truths):
+            check_exactly_once(truth, by_pod[pod])
+        assert agent.term()[0] == 0
+    finally:
+        rx.stop()
