@@ -62,7 +62,7 @@ def replay(paths: Iterable[str], sinks: list[Sink], config: ReplayConfig = Repla
         feed = assembler.feed
 
         def handle(record, feed=feed) -> None:
-            event = parser(record.message, record.level)
+            event = parser(record.message, record.level, record.origin)
             if event is not None:
                 feed(record, event)
 
