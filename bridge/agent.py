@@ -411,6 +411,11 @@ class Agent:
             "rotations": dict(f.rotations), "file_errors": dict(f.errors),
             "checkpoint_age": (time.time() - written) if written else 0.0,
             "memory_pauses": self._memory_pauses,
+            "join": None if self._join is None else {
+                "gateway_entries": self._gateway_parser.entries, "gateway_skipped": self._gateway_parser.skipped,
+                "joined": self._join.stats.joined, "expired": self._join.stats.expired,
+                "overflow": self._join.stats.overflow, "contexts_dropped": self._join.stats.contexts_dropped,
+                "waiting": self._join.waiting},
         }
 
 

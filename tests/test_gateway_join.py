@@ -74,6 +74,9 @@ def test_agent_joins_the_gateway_access_log_either_side_first(tmp_path):
         assert (t4.trace_id.hex(), t4.parent_span_id.hex()) == (T4, S4)
         assert attrs(t4.attributes)["vllm.trace_context"] == "request_id"
         assert len([s for s in rx.spans() if s.name == "vllm.request"]) == 5  # each once
+        assert agent.metric("join_requests", 'result="joined"') == 2
+        assert agent.metric("join_requests", 'result="expired"') == 1  # never-logged
+        assert agent.metric("gateway_lines", 'result="entry"') == 3
         code, _ = agent.term()
         assert code == 0
     finally:

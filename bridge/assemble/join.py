@@ -50,16 +50,19 @@ class ContextJoin(Generic[T]):
         # None: the gateway logged the id with no trace context (nothing to wait for).
         self._contexts: OrderedDict[str, tuple[TraceContext | None, int]] = OrderedDict()
         self._waiting: OrderedDict[str, tuple[list[T], int]] = OrderedDict()
+        self._n_waiting = 0
 
     @property
     def waiting(self) -> int:
-        return sum(len(v[0]) for v in self._waiting.values())
+        """Requests waiting now (a plain counter: read from the telemetry thread)."""
+        return self._n_waiting
 
     def gateway(self, request_id: str, ctx: TraceContext | None, now_ns: int) -> list[tuple[T, TraceContext | None]]:
         """A gateway line: the requests it completes, or none (then it waits for them).
         `ctx` None: the gateway saw no trace context; its requests go on as they are."""
         held = self._waiting.pop(request_id, None)
         if held is not None:
+            self._n_waiting -= len(held[0])
             if ctx is not None:
                 self.stats.joined += len(held[0])
             return [(item, ctx) for item in held[0]]
@@ -84,10 +87,12 @@ class ContextJoin(Generic[T]):
             self._waiting[request_id] = ([item], now_ns)
         else:
             entry[0].append(item)
+        self._n_waiting += 1
         released: list[T] = []
         while len(self._waiting) > self._max:
             _, (items, _) = self._waiting.popitem(last=False)
             self.stats.overflow += len(items)
+            self._n_waiting -= len(items)
             released += items
         return False, None, released
 
@@ -101,6 +106,7 @@ class ContextJoin(Generic[T]):
                 break
             del self._waiting[rid]
             self.stats.expired += len(items)
+            self._n_waiting -= len(items)
             released += items
         while self._contexts:
             rid, (_, since) = next(iter(self._contexts.items()))
@@ -114,4 +120,5 @@ class ContextJoin(Generic[T]):
         """Everything still waiting (shutdown)."""
         items = [i for items, _ in self._waiting.values() for i in items]
         self._waiting.clear()
+        self._n_waiting = 0
         return items
