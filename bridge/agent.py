@@ -12,6 +12,7 @@ One thread reads and assembles; a second sends (export.sender); a third serves t
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import os
 import signal
 import threading
@@ -19,7 +20,9 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from bridge.assemble import AssembleConfig, Assembler, EngineTimeline, Timeline, ids
+from bridge.assemble import AssembleConfig, Assembler, EngineTimeline, RequestTimeline, Timeline, ids
+from bridge.assemble.context import TraceContext, make_rule
+from bridge.assemble.join import ContextJoin, upstream_id
 from bridge.config import AgentConfig
 from bridge.decode import Decoder
 from bridge.decode.clock import zone
@@ -29,6 +32,7 @@ from bridge.export.otlp import base_resource
 from bridge.export.sender import Batch, Batcher, Sender
 from bridge.export.transport import Destination, make_transport
 from bridge.parse import Parser
+from bridge.parse.gateway import GatewayParser, gateway_format
 from bridge.tail.checkpoint import CheckpointStore, Delivered, FileCheckpoint, SourceCheckpoint
 from bridge.tail.follow import GEN_SHIFT, Filters, Follower, TrackedFile
 
@@ -62,6 +66,7 @@ class SourceState:
     seq: int = 0
     last_ts: int = 0
     last_wall: int = 0
+    gateway: bool = False  # a gateway's access log: its lines feed the join, not an assembler
 
 
 class Agent:
@@ -80,9 +85,13 @@ class Agent:
         self._lines_read = 0
         self._dirty = True
         self._memory_pauses = 0
-        self._assemble_cfg = AssembleConfig(ttl_s=cfg.ttl, linger_s=cfg.linger)
+        self._assemble_cfg = AssembleConfig(ttl_s=cfg.ttl, linger_s=cfg.linger,
+                                            context_rule=make_rule(cfg.trace_context))
         self._tz = zone(cfg.timezone)
         self.telemetry_port: int | None = None
+        self._join: ContextJoin | None = ContextJoin(cfg.join_window) if cfg.gateway_include else None
+        self._gateway_parser = GatewayParser(gateway_format(
+            cfg.gateway_format, cfg.gateway_request_id_field, cfg.gateway_traceparent_field))
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -97,7 +106,8 @@ class Agent:
         files, sources = self._store.load()
         cfg = self.cfg
         self._follower = Follower(
-            Filters(cfg.include, cfg.exclude, cfg.namespaces, cfg.pods, cfg.containers),
+            Filters(cfg.include + cfg.gateway_include, cfg.exclude, cfg.namespaces, cfg.pods, cfg.containers,
+                    cfg.gateway_include),
             start_at_end=cfg.start_at == "end" and first_run, read_chunk=cfg.read_chunk_bytes)
         for s in sources:
             st = self._state(s.key, None)
@@ -169,6 +179,9 @@ class Agent:
 
     def _shutdown(self) -> None:
         deadline = time.monotonic() + self.cfg.shutdown_grace - 1.0
+        if self._join is not None:  # nothing more will come: send the waiting with what they have
+            for t, token in self._join.drain():
+                self._batch(t, token)
         if not self._batcher.empty:
             self._sender.submit(self._batcher.take())
         drained = self._sender.close(deadline)
@@ -198,9 +211,12 @@ class Agent:
         st = self._sources.get(key)
         if st is None:
             st = self._sources[key] = SourceState(source or Source(key, ""))
-        if st.assembler is None and source is not None:
+        if st.assembler is None and source is not None and not st.gateway:
             st.source = source
-            st.assembler = Assembler(source, lambda t, st=st: self._emit(st, t), self._assemble_cfg)
+            if self._join is not None and any(fnmatch.fnmatch(source.path, p) for p in self.cfg.gateway_include):
+                st.gateway = True
+            else:
+                st.assembler = Assembler(source, lambda t, st=st: self._emit(st, t), self._assemble_cfg)
         return st
 
     def _process(self, tf: TrackedFile, lines: list[tuple[int, bytes]]) -> None:
@@ -223,11 +239,14 @@ class Agent:
                 handle(st, record)
         if record is not None and record.ts_ns > st.last_ts:
             st.last_ts, st.last_wall = record.ts_ns, time.time_ns()
-        if st.assembler.open_requests > self.cfg.max_open_requests:
+        if st.assembler is not None and st.assembler.open_requests > self.cfg.max_open_requests:
             st.assembler.evict_oldest(self.cfg.max_open_requests)
 
     def _handle(self, st: SourceState, record) -> None:
-        event = self._parser(record.message, record.level)
+        if st.gateway:
+            self._on_gateway(record)
+            return
+        event = self._parser(record.message, record.level, record.origin)
         if event is None:
             return
         if st.skip:
@@ -264,10 +283,38 @@ class Agent:
         st.seq += 1
         self._dirty = True
         key = f"engine@{t.first_offset}" if isinstance(t, EngineTimeline) else t.request_id
-        st.pending[st.seq] = _Pending(t.first_offset, key, t.last_offset)
-        self._batcher.add(t, (st.source.key, st.seq))
+        st.pending[st.seq] = _Pending(t.first_offset, key, t.last_offset)  # held back until acked
+        token = (st.source.key, st.seq)
+        if self._join is not None and isinstance(t, RequestTimeline) and (t.parent is None or t.parent.span_id is None):
+            seen, ctx, released = self._join.request(upstream_id(t.request_id), (t, token), time.monotonic_ns())
+            for item in released:
+                self._batch(*item)
+            if not seen:
+                return  # waits for its gateway line (or the window)
+            if ctx is not None:
+                self._joined(t, ctx)
+        self._batch(t, token)
+
+    def _batch(self, t: Timeline, token) -> None:
+        self._batcher.add(t, token)
         if self._batcher.full:
             self._sender.submit(self._batcher.take(), self._stop.is_set)
+
+    def _on_gateway(self, record) -> None:
+        entry = self._gateway_parser(record.message)
+        if entry is None:
+            return
+        for (t, token), ctx in self._join.gateway(entry.request_id, entry.context, time.monotonic_ns()):
+            if ctx is not None:
+                self._joined(t, ctx)
+            self._batch(t, token)
+
+    @staticmethod
+    def _joined(t: RequestTimeline, ctx: TraceContext) -> None:
+        """The gateway's full context wins over a trace id alone read from the request id
+        (nginx's own 32-hex `$request_id` looks like one)."""
+        t.parent = ctx
+        t.attrs["vllm.trace_context"] = ctx.source
 
     def _retire(self, tf: TrackedFile) -> None:
         st = self._sources.get(tf.source.key)
@@ -293,6 +340,9 @@ class Agent:
                         self._handle(st, record)
             if st.assembler is not None and st.last_wall:
                 st.assembler.tick(st.last_ts + (wall - st.last_wall))
+        if self._join is not None:
+            for t, token in self._join.expire(time.monotonic_ns()):
+                self._batch(t, token)
 
     # -- delivery and checkpoints --------------------------------------------------------
 
@@ -386,6 +436,11 @@ class Agent:
             "rotations": dict(f.rotations), "file_errors": dict(f.errors),
             "checkpoint_age": (time.time() - written) if written else 0.0,
             "memory_pauses": self._memory_pauses,
+            "join": None if self._join is None else {
+                "gateway_entries": self._gateway_parser.entries, "gateway_skipped": self._gateway_parser.skipped,
+                "joined": self._join.stats.joined, "expired": self._join.stats.expired,
+                "overflow": self._join.stats.overflow, "contexts_dropped": self._join.stats.contexts_dropped,
+                "waiting": self._join.waiting},
         }
 
 

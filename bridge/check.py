@@ -109,8 +109,8 @@ def check_file(path: str) -> FileReport:
         if record.process:
             ev["v1" if record.process.startswith(_V1_PROCESS) else "v0" if "VllmWorkerProcess" in record.process
                else "process"] += 1
-        event = parse_line(record.message, record.level)
-        parser(record.message, record.level)  # same counters as replay's
+        event = parse_line(record.message, record.level, record.origin)
+        parser(record.message, record.level, record.origin)  # same counters as replay's
         if event is None:
             _count(report.unrecognised, record.message)
             report.unrecognised_lines += 1

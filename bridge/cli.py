@@ -68,6 +68,7 @@ _RUN_HELP = {
     "start_at": "beginning|end: where to start files that existed before the first run",
     "otlp_endpoint": "OTLP receiver (default: OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT)",
     "otlp_protocol": "grpc|http/protobuf", "listen": "HOST:PORT for /healthz, /readyz, /metrics",
+    "trace_context": "w3c|off|REGEX: caller's trace context inside request ids (default w3c)",
 }
 
 

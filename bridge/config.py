@@ -46,15 +46,25 @@ class AgentConfig:
     export_give_up: float = 900.0      # a batch refused this long is dropped (counted, logged)
     read_chunk_bytes: int = 1 << 20    # per file per round: fairness across files
     log_format: str = "auto"
+    # Caller's trace context in request ids: `w3c` (traceparent, trace-span, or trace id inside
+    # X-Request-Id), `off`, or a regex with a (?P<trace>…) and optional (?P<span>…) group.
+    trace_context: str = "w3c"
+    # A gateway's JSON access log, joined on the request id (README "Trace context").
+    gateway_include: tuple[str, ...] = ()  # globs of access logs; empty: no join
+    gateway_format: str = "nginx"          # field-name preset: nginx | envoy
+    gateway_request_id_field: str | None = None   # override the preset's request id field
+    gateway_traceparent_field: str | None = None  # override the preset's traceparent field
+    join_window: float = 30.0              # seconds a request waits for its gateway line (and back)
 
 
 _CHOICES = {
     "start_at": ("beginning", "end"),
     "otlp_protocol": (None, "grpc", "http/protobuf"),
     "log_format": ("auto", "json", "console"),
+    "gateway_format": ("nginx", "envoy"),
 }
 _POSITIVE = {"poll_interval", "ttl", "max_queue_spans", "max_batch_spans", "batch_delay", "max_open_requests",
-             "memory_limit_mb", "shutdown_grace", "export_give_up", "read_chunk_bytes"}
+             "memory_limit_mb", "shutdown_grace", "export_give_up", "read_chunk_bytes", "join_window"}
 _NON_NEGATIVE = {"linger"}
 
 FIELDS = {f.name: f for f in dataclasses.fields(AgentConfig)}
@@ -127,6 +137,14 @@ def _check(cfg: AgentConfig, origins: Mapping[str, str]) -> None:
         zone(cfg.timezone)
     except ValueError as exc:
         raise ConfigError(f"timezone (from {origins.get('timezone', 'default')}): {exc}") from None
+    from re import error as RegexError
+
+    from bridge.assemble.context import make_rule
+    try:
+        make_rule(cfg.trace_context)
+    except (ValueError, RegexError) as exc:
+        raise ConfigError(f"trace_context (from {origins.get('trace_context', 'default')}): {exc}; use w3c, off "
+                          "or a regular expression with a (?P<trace>…) group") from None
 
 
 def load(file_data: Mapping[str, Any] | None, env: Mapping[str, str], flags: Mapping[str, Any],

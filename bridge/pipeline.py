@@ -62,11 +62,11 @@ def replay(paths: Iterable[str], sinks: list[Sink], config: ReplayConfig = Repla
         feed = assembler.feed
         for offset, raw in read_lines(path):
             for record in stream(raw, offset):
-                event = parser(record.message, record.level)
+                event = parser(record.message, record.level, record.origin)
                 if event is not None:
                     feed(record, event)
         for record in stream.flush():
-            event = parser(record.message, record.level)
+            event = parser(record.message, record.level, record.origin)
             if event is not None:
                 feed(record, event)
         assembler.flush()

@@ -76,6 +76,16 @@ class AgentCollector:
         yield gauge("checkpoint_age_seconds", "Seconds since the checkpoint was last written.", s["checkpoint_age"])
         yield counter("memory_pauses", "Times reading paused because memory was over its limit.",
                       s["memory_pauses"])
+        join = s.get("join")
+        if join is not None:  # only with gateway access logs configured
+            yield counter("gateway_lines", "Gateway access-log lines read, by result.",
+                          {"entry": join["gateway_entries"], "skipped": join["gateway_skipped"]}, "result")
+            yield counter("join_requests", "Requests that waited for a gateway line, by how it ended.",
+                          {"joined": join["joined"], "expired": join["expired"], "overflow": join["overflow"]},
+                          "result")
+            yield counter("join_contexts_dropped", "Gateway lines forgotten before their request came.",
+                          join["contexts_dropped"])
+            yield gauge("join_waiting", "Requests waiting for their gateway line now.", join["waiting"])
 
 
 class TelemetryServer:

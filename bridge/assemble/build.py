@@ -12,6 +12,7 @@ from __future__ import annotations
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
+from bridge.assemble.context import TraceContext
 from bridge.assemble.diagnosis import Thresholds, diagnose
 from bridge.assemble.timeline import (
     INFERRED,
@@ -46,7 +47,8 @@ def _clamp(value: int, timing: str, low: int | None, high: int | None) -> tuple[
     return value, timing
 
 
-def request_timeline(r: RequestState, source: Source, thresholds: Thresholds) -> RequestTimeline:
+def request_timeline(r: RequestState, source: Source, thresholds: Thresholds,
+                     parent: TraceContext | None = None) -> RequestTimeline:
     s = r.summary
     end = r.terminal_ns if r.terminal_ns is not None else r.last_ns
     end_timing = OBSERVED if r.terminal_ns is not None else INFERRED
@@ -110,13 +112,15 @@ def request_timeline(r: RequestState, source: Source, thresholds: Thresholds) ->
         p.start_timing == INFERRED or p.end_timing == INFERRED for p in phases)
     attrs["vllm.timing"] = INFERRED if inferred else (REPORTED if arrival is not None else OBSERVED)
     root_events.sort(key=_event_ts)
+    if parent is not None:
+        attrs["vllm.trace_context"] = parent.source
     return RequestTimeline(
         source=source, request_id=r.request_id, occurrence=r.occurrence,
         start_ns=start, end_ns=stop,
         start_timing=REPORTED if arrival is not None and arrival <= r.first_ns else OBSERVED,
         end_timing=end_timing, outcome=r.outcome, error_type=r.error_type,
         error_message=r.error_message, attrs=attrs, events=root_events, dropped_events=dropped,
-        phases=phases, first_offset=r.first_offset, last_offset=r.last_offset,
+        phases=phases, first_offset=r.first_offset, last_offset=r.last_offset, parent=parent,
     )
 
 

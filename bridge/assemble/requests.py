@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from bridge.assemble import ids
+from bridge.assemble.context import Rule, w3c_rule
 from bridge.assemble.build import EVENT_CAP, engine_timeline, request_timeline
 from bridge.assemble.diagnosis import Thresholds
 from bridge.assemble.startup import Startup
@@ -43,6 +44,7 @@ from bridge.parse.events import (
     Preempted,
     QueueState,
     RequestAdded,
+    RequestDetails,
     RequestFailed,
     RequestFinished,
     RequestReceived,
@@ -56,6 +58,9 @@ from bridge.parse.events import (
 )
 
 _NS = 1_000_000_000
+# A stats line is printed from a snapshot taken a little before it: a request added just before
+# an idle line may still log its end. It is closed only if nothing more comes for this long.
+_IDLE_GRACE_NS = 2 * _NS
 _BLOCK_EVENTS_KEPT = 8 * EVENT_CAP  # spread over the phases later, EVENT_CAP per span
 
 
@@ -65,6 +70,7 @@ class AssembleConfig:
     ttl_s: float = 600.0      # an open request with no new line for this long is evicted
     linger_s: float = 5.0     # a finished request waits this long for its last block frees
     oom_window_s: float = 2.0  # a CUDA OOM this close before a failed allocation explains it
+    context_rule: Rule = w3c_rule  # request id → the caller's trace context (context.make_rule)
 
 
 @dataclass(slots=True)
@@ -84,7 +90,7 @@ class RequestState:
         "schedules", "preemptions", "allocated", "freed", "held", "block_events", "block_dropped",
         "events", "dropped", "summary", "terminal_ns", "outcome", "error_type", "error_message",
         "timeout_after_s", "queue_at_schedule", "gpu_at_schedule", "min_free_ratio",
-        "max_gpu_ratio", "last_free_ns", "extra", "sampled_preemptions",
+        "max_gpu_ratio", "last_free_ns", "extra", "sampled_preemptions", "idle_at",
     )
 
     def __init__(self, request_id: str, occurrence: str, ts: int, offset: int) -> None:
@@ -112,6 +118,7 @@ class RequestState:
         self.last_free_ns: int | None = None
         self.extra: dict | None = None      # upstream attributes: gen_ai.*, vllm.process, …
         self.sampled_preemptions = 0        # V0's preemption warning (1st and every 50th only)
+        self.idle_at: int | None = None     # when a stats line showed the engine idle with this open
 
     def set(self, key: str, value) -> None:
         if self.extra is None:
@@ -179,6 +186,7 @@ class Assembler:
             NcclHint: self._on_nccl_hint,
             RequestReceived: self._on_received,
             RequestAdded: self._on_added,
+            RequestDetails: self._on_details,
             RequestFinished: self._on_finished,
             RequestsAborted: self._on_aborted,
             RequestFailed: self._on_failed,
@@ -213,6 +221,10 @@ class Assembler:
             self._flush_nccl(None)
         linger_deadline = now_ns - self._linger_ns
         ttl_deadline = now_ns - self._ttl_ns
+        idle_deadline = now_ns - _IDLE_GRACE_NS
+        for r in [r for r in self._in_flight.values()
+                  if r.idle_at is not None and r.idle_at <= idle_deadline and r.last_ns <= r.idle_at]:
+            self._close_idle(r)
         due = [
             r for r in self._open.values()
             if (r.terminal_ns is not None and r.terminal_ns <= linger_deadline) or r.last_ns <= ttl_deadline
@@ -228,7 +240,10 @@ class Assembler:
             self._flush_nccl(None)
         self._end_startup()
         for r in list(self._open.values()):
-            self._finish(r)
+            if r.terminal_ns is None and r.idle_at is not None and r.last_ns <= r.idle_at:
+                self._close_idle(r)
+            else:
+                self._finish(r)
 
     @property
     def open_requests(self) -> int:
@@ -374,7 +389,8 @@ class Assembler:
         if r.extra is not None and self._engine:  # upstream request: the engine's model and version
             for key, value in self._engine.items():
                 r.extra.setdefault(key, value)
-        self._emit(request_timeline(r, self.source, self._config.thresholds))
+        parent = self._config.context_rule(r.request_id)
+        self._emit(request_timeline(r, self.source, self._config.thresholds, parent))
 
     # -- upstream request lines ----------------------------------------------------------
 
@@ -409,6 +425,10 @@ class Assembler:
             if value is not None:
                 r.set(key, value)
 
+    def _on_details(self, record: Record, ev: RequestDetails) -> None:
+        # DEBUG prints it just before `Received request`: it opens the request like that line.
+        self._upstream(ev.request_id, record).set("gen_ai.usage.input_tokens", ev.prompt_tokens)
+
     def _on_added(self, record: Record, ev: RequestAdded) -> None:
         key = ids.resolve(ev.request_id, self._in_flight)
         r = self._upstream(key if key is not None else ids.canonical(ev.request_id), record)
@@ -427,10 +447,10 @@ class Assembler:
         if ev.output_tokens is not None:
             previous = (r.extra or {}).get("gen_ai.usage.output_tokens", 0) if ev.streaming == "delta" else 0
             r.set("gen_ai.usage.output_tokens", previous + ev.output_tokens)
-        if ev.finish_reason is None:
+        if ev.finish_reason is None and ev.streaming != "complete":
             return
         reasons = (r.extra or {}).get("gen_ai.response.finish_reasons", [])
-        if ev.finish_reason not in reasons:
+        if ev.finish_reason is not None and ev.finish_reason not in reasons:
             r.set("gen_ai.response.finish_reasons", [*reasons, ev.finish_reason])
         if r.terminal_ns is None:
             self._terminate(r, record.ts_ns, "finished")
@@ -489,10 +509,19 @@ class Assembler:
             self._idle(record)
 
     def _idle(self, record: Record) -> None:
-        """The engine says nothing runs or waits: requests with no end line are over, end unknown."""
-        for r in [r for r in self._in_flight.values() if r.extra is not None and r.last_ns < record.ts_ns]:
-            r.set("vllm.end_unknown", True)
-            self._finish(r)
+        """The engine says nothing runs or waits: requests with no end line are over, end
+        unknown — once nothing more comes for them within the grace (see `tick`)."""
+        for r in self._in_flight.values():
+            if r.extra is not None and r.last_ns < record.ts_ns and r.idle_at is None:
+                r.idle_at = record.ts_ns
+
+    def _close_idle(self, r: RequestState) -> None:
+        r.set("vllm.end_unknown", True)
+        if "vllm.request.internal_id" in r.extra:
+            # V1 with internal ids (≈ 0.14+) logs every abort and failure: an idle engine and
+            # neither line means the request finished (a completion never logs its end).
+            r.outcome = "finished"
+        self._finish(r)
 
     def _on_config(self, record: Record, ev: EngineConfig) -> None:
         if self._startup is None or self._startup.has_banner:  # a second banner: the engine restarted

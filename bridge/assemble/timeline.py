@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from bridge.assemble.context import TraceContext
 from bridge.decode.source import Source
 
 #: How a boundary is known. `reported`: vLLM printed the duration it derives from;
@@ -58,6 +59,7 @@ class RequestTimeline:
     phases: list[Phase]
     first_offset: int        # earliest byte of the source that this request depends on
     last_offset: int
+    parent: TraceContext | None = None  # the caller's trace context, when the request carried it
 
 
 @dataclass(slots=True)

@@ -11,8 +11,9 @@ from datetime import timezone, tzinfo
 
 from bridge.decode.clock import HeaderClock, Rfc3339
 from bridge.decode.framing import CRI, DOCKER, PLAIN, CriUnwrapper, DockerUnwrapper, detect
+from bridge.decode.jsonline import parse_json_line
 from bridge.decode.prefix import HEADER, split_prefix
-from bridge.decode.record import CLOCK_ANCHORED, CLOCK_HEADER, CLOCK_RUNTIME, CLOCK_SHIPPER, Record
+from bridge.decode.record import CLOCK_ANCHORED, CLOCK_HEADER, CLOCK_JSON, CLOCK_RUNTIME, CLOCK_SHIPPER, Record
 from bridge.decode.source import Source, source_for
 
 __all__ = ["Decoder", "DecodeStats", "Record", "Source", "source_for"]
@@ -35,7 +36,7 @@ class DecodeStats:
 
 class Decoder:
     __slots__ = ("stats", "_framing", "_unwrap", "_clock", "_last_ts", "_parts", "_part_offset",
-                 "_part_chars", "_part_end", "_part_ts", "_header", "_shipper")
+                 "_part_chars", "_part_end", "_part_ts", "_header", "_shipper", "_tz")
 
     def __init__(self, *, tz: tzinfo = timezone.utc, year: int | None = None, mtime: float | None = None):
         self.stats = DecodeStats()
@@ -50,6 +51,7 @@ class Decoder:
         self._part_ts = 0
         self._header = HEADER.match
         self._shipper = Rfc3339()
+        self._tz = tz
 
     @property
     def framing(self) -> str | None:
@@ -113,6 +115,18 @@ class Decoder:
             if not line:
                 return None
         process = ""
+        if line[:1] == "{":  # vLLM's JSON format: one record per line, year and milliseconds
+            js = parse_json_line(line, self._tz)
+            if js is not None:
+                if runtime_ts is not None:
+                    ts, clock = runtime_ts, CLOCK_RUNTIME
+                elif js.ts_ns is not None:
+                    ts, clock = js.ts_ns, CLOCK_JSON
+                else:
+                    ts, clock = self._last_ts, CLOCK_ANCHORED
+                self._last_ts = ts
+                stats.records += 1
+                return Record(ts, clock, js.level, js.origin, js.message, offset, end, js.process)
         m = self._header(line)
         if m is None:  # the slow path: prefixes, shipper stamps, lines with no header
             split = split_prefix(line)

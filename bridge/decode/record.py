@@ -7,6 +7,7 @@ from dataclasses import dataclass
 #: How a record's timestamp was obtained, best first.
 CLOCK_RUNTIME = "runtime"    # container runtime's nanosecond stamp (CRI, docker)
 CLOCK_SHIPPER = "shipper"    # a log shipper's ISO 8601 stamp written in front of the line
+CLOCK_JSON = "json"          # vLLM's JSON format: `asctime` with year and milliseconds
 CLOCK_HEADER = "header"      # vLLM header, one-second precision, year inferred
 CLOCK_ANCHORED = "anchored"  # no stamp of its own: the last one seen in the same file
 

@@ -60,14 +60,16 @@ def _events(events: list[SpanEvent]) -> list[Span.Event]:
     return [Span.Event(time_unix_nano=e.ts_ns, name=e.name, attributes=key_values(e.attrs)) for e in events]
 
 
-def request_spans(t: RequestTimeline, parent: tuple[bytes, bytes] | None = None) -> list[Span]:
-    """The root `vllm.request` span and one child per phase. `parent` is (trace id, span id)
-    of a caller's span to nest under, when the request carried its trace context."""
-    if parent is not None:
-        tid, parent_id = parent
-    else:
-        tid, parent_id = trace_id(t.source.key, "request", t.request_id, t.occurrence), b""
-    root_id = span_id(tid + t.occurrence.encode(), "vllm.request")
+def request_spans(t: RequestTimeline) -> list[Span]:
+    """The root `vllm.request` span and one child per phase. With the caller's trace context
+    (`t.parent`) the spans go into the caller's trace, the root under the caller's span when
+    its id is known. Span ids derive from the bridge's own trace id either way, so they stay
+    deterministic and distinct even when two requests carry the same context."""
+    own = trace_id(t.source.key, "request", t.request_id, t.occurrence)
+    root_id = span_id(own + t.occurrence.encode(), "vllm.request")
+    tid, parent_id = own, b""
+    if t.parent is not None:
+        tid, parent_id = t.parent.trace_id, t.parent.span_id or b""
     root_attrs = dict(t.attrs)
     root_attrs["vllm.timing.start"] = t.start_timing
     root_attrs["vllm.timing.end"] = t.end_timing

@@ -319,11 +319,19 @@ class WireEncoder:
 
     def _request(self, t: RequestTimeline, out: list[bytes]) -> int:
         tid = trace_id(t.source.key, "request", t.request_id, t.occurrence)
-        root_id = span_id(tid + t.occurrence.encode(), "vllm.request")
+        root_id = span_id(tid + t.occurrence.encode(), "vllm.request")  # from our own trace id: see otlp
         kv, extend = self._span_kv, self._span_extend
         cached, shared, event = self._events.get, self._shared_event, self._event
 
-        parts = [_TRACE_ID, tid, _SPAN_ID, root_id, _ROOT_HEAD, _pack_times(0x39, t.start_ns, 0x41, t.end_ns)]
+        parent = t.parent
+        if parent is None:
+            parts = [_TRACE_ID, tid, _SPAN_ID, root_id, _ROOT_HEAD, _pack_times(0x39, t.start_ns, 0x41, t.end_ns)]
+        else:  # into the caller's trace; under the caller's span when known (Span field 4)
+            tid = parent.trace_id
+            parts = [_TRACE_ID, tid, _SPAN_ID, root_id]
+            if parent.span_id:
+                parts += (_PARENT_ID, parent.span_id)
+            parts += (_ROOT_HEAD, _pack_times(0x39, t.start_ns, 0x41, t.end_ns))
         attrs = t.attrs
         if "vllm.timing.start" in attrs or "vllm.timing.end" in attrs:  # keep the reference's order
             attrs = dict(attrs)

@@ -29,16 +29,18 @@ def _rules() -> dict[str, tuple]:
 RULES = _rules()
 
 
-def parse_line(message: str, level: str = "", _rules=RULES, _fallback=upstream.fallback) -> Event | None | object:
+def parse_line(message: str, level: str = "", origin: str = "", _rules=RULES,
+               _fallback=upstream.fallback) -> Event | None | object:
     """Event for a recognised message (seed or upstream), `MALFORMED` for a near miss, None otherwise.
-    `level` is the header's level ("" for a line with no vLLM header)."""
+    `level` is the header's level ("" for a line with no vLLM header); `origin` its `file.py:N`
+    (or a JSON record's logger name), which tells chatter from request and engine lines."""
     rules = _rules.get(message[:4])
     if rules is not None:
         for rule in rules:
             event = rule(message)
             if event is not None:
                 return event
-    event = _fallback(message, level)
+    event = _fallback(message, level, origin)
     if event is None and rules is not None:
         return MALFORMED
     return event
@@ -67,9 +69,9 @@ class Parser:
         self.stats = ParseStats()
         self._counts: dict[str, int] = {}
 
-    def __call__(self, message: str, level: str = "") -> Event | None:
+    def __call__(self, message: str, level: str = "", origin: str = "") -> Event | None:
         self.stats.lines += 1
-        event = parse_line(message, level)
+        event = parse_line(message, level, origin)
         if event is None:
             self.stats.unrecognised += 1
             return None

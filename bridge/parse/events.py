@@ -129,6 +129,14 @@ class RequestReceived:
 
 
 @dataclass(frozen=True, slots=True)
+class RequestDetails:
+    """DEBUG `Request X details: prompt: '…', prompt_token_ids: […], …` — the count of ids only."""
+
+    request_id: str
+    prompt_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
 class RequestAdded:
     request_id: str  # V1 ≥ 0.14 prints the internal `<external id>-<8 hex>`
 
@@ -253,6 +261,7 @@ Event = (
     | NcclTimeout
     | NcclHint
     | RequestReceived
+    | RequestDetails
     | RequestAdded
     | RequestFinished
     | RequestsAborted
@@ -283,6 +292,7 @@ KIND = {
     NcclTimeout: "nccl_timeout",
     NcclHint: "nccl_hint",
     RequestReceived: "request_received",
+    RequestDetails: "request_details",
     RequestAdded: "request_added",
     RequestFinished: "request_finished",
     RequestsAborted: "request_aborted",

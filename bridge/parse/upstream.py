@@ -19,6 +19,7 @@ from bridge.parse.events import (
     Event,
     Notice,
     RequestAdded,
+    RequestDetails,
     RequestFailed,
     RequestFinished,
     RequestReceived,
@@ -105,9 +106,21 @@ _REQUEST_V1 = re.compile(r"Request (\S+) (aborted|failed)(?: \(([^)]*)\)| due to
 _FAILED_REASON = {"engine dead": "engine_dead", "bad request": "bad_request", "input error": "bad_request"}
 
 
+_PROMPT_IDS = ", prompt_token_ids: ["
+
+
 def _request(msg: str) -> Event | None:
-    if msg.startswith("Request ") and " details: " in msg[:200]:
-        return Notice("request_details")  # DEBUG, carries the prompt: counted, never read
+    if msg.startswith("Request ") and (" details: " in msg[:200] or " JSON body: " in msg[:200]):
+        # DEBUG: these carry the prompt or the body. Only the number of prompt token ids leaves
+        # here, read from the right of the prompt text, which may contain anything.
+        rid, sep, _ = msg[8:].partition(" details: ")
+        i = msg.rfind(_PROMPT_IDS)
+        if sep and i >= 0 and " " not in rid:
+            j = msg.find("]", i)
+            inner = msg[i + len(_PROMPT_IDS):j].strip() if j >= 0 else ""
+            if j >= 0 and all(p.strip().isdigit() for p in inner.split(",") if p.strip()):
+                return RequestDetails(rid, inner.count(",") + 1 if inner else 0)
+        return Notice("request_details")
     m = _REQUEST_V1.match(msg)
     if m is None:
         return None
@@ -122,9 +135,19 @@ def _request(msg: str) -> Event | None:
 _GENERATED = re.compile(r"Generated response (\S+?)(?: \(streaming (delta|complete)\))?: ")
 _TOKEN_IDS = ", output_token_ids: "
 _FINISH = ", finish_reason: "
+_DETAILS = re.compile(
+    r"Generated response (\S+?)(?: \(streaming (delta|complete)\))? details: output_token_ids: (?:\[([^\]]*)\]|None)")
 
 
 def _generated(msg: str) -> Event | None:
+    d = _DETAILS.match(msg)
+    if d is not None:  # DEBUG (≈ v0.30+): the token ids alone; only their count leaves here
+        if d[3] is None or d[2] == "delta":
+            # A stream's deltas are not all logged (an empty one is skipped), so their sum would
+            # undercount; `(streaming complete)` says None. Only a whole response is counted.
+            return ResponseGenerated(d[1], None, None, d[2] or "details")
+        inner = d[3].strip()
+        return ResponseGenerated(d[1], None, inner.count(",") + 1 if inner else 0, d[2] or "details")
     m = _GENERATED.match(msg)
     if m is None:
         return None
@@ -133,7 +156,9 @@ def _generated(msg: str) -> Event | None:
     if f < 0:
         return None
     reason = msg[f + len(_FINISH):].strip()
-    finish = None if reason in ("None", "") else reason
+    # `(streaming complete) … finish_reason: streaming_complete` marks the end of the stream; it
+    # is no finish reason (the last delta carried the real one).
+    finish = None if reason in ("None", "", "streaming_complete") else reason
     tokens = None
     t = msg.rfind(_TOKEN_IDS, 0, f)
     if t >= 0:
@@ -217,6 +242,7 @@ def _stats(msg: str) -> Event | None:
 
 _BANNER = re.compile(r"Initializing an? (?:(V[01]) )?LLM engine \(v([^)]*)\) with config: ")
 _MODEL = re.compile(r"(?:^|[\s,(])model=(?:'([^']*)'|\"([^\"]*)\")")
+_SERVED = re.compile(r"[\s,(]served_model_name=([^,\s)]+)")
 _FACTS = [  # (key, regex, attribute names of the groups)
     ("Load", re.compile(r"Loading model weights took " + _NUM + r" Gi?B"), ("vllm.startup.weights_gib",)),
     ("Mode", re.compile(r"Model loading took " + _NUM + r" Gi?B(?: memory)? and " + _NUM + r" s"),
@@ -224,6 +250,9 @@ _FACTS = [  # (key, regex, attribute names of the groups)
     ("Memo", re.compile(r"Memory profiling takes " + _NUM + r" seconds"), ("vllm.startup.profile_s",)),
     ("Avai", re.compile(r"Available KV cache memory: " + _NUM + r" GiB"), ("vllm.startup.kv_cache_gib",)),
     ("GPU ", re.compile(r"GPU KV cache size: " + _NUM + r" tokens"), ("vllm.startup.kv_cache_tokens",)),
+    ("CPU ", re.compile(r"CPU KV cache size: " + _NUM + r" tokens(?:, Maximum concurrency for " + _NUM
+                        + r" tokens per request: " + _NUM + r"x)?"),
+     ("vllm.startup.kv_cache_tokens", "vllm.startup.max_model_len", "vllm.startup.max_concurrency")),
     ("Maxi", re.compile(r"Maximum concurrency for " + _NUM + r" tokens per request: " + _NUM + r"x"),
      ("vllm.startup.max_model_len", "vllm.startup.max_concurrency")),
     ("Grap", re.compile(r"Graph capturing finished in " + _NUM + r" secs?(?:, took " + _NUM + r" GiB)?"),
@@ -231,7 +260,8 @@ _FACTS = [  # (key, regex, attribute names of the groups)
     ("init", re.compile(r"init engine \(profile, create kv cache, warmup model\) took " + _NUM + r" s"),
      ("vllm.startup.init_s",)),
     ("torc", re.compile(r"torch\.compile takes " + _NUM + r" s in total"), ("vllm.startup.compile_s",)),
-    ("vLLM", re.compile(r"vLLM API server version (\S+)"), ("vllm.version",)),
+    ("vLLM", re.compile(r"vLLM (?:API )?server version ([^\s,]+)(?:, serving model (\S+))?"),
+     ("vllm.version", "vllm.startup.model_path")),
     ("Engi", re.compile(r"Engine \d+: vllm cache_config_info with initialization after num_gpu_blocks is: (\d+)"),
      ("vllm.startup.gpu_blocks",)),
 ]
@@ -240,7 +270,7 @@ _MEMORY_SPLIT = re.compile(
     r"total_gpu_memory \(" + _NUM + r"GiB\) x gpu_memory_utilization \(" + _NUM + r"\) = " + _NUM + r"GiB"
     r"|reserved for KV Cache is " + _NUM + r"GiB"
 )
-_STRINGS = {"vllm.version"}
+_STRINGS = {"vllm.version", "vllm.startup.model_path"}
 
 
 def _fact_rule(pattern: re.Pattern[str], names: tuple[str, ...]):
@@ -280,8 +310,11 @@ def _banner(msg: str) -> Event | None:
     m = _BANNER.match(msg)
     if m is None:
         return None
+    # The name clients send in `model` (--served-model-name) is what `gen_ai.request.model` means;
+    # the path or hub id is the fallback.
+    served = _SERVED.search(msg, m.end() - 1)
     mm = _MODEL.search(msg, m.end() - 1)
-    model = (mm[1] if mm[1] is not None else mm[2]) if mm else None
+    model = served[1] if served else (mm[1] if mm[1] is not None else mm[2]) if mm else None
     return EngineConfig(m[2], m[1] or "", model)
 
 
@@ -389,6 +422,10 @@ def _uvicorn(msg: str) -> Event | None:
 
 _PROGRESS = re.compile(r"\d+%(?:\||\s*Completed\s*\|)|\|\s*\d+/\d+ \[[\d:<]+|it/s\]|s/it\]")
 _PY_WARNING = re.compile(r"\S+\.py:\d+: \w*Warning: ")
+#: Header-less lines from libraries in vLLM's processes that carry nothing: nanobind's leak report
+#: at exit, Triton's backend notice, the source line Python prints under a warning.
+_LIBRARY_NOISE = ("nanobind: ", " - leaked ", " - ... skipped remainder", "Triton is installed",
+                  "See https://nanobind", "  ")
 _GLOG = re.compile(r"(?:\[rank\d+\]:)?\[[EFW][\d ].*?\] |(?:\[rank\d+\]:)?\[PG \d+")
 
 #: Known vLLM lines with nothing to assemble, by prefix: counted as recognised, under a kind.
@@ -406,9 +443,36 @@ _NOTICES = (
         "vLLM is using", "Ray", "Connected", "Sleep mode", "Prefix caching", "Custom allreduce",
         "NCCL", "pynccl", "Attention", "FlashInfer", "flashinfer", "Registering", "V1 LLM engine",
         "Initialized", "Local ", "Loaded ", "Dumping ", "Shutting down", "Gracefully", "Stopping",
-        "Killing local vLLM worker", "Worker ready",
+        "Killing local vLLM worker", "Worker ready", "vLLM server version", "Starting vLLM server",
+        "Scale-out endpoints", "`--enable-log-requests` is set",
     )),
+    ("engine_loop", (  # the engine's own DEBUG heartbeat and IPC set-up and shutdown
+        "EngineCore waiting for work", "EngineCore loop active", "Received init message", "HELLO from",
+        "Has DP Coordinator", "Poller ", "Binding to ", "Connecting to ", "vLLM message queue communication",
+        "[shutdown]", "Parent process exited", "Waiting for init message", "Core engine process",
+        "DP group leader", "Called check_health", "Canceling waiting reads", "WorkerProc handling signal",
+    )),
+    ("request_rejected", ("create_error_response called with",)),  # DEBUG, no request id
 )
+
+#: Modules (file stem, or the last part of a JSON record's logger name) whose lines may carry a
+#: request's lifecycle, the engine's stats or its failures. Their INFO/DEBUG/WARNING lines must be
+#: matched by a rule or listed above, or `check` shows them as unrecognised: that is how a new
+#: format gets noticed. Lines of other vLLM modules at those levels are configuration chatter.
+REQUEST_ENGINE_MODULES = frozenset({
+    "request_logger", "async_llm", "llm_engine", "async_llm_engine", "core", "core_client", "loggers",
+    "metrics", "scheduler", "output_processor", "engine", "multiproc_executor", "multiproc_worker_utils",
+    "ray_distributed_executor", "shm_broadcast", "serving_chat", "serving_completion", "serving_engine",
+    "error_response", "launcher", "api_server",
+})
+_CHATTER_LEVELS = frozenset({"INFO", "DEBUG", "WARNING"})
+
+
+def module_of(origin: str) -> str:
+    """`v1/engine/core.py:123` or `core.py:123` → `core`; `vllm.v1.engine.core` (JSON) → `core`."""
+    if ":" in origin or origin.endswith(".py"):
+        return origin.rsplit(":", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
+    return origin.rsplit(".", 1)[-1]
 
 
 def _notice(msg: str) -> Event | None:
@@ -418,15 +482,22 @@ def _notice(msg: str) -> Event | None:
     return None
 
 
-def fallback(msg: str, level: str) -> Event | None:
-    """Lines no key claimed: error levels, header-less writers, progress bars."""
+_UVICORN_JSON_ACCESS = re.compile(r"\S+ - \"(\S+) (\S+) HTTP/[\d.]+\" (\d{3})")
+
+
+def fallback(msg: str, level: str, origin: str = "") -> Event | None:
+    """Lines no key claimed: error levels, header-less writers, progress bars, and (given the
+    line's origin) other vLLM modules' chatter."""
+    if origin.startswith("uvicorn"):  # JSON records of uvicorn's loggers: no text header to spot them
+        m = _UVICORN_JSON_ACCESS.match(msg)
+        return AccessLog(m[1], m[2].split("?", 1)[0], int(m[3])) if m else Notice("http_server")
     if not level:
         c = msg[:1]
         if c == "[" and _GLOG.match(msg):
             head = msg[:40]
             return engine_error(msg) if "[E" in head or "[F" in head or "[PG " in head or "\n" in msg \
                 else Notice("torch_log")
-        if _PROGRESS.search(msg) or _PY_WARNING.match(msg) or msg.startswith("  warnings.warn("):
+        if _PROGRESS.search(msg) or _PY_WARNING.match(msg) or msg.startswith(_LIBRARY_NOISE):
             return Notice("noise")
         if c.isdigit() and " Engines Aggregated: " in msg[:24]:
             return _stats(msg)
@@ -438,7 +509,10 @@ def fallback(msg: str, level: str) -> Event | None:
         return engine_error(msg)
     if _PROGRESS.search(msg):
         return Notice("noise")
-    return _notice(msg)
+    event = _notice(msg)
+    if event is None and origin and level in _CHATTER_LEVELS and module_of(origin) not in REQUEST_ENGINE_MODULES:
+        return Notice("vllm_other")
+    return event
 
 
 def _chain(*rules):
@@ -470,6 +544,7 @@ PREFILTER = {
     "Memo": _memory_profile,
     "Avai": _FACT_RULES["Avai"],
     "GPU ": _FACT_RULES["GPU "],
+    "CPU ": _FACT_RULES["CPU "],
     "Maxi": _FACT_RULES["Maxi"],
     "Grap": _FACT_RULES["Grap"],
     "init": _FACT_RULES["init"],

@@ -56,10 +56,13 @@ class Filters:
     namespaces: tuple[str, ...] = ("*",)
     pods: tuple[str, ...] = ("*",)
     containers: tuple[str, ...] = ("*",)
+    gateway: tuple[str, ...] = ()  # access logs: followed whatever pod or container wrote them
 
     def accepts(self, path: str, source: Source) -> bool:
         if any(fnmatch.fnmatch(path, p) for p in self.exclude):
             return False
+        if any(fnmatch.fnmatch(path, p) for p in self.gateway):
+            return True
         r = source.resource
         for key, patterns in (("k8s.namespace.name", self.namespaces), ("k8s.pod.name", self.pods),
                               ("k8s.container.name", self.containers)):

