@@ -28,6 +28,20 @@ def test_plugin_and_upstream_lines_join_per_request():
         assert t.outcome == "finished"
     assert got["cmpl-plugintest-001-0"].attrs["vllm.preemptions"] == 1
     assert got["cmpl-plugintest-001-0"].attrs["gen_ai.operation.name"] == "text_completion"
+    # without the plugin's queued= field, time_in_queue is arrival → scheduled
+    t = got["chatcmpl-plugintest-000"]
+    assert t.attrs["gen_ai.latency.time_in_queue"] == t.attrs["vllm.queue_s"] > 0
+
+
+def test_the_engine_queue_time_is_vllms_time_in_queue(tmp_path):
+    log = tmp_path / "q.log"
+    log.write_text(FIXTURE.read_text().replace(
+        "Scheduling request chatcmpl-plugintest-000: priority=0, num_scheduled_blocks=1, remaining_blocks=10",
+        "Scheduling request chatcmpl-plugintest-000: priority=0, num_scheduled_blocks=1, remaining_blocks=10, "
+        "queued=0.020ms"))
+    t = timelines(log)["chatcmpl-plugintest-000"]
+    assert t.attrs["gen_ai.latency.time_in_queue"] == t.attrs["vllm.engine_queue_s"] == 0.02 / 1000
+    assert t.attrs["vllm.queue_s"] > 0.005  # arrival → scheduled: tokenising and hand-off included
 
 
 def test_seed_lines_that_keep_v1s_internal_suffix_still_join(tmp_path):

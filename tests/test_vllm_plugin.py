@@ -87,6 +87,10 @@ def make_scheduler_class(broken: str | None = None):
             self.kv_cache_config = types.SimpleNamespace(kv_cache_tensors=[types.SimpleNamespace(size=8 * 4096)],
                                                          num_blocks=8)
 
+        def add_request(self, request):
+            self.requests[request.request_id] = request
+            self.waiting.append(request)
+
         def schedule(self):
             if broken == "schedule":
                 raise RuntimeError("vLLM's own error")
@@ -125,8 +129,7 @@ def test_hooks_write_the_seed_lines_the_bridge_parses(log, monkeypatch):
     assert hooks.install(cls, "0.32.0", log)
     s = cls()
     r = Req("cmpl-abc-0-1a2b3c4d", arrival=__import__("time").time() - 0.5)
-    s.requests[r.request_id] = r
-    s.waiting.append(r)
+    s.add_request(r)
     s.schedule()
     assert s.update_from_output(1) == "vllm-result"
     s._preempt_request(r, 0.0)
@@ -140,13 +143,15 @@ def test_hooks_write_the_seed_lines_the_bridge_parses(log, monkeypatch):
     sched = events[0]
     assert isinstance(sched, Scheduled) and sched.request_id == "cmpl-abc-0"  # V1's suffix stripped
     assert (sched.blocks, sched.remaining_blocks) == (2, 6)
+    assert 0 <= sched.queued_s < 1  # the engine's own queue time, as vLLM's time_in_queue
     assert events[1].size_bytes == 4096
     assert isinstance(events[3], QueueState) and (events[3].running, events[3].total_blocks) == (1, 8)
     assert isinstance(events[4], Preempted) and (events[4].reason, events[4].blocks) == ("kv_cache_full", 2)
     summary = events[-1]
     assert isinstance(summary, RequestSummary) and summary.generated_tokens == 5
     assert 0.5 <= summary.e2e_s < 5 and summary.ttft_s <= summary.e2e_s
-    assert not s.__dict__[hooks._ATTR].ids and not s.__dict__[hooks._ATTR].first_token  # nothing kept
+    t = s.__dict__[hooks._ATTR]
+    assert not t.ids and not t.first_token and not t.queued_at and not t.pending_first  # nothing kept
 
 
 def test_an_abort_writes_no_summary_and_block_lines_are_off_by_default(log):

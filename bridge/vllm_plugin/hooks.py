@@ -1,5 +1,7 @@
-"""The scheduler hooks. `install` wraps five methods of vLLM's V1 `Scheduler` class:
+"""The scheduler hooks. `install` wraps six methods of vLLM's V1 `Scheduler` class:
 
+- `add_request`: notes when the request entered the engine's queue (monotonic, as vLLM's
+  own QUEUED event), for the `queued=` field of its first `Scheduling request` line.
 - `schedule`: after vLLM's own call, the new and resumed requests of the step get their
   `Scheduling request` line (and, with blocks on, `Allocated block` lines for the blocks the
   step gave out); at most once per interval, the `Running queue` line.
@@ -24,7 +26,8 @@ import time
 
 from bridge.vllm_plugin import SUPPORTED_VERSIONS, _LOGGER_NAME, version_supported
 
-HOOKED = ("schedule", "update_from_output", "_preempt_request", "_free_request", "_free_request_blocks")
+HOOKED = ("add_request", "schedule", "update_from_output", "_preempt_request", "_free_request",
+          "_free_request_blocks")
 _ATTR = "_vllm_trace_bridge_tracer"
 _WRAPPED = "__vllm_trace_bridge_wrapped__"
 _SUFFIX = re.compile(r"-[0-9a-f]{8}$")
@@ -55,6 +58,7 @@ class Tracer:
         self.pending_first: dict[str, object] = {}   # engine id → Request, no first token yet
         self.first_token: dict[str, float] = {}      # engine id → wall time of its first token
         self.ids: dict[str, str] = {}                # engine id → the id the API server logged
+        self.queued_at: dict[str, float] = {}        # engine id → monotonic time it was queued
         self.block_bytes: int | None = None
 
     def rid(self, engine_id: str) -> str:
@@ -71,7 +75,10 @@ class Tracer:
 
     # -- hooks (called after/around vLLM's own method) ----------------------------------
 
-    def after_schedule(self, sched, out) -> None:
+    def added(self, request) -> None:
+        self.queued_at.setdefault(request.request_id, time.monotonic())
+
+    def after_schedule(self, sched, out, started: float) -> None:
         pool = sched.kv_cache_manager.block_pool
         free = pool.get_num_free_blocks()
         info = self.log.info
@@ -81,8 +88,14 @@ class Tracer:
             req = requests.get(engine_id)
             ids = new.block_ids[0] if new.block_ids else ()
             rid = self.rid(engine_id)
-            info("Scheduling request %s: priority=%d, num_scheduled_blocks=%d, remaining_blocks=%d",
-                 rid, getattr(req, "priority", 0) or 0, len(ids), free)
+            queued = self.queued_at.pop(engine_id, None)
+            if queued is not None:  # `started`: when schedule() began, as vLLM's SCHEDULED event
+                info("Scheduling request %s: priority=%d, num_scheduled_blocks=%d, remaining_blocks=%d, "
+                     "queued=%.3fms", rid, getattr(req, "priority", 0) or 0, len(ids), free,
+                     max(0.0, started - queued) * 1e3)
+            else:
+                info("Scheduling request %s: priority=%d, num_scheduled_blocks=%d, remaining_blocks=%d",
+                     rid, getattr(req, "priority", 0) or 0, len(ids), free)
             if req is not None and engine_id not in self.first_token and not req.num_output_tokens:
                 self.pending_first[engine_id] = req
             if self.blocks and ids:
@@ -142,6 +155,7 @@ class Tracer:
         now = self.clock()
         first = self.first_token.pop(engine_id, None)
         self.pending_first.pop(engine_id, None)
+        self.queued_at.pop(engine_id, None)
         generated = request.num_output_tokens
         if first is None and generated:
             first = now  # first token came back in the step that finished it
@@ -188,19 +202,32 @@ def _tracer(sched, logger) -> Tracer:
 
 
 def _wrap(cls, logger) -> None:
+    orig_add = cls.add_request
     orig_schedule = cls.schedule
     orig_update = cls.update_from_output
     orig_preempt = cls._preempt_request
     orig_free = cls._free_request
     orig_free_blocks = cls._free_request_blocks
 
+    @functools.wraps(orig_add)
+    def add_request(self, request, *args, **kwargs):
+        out = orig_add(self, request, *args, **kwargs)
+        try:
+            t = _tracer(self, logger)
+            if t.on:
+                t.added(request)
+        except Exception:  # noqa: BLE001
+            _off(self, logger, "add_request")
+        return out
+
     @functools.wraps(orig_schedule)
     def schedule(self, *args, **kwargs):
+        started = time.monotonic()
         out = orig_schedule(self, *args, **kwargs)
         try:
             t = _tracer(self, logger)
             if t.on:
-                t.after_schedule(self, out)
+                t.after_schedule(self, out, started)
         except Exception:  # noqa: BLE001
             _off(self, logger, "schedule")
         return out
@@ -259,7 +286,7 @@ def _wrap(cls, logger) -> None:
             _off(self, logger, "_free_request_blocks")
         return orig_free_blocks(self, request, *args, **kwargs)
 
-    for fn in (schedule, update_from_output, _preempt_request, _free_request, _free_request_blocks):
+    for fn in (add_request, schedule, update_from_output, _preempt_request, _free_request, _free_request_blocks):
         setattr(fn, _WRAPPED, True)
         setattr(cls, fn.__name__, fn)
 
