@@ -154,15 +154,15 @@ def test_hooks_write_the_seed_lines_the_bridge_parses(log, monkeypatch):
     assert not t.ids and not t.first_token and not t.queued_at and not t.pending_first  # nothing kept
 
 
-def test_an_abort_writes_no_summary_and_block_lines_are_off_by_default(log):
+@pytest.mark.parametrize("end", ["FINISHED_ABORTED", "FINISHED_ERROR", "FINISHED_IGNORED"])
+def test_no_summary_unless_completed_and_block_lines_are_off_by_default(log, end):
     cls = make_scheduler_class()
     hooks.install(cls, "0.32.0", log)
     s = cls()
     r = Req("chatcmpl-x", arrival=0.0)
-    s.requests[r.request_id] = r
-    s.waiting.append(r)
+    s.add_request(r)
     s.schedule()
-    r.status = Status("FINISHED_ABORTED")
+    r.status = Status(end)
     s._free_request(r)
     assert [type(parse_message(x)).__name__ for x in log.lines] == ["Scheduled", "QueueState"]
 

@@ -34,6 +34,11 @@ _SUFFIX = re.compile(r"-[0-9a-f]{8}$")
 
 _installed: dict[type, bool] = {}
 
+#: Ends that are a finished request in the seed's sense. Aborts, errors and ignored (too long)
+#: prompts get no summary line: vLLM's API server logs those itself, and a summary would make
+#: the bridge call them finished.
+_COMPLETED = frozenset({"FINISHED_STOPPED", "FINISHED_LENGTH_CAPPED", "FINISHED_REPETITION"})
+
 
 def _flag(environ, name: str, default: str) -> str:
     return environ.get(name, default).strip().lower()
@@ -149,7 +154,7 @@ class Tracer:
                       rid, "forced" if forced else "kv_cache_full", blocks)
 
     def freeing(self, request) -> None:
-        """A request is over (finished or aborted): its summary, and forget it."""
+        """A request is over: its summary if it completed, and forget it."""
         engine_id = request.request_id
         rid = self.rid(engine_id)
         now = self.clock()
@@ -160,7 +165,7 @@ class Tracer:
         if first is None and generated:
             first = now  # first token came back in the step that finished it
         status = getattr(request.status, "name", str(request.status))
-        if status != "FINISHED_ABORTED":  # an abort is vLLM's own line ("Aborted request")
+        if status in _COMPLETED:
             e2e = max(0.0, now - request.arrival_time)
             ttft = max(0.0, first - request.arrival_time) if first is not None else e2e
             itl = (now - first) / (generated - 1) if first is not None and generated > 1 else 0.0
