@@ -15,6 +15,9 @@ CASES = [
      RequestSummary("0x7f8c4a001b20", 128, 256, 0.0452, 0.0123, 3.2)),
     ("Scheduling request 0x7f8c4a001b20: priority=0, num_scheduled_blocks=4, remaining_blocks=2",
      Scheduled("0x7f8c4a001b20", 0, 4, 2)),
+    # the vLLM plugin adds the engine's own queue time
+    ("Scheduling request cmpl-a-0: priority=0, num_scheduled_blocks=1, remaining_blocks=10, queued=0.020ms",
+     Scheduled("cmpl-a-0", 0, 1, 10, 0.02 / 1000)),
     ("Preempting request 0x7f8c4a001b30: reason=long_context, preempted_blocks=3",
      Preempted("0x7f8c4a001b30", "long_context", 3)),
     ("Running queue: 3 requests, waiting queue: 5 requests, free blocks: 12/64", QueueState(3, 5, 12, 64)),

@@ -169,6 +169,10 @@ def _request_attrs(r: RequestState, t: Thresholds, arrival: int | None, sched0: 
         queue_s = (sched0 - arrival) / _NS
         a["vllm.queue_s"] = queue_s
         a["gen_ai.latency.time_in_queue"] = queue_s
+    engine_queue = r.schedules[0][1].queued_s if r.schedules else None
+    if engine_queue is not None:  # reported by the engine: vLLM's own meaning of the key
+        a["vllm.engine_queue_s"] = engine_queue
+        a["gen_ai.latency.time_in_queue"] = engine_queue
     n_preempted = len(r.preemptions or ()) + r.sampled_preemptions
     a["vllm.preemptions"] = n_preempted
     a["vllm.kv_blocks"] = r.allocated

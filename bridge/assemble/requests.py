@@ -304,8 +304,15 @@ class Assembler:
         r.last_offset = record.offset
         return r
 
+    def _seed_id(self, rid: str) -> str:
+        """A seed line's id, or the upstream request in flight it names (`<id>-<8 hex>` is V1's
+        engine-side spelling of `<id>`): the vLLM plugin's lines join vLLM's own."""
+        if rid in self._open or not self._open:
+            return rid
+        return ids.resolve(rid, self._open) or rid
+
     def _on_scheduled(self, record: Record, ev: Scheduled) -> None:
-        r = self._start(ev.request_id, record)
+        r = self._start(self._seed_id(ev.request_id), record)
         ts = record.ts_ns
         if r.schedules is None:
             r.schedules = []
@@ -316,7 +323,7 @@ class Assembler:
             r.preemptions[-1][1] = ts  # rescheduled: the preemption is over
 
     def _on_preempted(self, record: Record, ev: Preempted) -> None:
-        r = self._start(ev.request_id, record)
+        r = self._start(self._seed_id(ev.request_id), record)
         if r.preemptions is None:
             r.preemptions = []
         if r.preemptions and r.preemptions[-1][1] is None:
@@ -324,14 +331,14 @@ class Assembler:
         r.preemptions.append([record.ts_ns, None, ev])
 
     def _on_allocated(self, record: Record, ev: BlockAllocated) -> None:
-        r = self._start(ev.request_id, record)
+        r = self._start(self._seed_id(ev.request_id), record)
         r.allocated += 1
         r.held += 1
         r.add_block_event(SpanEvent("vllm.kv_block.allocated", record.ts_ns, {
             "vllm.kv_block.id": ev.block, "vllm.kv_block.size_bytes": ev.size_bytes}))
 
     def _on_freed(self, record: Record, ev: BlockFreed) -> None:
-        r = self._touch(ev.request_id, record)
+        r = self._touch(self._seed_id(ev.request_id), record)
         if r is None:
             return
         r.freed += 1
@@ -346,7 +353,7 @@ class Assembler:
                 self._finish(r)
 
     def _on_summary(self, record: Record, ev: RequestSummary) -> None:
-        r = self._start(ev.request_id, record)
+        r = self._start(self._seed_id(ev.request_id), record)
         r.summary = ev
         self._terminate(r, record.ts_ns, "finished")
         if r.held <= 0:

@@ -28,6 +28,9 @@ class Scheduled:
     priority: int
     blocks: int
     remaining_blocks: int
+    # Time in the engine's own queue, when the line reports it (the vLLM plugin's `, queued=…`):
+    # what vLLM's native tracing calls gen_ai.latency.time_in_queue.
+    queued_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -73,6 +73,7 @@ _TIMED_OUT = re.compile(r"Request " + _ID + r" timed out(?: after " + _DUR + r")
 _TIMEOUT_API = re.compile(r"Request timeout: " + _ID)
 _SCHEDULING = re.compile(
     r"Scheduling request " + _ID + r": priority=(-?\d+), num_scheduled_blocks=(\d+), remaining_blocks=(\d+)"
+    r"(?:, queued=" + _DUR + r")?"
 )
 _PREEMPTING = re.compile(r"Preempting request " + _ID + r": reason=([^,\s]+), preempted_blocks=(\d+)")
 _QUEUE = re.compile(
@@ -118,8 +119,9 @@ def _scheduling(msg: str) -> Event | None:
     m = _SCHEDULING.match(msg)
     if m is None:
         return None
-    rid, priority, blocks, remaining = m.groups()
-    return Scheduled(rid, int(priority), int(blocks), int(remaining))
+    rid, priority, blocks, remaining, queued, unit = m.groups()
+    return Scheduled(rid, int(priority), int(blocks), int(remaining),
+                     duration_s(queued, unit or "s") if queued is not None else None)
 
 
 def _preempting(msg: str) -> Event | None:

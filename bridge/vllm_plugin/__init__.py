@@ -1,0 +1,67 @@
+"""A vLLM plugin that writes the seed dialect's lifecycle lines from inside unmodified vLLM.
+
+Loaded by vLLM through the `vllm.general_plugins` entry point (`pip install
+'vllm-trace-bridge[vllm]'` into the vLLM image). It wraps four methods of vLLM's V1
+scheduler and writes, through vLLM's own logger, the lines the bridge already reads:
+
+    Scheduling request <id>: priority=<p>, num_scheduled_blocks=<n>, remaining_blocks=<n>
+    Preempting request <id>: reason=<r>, preempted_blocks=<n>
+    Request <id>: prompt_tokens=<n>, generated_tokens=<n>, ttft=<x>ms, itl=<x>ms, total_latency=<x>s
+    Running queue: <n> requests, waiting queue: <n> requests, free blocks: <f>/<t>
+    Allocated block <b> for request <id>, size=<n>B        (only with ..._BLOCKS=1)
+    Freed block <b> for request <id>, reason=<r>           (only with ..._BLOCKS=1)
+
+Nothing leaves vLLM's process but those log lines: no exporter, no socket, no thread. Every
+hook is wrapped: a failure in the plugin is logged once and the plugin switches itself off;
+vLLM's own method always runs, with its own arguments, and its result or exception is
+passed through untouched.
+
+Switches: vLLM's `VLLM_PLUGINS` (the plugin's name is `vllm_trace_bridge`), and
+`VLLM_TRACE_BRIDGE_PLUGIN=0`. `VLLM_TRACE_BRIDGE_PLUGIN_BLOCKS=1` adds the per-block lines;
+`VLLM_TRACE_BRIDGE_PLUGIN_QUEUE_INTERVAL_S` (default 1) paces the queue-state line.
+
+This module imports nothing from vLLM at import time, and nothing from the rest of the bridge.
+"""
+
+from __future__ import annotations
+
+import os
+
+#: vLLM releases (major, minor) whose scheduler this plugin was written and tested against.
+SUPPORTED_VERSIONS = ((0, 32),)
+
+PLUGIN_NAME = "vllm_trace_bridge"
+_LOGGER_NAME = "vllm.trace_bridge"
+
+
+def enabled(environ=os.environ) -> bool:
+    return environ.get("VLLM_TRACE_BRIDGE_PLUGIN", "1").strip().lower() not in ("0", "false", "no", "off", "")
+
+
+def version_supported(version: str) -> bool:
+    """`0.32.0`, `0.32.1+cpu`, `0.32.0rc1` → supported; anything else → not."""
+    parts = version.split("+", 1)[0].split(".")
+    try:
+        major, minor = int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()) or "x")
+    except (ValueError, IndexError):
+        return False
+    return (major, minor) in SUPPORTED_VERSIONS
+
+
+def register() -> None:
+    """vLLM's entry point. Runs in every vLLM process (API server, engine core, workers), maybe
+    more than once; it must never raise."""
+    try:
+        if not enabled():
+            return
+        from bridge.vllm_plugin import hooks
+
+        hooks.install()
+    except Exception:  # noqa: BLE001 — a plugin must never take vLLM down
+        try:
+            import logging
+
+            logging.getLogger(_LOGGER_NAME).warning(
+                "vllm-trace-bridge plugin disabled: it failed to install", exc_info=True)
+        except Exception:  # noqa: BLE001
+            pass

@@ -1,0 +1,337 @@
+"""The scheduler hooks. `install` wraps six methods of vLLM's V1 `Scheduler` class:
+
+- `add_request`: notes when the request entered the engine's queue (monotonic, as vLLM's
+  own QUEUED event), for the `queued=` field of its first `Scheduling request` line.
+- `schedule`: after vLLM's own call, the new and resumed requests of the step get their
+  `Scheduling request` line (and, with blocks on, `Allocated block` lines for the blocks the
+  step gave out); at most once per interval, the `Running queue` line.
+- `update_from_output`: notes the wall time a request's first token came back.
+- `_preempt_request`: the `Preempting request` line, written just before vLLM's call (which
+  frees the blocks it counts).
+- `_free_request`: the finished-request summary (durations from the request's `arrival_time`,
+  the same origin vLLM's own metrics and traces use).
+- `_free_request_blocks`: with blocks on, one `Freed block` line per block.
+
+Each wrapper calls vLLM's method first (or, where the plugin must look before vLLM changes
+state, reads and then calls it) and never lets its own error reach vLLM: the first error is
+logged once with its traceback and that scheduler's tracer switches off.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import time
+
+from bridge.vllm_plugin import SUPPORTED_VERSIONS, _LOGGER_NAME, version_supported
+
+HOOKED = ("add_request", "schedule", "update_from_output", "_preempt_request", "_free_request",
+          "_free_request_blocks")
+_ATTR = "_vllm_trace_bridge_tracer"
+_WRAPPED = "__vllm_trace_bridge_wrapped__"
+_SUFFIX = re.compile(r"-[0-9a-f]{8}$")
+
+_installed: dict[type, bool] = {}
+
+#: Ends that are a finished request in the seed's sense. Aborts, errors and ignored (too long)
+#: prompts get no summary line: vLLM's API server logs those itself, and a summary would make
+#: the bridge call them finished.
+_COMPLETED = frozenset({"FINISHED_STOPPED", "FINISHED_LENGTH_CAPPED", "FINISHED_REPETITION"})
+
+
+def _flag(environ, name: str, default: str) -> str:
+    return environ.get(name, default).strip().lower()
+
+
+class Tracer:
+    """What one scheduler's hooks remember between calls. Everything is bounded by the number
+    of requests the scheduler holds: entries go when a request is freed."""
+
+    def __init__(self, logger, environ=os.environ, clock=time.time) -> None:
+        self.log = logger
+        self.on = True
+        self.clock = clock
+        self.blocks = _flag(environ, "VLLM_TRACE_BRIDGE_PLUGIN_BLOCKS", "0") in ("1", "true", "yes", "on")
+        try:
+            self.interval = float(environ.get("VLLM_TRACE_BRIDGE_PLUGIN_QUEUE_INTERVAL_S", "1"))
+        except ValueError:
+            self.interval = 1.0
+        self.strip = _flag(environ, "VLLM_DISABLE_REQUEST_ID_RANDOMIZATION", "0") not in ("1", "true")
+        self.next_queue = 0.0
+        self.last_queue: tuple | None = None
+        self.pending_first: dict[str, object] = {}   # engine id → Request, no first token yet
+        self.first_token: dict[str, float] = {}      # engine id → wall time of its first token
+        self.ids: dict[str, str] = {}                # engine id → the id the API server logged
+        self.queued_at: dict[str, float] = {}        # engine id → monotonic time it was queued
+        self.block_bytes: int | None = None
+
+    def rid(self, engine_id: str) -> str:
+        rid = self.ids.get(engine_id)
+        if rid is None:
+            rid = _SUFFIX.sub("", engine_id) if self.strip else engine_id
+            self.ids[engine_id] = rid
+        return rid
+
+    def fail(self, where: str) -> None:
+        self.on = False
+        self.log.warning("vllm-trace-bridge plugin switched off after an error in %s; vLLM is unaffected",
+                         where, exc_info=True)
+
+    # -- hooks (called after/around vLLM's own method) ----------------------------------
+
+    def added(self, request) -> None:
+        self.queued_at.setdefault(request.request_id, time.monotonic())
+
+    def after_schedule(self, sched, out, started: float) -> None:
+        pool = sched.kv_cache_manager.block_pool
+        free = pool.get_num_free_blocks()
+        info = self.log.info
+        requests = sched.requests
+        for new in out.scheduled_new_reqs:
+            engine_id = new.req_id
+            req = requests.get(engine_id)
+            ids = new.block_ids[0] if new.block_ids else ()
+            rid = self.rid(engine_id)
+            queued = self.queued_at.pop(engine_id, None)
+            if queued is not None:  # `started`: when schedule() began, as vLLM's SCHEDULED event
+                info("Scheduling request %s: priority=%d, num_scheduled_blocks=%d, remaining_blocks=%d, "
+                     "queued=%.3fms", rid, getattr(req, "priority", 0) or 0, len(ids), free,
+                     max(0.0, started - queued) * 1e3)
+            else:
+                info("Scheduling request %s: priority=%d, num_scheduled_blocks=%d, remaining_blocks=%d",
+                     rid, getattr(req, "priority", 0) or 0, len(ids), free)
+            if req is not None and engine_id not in self.first_token and not req.num_output_tokens:
+                self.pending_first[engine_id] = req
+            if self.blocks and ids:
+                self._allocated(sched, rid, ids)
+        cached = out.scheduled_cached_reqs
+        resumed = cached.resumed_req_ids
+        if resumed or self.blocks:
+            for engine_id, new_ids in zip(cached.req_ids, cached.new_block_ids):
+                ids = new_ids[0] if new_ids else ()
+                if engine_id in resumed:
+                    req = requests.get(engine_id)
+                    info("Scheduling request %s: priority=%d, num_scheduled_blocks=%d, remaining_blocks=%d",
+                         self.rid(engine_id), getattr(req, "priority", 0) or 0, len(ids), free)
+                if self.blocks and ids:
+                    self._allocated(sched, self.rid(engine_id), ids)
+        now = time.monotonic()
+        if now >= self.next_queue:
+            running, waiting = len(sched.running), len(sched.waiting)
+            state = (running, waiting, free)
+            if state != self.last_queue or running or waiting:  # an idle engine says so once
+                info("Running queue: %d requests, waiting queue: %d requests, free blocks: %d/%d",
+                     running, waiting, free, pool.num_gpu_blocks)
+                self.last_queue = state
+            self.next_queue = now + self.interval
+
+    def _allocated(self, sched, rid: str, ids) -> None:
+        size = self.block_bytes
+        if size is None:
+            size = self.block_bytes = _block_bytes(sched)
+        info = self.log.info
+        for b in ids:
+            info("Allocated block %d for request %s, size=%dB", b, rid, size)
+
+    def after_update(self) -> None:
+        pending = self.pending_first
+        if not pending:
+            return
+        now = self.clock()
+        done = [engine_id for engine_id, req in pending.items() if req.num_output_tokens]
+        for engine_id in done:
+            del pending[engine_id]
+            self.first_token[engine_id] = now
+
+    def preempting(self, sched, request) -> tuple[str, int]:
+        """Read before vLLM frees the blocks: (id, blocks held)."""
+        held = sched.kv_cache_manager.get_block_ids(request.request_id)
+        return self.rid(request.request_id), len(held[0]) if held else 0
+
+    def preempted(self, rid: str, blocks: int, forced: bool) -> None:
+        self.log.info("Preempting request %s: reason=%s, preempted_blocks=%d",
+                      rid, "forced" if forced else "kv_cache_full", blocks)
+
+    def freeing(self, request) -> None:
+        """A request is over: its summary if it completed, and forget it."""
+        engine_id = request.request_id
+        rid = self.rid(engine_id)
+        now = self.clock()
+        first = self.first_token.pop(engine_id, None)
+        self.pending_first.pop(engine_id, None)
+        self.queued_at.pop(engine_id, None)
+        generated = request.num_output_tokens
+        if first is None and generated:
+            first = now  # first token came back in the step that finished it
+        status = getattr(request.status, "name", str(request.status))
+        if status in _COMPLETED:
+            e2e = max(0.0, now - request.arrival_time)
+            ttft = max(0.0, first - request.arrival_time) if first is not None else e2e
+            itl = (now - first) / (generated - 1) if first is not None and generated > 1 else 0.0
+            self.log.info(
+                "Request %s: prompt_tokens=%d, generated_tokens=%d, ttft=%.3fms, itl=%.3fms, total_latency=%.6fs",
+                rid, request.num_prompt_tokens, generated, ttft * 1e3, itl * 1e3, e2e)
+
+    def forget(self, engine_id: str) -> None:
+        self.ids.pop(engine_id, None)
+
+    def freeing_blocks(self, sched, request) -> None:
+        held = sched.kv_cache_manager.get_block_ids(request.request_id)
+        if not held or not held[0]:
+            return
+        status = getattr(request.status, "name", str(request.status))
+        reason = ("aborted" if status == "FINISHED_ABORTED" else "completed") if status.startswith("FINISHED") \
+            else "preempted"
+        rid = self.rid(request.request_id)
+        info = self.log.info
+        for b in held[0]:
+            info("Freed block %d for request %s, reason=%s", b, rid, reason)
+
+
+def _block_bytes(sched) -> int:
+    """Bytes one KV block takes across all layers (0 when the config does not say)."""
+    try:
+        cfg = sched.kv_cache_config
+        return int(sum(t.size for t in cfg.kv_cache_tensors) // max(1, cfg.num_blocks))
+    except Exception:  # noqa: BLE001
+        return 0
+
+
+def _tracer(sched, logger) -> Tracer:
+    t = sched.__dict__.get(_ATTR)
+    if t is None:
+        t = Tracer(logger)
+        sched.__dict__[_ATTR] = t
+    return t
+
+
+def _wrap(cls, logger) -> None:
+    orig_add = cls.add_request
+    orig_schedule = cls.schedule
+    orig_update = cls.update_from_output
+    orig_preempt = cls._preempt_request
+    orig_free = cls._free_request
+    orig_free_blocks = cls._free_request_blocks
+
+    @functools.wraps(orig_add)
+    def add_request(self, request, *args, **kwargs):
+        out = orig_add(self, request, *args, **kwargs)
+        try:
+            t = _tracer(self, logger)
+            if t.on:
+                t.added(request)
+        except Exception:  # noqa: BLE001
+            _off(self, logger, "add_request")
+        return out
+
+    @functools.wraps(orig_schedule)
+    def schedule(self, *args, **kwargs):
+        started = time.monotonic()
+        out = orig_schedule(self, *args, **kwargs)
+        try:
+            t = _tracer(self, logger)
+            if t.on:
+                t.after_schedule(self, out, started)
+        except Exception:  # noqa: BLE001
+            _off(self, logger, "schedule")
+        return out
+
+    @functools.wraps(orig_update)
+    def update_from_output(self, *args, **kwargs):
+        out = orig_update(self, *args, **kwargs)
+        try:
+            t = _tracer(self, logger)
+            if t.on:
+                t.after_update()
+        except Exception:  # noqa: BLE001
+            _off(self, logger, "update_from_output")
+        return out
+
+    @functools.wraps(orig_preempt)
+    def _preempt_request(self, request, *args, **kwargs):
+        # Written before vLLM's call: the blocks are counted before vLLM frees them, and the
+        # line comes before the `Freed block` lines of the same preemption.
+        try:
+            t = _tracer(self, logger)
+            if t.on:
+                forced = bool(kwargs.get("drop_stale_output", args[1] if len(args) > 1 else False))
+                t.preempted(*t.preempting(self, request), forced)
+        except Exception:  # noqa: BLE001
+            _off(self, logger, "_preempt_request")
+        return orig_preempt(self, request, *args, **kwargs)
+
+    @functools.wraps(orig_free)
+    def _free_request(self, request, *args, **kwargs):
+        t = None
+        try:
+            t = _tracer(self, logger)
+            if t.on:
+                t.freeing(request)
+            else:
+                t = None
+        except Exception:  # noqa: BLE001
+            _off(self, logger, "_free_request")
+            t = None
+        out = orig_free(self, request, *args, **kwargs)
+        if t is not None:
+            try:
+                t.forget(request.request_id)
+            except Exception:  # noqa: BLE001
+                _off(self, logger, "_free_request")
+        return out
+
+    @functools.wraps(orig_free_blocks)
+    def _free_request_blocks(self, request, *args, **kwargs):
+        try:
+            t = _tracer(self, logger)
+            if t.on and t.blocks:
+                t.freeing_blocks(self, request)
+        except Exception:  # noqa: BLE001
+            _off(self, logger, "_free_request_blocks")
+        return orig_free_blocks(self, request, *args, **kwargs)
+
+    for fn in (add_request, schedule, update_from_output, _preempt_request, _free_request, _free_request_blocks):
+        setattr(fn, _WRAPPED, True)
+        setattr(cls, fn.__name__, fn)
+
+
+def _off(sched, logger, where: str) -> None:
+    try:
+        t = sched.__dict__.get(_ATTR)
+        if t is None:
+            t = sched.__dict__[_ATTR] = Tracer(logger)
+        if t.on:
+            t.fail(where)
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def install(scheduler_cls=None, version: str | None = None, logger=None) -> bool:
+    """Wrap the scheduler's methods once per class. False (after one warning) when this vLLM
+    is not a supported version or a hook point is missing: then vLLM runs untouched."""
+    if logger is None:
+        from vllm.logger import init_logger
+
+        logger = init_logger(_LOGGER_NAME)
+    if version is None:
+        from vllm.version import __version__ as version
+    if not version_supported(version):
+        logger.warning("vllm-trace-bridge plugin does nothing: vLLM %s is not a supported version (%s)",
+                       version, ", ".join(f"{a}.{b}.x" for a, b in SUPPORTED_VERSIONS))
+        return False
+    if scheduler_cls is None:
+        from vllm.v1.core.sched.scheduler import Scheduler as scheduler_cls
+    if _installed.get(scheduler_cls):
+        return True
+    missing = [name for name in HOOKED if not callable(getattr(scheduler_cls, name, None))]
+    if missing:
+        logger.warning("vllm-trace-bridge plugin does nothing: vLLM %s's scheduler has no %s",
+                       version, ", ".join(missing))
+        return False
+    if any(getattr(getattr(scheduler_cls, name), _WRAPPED, False) for name in HOOKED):
+        _installed[scheduler_cls] = True
+        return True
+    _wrap(scheduler_cls, logger)
+    _installed[scheduler_cls] = True
+    return True

@@ -1,0 +1,59 @@
+"""The plugin's seed lines (engine core) and vLLM's own lines (API server) for one request
+join into one trace: captured from real vLLM 0.32 with the plugin (tests/plugin/)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from bridge.pipeline import replay
+
+FIXTURE = Path(__file__).parent / "fixtures" / "plugin" / "v1_plugin.log"
+
+
+def timelines(path) -> dict:
+    out = []
+    replay([str(path)], [out.append])
+    return {t.request_id: t for t in out if hasattr(t, "phases")}
+
+
+def test_plugin_and_upstream_lines_join_per_request():
+    got = timelines(FIXTURE)
+    assert sorted(got) == ["chatcmpl-plugintest-000", "cmpl-plugintest-001-0"]
+    for rid, t in got.items():
+        names = [p.name for p in t.phases]
+        assert {"queued", "scheduled", "generating", "freed"} <= set(names), (rid, names)
+        assert t.attrs["gen_ai.request.max_tokens"] == 300       # from the API server's Received line
+        assert t.attrs["vllm.request.internal_id"].startswith(rid + "-")  # from its Added line
+        assert t.outcome == "finished"
+    assert got["cmpl-plugintest-001-0"].attrs["vllm.preemptions"] == 1
+    assert got["cmpl-plugintest-001-0"].attrs["gen_ai.operation.name"] == "text_completion"
+    # without the plugin's queued= field, time_in_queue is arrival → scheduled
+    t = got["chatcmpl-plugintest-000"]
+    assert t.attrs["gen_ai.latency.time_in_queue"] == t.attrs["vllm.queue_s"] > 0
+
+
+def test_the_engine_queue_time_is_vllms_time_in_queue(tmp_path):
+    log = tmp_path / "q.log"
+    log.write_text(FIXTURE.read_text().replace(
+        "Scheduling request chatcmpl-plugintest-000: priority=0, num_scheduled_blocks=1, remaining_blocks=10",
+        "Scheduling request chatcmpl-plugintest-000: priority=0, num_scheduled_blocks=1, remaining_blocks=10, "
+        "queued=0.020ms"))
+    t = timelines(log)["chatcmpl-plugintest-000"]
+    assert t.attrs["gen_ai.latency.time_in_queue"] == t.attrs["vllm.engine_queue_s"] == 0.02 / 1000
+    assert t.attrs["vllm.queue_s"] > 0.005  # arrival → scheduled: tokenising and hand-off included
+
+
+def test_seed_lines_that_keep_v1s_internal_suffix_still_join(tmp_path):
+    """A plugin (or a patched vLLM) that logs the engine-side id `<id>-<8 hex>` joins too."""
+    text = FIXTURE.read_text()
+    internal = dict(re.findall(r"Added request ((\S+?))-[0-9a-f]{8}\.", text))
+    suffixed = re.sub(r"(Scheduling request|Preempting request|\] Request|for request) (chatcmpl-plugintest-000|cmpl-plugintest-001-0)",
+                      lambda m: f"{m[1]} {m[2]}-0badf00d", text)
+    assert internal and suffixed != text
+    log = tmp_path / "suffixed.log"
+    log.write_text(suffixed)
+    got = timelines(log)
+    assert sorted(got) == ["chatcmpl-plugintest-000", "cmpl-plugintest-001-0"], sorted(got)
+    for t in got.values():
+        assert {"queued", "scheduled", "generating", "freed"} <= {p.name for p in t.phases}
