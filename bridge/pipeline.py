@@ -60,12 +60,7 @@ def replay(paths: Iterable[str], sinks: list[Sink], config: ReplayConfig = Repla
         stream = RecordStream(Decoder(tz=config.tz, year=config.year, mtime=os.stat(path).st_mtime))
         assembler = Assembler(source_for(path), emit, config.assemble)
         feed = assembler.feed
-        for offset, raw in read_lines(path):
-            for record in stream(raw, offset):
-                event = parser(record.message, record.level, record.origin)
-                if event is not None:
-                    feed(record, event)
-        for record in stream.flush():
+        for record in stream.over(read_lines(path)):
             event = parser(record.message, record.level, record.origin)
             if event is not None:
                 feed(record, event)

@@ -165,14 +165,16 @@ def _request_attrs(r: RequestState, t: Thresholds, arrival: int | None, sched0: 
         # vLLM's own native-tracing keys, so dashboards built for them keep working.
         a["gen_ai.latency.time_to_first_token"] = s.ttft_s
         a["gen_ai.latency.e2e"] = s.e2e_s
-    if arrival is not None and sched0 is not None:
-        queue_s = (sched0 - arrival) / _NS
+    queue_s = (sched0 - arrival) / _NS if arrival is not None and sched0 is not None else None
+    if queue_s is not None:
         a["vllm.queue_s"] = queue_s
-        a["gen_ai.latency.time_in_queue"] = queue_s
     engine_queue = r.schedules[0][1].queued_s if r.schedules else None
-    if engine_queue is not None:  # reported by the engine: vLLM's own meaning of the key
+    if engine_queue is not None:
         a["vllm.engine_queue_s"] = engine_queue
-        a["gen_ai.latency.time_in_queue"] = engine_queue
+    # vLLM's own key means the engine queue; arrival → scheduled stands in when that is unknown.
+    in_queue = engine_queue if engine_queue is not None else queue_s
+    if in_queue is not None:
+        a["gen_ai.latency.time_in_queue"] = in_queue
     n_preempted = len(r.preemptions or ()) + r.sampled_preemptions
     a["vllm.preemptions"] = n_preempted
     a["vllm.kv_blocks"] = r.allocated

@@ -6,6 +6,8 @@ repeats the order of the two steps or how to empty them at the end.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+
 from bridge.decode import Decoder
 from bridge.decode.joiner import Joiner
 from bridge.decode.record import Record
@@ -21,6 +23,12 @@ class RecordStream:
     def __call__(self, raw: bytes, offset: int) -> tuple[Record, ...]:
         record = self.decoder(raw, offset)
         return () if record is None else self.joiner(record)
+
+    def over(self, lines: Iterable[tuple[int, bytes]]) -> Iterator[Record]:
+        """Every complete record of a finished file, its last held ones included."""
+        for offset, raw in lines:
+            yield from self(raw, offset)
+        yield from self.flush()
 
     def release(self) -> list[Record]:
         """The multi-line record held for a continuation that has not come (the file is quiet)."""
