@@ -6,6 +6,7 @@ Exit codes: 0 ok, 1 export failed (spans not acknowledged), 2 usage or input err
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -209,9 +210,21 @@ def run_check_command(args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
+def tune_gc() -> None:
+    """The pipeline makes many short-lived container objects (records, events, attribute
+    dicts), almost none of them in cycles, so CPython's default young-generation threshold
+    (700) runs a collection every few lines. Move what exists at start (modules, the SDK,
+    gRPC) out of the collector's sight and collect young objects less often: cycles are
+    still collected, memory stays bounded (bench/replay_cpu.py: about 1.5 CPU-µs per line)."""
+    gc.freeze()
+    gc.set_threshold(50_000, 50, 100)
+
+
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None,
          out: TextIO | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command in ("run", "replay"):
+        tune_gc()
     env = os.environ if env is None else env
     out = out or sys.stdout
     log = make_logger()
