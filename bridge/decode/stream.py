@@ -6,26 +6,72 @@ repeats the order of the two steps or how to empty them at the end.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator
+from itertools import chain
 
-from bridge.decode import Decoder
+from bridge.decode import Decoder, DecodeStats
+from bridge.decode.clock import HeaderClock
+from bridge.decode.framing import PLAIN
 from bridge.decode.joiner import Joiner
-from bridge.decode.record import Record
+from bridge.decode.record import CLOCK_HEADER, Record
+
+
+def _load_fast():
+    """The C fast path (`_fastdecode.c`) for the common line of a plain file, or None: not
+    built (no compiler at install), or VLLM_TRACE_BRIDGE_PURE=1. It handles only a line that
+    Decoder and Joiner would pass straight through, and hands every other line to them."""
+    if os.environ.get("VLLM_TRACE_BRIDGE_PURE", "") not in ("", "0"):
+        return None
+    try:
+        from bridge.decode import _fastdecode
+    except ImportError:
+        return None
+    _fastdecode.init({"Decoder": Decoder, "Joiner": Joiner, "Record": Record, "HeaderClock": HeaderClock,
+                      "DecodeStats": DecodeStats}, PLAIN, CLOCK_HEADER)
+    return _fastdecode
+
+
+FAST = _load_fast()
+
+
+class _Later:
+    """Iterating it calls `fn` then: the end-of-file records, once the lines before are read."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn) -> None:
+        self.fn = fn
+
+    def __iter__(self):
+        return iter(self.fn())
 
 
 class RecordStream:
-    __slots__ = ("decoder", "joiner")
+    __slots__ = ("decoder", "joiner", "_fast")
 
-    def __init__(self, decoder: Decoder, joiner: Joiner | None = None) -> None:
+    def __init__(self, decoder: Decoder, joiner: Joiner | None = None, fast=FAST) -> None:
         self.decoder = decoder
         self.joiner = joiner or Joiner()
+        # The C fast path works on these exact classes only (it reads their slots).
+        exact = type(self.decoder) is Decoder and type(self.joiner) is Joiner
+        self._fast = fast if exact else None
 
     def __call__(self, raw: bytes, offset: int) -> tuple[Record, ...]:
+        if self._fast is not None:
+            record = self._fast.line(self.decoder, self.joiner, raw, offset)
+            if record is not None:
+                return (record,)
         record = self.decoder(raw, offset)
         return () if record is None else self.joiner(record)
 
     def over(self, lines: Iterable[tuple[int, bytes]]) -> Iterator[Record]:
         """Every complete record of a finished file, its last held ones included."""
+        if self._fast is not None:
+            return chain(self._fast.records(self, lines), _Later(self.flush))
+        return self._over(lines)
+
+    def _over(self, lines: Iterable[tuple[int, bytes]]) -> Iterator[Record]:
         for offset, raw in lines:
             yield from self(raw, offset)
         yield from self.flush()

@@ -9,11 +9,29 @@ not recognised is *unrecognised*. Neither is an error.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
-from bridge.parse import seed, upstream
+from bridge.parse import events, seed, upstream
 from bridge.parse.events import KIND, Event, Notice
 from bridge.parse.seed import MALFORMED, parse_message
+
+
+def _load_fast():
+    """The C fast path for the commonest seed rules (`_fastseed.c`), or None: not built (no
+    compiler at install), or VLLM_TRACE_BRIDGE_PURE=1. The Python rules stay the reference;
+    the C answers only lines it is sure of and hands every other line to them."""
+    if os.environ.get("VLLM_TRACE_BRIDGE_PURE", "") not in ("", "0"):
+        return None
+    try:
+        from bridge.parse import _fastseed
+    except ImportError:
+        return None
+    _fastseed.init(vars(events))
+    return _fastseed.parse
+
+
+FAST_PARSE = _load_fast()
 
 __all__ = ["Event", "KIND", "ParseStats", "Parser", "parse_line", "parse_message", "MALFORMED"]
 
@@ -63,14 +81,19 @@ class ParseStats:
 class Parser:
     """`parse_line` plus the counters that make unknown lines visible."""
 
-    __slots__ = ("stats", "_counts")
+    __slots__ = ("stats", "_counts", "_fast")
 
-    def __init__(self) -> None:
+    def __init__(self, fast=FAST_PARSE) -> None:
         self.stats = ParseStats()
         self._counts: dict[str, int] = {}
+        self._fast = fast  # None: Python rules only
 
     def __call__(self, message: str, level: str = "", origin: str = "") -> Event | None:
         self.stats.lines += 1
+        if self._fast is not None:
+            event = self._fast(message, self._counts)  # counted in C
+            if event is not None:
+                return event
         event = parse_line(message, level, origin)
         if event is None:
             self.stats.unrecognised += 1

@@ -1,0 +1,426 @@
+/* The decode stage's fast path: one file's physical lines → Records, for the common line.
+ *
+ * `records(stream, lines)` iterates like `for offset, raw in lines: yield from stream(raw,
+ * offset)` (RecordStream.__call__: Decoder, then Joiner), and gives the same Records. It
+ * handles itself only the line that both Python classes would pass straight through:
+ *
+ *   - the file's framing is already known to be plain and no partial line is held;
+ *   - the line is ASCII (so valid UTF-8), has no ESC, no `\r` before its newline, and starts
+ *     with vLLM's header (`HEADER` in prefix.py, matched on the path the regex tries first);
+ *   - its `MM-DD HH:MM:SS` is the one the decoder's HeaderClock has cached;
+ *   - the Joiner holds nothing and the record cannot start a group (level not ERROR or
+ *     CRITICAL, message not `Memory profiling takes…`).
+ *
+ * It then does exactly what Decoder and Joiner do for such a line (stats.lines and
+ * stats.records + 1, decoder._last_ts = ts) and builds the Record by filling its slots. Any
+ * other line is handed to `stream(raw, offset)`: the Python classes stay the reference and
+ * keep all the state; this file only reads it.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <string.h>
+
+/* -- slot access by the member descriptors' offsets ------------------------------------- */
+
+typedef struct {
+    const char *cls, *name;
+    Py_ssize_t offset;
+} Slot;
+
+enum {
+    DEC_STATS, DEC_FRAMING, DEC_PARTS, DEC_LAST_TS, DEC_CLOCK,
+    CLK_KEY, CLK_NS,
+    ST_LINES, ST_RECORDS,
+    JN_PENDING,
+    REC_TS, REC_CLOCK, REC_LEVEL, REC_ORIGIN, REC_MESSAGE, REC_OFFSET, REC_END, REC_PROCESS, REC_CONTINUED,
+    N_SLOTS
+};
+static Slot slots[N_SLOTS] = {
+    {"Decoder", "stats"}, {"Decoder", "_framing"}, {"Decoder", "_parts"}, {"Decoder", "_last_ts"},
+    {"Decoder", "_clock"},
+    {"HeaderClock", "_cache_key"}, {"HeaderClock", "_cache_ns"},
+    {"DecodeStats", "lines"}, {"DecodeStats", "records"},
+    {"Joiner", "_pending"},
+    {"Record", "ts_ns"}, {"Record", "clock"}, {"Record", "level"}, {"Record", "origin"}, {"Record", "message"},
+    {"Record", "offset"}, {"Record", "end_offset"}, {"Record", "process"}, {"Record", "continued"},
+};
+static PyTypeObject *record_type, *decoder_type, *joiner_type, *clock_type, *stats_type;
+static PyObject *plain_str, *header_clock_str, *empty_str, *levels[5], *stream_decoder_str, *stream_joiner_str;
+static const char *level_names[5] = {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"};
+static int ready = 0;
+
+#define SLOT(obj, k) (*(PyObject **)((char *)(obj) + slots[k].offset))
+
+static int find_slot(PyObject *classes, Slot *s) {
+    PyObject *cls = PyMapping_GetItemString(classes, s->cls);
+    if (cls == NULL)
+        return -1;
+    PyObject *name = PyUnicode_FromString(s->name);
+    PyObject *descr = name ? PyObject_GetAttr(cls, name) : NULL;
+    Py_XDECREF(name);
+    Py_DECREF(cls);
+    if (descr == NULL)
+        return -1;
+    int ok = PyObject_TypeCheck(descr, &PyMemberDescr_Type) &&
+             ((PyMemberDescrObject *)descr)->d_member->type == T_OBJECT_EX;
+    if (ok)
+        s->offset = ((PyMemberDescrObject *)descr)->d_member->offset;
+    Py_DECREF(descr);
+    if (!ok) {
+        PyErr_Format(PyExc_TypeError, "%s.%s is not a slot", s->cls, s->name);
+        return -1;
+    }
+    return 0;
+}
+
+static int get_type(PyObject *classes, const char *name, PyTypeObject **out) {
+    PyObject *cls = PyMapping_GetItemString(classes, name);
+    if (cls == NULL)
+        return -1;
+    if (!PyType_Check(cls)) {
+        Py_DECREF(cls);
+        PyErr_Format(PyExc_TypeError, "%s is not a class", name);
+        return -1;
+    }
+    Py_XSETREF(*out, (PyTypeObject *)cls);
+    return 0;
+}
+
+static PyObject *init(PyObject *self, PyObject *args) {
+    PyObject *classes, *plain, *header;
+    if (!PyArg_ParseTuple(args, "OUU", &classes, &plain, &header))
+        return NULL;
+    for (int k = 0; k < N_SLOTS; k++)
+        if (find_slot(classes, &slots[k]) < 0)
+            return NULL;
+    if (get_type(classes, "Record", &record_type) < 0 || get_type(classes, "Decoder", &decoder_type) < 0 ||
+        get_type(classes, "Joiner", &joiner_type) < 0 || get_type(classes, "HeaderClock", &clock_type) < 0 ||
+        get_type(classes, "DecodeStats", &stats_type) < 0)
+        return NULL;
+    Py_XSETREF(plain_str, Py_NewRef(plain));
+    Py_XSETREF(header_clock_str, Py_NewRef(header));
+    ready = 1;
+    Py_RETURN_NONE;
+}
+
+/* -- the header ------------------------------------------------------------------------- */
+
+static inline int is_space(unsigned char c) { /* Python's `\s` on ASCII */
+    return c == ' ' || (c >= 9 && c <= 13) || (c >= 0x1c && c <= 0x1f);
+}
+static inline int is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
+
+typedef struct {
+    int level;                    /* index in level_names */
+    Py_ssize_t stamp;             /* 14 chars */
+    Py_ssize_t origin_a, origin_b;
+    Py_ssize_t end;               /* m.end(): where the message starts */
+} Header;
+
+/* HEADER = (DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d+)? \[?([^\s\]]+:\d+)\] ?
+ * at position 0, on the regex's first path; 0 when that path fails (the caller declines). */
+static int header(const char *s, Py_ssize_t n, Header *h) {
+    Py_ssize_t i;
+    h->level = -1;
+    for (int k = 0; k < 5; k++) {
+        size_t len = strlen(level_names[k]);
+        if ((Py_ssize_t)len < n && memcmp(s, level_names[k], len) == 0 && s[len] == ' ') {
+            h->level = k;
+            i = (Py_ssize_t)len + 1;
+            break;
+        }
+    }
+    if (h->level < 0 || n - i < 15)
+        return 0;
+    static const char shape[] = "dd-dd dd:dd:dd";
+    for (int k = 0; k < 14; k++) {
+        char c = s[i + k];
+        if (shape[k] == 'd' ? !is_digit(c) : c != shape[k])
+            return 0;
+    }
+    h->stamp = i;
+    i += 14;
+    if (i + 1 < n && (s[i] == '.' || s[i] == ',') && is_digit(s[i + 1])) {
+        i += 2;
+        while (i < n && is_digit(s[i]))
+            i++;
+    }
+    if (i >= n || s[i] != ' ')
+        return 0;
+    i++;
+    if (i < n && s[i] == '[')
+        i++;
+    Py_ssize_t a = i;
+    while (i < n && !is_space(s[i]) && s[i] != ']')
+        i++;
+    /* the run must end with `:\d+` after at least one character, and be followed by `]` */
+    if (i >= n || s[i] != ']')
+        return 0;
+    Py_ssize_t d = i;
+    while (d > a && is_digit(s[d - 1]))
+        d--;
+    if (d == i || d - 1 <= a || s[d - 1] != ':')
+        return 0;
+    h->origin_a = a;
+    h->origin_b = i;
+    i++;
+    if (i < n && s[i] == ' ')
+        i++;
+    h->end = i;
+    return 1;
+}
+
+/* A small cache of origin strings (`scheduler.py:234`): a log has a handful. */
+#define ORIGINS 64
+static PyObject *origin_cache[ORIGINS];
+
+static PyObject *origin_str(const char *s, Py_ssize_t len) {
+    unsigned h = 2166136261u;
+    for (Py_ssize_t k = 0; k < len; k++)
+        h = (h ^ (unsigned char)s[k]) * 16777619u;
+    PyObject **slot = &origin_cache[h % ORIGINS];
+    PyObject *o = *slot;
+    if (o != NULL && PyUnicode_GET_LENGTH(o) == len && memcmp(PyUnicode_1BYTE_DATA(o), s, len) == 0)
+        return Py_NewRef(o);
+    o = PyUnicode_FromStringAndSize(s, len);
+    if (o != NULL)
+        Py_XSETREF(*slot, Py_NewRef(o));
+    return o;
+}
+
+/* Adds 1 to an int held in a slot. */
+static int bump(PyObject *obj, int k) {
+    PyObject *old = SLOT(obj, k);
+    if (old == NULL || !PyLong_CheckExact(old))
+        return -1;
+    Py_ssize_t v = PyLong_AsSsize_t(old);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    PyObject *nv = PyLong_FromSsize_t(v + 1);
+    if (nv == NULL)
+        return -1;
+    SLOT(obj, k) = nv;
+    Py_DECREF(old);
+    return 0;
+}
+
+/* The Record for this line, Py_None to decline (the caller asks the Python classes), NULL on error. */
+static PyObject *fast_line(PyObject *decoder, PyObject *joiner, PyObject *raw, PyObject *offset) {
+    if (!PyBytes_CheckExact(raw) || !PyLong_CheckExact(offset))
+        return Py_None;
+    PyObject *framing = SLOT(decoder, DEC_FRAMING), *parts = SLOT(decoder, DEC_PARTS);
+    if (framing != plain_str || parts == NULL || !PyList_CheckExact(parts) || PyList_GET_SIZE(parts) != 0 ||
+        SLOT(joiner, JN_PENDING) != Py_None)
+        return Py_None;
+    PyObject *clock = SLOT(decoder, DEC_CLOCK), *stats = SLOT(decoder, DEC_STATS);
+    if (clock == NULL || Py_TYPE(clock) != clock_type || stats == NULL || Py_TYPE(stats) != stats_type)
+        return Py_None;
+    const char *s = PyBytes_AS_STRING(raw);
+    Py_ssize_t size = PyBytes_GET_SIZE(raw), n = size;
+    if (n > 0 && s[n - 1] == '\n')
+        n--;
+    if (n == 0 || s[n - 1] == '\n' || s[n - 1] == '\r')
+        return Py_None;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        unsigned char c = s[k];
+        if (c >= 0x80 || c == 0x1b)
+            return Py_None;
+    }
+    Header h;
+    if (!header(s, n, &h) || h.level >= 3) /* ERROR and CRITICAL may start a group */
+        return Py_None;
+    const char *msg = s + h.end;
+    Py_ssize_t msg_len = n - h.end;
+    static const char memory[] = "Memory profiling takes";
+    if (msg_len >= (Py_ssize_t)sizeof memory - 1 && memcmp(msg, memory, sizeof memory - 1) == 0)
+        return Py_None;
+    PyObject *key = SLOT(clock, CLK_KEY), *ts = SLOT(clock, CLK_NS);
+    if (key == NULL || ts == NULL || !PyUnicode_Check(key) || !PyUnicode_IS_ASCII(key) ||
+        PyUnicode_GET_LENGTH(key) != 14 || memcmp(PyUnicode_1BYTE_DATA(key), s + h.stamp, 14) != 0)
+        return Py_None;
+
+    /* From here on, the line is taken: Decoder.__call__ and _record's bookkeeping. */
+    Py_ssize_t off = PyLong_AsSsize_t(offset);
+    if (off == -1 && PyErr_Occurred())
+        return NULL;
+    if (bump(stats, ST_LINES) < 0 || bump(stats, ST_RECORDS) < 0)
+        return PyErr_Occurred() ? NULL : Py_None;
+    Py_INCREF(ts);
+    Py_XSETREF(SLOT(decoder, DEC_LAST_TS), ts);
+
+    PyObject *rec = record_type->tp_alloc(record_type, 0);
+    if (rec == NULL)
+        return NULL;
+    PyObject *level = Py_NewRef(levels[h.level]);
+    PyObject *origin = origin_str(s + h.origin_a, h.origin_b - h.origin_a);
+    PyObject *message = PyUnicode_FromStringAndSize(msg, msg_len);
+    PyObject *end = PyLong_FromSsize_t(off + size);
+    SLOT(rec, REC_TS) = Py_NewRef(ts);
+    SLOT(rec, REC_CLOCK) = Py_NewRef(header_clock_str);
+    SLOT(rec, REC_LEVEL) = level;
+    SLOT(rec, REC_ORIGIN) = origin;
+    SLOT(rec, REC_MESSAGE) = message;
+    SLOT(rec, REC_OFFSET) = Py_NewRef(offset);
+    SLOT(rec, REC_END) = end;
+    SLOT(rec, REC_PROCESS) = Py_NewRef(empty_str);
+    SLOT(rec, REC_CONTINUED) = Py_NewRef(Py_False);
+    if (origin == NULL || message == NULL || end == NULL) {
+        Py_DECREF(rec);
+        return NULL;
+    }
+    return rec;
+}
+
+/* -- the iterator ------------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *stream, *decoder, *joiner, *lines;
+    PyObject *held;     /* records the Python path returned, not yet given out */
+    Py_ssize_t held_i;
+} Records;
+
+static void records_dealloc(Records *self) {
+    PyObject_GC_UnTrack(self);
+    Py_XDECREF(self->stream);
+    Py_XDECREF(self->decoder);
+    Py_XDECREF(self->joiner);
+    Py_XDECREF(self->lines);
+    Py_XDECREF(self->held);
+    PyObject_GC_Del(self);
+}
+
+static int records_traverse(Records *self, visitproc visit, void *arg) {
+    Py_VISIT(self->stream);
+    Py_VISIT(self->decoder);
+    Py_VISIT(self->joiner);
+    Py_VISIT(self->lines);
+    Py_VISIT(self->held);
+    return 0;
+}
+
+static PyObject *records_next(Records *self) {
+    for (;;) {
+        if (self->held != NULL) {
+            if (self->held_i < PySequence_Fast_GET_SIZE(self->held))
+                return Py_NewRef(PySequence_Fast_GET_ITEM(self->held, self->held_i++));
+            Py_CLEAR(self->held);
+        }
+        PyObject *item = PyIter_Next(self->lines);
+        if (item == NULL)
+            return NULL; /* exhausted, or an error set */
+        if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 2) {
+            Py_DECREF(item);
+            PyErr_SetString(PyExc_TypeError, "lines must be (offset, raw) pairs");
+            return NULL;
+        }
+        PyObject *offset = PyTuple_GET_ITEM(item, 0), *raw = PyTuple_GET_ITEM(item, 1);
+        PyObject *rec = fast_line(self->decoder, self->joiner, raw, offset);
+        if (rec != Py_None) {
+            Py_DECREF(item);
+            return rec;
+        }
+        PyObject *out = PyObject_CallFunctionObjArgs(self->stream, raw, offset, NULL);
+        Py_DECREF(item);
+        if (out == NULL)
+            return NULL;
+        self->held = PySequence_Fast(out, "RecordStream() must return a sequence");
+        Py_DECREF(out);
+        if (self->held == NULL)
+            return NULL;
+        self->held_i = 0;
+    }
+}
+
+static PyTypeObject RecordsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "bridge.decode._fastdecode.Records",
+    .tp_basicsize = sizeof(Records),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_dealloc = (destructor)records_dealloc,
+    .tp_traverse = (traverseproc)records_traverse,
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)records_next,
+};
+
+static PyObject *records(PyObject *self, PyObject *args) {
+    PyObject *stream, *lines;
+    if (!PyArg_ParseTuple(args, "OO", &stream, &lines))
+        return NULL;
+    if (!ready) {
+        PyErr_SetString(PyExc_RuntimeError, "init() first");
+        return NULL;
+    }
+    PyObject *decoder = PyObject_GetAttr(stream, stream_decoder_str);
+    PyObject *joiner = decoder ? PyObject_GetAttr(stream, stream_joiner_str) : NULL;
+    if (joiner == NULL) {
+        Py_XDECREF(decoder);
+        return NULL;
+    }
+    if (Py_TYPE(decoder) != decoder_type || Py_TYPE(joiner) != joiner_type) {
+        Py_DECREF(decoder);
+        Py_DECREF(joiner);
+        PyErr_SetString(PyExc_TypeError, "records() needs a Decoder and a Joiner, not subclasses");
+        return NULL;
+    }
+    PyObject *it = PyObject_GetIter(lines);
+    if (it == NULL) {
+        Py_DECREF(decoder);
+        Py_DECREF(joiner);
+        return NULL;
+    }
+    Records *r = PyObject_GC_New(Records, &RecordsType);
+    if (r == NULL) {
+        Py_DECREF(decoder);
+        Py_DECREF(joiner);
+        Py_DECREF(it);
+        return NULL;
+    }
+    r->stream = Py_NewRef(stream);
+    r->decoder = decoder;
+    r->joiner = joiner;
+    r->lines = it;
+    r->held = NULL;
+    r->held_i = 0;
+    PyObject_GC_Track(r);
+    return (PyObject *)r;
+}
+
+static PyObject *line(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    /* line(decoder, joiner, raw, offset) -> Record or None: the fast path for one line alone
+     * (tests; the live agent's per-line calls) */
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "line(decoder, joiner, raw, offset)");
+        return NULL;
+    }
+    if (!ready || Py_TYPE(args[0]) != decoder_type || Py_TYPE(args[1]) != joiner_type) {
+        PyErr_SetString(PyExc_TypeError, "line() needs init(), a Decoder and a Joiner");
+        return NULL;
+    }
+    PyObject *r = fast_line(args[0], args[1], args[2], args[3]);
+    return r == Py_None ? Py_NewRef(Py_None) : r;
+}
+
+static PyMethodDef methods[] = {
+    {"init", init, METH_VARARGS, "init(classes, PLAIN, CLOCK_HEADER)"},
+    {"records", records, METH_VARARGS, "records(stream, lines) -> iterator of Records"},
+    {"line", (PyCFunction)(void (*)(void))line, METH_FASTCALL, "line(decoder, joiner, raw, offset) -> Record | None"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastdecode", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__fastdecode(void) {
+    if (PyType_Ready(&RecordsType) < 0)
+        return NULL;
+    empty_str = PyUnicode_InternFromString("");
+    stream_decoder_str = PyUnicode_InternFromString("decoder");
+    stream_joiner_str = PyUnicode_InternFromString("joiner");
+    if (!empty_str || !stream_decoder_str || !stream_joiner_str)
+        return NULL;
+    for (int k = 0; k < 5; k++)
+        if ((levels[k] = PyUnicode_InternFromString(level_names[k])) == NULL)
+            return NULL;
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,553 @@
+/* The seed dialect's commonest rules in C: the parse stage's fast path.
+ *
+ * `parse(message, counts)` returns the event `seed.py` would return for a message matched by
+ * one of the seed rules below (block alloc / free, scheduling, preemption, request summary,
+ * queue and GPU gauges), after adding 1 to `counts[kind]`; or None, and then the caller runs
+ * the pure-Python `parse_line`, which stays the reference.
+ *
+ * Equivalence is by construction: only ASCII messages are looked at, and each rule follows the
+ * path its regex tries first (greedy quantifiers, optional groups present, alternatives in
+ * order). A rule that does not match on that path answers None, never "malformed", so every
+ * doubtful line (backtracking, non-ASCII digits or spaces, an overflowing number, ...) goes to
+ * the regexes. Numbers are converted as Python does: int() of the digits, float() of the text
+ * through PyOS_string_to_double, then the same division or multiplication.
+ *
+ * Events are the dataclasses of bridge/parse/events.py: allocated by their type and their slots
+ * filled directly (a frozen dataclass's __init__ goes through object.__setattr__, the slowest
+ * part of building one). `init(classes)` gives the classes.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <math.h>
+#include <string.h>
+
+#define MAX_FIELDS 8
+
+typedef struct {
+    PyTypeObject *type;
+    Py_ssize_t offsets[MAX_FIELDS];
+    int n;
+    PyObject *kind; /* counter key */
+} EventClass;
+
+enum { SUMMARY, SCHEDULED, PREEMPTED, QUEUE, ALLOCATED, FREED, GPU, N_CLASSES };
+static const char *class_names[N_CLASSES] = {
+    "RequestSummary", "Scheduled", "Preempted", "QueueState", "BlockAllocated", "BlockFreed", "GpuMemory",
+};
+static const char *kind_names[N_CLASSES] = {
+    "request_summary", "scheduling", "preemption", "queue_state", "block_alloc", "block_free", "gpu_memory",
+};
+static EventClass classes[N_CLASSES];
+static int ready = 0;
+static PyObject *empty_str;
+
+/* Slot offsets of a slotted dataclass, in field order (`__dataclass_fields__` is ordered). */
+static int load_class(EventClass *c, PyObject *cls, const char *kind) {
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "not a class");
+        return -1;
+    }
+    PyObject *fields = PyObject_GetAttrString(cls, "__dataclass_fields__");
+    if (fields == NULL)
+        return -1;
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    int n = 0;
+    while (PyDict_Next(fields, &pos, &key, &value)) {
+        if (n >= MAX_FIELDS) {
+            Py_DECREF(fields);
+            PyErr_SetString(PyExc_ValueError, "too many fields");
+            return -1;
+        }
+        PyObject *descr = PyDict_GetItemWithError(((PyTypeObject *)cls)->tp_dict, key);
+        if (descr == NULL || !PyObject_TypeCheck(descr, &PyMemberDescr_Type)) {
+            Py_DECREF(fields);
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_TypeError, "%R is not a slot", key);
+            return -1;
+        }
+        PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
+        if (m->type != T_OBJECT_EX) {
+            Py_DECREF(fields);
+            PyErr_Format(PyExc_TypeError, "%R: unexpected slot type", key);
+            return -1;
+        }
+        c->offsets[n++] = m->offset;
+    }
+    Py_DECREF(fields);
+    Py_XSETREF(c->type, (PyTypeObject *)Py_NewRef(cls));
+    c->n = n;
+    Py_XSETREF(c->kind, PyUnicode_InternFromString(kind));
+    return c->kind == NULL ? -1 : 0;
+}
+
+/* A new instance with its slots set from `values` (references stolen, NULL on error). */
+static PyObject *make(EventClass *c, PyObject **values) {
+    int i;
+    for (i = 0; i < c->n; i++) {
+        if (values[i] == NULL)
+            goto fail;
+    }
+    PyObject *obj = c->type->tp_alloc(c->type, 0);
+    if (obj == NULL)
+        goto fail;
+    for (i = 0; i < c->n; i++)
+        *(PyObject **)((char *)obj + c->offsets[i]) = values[i];
+    return obj;
+fail:
+    for (i = 0; i < c->n; i++)
+        Py_XDECREF(values[i]);
+    return NULL;
+}
+
+/* -- a cursor over an ASCII message ------------------------------------------------------ */
+
+typedef struct {
+    const char *s;
+    Py_ssize_t n, i;
+} Cur;
+
+typedef struct {
+    Py_ssize_t a, b; /* [a, b) */
+} Span;
+
+static inline int is_space(unsigned char c) { /* Python's `\s` on ASCII */
+    return c == ' ' || (c >= 9 && c <= 13) || (c >= 0x1c && c <= 0x1f);
+}
+static inline int is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
+
+static inline int lit(Cur *c, const char *text, Py_ssize_t len) {
+    if (c->n - c->i < len || memcmp(c->s + c->i, text, len) != 0)
+        return 0;
+    c->i += len;
+    return 1;
+}
+#define LIT(c, text) lit((c), (text), (Py_ssize_t)sizeof(text) - 1)
+
+/* `([^\s:,]+)` */
+static int id_(Cur *c, Span *sp) {
+    Py_ssize_t i = c->i;
+    while (i < c->n) {
+        unsigned char ch = c->s[i];
+        if (is_space(ch) || ch == ':' || ch == ',')
+            break;
+        i++;
+    }
+    if (i == c->i)
+        return 0;
+    sp->a = c->i;
+    sp->b = c->i = i;
+    return 1;
+}
+
+/* `([^,\s]+)`: ':' allowed */
+static int reason_(Cur *c, Span *sp) {
+    Py_ssize_t i = c->i;
+    while (i < c->n && !is_space((unsigned char)c->s[i]) && c->s[i] != ',')
+        i++;
+    if (i == c->i)
+        return 0;
+    sp->a = c->i;
+    sp->b = c->i = i;
+    return 1;
+}
+
+/* `(\S+)` */
+static int nonspace(Cur *c, Span *sp) {
+    Py_ssize_t i = c->i;
+    while (i < c->n && !is_space((unsigned char)c->s[i]))
+        i++;
+    if (i == c->i)
+        return 0;
+    sp->a = c->i;
+    sp->b = c->i = i;
+    return 1;
+}
+
+/* `(\d+)`, with an optional leading '-' when `sign` */
+static int digits(Cur *c, Span *sp, int sign) {
+    Py_ssize_t i = c->i;
+    if (sign && i < c->n && c->s[i] == '-')
+        i++;
+    Py_ssize_t d = i;
+    while (i < c->n && is_digit(c->s[i]))
+        i++;
+    if (i == d)
+        return 0;
+    sp->a = c->i;
+    sp->b = c->i = i;
+    return 1;
+}
+
+/* `(\d+(?:\.\d+)?)` */
+static int number(Cur *c, Span *sp) {
+    Py_ssize_t start = c->i;
+    if (!digits(c, sp, 0))
+        return 0;
+    if (c->i + 1 < c->n && c->s[c->i] == '.' && is_digit(c->s[c->i + 1])) {
+        Py_ssize_t i = c->i + 1;
+        while (i < c->n && is_digit(c->s[i]))
+            i++;
+        c->i = i;
+    }
+    sp->a = start;
+    sp->b = c->i;
+    return 1;
+}
+
+static void spaces(Cur *c) {
+    while (c->i < c->n && is_space((unsigned char)c->s[c->i]))
+        c->i++;
+}
+
+/* `\s*(ns|us|µs|ms|min|s|m)?` → the divisor (1.0 when absent: duration_s(x, "s")). µs is not
+ * ASCII, so never seen here. */
+static double duration_unit(Cur *c) {
+    spaces(c);
+    const char *p = c->s + c->i;
+    Py_ssize_t left = c->n - c->i;
+    if (left >= 2 && p[1] == 's' && (p[0] == 'n' || p[0] == 'u' || p[0] == 'm')) {
+        c->i += 2;
+        return p[0] == 'n' ? 1e9 : p[0] == 'u' ? 1e6 : 1e3;
+    }
+    if (left >= 3 && p[0] == 'm' && p[1] == 'i' && p[2] == 'n') {
+        c->i += 3;
+        return 1.0 / 60;
+    }
+    if (left >= 1 && p[0] == 's') {
+        c->i += 1;
+        return 1.0;
+    }
+    if (left >= 1 && p[0] == 'm') {
+        c->i += 1;
+        return 1.0 / 60;
+    }
+    return 1.0;
+}
+
+/* `\s*([KMGT]i?B|B)?` → the factor of _SIZE_UNITS (1 when absent) */
+static double size_unit(Cur *c) {
+    spaces(c);
+    const char *p = c->s + c->i;
+    Py_ssize_t left = c->n - c->i;
+    if (left >= 1 && (p[0] == 'K' || p[0] == 'M' || p[0] == 'G' || p[0] == 'T')) {
+        int power = p[0] == 'K' ? 1 : p[0] == 'M' ? 2 : p[0] == 'G' ? 3 : 4;
+        double base = 1000.0;
+        Py_ssize_t len = 0;
+        if (left >= 3 && p[1] == 'i' && p[2] == 'B') {
+            base = 1024.0;
+            len = 3;
+        } else if (left >= 2 && p[1] == 'B') {
+            len = 2;
+        }
+        if (len) {
+            double f = 1.0;
+            for (int k = 0; k < power; k++)
+                f *= base;
+            c->i += len;
+            return f;
+        }
+        return 1.0;
+    }
+    if (left >= 1 && p[0] == 'B')
+        c->i += 1;
+    return 1.0;
+}
+
+/* -- values ------------------------------------------------------------------------------- */
+
+static PyObject *str_of(Cur *c, Span sp) {
+    return PyUnicode_FromStringAndSize(c->s + sp.a, sp.b - sp.a);
+}
+
+static PyObject *int_of(Cur *c, Span sp) {
+    Py_ssize_t len = sp.b - sp.a;
+    if (len <= 18) {
+        const char *p = c->s + sp.a;
+        long long v = 0;
+        int neg = 0;
+        if (*p == '-') {
+            neg = 1;
+            p++;
+            len--;
+        }
+        for (Py_ssize_t k = 0; k < len; k++)
+            v = v * 10 + (p[k] - '0');
+        return PyLong_FromLongLong(neg ? -v : v);
+    }
+    char *buf = PyMem_Malloc(len + 1);
+    if (buf == NULL)
+        return PyErr_NoMemory();
+    memcpy(buf, c->s + sp.a, len);
+    buf[len] = 0;
+    PyObject *r = PyLong_FromString(buf, NULL, 10);
+    PyMem_Free(buf);
+    return r;
+}
+
+/* float(text), or -1.0 with *ok = 0 when it is not finite (the caller then declines). */
+static double double_of(Cur *c, Span sp, int *ok) {
+    char small[64];
+    Py_ssize_t len = sp.b - sp.a;
+    char *buf = len < (Py_ssize_t)sizeof small ? small : PyMem_Malloc(len + 1);
+    if (buf == NULL) {
+        *ok = 0;
+        return -1.0;
+    }
+    memcpy(buf, c->s + sp.a, len);
+    buf[len] = 0;
+    double v = PyOS_string_to_double(buf, NULL, NULL);
+    if (buf != small)
+        PyMem_Free(buf);
+    if (v == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        *ok = 0;
+    }
+    if (!isfinite(v))
+        *ok = 0;
+    return v;
+}
+
+/* int(float(number) * factor), as size_bytes; declines (ok = 0) when not finite */
+static PyObject *size_of(Cur *c, Span sp, double factor, int *ok) {
+    double v = double_of(c, sp, ok);
+    if (!*ok)
+        return NULL;
+    v = v * factor;
+    if (!isfinite(v)) {
+        *ok = 0;
+        return NULL;
+    }
+    return PyLong_FromDouble(v);
+}
+
+#define DECLINE ((PyObject *)Py_None)
+
+/* -- the rules ------------------------------------------------------------------------------ */
+
+static PyObject *allocated(Cur *c) {
+    Span block, rid, num;
+    if (!LIT(c, "Allocated block ") || !id_(c, &block) || !LIT(c, " for request ") || !id_(c, &rid) ||
+        !LIT(c, ", size=") || !number(c, &num))
+        return DECLINE;
+    double factor = size_unit(c);
+    int ok = 1;
+    PyObject *size = size_of(c, num, factor, &ok);
+    if (!ok)
+        return DECLINE;
+    if (size == NULL)
+        return NULL;
+    PyObject *v[3] = {str_of(c, block), str_of(c, rid), size};
+    return make(&classes[ALLOCATED], v);
+}
+
+static PyObject *freed(Cur *c) {
+    Span block, rid, reason;
+    if (!LIT(c, "Freed block ") || !id_(c, &block) || !LIT(c, " for request ") || !id_(c, &rid))
+        return DECLINE;
+    PyObject *why;
+    if (LIT(c, ", reason=") && nonspace(c, &reason))
+        why = str_of(c, reason);
+    else
+        why = Py_NewRef(empty_str);
+    PyObject *v[3] = {str_of(c, block), str_of(c, rid), why};
+    return make(&classes[FREED], v);
+}
+
+static PyObject *scheduling(Cur *c) {
+    Span rid, prio, blocks, remaining, queued;
+    if (!LIT(c, "Scheduling request ") || !id_(c, &rid) || !LIT(c, ": priority=") || !digits(c, &prio, 1) ||
+        !LIT(c, ", num_scheduled_blocks=") || !digits(c, &blocks, 0) || !LIT(c, ", remaining_blocks=") ||
+        !digits(c, &remaining, 0))
+        return DECLINE;
+    PyObject *q;
+    if (LIT(c, ", queued=") && number(c, &queued)) {
+        double div = duration_unit(c);
+        int ok = 1;
+        double v = double_of(c, queued, &ok);
+        if (!ok)
+            return DECLINE;
+        q = PyFloat_FromDouble(v / div);
+    } else {
+        q = Py_NewRef(Py_None);
+    }
+    PyObject *v[5] = {str_of(c, rid), int_of(c, prio), int_of(c, blocks), int_of(c, remaining), q};
+    return make(&classes[SCHEDULED], v);
+}
+
+static PyObject *summary(Cur *c) {
+    Span rid, prompt, generated, t[3];
+    double div[3];
+    static const char *labels[3] = {", ttft=", ", itl=", ", total_latency="};
+    if (!LIT(c, "Request ") || !id_(c, &rid) || !LIT(c, ": prompt_tokens=") || !digits(c, &prompt, 0) ||
+        !LIT(c, ", generated_tokens=") || !digits(c, &generated, 0))
+        return DECLINE;
+    for (int k = 0; k < 3; k++) {
+        if (!lit(c, labels[k], (Py_ssize_t)strlen(labels[k])) || !number(c, &t[k]))
+            return DECLINE;
+        div[k] = duration_unit(c);
+    }
+    double secs[3];
+    for (int k = 0; k < 3; k++) {
+        int ok = 1;
+        secs[k] = double_of(c, t[k], &ok);
+        if (!ok)
+            return DECLINE;
+    }
+    PyObject *v[6] = {str_of(c, rid), int_of(c, prompt), int_of(c, generated), PyFloat_FromDouble(secs[0] / div[0]),
+                      PyFloat_FromDouble(secs[1] / div[1]), PyFloat_FromDouble(secs[2] / div[2])};
+    return make(&classes[SUMMARY], v);
+}
+
+static PyObject *preempting(Cur *c) {
+    Span rid, reason, blocks;
+    if (!LIT(c, "Preempting request ") || !id_(c, &rid) || !LIT(c, ": reason=") || !reason_(c, &reason) ||
+        !LIT(c, ", preempted_blocks=") || !digits(c, &blocks, 0))
+        return DECLINE;
+    PyObject *v[3] = {str_of(c, rid), str_of(c, reason), int_of(c, blocks)};
+    return make(&classes[PREEMPTED], v);
+}
+
+static int requests_word(Cur *c) { /* ` requests?` */
+    if (!LIT(c, " request"))
+        return 0;
+    if (c->i < c->n && c->s[c->i] == 's')
+        c->i++;
+    return 1;
+}
+
+static PyObject *queue(Cur *c) {
+    Span running, waiting, free_, total;
+    if (!LIT(c, "Running queue: ") || !digits(c, &running, 0) || !requests_word(c) || !LIT(c, ", waiting queue: ") ||
+        !digits(c, &waiting, 0) || !requests_word(c) || !LIT(c, ", free blocks: ") || !digits(c, &free_, 0) ||
+        !LIT(c, "/") || !digits(c, &total, 0))
+        return DECLINE;
+    PyObject *v[4] = {int_of(c, running), int_of(c, waiting), int_of(c, free_), int_of(c, total)};
+    return make(&classes[QUEUE], v);
+}
+
+static PyObject *gpu(Cur *c) {
+    Span used, total, pct, cache, kv_used, kv_total;
+    double fu, ft, fc;
+    if (!LIT(c, "GPU memory usage: ") || !number(c, &used))
+        return DECLINE;
+    fu = size_unit(c);
+    spaces(c);
+    if (!LIT(c, "/"))
+        return DECLINE;
+    spaces(c);
+    if (!number(c, &total))
+        return DECLINE;
+    ft = size_unit(c);
+    if (!LIT(c, " (") || !number(c, &pct) || !LIT(c, "%), cache usage: ") || !number(c, &cache))
+        return DECLINE;
+    fc = size_unit(c);
+    if (!LIT(c, ", kv_cache blocks: ") || !digits(c, &kv_used, 0) || !LIT(c, "/") || !digits(c, &kv_total, 0))
+        return DECLINE;
+    int ok = 1;
+    double p = double_of(c, pct, &ok);
+    if (!ok)
+        return DECLINE;
+    PyObject *u = size_of(c, used, fu, &ok);
+    PyObject *t = ok ? size_of(c, total, ft, &ok) : NULL;
+    PyObject *ca = ok ? size_of(c, cache, fc, &ok) : NULL;
+    if (!ok) {
+        Py_XDECREF(u);
+        Py_XDECREF(t);
+        Py_XDECREF(ca);
+        return PyErr_Occurred() ? NULL : DECLINE;
+    }
+    PyObject *v[6] = {u, t, PyFloat_FromDouble(p / 100.0), ca, int_of(c, kv_used), int_of(c, kv_total)};
+    return make(&classes[GPU], v);
+}
+
+/* -- module ----------------------------------------------------------------------------------- */
+
+static PyObject *init(PyObject *self, PyObject *mapping) {
+    for (int k = 0; k < N_CLASSES; k++) {
+        PyObject *cls = PyMapping_GetItemString(mapping, class_names[k]);
+        if (cls == NULL)
+            return NULL;
+        int r = load_class(&classes[k], cls, kind_names[k]);
+        Py_DECREF(cls);
+        if (r < 0)
+            return NULL;
+    }
+    ready = 1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *parse(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyUnicode_Check(args[0]) || !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "parse(message: str, counts: dict)");
+        return NULL;
+    }
+    if (!ready) {
+        PyErr_SetString(PyExc_RuntimeError, "init() first");
+        return NULL;
+    }
+    PyObject *msg = args[0];
+    if (PyUnicode_READY(msg) < 0)
+        return NULL;
+    if (!PyUnicode_IS_ASCII(msg) || PyUnicode_GET_LENGTH(msg) < 4)
+        Py_RETURN_NONE;
+    Cur c = {(const char *)PyUnicode_1BYTE_DATA(msg), PyUnicode_GET_LENGTH(msg), 0};
+    PyObject *event;
+    int which;
+    switch (c.s[0]) {
+    case 'A': which = ALLOCATED; event = allocated(&c); break;
+    case 'F': which = FREED; event = freed(&c); break;
+    case 'S': which = SCHEDULED; event = scheduling(&c); break;
+    case 'R':
+        if (c.s[2] == 'q') {
+            which = SUMMARY;
+            event = summary(&c);
+        } else {
+            which = QUEUE;
+            event = queue(&c);
+        }
+        break;
+    case 'P': which = PREEMPTED; event = preempting(&c); break;
+    case 'G': which = GPU; event = gpu(&c); break;
+    default: Py_RETURN_NONE;
+    }
+    if (event == NULL || event == Py_None)
+        return Py_XNewRef(event);
+    PyObject *counts = args[1], *kind = classes[which].kind;
+    PyObject *n = PyDict_GetItemWithError(counts, kind);
+    PyObject *next;
+    if (n == NULL) {
+        if (PyErr_Occurred())
+            goto fail;
+        next = PyLong_FromLong(1);
+    } else {
+        Py_ssize_t count = PyLong_AsSsize_t(n);
+        next = count == -1 && PyErr_Occurred() ? NULL : PyLong_FromSsize_t(count + 1);
+    }
+    if (next == NULL || PyDict_SetItem(counts, kind, next) < 0) {
+        Py_XDECREF(next);
+        goto fail;
+    }
+    Py_DECREF(next);
+    return event;
+fail:
+    Py_DECREF(event);
+    return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"init", (PyCFunction)init, METH_O, "init(classes: Mapping[str, type]): the event dataclasses"},
+    {"parse", (PyCFunction)(void (*)(void))parse, METH_FASTCALL,
+     "parse(message, counts) -> event or None (None: ask the Python rules)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastseed", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__fastseed(void) {
+    empty_str = PyUnicode_InternFromString("");
+    if (empty_str == NULL)
+        return NULL;
+    return PyModule_Create(&module);
+}
