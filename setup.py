@@ -13,5 +13,6 @@ _FLAGS = ["-O2", "-std=c11", "-Wall", "-Wno-missing-braces"]
 setup(ext_modules=[
     Extension("bridge.decode._fastdecode", ["bridge/decode/_fastdecode.c"], extra_compile_args=_FLAGS,
               optional=True),
+    Extension("bridge.export._fastwire", ["bridge/export/_fastwire.c"], extra_compile_args=_FLAGS, optional=True),
     Extension("bridge.parse._fastseed", ["bridge/parse/_fastseed.c"], extra_compile_args=_FLAGS, optional=True),
 ])

@@ -22,6 +22,7 @@ tests decode these bytes with the proto stubs and compare them with the referenc
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -31,6 +32,22 @@ from bridge.decode.source import Source
 from bridge.export.ids import span_id, trace_id
 
 SCOPE_NAME, SCOPE_VERSION = "vllm-trace-bridge", "0.1.0"
+
+
+def _load_fast():
+    """The C fast path for request spans (`_fastwire.c`), or None: not built (no compiler at
+    install), or VLLM_TRACE_BRIDGE_PURE=1. `_request` below stays the reference; the C
+    declines any timeline it cannot write the same way, and this module then writes it."""
+    if os.environ.get("VLLM_TRACE_BRIDGE_PURE", "") not in ("", "0"):
+        return None
+    try:
+        from bridge.export import _fastwire
+    except ImportError:
+        return None
+    return _fastwire.request
+
+
+FAST_REQUEST = _load_fast()
 _CACHE_LIMIT = 1 << 14  # entries per cache; a full cache is cleared, so memory stays bounded
 
 _pack_double = struct.Struct("<d").pack
@@ -219,9 +236,10 @@ class WireEncoder:
     """
 
     __slots__ = ("_base", "_resources", "_by_source", "count", "_span_kv", "_event_kv", "_events",
-                 "_held", "_names", "_event_names", "_timings", "_span_extend")
+                 "_held", "_names", "_event_names", "_timings", "_span_extend", "_fast")
 
-    def __init__(self, base: Mapping[str, str]):
+    def __init__(self, base: Mapping[str, str], fast=FAST_REQUEST):
+        self._fast = fast  # None: this module's encoder only
         self._base = dict(base)
         self._resources: dict[str, bytes] = {}
         self._by_source: dict[str, tuple[Source, list[bytes]]] = {}
@@ -320,6 +338,11 @@ class WireEncoder:
     def _request(self, t: RequestTimeline, out: list[bytes]) -> int:
         tid = trace_id(t.source.key, "request", t.request_id, t.occurrence)
         root_id = span_id(tid + t.occurrence.encode(), "vllm.request")  # from our own trace id: see otlp
+        if self._fast is not None:
+            spans = self._fast(t, tid, root_id, [span_id(root_id, p.name, p.index) for p in t.phases])
+            if spans is not None:
+                out.append(spans)
+                return 1 + len(t.phases)
         kv, extend = self._span_kv, self._span_extend
         cached, shared, event = self._events.get, self._shared_event, self._event
 

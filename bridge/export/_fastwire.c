@@ -1,0 +1,510 @@
+/* The export stage's fast path: a RequestTimeline → its spans' OTLP wire bytes.
+ *
+ * `request(t, trace_id, root_id, phase_ids)` returns the bytes WireEncoder._request appends
+ * for the timeline (each span as a ScopeSpans.spans field: tag, length, Span), or None when
+ * the timeline holds anything unusual (a negative or oversized time or count, ids of another
+ * length): the Python encoder, the reference, then does it and fails the way it always did.
+ * Ids stay computed in Python (bridge/export/ids.py).
+ *
+ * The mapping is wire.py's, field for field and in the same order:
+ *   root:  trace_id, span_id, [parent_span_id], name "vllm.request", kind SERVER, start, end,
+ *          attributes (vllm.timing.start/end put in place or appended), events, dropped, status
+ *   phase: trace_id, span_id, parent = root, name, kind INTERNAL, start, end, attributes
+ *          (vllm.timing, .start, .end in place or appended), events, dropped
+ * and an attribute value is encoded as wire.any_value does: str, bool, int (two's complement,
+ * 64 bits), float (double), list/tuple (ArrayValue), else str(value).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef struct {
+    char *p;
+    Py_ssize_t len, cap;
+} Buf;
+
+static int grow(Buf *b, Py_ssize_t need) {
+    if (b->len + need <= b->cap)
+        return 0;
+    Py_ssize_t cap = b->cap ? b->cap : 1024;
+    while (cap < b->len + need)
+        cap *= 2;
+    char *p = PyMem_Realloc(b->p, cap);
+    if (p == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+static inline int put(Buf *b, const void *data, Py_ssize_t n) {
+    if (grow(b, n) < 0)
+        return -1;
+    memcpy(b->p + b->len, data, n);
+    b->len += n;
+    return 0;
+}
+
+static inline int put1(Buf *b, unsigned char c) {
+    if (grow(b, 1) < 0)
+        return -1;
+    b->p[b->len++] = (char)c;
+    return 0;
+}
+
+static inline int varint(Buf *b, uint64_t v) {
+    if (grow(b, 10) < 0)
+        return -1;
+    while (v >= 0x80) {
+        b->p[b->len++] = (char)((v & 0x7F) | 0x80);
+        v >>= 7;
+    }
+    b->p[b->len++] = (char)v;
+    return 0;
+}
+
+static inline int fixed64(Buf *b, unsigned char tag, uint64_t v) {
+    if (grow(b, 9) < 0)
+        return -1;
+    b->p[b->len++] = (char)tag;
+    for (int k = 0; k < 8; k++)
+        b->p[b->len++] = (char)(v >> (8 * k));
+    return 0;
+}
+
+/* A length-delimited field: `open` writes the tag and reserves room for the length, `close`
+ * writes the length and moves the body up to it. */
+#define RESERVE 5
+static inline Py_ssize_t open_field(Buf *b, unsigned char tag) {
+    if (grow(b, 1 + RESERVE) < 0)
+        return -1;
+    b->p[b->len++] = (char)tag;
+    Py_ssize_t at = b->len;
+    b->len += RESERVE;
+    return at;
+}
+
+static inline int close_field(Buf *b, Py_ssize_t at) {
+    Py_ssize_t body = b->len - at - RESERVE;
+    unsigned char v[10];
+    int n = 0;
+    uint64_t x = (uint64_t)body;
+    while (x >= 0x80) {
+        v[n++] = (unsigned char)((x & 0x7F) | 0x80);
+        x >>= 7;
+    }
+    v[n++] = (unsigned char)x;
+    memcpy(b->p + at, v, n);
+    if (n != RESERVE)
+        memmove(b->p + at + n, b->p + at + RESERVE, body);
+    b->len -= RESERVE - n;
+    return 0;
+}
+
+static int put_str_field(Buf *b, unsigned char tag, PyObject *s) {
+    Py_ssize_t n;
+    const char *u = PyUnicode_AsUTF8AndSize(s, &n);
+    if (u == NULL)
+        return -1;
+    if (put1(b, tag) < 0 || varint(b, (uint64_t)n) < 0)
+        return -1;
+    return put(b, u, n);
+}
+
+/* -- attributes -------------------------------------------------------------------------------- */
+
+static int any_value(Buf *b, PyObject *v, int depth);
+
+static int any_value_body(Buf *b, PyObject *v, int depth) {
+    if (PyUnicode_Check(v))
+        return put_str_field(b, 0x0a, v);
+    if (PyBool_Check(v)) {
+        unsigned char t[2] = {0x10, v == Py_True ? 1 : 0};
+        return put(b, t, 2);
+    }
+    if (PyLong_Check(v)) {
+        unsigned long long x = PyLong_AsUnsignedLongLongMask(v);
+        if (x == (unsigned long long)-1 && PyErr_Occurred())
+            return -1;
+        return put1(b, 0x18) < 0 ? -1 : varint(b, x);
+    }
+    if (PyFloat_Check(v)) {
+        double d = PyFloat_AS_DOUBLE(v);
+        uint64_t bits;
+        memcpy(&bits, &d, 8);
+        return fixed64(b, 0x21, bits);
+    }
+    if (PyList_Check(v) || PyTuple_Check(v)) {
+        if (depth > 50) {
+            PyErr_SetString(PyExc_RecursionError, "attribute value nested too deeply");
+            return -1;
+        }
+        PyObject *seq = PySequence_Fast(v, "");
+        if (seq == NULL)
+            return -1;
+        Py_ssize_t at = open_field(b, 0x2a);
+        int r = at < 0 ? -1 : 0;
+        for (Py_ssize_t k = 0; r == 0 && k < PySequence_Fast_GET_SIZE(seq); k++) {
+            Py_ssize_t item = open_field(b, 0x0a);
+            r = item < 0 ? -1 : any_value_body(b, PySequence_Fast_GET_ITEM(seq, k), depth + 1);
+            if (r == 0)
+                close_field(b, item);
+        }
+        Py_DECREF(seq);
+        if (r == 0)
+            close_field(b, at);
+        return r;
+    }
+    PyObject *s = PyObject_Str(v);
+    if (s == NULL)
+        return -1;
+    int r = put_str_field(b, 0x0a, s);
+    Py_DECREF(s);
+    return r;
+}
+
+/* KeyValue as a whole field of `tag`: key (field 1), value (field 2: AnyValue) */
+static int key_value(Buf *b, unsigned char tag, PyObject *k, PyObject *v) {
+    if (!PyUnicode_Check(k)) {
+        PyErr_SetString(PyExc_TypeError, "attribute keys must be str");
+        return -1;
+    }
+    Py_ssize_t at = open_field(b, tag);
+    if (at < 0 || put_str_field(b, 0x0a, k) < 0)
+        return -1;
+    Py_ssize_t val = open_field(b, 0x12);
+    if (val < 0 || any_value_body(b, v, 0) < 0)
+        return -1;
+    close_field(b, val);
+    return close_field(b, at);
+}
+
+static int any_value(Buf *b, PyObject *v, int depth) { return any_value_body(b, v, depth); }
+
+/* The attributes of `attrs` in order, a key of `over_keys` taking its value from `over_values`
+ * in place; the override keys not in `attrs` follow, in their order. */
+static int attributes(Buf *b, unsigned char tag, PyObject *attrs, PyObject **over_keys, PyObject **over_values,
+                      int n_over) {
+    if (!PyDict_Check(attrs)) {
+        PyErr_SetString(PyExc_TypeError, "attrs must be a dict");
+        return -1;
+    }
+    int seen[4] = {0, 0, 0, 0};
+    PyObject *k, *v;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(attrs, &pos, &k, &v)) {
+        for (int j = 0; j < n_over; j++) {
+            if (!seen[j]) {
+                int eq = PyUnicode_Check(k) ? PyUnicode_Compare(k, over_keys[j]) == 0 : 0;
+                if (eq) {
+                    seen[j] = 1;
+                    v = over_values[j];
+                    break;
+                }
+            }
+        }
+        Py_INCREF(k);
+        Py_INCREF(v);
+        int r = key_value(b, tag, k, v);
+        Py_DECREF(k);
+        Py_DECREF(v);
+        if (r < 0)
+            return -1;
+    }
+    for (int j = 0; j < n_over; j++)
+        if (!seen[j] && key_value(b, tag, over_keys[j], over_values[j]) < 0)
+            return -1;
+    return 0;
+}
+
+/* -- timelines ------------------------------------------------------------------------------------ */
+
+static PyObject *s_phases, *s_parent, *s_trace_id, *s_span_id, *s_start_ns, *s_end_ns, *s_attrs, *s_events,
+    *s_dropped_events, *s_error_type, *s_error_message, *s_start_timing, *s_end_timing, *s_name, *s_ts_ns,
+    *k_timing, *k_timing_start, *k_timing_end, *v_inferred, *v_observed;
+
+#define DECLINE 1 /* return code: hand the timeline to the Python encoder */
+
+/* a non-negative int that fits 64 bits, else DECLINE */
+static int u64_of(PyObject *v, uint64_t *out) {
+    if (!PyLong_CheckExact(v))
+        return DECLINE;
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (x == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow || x < 0)
+        return DECLINE; /* struct.pack('<Q') and varint() are left to fail (or not) as they do */
+    *out = (uint64_t)x;
+    return 0;
+}
+
+static int get_u64(PyObject *obj, PyObject *name, uint64_t *out) {
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL)
+        return -1;
+    int r = u64_of(v, out);
+    Py_DECREF(v);
+    return r;
+}
+
+static int id_bytes(PyObject *v, Py_ssize_t size) { return PyBytes_CheckExact(v) && PyBytes_GET_SIZE(v) == size; }
+
+static int events(Buf *b, PyObject *list) {
+    if (!PyList_Check(list))
+        return DECLINE;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(list); k++) {
+        PyObject *e = PyList_GET_ITEM(list, k);
+        Py_INCREF(e);
+        uint64_t ts;
+        int r = get_u64(e, s_ts_ns, &ts);
+        PyObject *name = r == 0 ? PyObject_GetAttr(e, s_name) : NULL;
+        PyObject *attrs = name ? PyObject_GetAttr(e, s_attrs) : NULL;
+        if (attrs != NULL) {
+            Py_ssize_t at = open_field(b, 0x5a);
+            if (at < 0 || fixed64(b, 0x09, ts) < 0 || !PyUnicode_Check(name) || put_str_field(b, 0x12, name) < 0 ||
+                attributes(b, 0x1a, attrs, NULL, NULL, 0) < 0)
+                r = PyErr_Occurred() ? -1 : DECLINE;
+            else
+                close_field(b, at);
+        } else if (r == 0) {
+            r = -1;
+        }
+        Py_XDECREF(name);
+        Py_XDECREF(attrs);
+        Py_DECREF(e);
+        if (r != 0)
+            return r;
+    }
+    return 0;
+}
+
+static int dropped(Buf *b, PyObject *obj) {
+    PyObject *v = PyObject_GetAttr(obj, s_dropped_events);
+    if (v == NULL)
+        return -1;
+    int truth = PyObject_IsTrue(v);
+    uint64_t n = 0;
+    int r = truth < 0 ? -1 : truth ? u64_of(v, &n) : 0;
+    Py_DECREF(v);
+    if (r == 0 && truth && (put1(b, 0x60) < 0 || varint(b, n) < 0))
+        r = -1;
+    return r;
+}
+
+/* _phase_timing(start, end) */
+static PyObject *phase_timing(PyObject *start, PyObject *end) {
+    int eq = PyObject_RichCompareBool(start, end, Py_EQ);
+    if (eq < 0)
+        return NULL;
+    if (eq)
+        return Py_NewRef(start);
+    int a = PyObject_RichCompareBool(start, v_inferred, Py_EQ);
+    int c = a == 1 ? 1 : a < 0 ? -1 : PyObject_RichCompareBool(end, v_inferred, Py_EQ);
+    if (a < 0 || c < 0)
+        return NULL;
+    return Py_NewRef(c ? v_inferred : v_observed);
+}
+
+/* One span, as ScopeSpans.spans, into b. 0, DECLINE or -1. */
+static int span(Buf *b, PyObject *obj, PyObject *tid, PyObject *sid, PyObject *parent_sid, int root) {
+    uint64_t start, end;
+    int r;
+    if ((r = get_u64(obj, s_start_ns, &start)) != 0 || (r = get_u64(obj, s_end_ns, &end)) != 0)
+        return r;
+    Py_ssize_t at = open_field(b, 0x12);
+    if (at < 0)
+        return -1;
+    unsigned char ids[2] = {0x0a, 0x10};
+    if (put(b, ids, 2) < 0 || put(b, PyBytes_AS_STRING(tid), 16) < 0)
+        return -1;
+    ids[0] = 0x12;
+    ids[1] = 0x08;
+    if (put(b, ids, 2) < 0 || put(b, PyBytes_AS_STRING(sid), 8) < 0)
+        return -1;
+    if (parent_sid != NULL) {
+        ids[0] = 0x22;
+        if (put(b, ids, 2) < 0 || put(b, PyBytes_AS_STRING(parent_sid), 8) < 0)
+            return -1;
+    }
+    PyObject *start_t = PyObject_GetAttr(obj, s_start_timing);
+    PyObject *end_t = start_t ? PyObject_GetAttr(obj, s_end_timing) : NULL;
+    PyObject *attrs = end_t ? PyObject_GetAttr(obj, s_attrs) : NULL;
+    PyObject *evs = attrs ? PyObject_GetAttr(obj, s_events) : NULL;
+    PyObject *name = NULL, *timing = NULL;
+    r = evs ? 0 : -1;
+    if (r == 0) {
+        if (root) {
+            static const unsigned char head[] = "\x2a\x0cvllm.request\x30\x02";
+            r = put(b, head, sizeof head - 1);
+        } else {
+            name = PyObject_GetAttr(obj, s_name);
+            r = name == NULL ? -1 : !PyUnicode_Check(name) ? DECLINE : put_str_field(b, 0x2a, name);
+            if (r == 0) {
+                static const unsigned char kind[2] = {0x30, 0x01};
+                r = put(b, kind, 2);
+            }
+        }
+    }
+    if (r == 0)
+        r = fixed64(b, 0x39, start) < 0 || fixed64(b, 0x41, end) < 0 ? -1 : 0;
+    if (r == 0) {
+        if (root) {
+            PyObject *keys[2] = {k_timing_start, k_timing_end}, *values[2] = {start_t, end_t};
+            r = attributes(b, 0x4a, attrs, keys, values, 2);
+        } else {
+            timing = phase_timing(start_t, end_t);
+            PyObject *keys[3] = {k_timing, k_timing_start, k_timing_end}, *values[3] = {timing, start_t, end_t};
+            r = timing == NULL ? -1 : attributes(b, 0x4a, attrs, keys, values, 3);
+        }
+    }
+    if (r == 0)
+        r = events(b, evs);
+    if (r == 0)
+        r = dropped(b, obj);
+    if (r == 0 && root) {
+        PyObject *et = PyObject_GetAttr(obj, s_error_type);
+        int truth = et == NULL ? -1 : PyObject_IsTrue(et);
+        Py_XDECREF(et);
+        if (truth < 0) {
+            r = -1;
+        } else if (truth) {
+            PyObject *msg = PyObject_GetAttr(obj, s_error_message);
+            int has = msg == NULL ? -1 : PyObject_IsTrue(msg);
+            if (has < 0 || (has && !PyUnicode_Check(msg))) {
+                r = has < 0 ? -1 : DECLINE;
+            } else {
+                Py_ssize_t st = open_field(b, 0x7a);
+                if (st < 0 || (has && put_str_field(b, 0x12, msg) < 0) || put1(b, 0x18) < 0 || put1(b, 0x02) < 0)
+                    r = -1;
+                else
+                    close_field(b, st);
+            }
+            Py_XDECREF(msg);
+        }
+    }
+    Py_XDECREF(start_t);
+    Py_XDECREF(end_t);
+    Py_XDECREF(attrs);
+    Py_XDECREF(evs);
+    Py_XDECREF(name);
+    Py_XDECREF(timing);
+    if (r == 0)
+        close_field(b, at);
+    return r;
+}
+
+static PyObject *request(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "request(timeline, trace_id, root_id, phase_ids)");
+        return NULL;
+    }
+    PyObject *t = args[0], *tid = args[1], *root_id = args[2], *phase_ids = args[3];
+    if (!id_bytes(root_id, 8) || !PyList_CheckExact(phase_ids))
+        Py_RETURN_NONE;
+    PyObject *parent = PyObject_GetAttr(t, s_parent);
+    PyObject *phases = parent ? PyObject_GetAttr(t, s_phases) : NULL;
+    PyObject *ptid = NULL, *psid = NULL;
+    Buf b = {NULL, 0, 0};
+    int r = phases == NULL ? -1 : 0;
+    if (r == 0 && (!PyList_Check(phases) || PyList_GET_SIZE(phases) != PyList_GET_SIZE(phase_ids)))
+        r = DECLINE;
+    if (r == 0 && parent != Py_None) { /* into the caller's trace, under its span when known */
+        ptid = PyObject_GetAttr(parent, s_trace_id);
+        psid = ptid ? PyObject_GetAttr(parent, s_span_id) : NULL;
+        if (psid == NULL)
+            r = -1;
+        else if (!id_bytes(ptid, 16))
+            r = DECLINE;
+        else {
+            int truth = PyObject_IsTrue(psid);
+            if (truth < 0)
+                r = -1;
+            else if (!truth)
+                Py_CLEAR(psid);
+            else if (!id_bytes(psid, 8))
+                r = DECLINE;
+        }
+        tid = ptid;
+    }
+    if (r == 0 && !id_bytes(tid, 16))
+        r = DECLINE;
+    if (r == 0)
+        r = span(&b, t, tid, root_id, psid, 1);
+    for (Py_ssize_t k = 0; r == 0 && k < PyList_GET_SIZE(phases); k++) {
+        PyObject *sid = PyList_GET_ITEM(phase_ids, k);
+        if (!id_bytes(sid, 8)) {
+            r = DECLINE;
+            break;
+        }
+        PyObject *p = PyList_GET_ITEM(phases, k);
+        Py_INCREF(p);
+        r = span(&b, p, tid, sid, root_id, 0);
+        Py_DECREF(p);
+    }
+    Py_XDECREF(parent);
+    Py_XDECREF(phases);
+    Py_XDECREF(ptid);
+    Py_XDECREF(psid);
+    PyObject *out = NULL;
+    if (r == 0)
+        out = PyBytes_FromStringAndSize(b.p, b.len);
+    else if (r == DECLINE && !PyErr_Occurred())
+        out = Py_NewRef(Py_None);
+    PyMem_Free(b.p);
+    return out;
+}
+
+static PyObject *key_values(PyObject *self, PyObject *args) {
+    /* key_values(tag, attrs) -> bytes: every attribute as a whole field of `tag` (tests) */
+    int tag;
+    PyObject *attrs;
+    if (!PyArg_ParseTuple(args, "iO", &tag, &attrs))
+        return NULL;
+    Buf b = {NULL, 0, 0};
+    PyObject *out = NULL;
+    if (attributes(&b, (unsigned char)tag, attrs, NULL, NULL, 0) == 0)
+        out = PyBytes_FromStringAndSize(b.p ? b.p : "", b.len);
+    PyMem_Free(b.p);
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"request", (PyCFunction)(void (*)(void))request, METH_FASTCALL,
+     "request(timeline, trace_id, root_id, phase_ids) -> bytes of its spans, or None (use the Python encoder)"},
+    {"key_values", key_values, METH_VARARGS, "key_values(tag, attrs) -> bytes"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastwire", NULL, -1, methods};
+
+#define INTERN(var, text)                                   \
+    if ((var = PyUnicode_InternFromString(text)) == NULL) \
+    return NULL
+
+PyMODINIT_FUNC PyInit__fastwire(void) {
+    INTERN(s_phases, "phases");
+    INTERN(s_parent, "parent");
+    INTERN(s_trace_id, "trace_id");
+    INTERN(s_span_id, "span_id");
+    INTERN(s_start_ns, "start_ns");
+    INTERN(s_end_ns, "end_ns");
+    INTERN(s_attrs, "attrs");
+    INTERN(s_events, "events");
+    INTERN(s_dropped_events, "dropped_events");
+    INTERN(s_error_type, "error_type");
+    INTERN(s_error_message, "error_message");
+    INTERN(s_start_timing, "start_timing");
+    INTERN(s_end_timing, "end_timing");
+    INTERN(s_name, "name");
+    INTERN(s_ts_ns, "ts_ns");
+    INTERN(k_timing, "vllm.timing");
+    INTERN(k_timing_start, "vllm.timing.start");
+    INTERN(k_timing_end, "vllm.timing.end");
+    INTERN(v_inferred, "inferred");
+    INTERN(v_observed, "observed");
+    return PyModule_Create(&module);
+}
