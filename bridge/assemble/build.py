@@ -9,6 +9,7 @@ line that proves it began.
 
 from __future__ import annotations
 
+import os
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
@@ -47,8 +48,35 @@ def _clamp(value: int, timing: str, low: int | None, high: int | None) -> tuple[
     return value, timing
 
 
+def _load_fast():
+    """The C fast path (`_fastbuild.c`): `_request_timeline` below, statement for statement;
+    or None: not built (no compiler at install), or VLLM_TRACE_BRIDGE_PURE=1. The C declines
+    (returns None) any state holding something but the plain types the pipeline puts there,
+    and the Python function, the reference, then builds the timeline."""
+    if os.environ.get("VLLM_TRACE_BRIDGE_PURE", "") not in ("", "0"):
+        return None
+    try:
+        from bridge.assemble import _fastbuild
+    except ImportError:
+        return None
+    _fastbuild.init(Phase, RequestTimeline, REPORTED, OBSERVED, INFERRED)
+    return _fastbuild.request_timeline
+
+
+FAST_REQUEST_TIMELINE = _load_fast()
+
+
 def request_timeline(r: RequestState, source: Source, thresholds: Thresholds,
-                     parent: TraceContext | None = None) -> RequestTimeline:
+                     parent: TraceContext | None = None, _fast=FAST_REQUEST_TIMELINE) -> RequestTimeline:
+    if _fast is not None:
+        t = _fast(r, source, thresholds, parent)
+        if t is not None:
+            return t
+    return _request_timeline(r, source, thresholds, parent)
+
+
+def _request_timeline(r: RequestState, source: Source, thresholds: Thresholds,
+                      parent: TraceContext | None = None) -> RequestTimeline:
     s = r.summary
     end = r.terminal_ns if r.terminal_ns is not None else r.last_ns
     end_timing = OBSERVED if r.terminal_ns is not None else INFERRED

@@ -1,7 +1,8 @@
 /* The decode stage's fast path: one file's physical lines → Records, for the common line.
  *
- * `records(stream, lines)` iterates like `for offset, raw in lines: yield from stream(raw,
- * offset)` (RecordStream.__call__: Decoder, then Joiner), and gives the same Records. It
+ * `records(decoder, joiner, python, lines)` iterates like `for offset, raw in lines: yield
+ * from python(raw, offset)` (RecordStream._python: Decoder, then Joiner), and gives the same
+ * Records. It
  * handles itself only the line that both Python classes would pass straight through:
  *
  *   - the file's framing is already known to be plain and no partial line is held;
@@ -13,7 +14,7 @@
  *
  * It then does exactly what Decoder and Joiner do for such a line (stats.lines and
  * stats.records + 1, decoder._last_ts = ts) and builds the Record by filling its slots. Any
- * other line is handed to `stream(raw, offset)`: the Python classes stay the reference and
+ * other line is handed to `python(raw, offset)`: the Python classes stay the reference and
  * keep all the state; this file only reads it.
  */
 #define PY_SSIZE_T_CLEAN
@@ -46,7 +47,7 @@ static Slot slots[N_SLOTS] = {
     {"Record", "offset"}, {"Record", "end_offset"}, {"Record", "process"}, {"Record", "continued"},
 };
 static PyTypeObject *record_type, *decoder_type, *joiner_type, *clock_type, *stats_type;
-static PyObject *plain_str, *header_clock_str, *empty_str, *levels[5], *stream_decoder_str, *stream_joiner_str;
+static PyObject *plain_str, *header_clock_str, *empty_str, *levels[5];
 static const char *level_names[5] = {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"};
 static int ready = 0;
 
@@ -345,41 +346,28 @@ static PyTypeObject RecordsType = {
 };
 
 static PyObject *records(PyObject *self, PyObject *args) {
-    PyObject *stream, *lines;
-    if (!PyArg_ParseTuple(args, "OO", &stream, &lines))
+    PyObject *decoder, *joiner, *python, *lines;
+    if (!PyArg_ParseTuple(args, "OOOO", &decoder, &joiner, &python, &lines))
         return NULL;
     if (!ready) {
         PyErr_SetString(PyExc_RuntimeError, "init() first");
         return NULL;
     }
-    PyObject *decoder = PyObject_GetAttr(stream, stream_decoder_str);
-    PyObject *joiner = decoder ? PyObject_GetAttr(stream, stream_joiner_str) : NULL;
-    if (joiner == NULL) {
-        Py_XDECREF(decoder);
-        return NULL;
-    }
     if (Py_TYPE(decoder) != decoder_type || Py_TYPE(joiner) != joiner_type) {
-        Py_DECREF(decoder);
-        Py_DECREF(joiner);
         PyErr_SetString(PyExc_TypeError, "records() needs a Decoder and a Joiner, not subclasses");
         return NULL;
     }
     PyObject *it = PyObject_GetIter(lines);
-    if (it == NULL) {
-        Py_DECREF(decoder);
-        Py_DECREF(joiner);
+    if (it == NULL)
         return NULL;
-    }
     Records *r = PyObject_GC_New(Records, &RecordsType);
     if (r == NULL) {
-        Py_DECREF(decoder);
-        Py_DECREF(joiner);
         Py_DECREF(it);
         return NULL;
     }
-    r->stream = Py_NewRef(stream);
-    r->decoder = decoder;
-    r->joiner = joiner;
+    r->stream = Py_NewRef(python);
+    r->decoder = Py_NewRef(decoder);
+    r->joiner = Py_NewRef(joiner);
     r->lines = it;
     r->held = NULL;
     r->held_i = 0;
@@ -404,7 +392,7 @@ static PyObject *line(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
 
 static PyMethodDef methods[] = {
     {"init", init, METH_VARARGS, "init(classes, PLAIN, CLOCK_HEADER)"},
-    {"records", records, METH_VARARGS, "records(stream, lines) -> iterator of Records"},
+    {"records", records, METH_VARARGS, "records(decoder, joiner, python, lines) -> iterator of Records"},
     {"line", (PyCFunction)(void (*)(void))line, METH_FASTCALL, "line(decoder, joiner, raw, offset) -> Record | None"},
     {NULL, NULL, 0, NULL},
 };
@@ -415,9 +403,7 @@ PyMODINIT_FUNC PyInit__fastdecode(void) {
     if (PyType_Ready(&RecordsType) < 0)
         return NULL;
     empty_str = PyUnicode_InternFromString("");
-    stream_decoder_str = PyUnicode_InternFromString("decoder");
-    stream_joiner_str = PyUnicode_InternFromString("joiner");
-    if (!empty_str || !stream_decoder_str || !stream_joiner_str)
+    if (!empty_str)
         return NULL;
     for (int k = 0; k < 5; k++)
         if ((levels[k] = PyUnicode_InternFromString(level_names[k])) == NULL)

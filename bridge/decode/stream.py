@@ -62,13 +62,17 @@ class RecordStream:
             record = self._fast.line(self.decoder, self.joiner, raw, offset)
             if record is not None:
                 return (record,)
+        return self._python(raw, offset)
+
+    def _python(self, raw: bytes, offset: int) -> tuple[Record, ...]:
+        """The reference path: Decoder, then Joiner."""
         record = self.decoder(raw, offset)
         return () if record is None else self.joiner(record)
 
     def over(self, lines: Iterable[tuple[int, bytes]]) -> Iterator[Record]:
         """Every complete record of a finished file, its last held ones included."""
         if self._fast is not None:
-            return chain(self._fast.records(self, lines), _Later(self.flush))
+            return chain(self._fast.records(self.decoder, self.joiner, self._python, lines), _Later(self.flush))
         return self._over(lines)
 
     def _over(self, lines: Iterable[tuple[int, bytes]]) -> Iterator[Record]:

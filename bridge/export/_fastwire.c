@@ -16,6 +16,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -75,20 +76,24 @@ static inline int fixed64(Buf *b, unsigned char tag, uint64_t v) {
     return 0;
 }
 
-/* A length-delimited field: `open` writes the tag and reserves room for the length, `close`
- * writes the length and moves the body up to it. */
-#define RESERVE 5
+/* A length-delimited field: `open` writes the tag and reserves room for the length (one
+ * byte: most fields are short), `close` writes the length and, when it took more than one
+ * byte, moves the body up. */
 static inline Py_ssize_t open_field(Buf *b, unsigned char tag) {
-    if (grow(b, 1 + RESERVE) < 0)
+    if (grow(b, 2) < 0)
         return -1;
     b->p[b->len++] = (char)tag;
     Py_ssize_t at = b->len;
-    b->len += RESERVE;
+    b->len += 1;
     return at;
 }
 
 static inline int close_field(Buf *b, Py_ssize_t at) {
-    Py_ssize_t body = b->len - at - RESERVE;
+    Py_ssize_t body = b->len - at - 1;
+    if (body < 0x80) {
+        b->p[at] = (char)body;
+        return 0;
+    }
     unsigned char v[10];
     int n = 0;
     uint64_t x = (uint64_t)body;
@@ -97,10 +102,11 @@ static inline int close_field(Buf *b, Py_ssize_t at) {
         x >>= 7;
     }
     v[n++] = (unsigned char)x;
+    if (grow(b, n - 1) < 0)
+        return -1;
+    memmove(b->p + at + n, b->p + at + 1, body);
     memcpy(b->p + at, v, n);
-    if (n != RESERVE)
-        memmove(b->p + at + n, b->p + at + RESERVE, body);
-    b->len -= RESERVE - n;
+    b->len += n - 1;
     return 0;
 }
 
@@ -115,8 +121,6 @@ static int put_str_field(Buf *b, unsigned char tag, PyObject *s) {
 }
 
 /* -- attributes -------------------------------------------------------------------------------- */
-
-static int any_value(Buf *b, PyObject *v, int depth);
 
 static int any_value_body(Buf *b, PyObject *v, int depth) {
     if (PyUnicode_Check(v))
@@ -151,11 +155,11 @@ static int any_value_body(Buf *b, PyObject *v, int depth) {
             Py_ssize_t item = open_field(b, 0x0a);
             r = item < 0 ? -1 : any_value_body(b, PySequence_Fast_GET_ITEM(seq, k), depth + 1);
             if (r == 0)
-                close_field(b, item);
+                r = close_field(b, item);
         }
         Py_DECREF(seq);
         if (r == 0)
-            close_field(b, at);
+            r = close_field(b, at);
         return r;
     }
     PyObject *s = PyObject_Str(v);
@@ -176,13 +180,10 @@ static int key_value(Buf *b, unsigned char tag, PyObject *k, PyObject *v) {
     if (at < 0 || put_str_field(b, 0x0a, k) < 0)
         return -1;
     Py_ssize_t val = open_field(b, 0x12);
-    if (val < 0 || any_value_body(b, v, 0) < 0)
+    if (val < 0 || any_value_body(b, v, 0) < 0 || close_field(b, val) < 0)
         return -1;
-    close_field(b, val);
     return close_field(b, at);
 }
-
-static int any_value(Buf *b, PyObject *v, int depth) { return any_value_body(b, v, depth); }
 
 /* The attributes of `attrs` in order, a key of `over_keys` taking its value from `over_values`
  * in place; the override keys not in `attrs` follow, in their order. */
@@ -222,9 +223,42 @@ static int attributes(Buf *b, unsigned char tag, PyObject *attrs, PyObject **ove
 
 /* -- timelines ------------------------------------------------------------------------------------ */
 
-static PyObject *s_phases, *s_parent, *s_trace_id, *s_span_id, *s_start_ns, *s_end_ns, *s_attrs, *s_events,
-    *s_dropped_events, *s_error_type, *s_error_message, *s_start_timing, *s_end_timing, *s_name, *s_ts_ns,
-    *k_timing, *k_timing_start, *k_timing_end, *v_inferred, *v_observed;
+/* getattr(obj, name), reading a slot directly once the type is known to hold it there (the
+ * dataclasses of bridge/assemble/timeline.py are slotted). */
+typedef struct {
+    PyObject *name;
+    PyTypeObject *type[2];
+    Py_ssize_t offset[2];
+} Attr;
+
+static PyObject *get(PyObject *obj, Attr *a) {
+    PyTypeObject *tp = Py_TYPE(obj);
+    for (int k = 0; k < 2; k++) {
+        if (a->type[k] == tp) {
+            PyObject *v = *(PyObject **)((char *)obj + a->offset[k]);
+            if (v != NULL)
+                return Py_NewRef(v);
+            break; /* unset: let getattr raise */
+        }
+    }
+    if (tp->tp_getattro == PyObject_GenericGetAttr) {
+        PyObject *d = _PyType_Lookup(tp, a->name);
+        if (d != NULL && Py_IS_TYPE(d, &PyMemberDescr_Type) &&
+            ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX) {
+            for (int k = 0; k < 2; k++) {
+                if (a->type[k] == NULL) {
+                    a->type[k] = (PyTypeObject *)Py_NewRef(tp); /* held: the pointer stays valid */
+                    a->offset[k] = ((PyMemberDescrObject *)d)->d_member->offset;
+                    break;
+                }
+            }
+        }
+    }
+    return PyObject_GetAttr(obj, a->name);
+}
+
+static Attr s_phases, s_parent, s_trace_id, s_span_id, s_start_ns, s_end_ns, s_attrs, s_events, s_dropped_events, s_error_type, s_error_message, s_start_timing, s_end_timing, s_name, s_ts_ns;
+static PyObject *k_timing, *k_timing_start, *k_timing_end, *v_inferred, *v_observed;
 
 #define DECLINE 1 /* return code: hand the timeline to the Python encoder */
 
@@ -242,8 +276,8 @@ static int u64_of(PyObject *v, uint64_t *out) {
     return 0;
 }
 
-static int get_u64(PyObject *obj, PyObject *name, uint64_t *out) {
-    PyObject *v = PyObject_GetAttr(obj, name);
+static int get_u64(PyObject *obj, Attr *name, uint64_t *out) {
+    PyObject *v = get(obj, name);
     if (v == NULL)
         return -1;
     int r = u64_of(v, out);
@@ -253,29 +287,84 @@ static int get_u64(PyObject *obj, PyObject *name, uint64_t *out) {
 
 static int id_bytes(PyObject *v, Py_ssize_t size) { return PyBytes_CheckExact(v) && PyBytes_GET_SIZE(v) == size; }
 
-static int events(Buf *b, PyObject *list) {
+#define CACHE_LIMIT (1 << 14)
+
+/* One event (Span.events field) into b */
+static int event(Buf *b, PyObject *e);
+
+/* Span.events: each encoded, or taken from `cache` (id → (event, bytes): the root events are
+ * shared by every request in flight, so each is encoded once; the event is held so that its
+ * id is not reused while cached). `cache` may be NULL. */
+static int events(Buf *b, PyObject *list, PyObject *cache) {
     if (!PyList_Check(list))
         return DECLINE;
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(list); k++) {
         PyObject *e = PyList_GET_ITEM(list, k);
+        if (cache == NULL) {
+            Py_INCREF(e);
+            int r = event(b, e);
+            Py_DECREF(e);
+            if (r != 0)
+                return r;
+            continue;
+        }
+        PyObject *key = PyLong_FromVoidPtr(e);
+        if (key == NULL)
+            return -1;
+        PyObject *hit = PyDict_GetItemWithError(cache, key);
+        if (hit != NULL) {
+            PyObject *bytes = PyTuple_GET_ITEM(hit, 1);
+            Py_DECREF(key);
+            if (put(b, PyBytes_AS_STRING(bytes), PyBytes_GET_SIZE(bytes)) < 0)
+                return -1;
+            continue;
+        }
+        if (PyErr_Occurred()) {
+            Py_DECREF(key);
+            return -1;
+        }
+        Py_ssize_t at = b->len;
         Py_INCREF(e);
+        int r = event(b, e);
+        if (r == 0) {
+            PyObject *bytes = PyBytes_FromStringAndSize(b->p + at, b->len - at);
+            PyObject *entry = bytes ? PyTuple_Pack(2, e, bytes) : NULL;
+            Py_XDECREF(bytes);
+            if (entry == NULL)
+                r = -1;
+            else {
+                if (PyDict_GET_SIZE(cache) >= CACHE_LIMIT)
+                    PyDict_Clear(cache);
+                r = PyDict_SetItem(cache, key, entry);
+                Py_DECREF(entry);
+            }
+        }
+        Py_DECREF(e);
+        Py_DECREF(key);
+        if (r != 0)
+            return r;
+    }
+    return 0;
+}
+
+static int event(Buf *b, PyObject *e) {
+    {
         uint64_t ts;
-        int r = get_u64(e, s_ts_ns, &ts);
-        PyObject *name = r == 0 ? PyObject_GetAttr(e, s_name) : NULL;
-        PyObject *attrs = name ? PyObject_GetAttr(e, s_attrs) : NULL;
+        int r = get_u64(e, &s_ts_ns, &ts);
+        PyObject *name = r == 0 ? get(e, &s_name) : NULL;
+        PyObject *attrs = name ? get(e, &s_attrs) : NULL;
         if (attrs != NULL) {
             Py_ssize_t at = open_field(b, 0x5a);
             if (at < 0 || fixed64(b, 0x09, ts) < 0 || !PyUnicode_Check(name) || put_str_field(b, 0x12, name) < 0 ||
                 attributes(b, 0x1a, attrs, NULL, NULL, 0) < 0)
                 r = PyErr_Occurred() ? -1 : DECLINE;
             else
-                close_field(b, at);
+                r = close_field(b, at);
         } else if (r == 0) {
             r = -1;
         }
         Py_XDECREF(name);
         Py_XDECREF(attrs);
-        Py_DECREF(e);
         if (r != 0)
             return r;
     }
@@ -283,7 +372,7 @@ static int events(Buf *b, PyObject *list) {
 }
 
 static int dropped(Buf *b, PyObject *obj) {
-    PyObject *v = PyObject_GetAttr(obj, s_dropped_events);
+    PyObject *v = get(obj, &s_dropped_events);
     if (v == NULL)
         return -1;
     int truth = PyObject_IsTrue(v);
@@ -310,10 +399,10 @@ static PyObject *phase_timing(PyObject *start, PyObject *end) {
 }
 
 /* One span, as ScopeSpans.spans, into b. 0, DECLINE or -1. */
-static int span(Buf *b, PyObject *obj, PyObject *tid, PyObject *sid, PyObject *parent_sid, int root) {
+static int span(Buf *b, PyObject *obj, PyObject *tid, PyObject *sid, PyObject *parent_sid, int root, PyObject *cache) {
     uint64_t start, end;
     int r;
-    if ((r = get_u64(obj, s_start_ns, &start)) != 0 || (r = get_u64(obj, s_end_ns, &end)) != 0)
+    if ((r = get_u64(obj, &s_start_ns, &start)) != 0 || (r = get_u64(obj, &s_end_ns, &end)) != 0)
         return r;
     Py_ssize_t at = open_field(b, 0x12);
     if (at < 0)
@@ -330,10 +419,10 @@ static int span(Buf *b, PyObject *obj, PyObject *tid, PyObject *sid, PyObject *p
         if (put(b, ids, 2) < 0 || put(b, PyBytes_AS_STRING(parent_sid), 8) < 0)
             return -1;
     }
-    PyObject *start_t = PyObject_GetAttr(obj, s_start_timing);
-    PyObject *end_t = start_t ? PyObject_GetAttr(obj, s_end_timing) : NULL;
-    PyObject *attrs = end_t ? PyObject_GetAttr(obj, s_attrs) : NULL;
-    PyObject *evs = attrs ? PyObject_GetAttr(obj, s_events) : NULL;
+    PyObject *start_t = get(obj, &s_start_timing);
+    PyObject *end_t = start_t ? get(obj, &s_end_timing) : NULL;
+    PyObject *attrs = end_t ? get(obj, &s_attrs) : NULL;
+    PyObject *evs = attrs ? get(obj, &s_events) : NULL;
     PyObject *name = NULL, *timing = NULL;
     r = evs ? 0 : -1;
     if (r == 0) {
@@ -341,7 +430,7 @@ static int span(Buf *b, PyObject *obj, PyObject *tid, PyObject *sid, PyObject *p
             static const unsigned char head[] = "\x2a\x0cvllm.request\x30\x02";
             r = put(b, head, sizeof head - 1);
         } else {
-            name = PyObject_GetAttr(obj, s_name);
+            name = get(obj, &s_name);
             r = name == NULL ? -1 : !PyUnicode_Check(name) ? DECLINE : put_str_field(b, 0x2a, name);
             if (r == 0) {
                 static const unsigned char kind[2] = {0x30, 0x01};
@@ -362,17 +451,17 @@ static int span(Buf *b, PyObject *obj, PyObject *tid, PyObject *sid, PyObject *p
         }
     }
     if (r == 0)
-        r = events(b, evs);
+        r = events(b, evs, root ? cache : NULL);
     if (r == 0)
         r = dropped(b, obj);
     if (r == 0 && root) {
-        PyObject *et = PyObject_GetAttr(obj, s_error_type);
+        PyObject *et = get(obj, &s_error_type);
         int truth = et == NULL ? -1 : PyObject_IsTrue(et);
         Py_XDECREF(et);
         if (truth < 0) {
             r = -1;
         } else if (truth) {
-            PyObject *msg = PyObject_GetAttr(obj, s_error_message);
+            PyObject *msg = get(obj, &s_error_message);
             int has = msg == NULL ? -1 : PyObject_IsTrue(msg);
             if (has < 0 || (has && !PyUnicode_Check(msg))) {
                 r = has < 0 ? -1 : DECLINE;
@@ -381,7 +470,7 @@ static int span(Buf *b, PyObject *obj, PyObject *tid, PyObject *sid, PyObject *p
                 if (st < 0 || (has && put_str_field(b, 0x12, msg) < 0) || put1(b, 0x18) < 0 || put1(b, 0x02) < 0)
                     r = -1;
                 else
-                    close_field(b, st);
+                    r = close_field(b, st);
             }
             Py_XDECREF(msg);
         }
@@ -393,28 +482,28 @@ static int span(Buf *b, PyObject *obj, PyObject *tid, PyObject *sid, PyObject *p
     Py_XDECREF(name);
     Py_XDECREF(timing);
     if (r == 0)
-        close_field(b, at);
+        r = close_field(b, at);
     return r;
 }
 
 static PyObject *request(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "request(timeline, trace_id, root_id, phase_ids)");
+    if (nargs != 5 || !PyDict_CheckExact(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "request(timeline, trace_id, root_id, phase_ids, cache: dict)");
         return NULL;
     }
-    PyObject *t = args[0], *tid = args[1], *root_id = args[2], *phase_ids = args[3];
+    PyObject *t = args[0], *tid = args[1], *root_id = args[2], *phase_ids = args[3], *cache = args[4];
     if (!id_bytes(root_id, 8) || !PyList_CheckExact(phase_ids))
         Py_RETURN_NONE;
-    PyObject *parent = PyObject_GetAttr(t, s_parent);
-    PyObject *phases = parent ? PyObject_GetAttr(t, s_phases) : NULL;
+    PyObject *parent = get(t, &s_parent);
+    PyObject *phases = parent ? get(t, &s_phases) : NULL;
     PyObject *ptid = NULL, *psid = NULL;
     Buf b = {NULL, 0, 0};
     int r = phases == NULL ? -1 : 0;
     if (r == 0 && (!PyList_Check(phases) || PyList_GET_SIZE(phases) != PyList_GET_SIZE(phase_ids)))
         r = DECLINE;
     if (r == 0 && parent != Py_None) { /* into the caller's trace, under its span when known */
-        ptid = PyObject_GetAttr(parent, s_trace_id);
-        psid = ptid ? PyObject_GetAttr(parent, s_span_id) : NULL;
+        ptid = get(parent, &s_trace_id);
+        psid = ptid ? get(parent, &s_span_id) : NULL;
         if (psid == NULL)
             r = -1;
         else if (!id_bytes(ptid, 16))
@@ -433,7 +522,7 @@ static PyObject *request(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     if (r == 0 && !id_bytes(tid, 16))
         r = DECLINE;
     if (r == 0)
-        r = span(&b, t, tid, root_id, psid, 1);
+        r = span(&b, t, tid, root_id, psid, 1, cache);
     for (Py_ssize_t k = 0; r == 0 && k < PyList_GET_SIZE(phases); k++) {
         PyObject *sid = PyList_GET_ITEM(phase_ids, k);
         if (!id_bytes(sid, 8)) {
@@ -442,7 +531,7 @@ static PyObject *request(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         }
         PyObject *p = PyList_GET_ITEM(phases, k);
         Py_INCREF(p);
-        r = span(&b, p, tid, sid, root_id, 0);
+        r = span(&b, p, tid, sid, root_id, 0, NULL);
         Py_DECREF(p);
     }
     Py_XDECREF(parent);
@@ -474,7 +563,7 @@ static PyObject *key_values(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"request", (PyCFunction)(void (*)(void))request, METH_FASTCALL,
-     "request(timeline, trace_id, root_id, phase_ids) -> bytes of its spans, or None (use the Python encoder)"},
+     "request(timeline, trace_id, root_id, phase_ids, cache) -> bytes of its spans, or None (use the Python encoder)"},
     {"key_values", key_values, METH_VARARGS, "key_values(tag, attrs) -> bytes"},
     {NULL, NULL, 0, NULL},
 };
@@ -486,21 +575,21 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastwire", NULL, -1
     return NULL
 
 PyMODINIT_FUNC PyInit__fastwire(void) {
-    INTERN(s_phases, "phases");
-    INTERN(s_parent, "parent");
-    INTERN(s_trace_id, "trace_id");
-    INTERN(s_span_id, "span_id");
-    INTERN(s_start_ns, "start_ns");
-    INTERN(s_end_ns, "end_ns");
-    INTERN(s_attrs, "attrs");
-    INTERN(s_events, "events");
-    INTERN(s_dropped_events, "dropped_events");
-    INTERN(s_error_type, "error_type");
-    INTERN(s_error_message, "error_message");
-    INTERN(s_start_timing, "start_timing");
-    INTERN(s_end_timing, "end_timing");
-    INTERN(s_name, "name");
-    INTERN(s_ts_ns, "ts_ns");
+    INTERN(s_phases.name, "phases");
+    INTERN(s_parent.name, "parent");
+    INTERN(s_trace_id.name, "trace_id");
+    INTERN(s_span_id.name, "span_id");
+    INTERN(s_start_ns.name, "start_ns");
+    INTERN(s_end_ns.name, "end_ns");
+    INTERN(s_attrs.name, "attrs");
+    INTERN(s_events.name, "events");
+    INTERN(s_dropped_events.name, "dropped_events");
+    INTERN(s_error_type.name, "error_type");
+    INTERN(s_error_message.name, "error_message");
+    INTERN(s_start_timing.name, "start_timing");
+    INTERN(s_end_timing.name, "end_timing");
+    INTERN(s_name.name, "name");
+    INTERN(s_ts_ns.name, "ts_ns");
     INTERN(k_timing, "vllm.timing");
     INTERN(k_timing_start, "vllm.timing.start");
     INTERN(k_timing_end, "vllm.timing.end");

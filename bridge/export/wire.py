@@ -236,10 +236,11 @@ class WireEncoder:
     """
 
     __slots__ = ("_base", "_resources", "_by_source", "count", "_span_kv", "_event_kv", "_events",
-                 "_held", "_names", "_event_names", "_timings", "_span_extend", "_fast")
+                 "_held", "_names", "_event_names", "_timings", "_span_extend", "_fast", "_fast_events")
 
     def __init__(self, base: Mapping[str, str], fast=FAST_REQUEST):
         self._fast = fast  # None: this module's encoder only
+        self._fast_events: dict[int, tuple] = {}  # the C encoder's shared events: id → (event, bytes)
         self._base = dict(base)
         self._resources: dict[str, bytes] = {}
         self._by_source: dict[str, tuple[Source, list[bytes]]] = {}
@@ -339,7 +340,8 @@ class WireEncoder:
         tid = trace_id(t.source.key, "request", t.request_id, t.occurrence)
         root_id = span_id(tid + t.occurrence.encode(), "vllm.request")  # from our own trace id: see otlp
         if self._fast is not None:
-            spans = self._fast(t, tid, root_id, [span_id(root_id, p.name, p.index) for p in t.phases])
+            spans = self._fast(t, tid, root_id, [span_id(root_id, p.name, p.index) for p in t.phases],
+                               self._fast_events)
             if spans is not None:
                 out.append(spans)
                 return 1 + len(t.phases)
