@@ -13,6 +13,8 @@ _FLAGS = ["-O2", "-std=c11", "-Wall", "-Wno-missing-braces"]
 setup(ext_modules=[
     Extension("bridge.assemble._fastbuild", ["bridge/assemble/_fastbuild.c"], extra_compile_args=_FLAGS,
               optional=True),
+    Extension("bridge.assemble._fastfeed", ["bridge/assemble/_fastfeed.c"], extra_compile_args=_FLAGS,
+              optional=True),
     Extension("bridge.decode._fastdecode", ["bridge/decode/_fastdecode.c"], extra_compile_args=_FLAGS,
               optional=True),
     Extension("bridge.export._fastwire", ["bridge/export/_fastwire.c"], extra_compile_args=_FLAGS, optional=True),

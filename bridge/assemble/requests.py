@@ -16,7 +16,9 @@ an inferred end. The startup banner's model and version go on every request of t
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from types import MethodType
 from dataclasses import dataclass
 
 from bridge.assemble import ids
@@ -62,6 +64,19 @@ _NS = 1_000_000_000
 # an idle line may still log its end. It is closed only if nothing more comes for this long.
 _IDLE_GRACE_NS = 2 * _NS
 _BLOCK_EVENTS_KEPT = 8 * EVENT_CAP  # spread over the phases later, EVENT_CAP per span
+
+
+def _load_fast():
+    """The C fast path for KV block lines of open requests (`_fastfeed.c`), or None: not built
+    (no compiler at install), or VLLM_TRACE_BRIDGE_PURE=1. It takes only lines whose handling
+    it can do exactly as `feed` below would, and hands every other line to `feed`."""
+    if os.environ.get("VLLM_TRACE_BRIDGE_PURE", "") not in ("", "0"):
+        return None
+    try:
+        from bridge.assemble import _fastfeed
+    except ImportError:
+        return None
+    return _fastfeed.Feeder
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +161,8 @@ class Assembler:
     """Feed it (record, event) pairs of one source in file order; it calls `emit` with each
     finished `RequestTimeline` or `EngineTimeline`."""
 
-    def __init__(self, source: Source, emit: Callable[[Timeline], None], config: AssembleConfig = AssembleConfig()):
+    def __init__(self, source: Source, emit: Callable[[Timeline], None], config: AssembleConfig = AssembleConfig(),
+                 fast=_load_fast()):
         self.source = source
         self.stats = AssembleStats()
         self._emit = emit
@@ -199,6 +215,8 @@ class Assembler:
             AccessLog: self._ignore,
             Notice: self._ignore,
         }
+        if fast is not None and type(self) is Assembler:  # shadows the method for this instance
+            self.feed = fast(self, MethodType(Assembler.feed, self), BlockAllocated, BlockFreed, SpanEvent)
 
     # -- input ---------------------------------------------------------------------------
 

@@ -120,6 +120,138 @@ static int put_str_field(Buf *b, unsigned char tag, PyObject *s) {
     return put(b, u, n);
 }
 
+/* -- ids: BLAKE2b (RFC 7693) with ids.py's personalisation ------------------------------------------- */
+
+static const uint64_t B2_IV[8] = {
+    0x6a09e667f3bcc908ULL, 0xbb67ae8584caa73bULL, 0x3c6ef372fe94f82bULL, 0xa54ff53a5f1d36f1ULL,
+    0x510e527fade682d1ULL, 0x9b05688c2b3e6c1fULL, 0x1f83d9abfb41bd6bULL, 0x5be0cd19137e2179ULL,
+};
+static const uint8_t B2_SIGMA[12][16] = {
+    {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, {14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3},
+    {11, 8, 12, 0, 5, 2, 15, 13, 10, 14, 3, 6, 7, 1, 9, 4}, {7, 9, 3, 1, 13, 12, 11, 14, 2, 6, 5, 10, 4, 0, 15, 8},
+    {9, 0, 5, 7, 2, 4, 10, 15, 14, 1, 11, 12, 6, 8, 3, 13}, {2, 12, 6, 10, 0, 11, 8, 3, 4, 13, 7, 5, 15, 14, 1, 9},
+    {12, 5, 1, 15, 14, 13, 4, 10, 0, 7, 6, 3, 9, 2, 8, 11}, {13, 11, 7, 14, 12, 1, 3, 9, 5, 0, 15, 4, 8, 6, 2, 10},
+    {6, 15, 14, 9, 11, 3, 0, 8, 12, 2, 13, 7, 1, 4, 10, 5}, {10, 2, 8, 4, 7, 6, 1, 5, 15, 11, 9, 14, 3, 12, 13, 0},
+    {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, {14, 10, 4, 8, 9, 15, 13, 6, 1, 12, 0, 2, 11, 7, 5, 3},
+};
+
+typedef struct {
+    uint64_t h[8], t;
+    uint8_t buf[128];
+    size_t n;
+    int outlen;
+} B2;
+
+static inline uint64_t load64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int k = 7; k >= 0; k--)
+        v = (v << 8) | p[k];
+    return v;
+}
+static inline uint64_t rotr64(uint64_t x, int n) { return (x >> n) | (x << (64 - n)); }
+
+static void b2_compress(B2 *c, int last) {
+    uint64_t v[16], m[16];
+    for (int i = 0; i < 8; i++) {
+        v[i] = c->h[i];
+        v[i + 8] = B2_IV[i];
+    }
+    v[12] ^= c->t; /* messages here are far below 2^64 bytes: the high counter word stays 0 */
+    if (last)
+        v[14] = ~v[14];
+    for (int i = 0; i < 16; i++)
+        m[i] = load64(c->buf + 8 * i);
+#define G(a, b, c_, d, x, y)              \
+    do {                                  \
+        v[a] = v[a] + v[b] + (x);         \
+        v[d] = rotr64(v[d] ^ v[a], 32);   \
+        v[c_] = v[c_] + v[d];             \
+        v[b] = rotr64(v[b] ^ v[c_], 24);  \
+        v[a] = v[a] + v[b] + (y);         \
+        v[d] = rotr64(v[d] ^ v[a], 16);   \
+        v[c_] = v[c_] + v[d];             \
+        v[b] = rotr64(v[b] ^ v[c_], 63);  \
+    } while (0)
+    for (int r = 0; r < 12; r++) {
+        const uint8_t *s = B2_SIGMA[r];
+        G(0, 4, 8, 12, m[s[0]], m[s[1]]);
+        G(1, 5, 9, 13, m[s[2]], m[s[3]]);
+        G(2, 6, 10, 14, m[s[4]], m[s[5]]);
+        G(3, 7, 11, 15, m[s[6]], m[s[7]]);
+        G(0, 5, 10, 15, m[s[8]], m[s[9]]);
+        G(1, 6, 11, 12, m[s[10]], m[s[11]]);
+        G(2, 7, 8, 13, m[s[12]], m[s[13]]);
+        G(3, 4, 9, 14, m[s[14]], m[s[15]]);
+    }
+#undef G
+    for (int i = 0; i < 8; i++)
+        c->h[i] ^= v[i] ^ v[i + 8];
+}
+
+static const uint8_t PERSON[16] = "vllm-trace-bri"; /* ids.py's _PERSON, zero-padded to 16 bytes */
+
+static void b2_init(B2 *c, int outlen) {
+    for (int i = 0; i < 8; i++)
+        c->h[i] = B2_IV[i];
+    c->h[0] ^= 0x01010000ULL ^ (uint64_t)outlen; /* depth 1, fanout 1, no key */
+    c->h[6] ^= load64(PERSON);
+    c->h[7] ^= load64(PERSON + 8);
+    c->t = 0;
+    c->n = 0;
+    c->outlen = outlen;
+}
+
+static void b2_update(B2 *c, const void *data, size_t len) {
+    const uint8_t *p = data;
+    while (len > 0) {
+        if (c->n == 128) { /* keep the last block for b2_final */
+            c->t += 128;
+            b2_compress(c, 0);
+            c->n = 0;
+        }
+        size_t take = 128 - c->n < len ? 128 - c->n : len;
+        memcpy(c->buf + c->n, p, take);
+        c->n += take;
+        p += take;
+        len -= take;
+    }
+}
+
+/* the digest, with ids.py's rule: an all-zero id becomes ...0001 */
+static void b2_final(B2 *c, uint8_t *out) {
+    c->t += c->n;
+    memset(c->buf + c->n, 0, 128 - c->n);
+    b2_compress(c, 1);
+    int zero = 1;
+    for (int i = 0; i < c->outlen; i++) {
+        out[i] = (uint8_t)(c->h[i / 8] >> (8 * (i % 8)));
+        zero &= out[i] == 0;
+    }
+    if (zero)
+        out[c->outlen - 1] = 1;
+}
+
+static PyObject *digest(PyObject *self, PyObject *args) {
+    /* digest(data: bytes, size: int) -> bytes: the personalised BLAKE2b (tests compare it
+     * with hashlib) */
+    Py_buffer data;
+    int size;
+    if (!PyArg_ParseTuple(args, "y*i", &data, &size))
+        return NULL;
+    if (size < 1 || size > 64) {
+        PyBuffer_Release(&data);
+        PyErr_SetString(PyExc_ValueError, "size must be 1..64");
+        return NULL;
+    }
+    B2 c;
+    uint8_t out[64];
+    b2_init(&c, size);
+    b2_update(&c, data.buf, data.len);
+    b2_final(&c, out);
+    PyBuffer_Release(&data);
+    return PyBytes_FromStringAndSize((const char *)out, size);
+}
+
 /* -- attributes -------------------------------------------------------------------------------- */
 
 static int any_value_body(Buf *b, PyObject *v, int depth) {
@@ -486,12 +618,7 @@ static int span(Buf *b, PyObject *obj, PyObject *tid, PyObject *sid, PyObject *p
     return r;
 }
 
-static PyObject *request(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5 || !PyDict_CheckExact(args[4])) {
-        PyErr_SetString(PyExc_TypeError, "request(timeline, trace_id, root_id, phase_ids, cache: dict)");
-        return NULL;
-    }
-    PyObject *t = args[0], *tid = args[1], *root_id = args[2], *phase_ids = args[3], *cache = args[4];
+static PyObject *encode(PyObject *t, PyObject *tid, PyObject *root_id, PyObject *phase_ids, PyObject *cache) {
     if (!id_bytes(root_id, 8) || !PyList_CheckExact(phase_ids))
         Py_RETURN_NONE;
     PyObject *parent = get(t, &s_parent);
@@ -547,6 +674,116 @@ static PyObject *request(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     return out;
 }
 
+static PyObject *request(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyDict_CheckExact(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "request(timeline, trace_id, root_id, phase_ids, cache: dict)");
+        return NULL;
+    }
+    return encode(args[0], args[1], args[2], args[3], args[4]);
+}
+
+static Attr s_source = {NULL}, s_key = {NULL}, s_request_id = {NULL}, s_occurrence = {NULL}, s_index = {NULL};
+
+/* a str attribute as UTF-8; NULL (with or without an error set) when it is not an exact str */
+static const char *utf8_attr(PyObject *obj, Attr *a, PyObject **hold, Py_ssize_t *len) {
+    *hold = get(obj, a);
+    if (*hold == NULL || !PyUnicode_CheckExact(*hold))
+        return NULL;
+    const char *u = PyUnicode_AsUTF8AndSize(*hold, len);
+    if (u == NULL)
+        PyErr_Clear(); /* not encodable: the Python encoder raises its own error */
+    return u;
+}
+
+static PyObject *spans(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    /* spans(timeline, cache) -> bytes | None: `request` with the ids of ids.py computed here */
+    if (nargs != 2 || !PyDict_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "spans(timeline, cache: dict)");
+        return NULL;
+    }
+    PyObject *t = args[0], *src = NULL, *key = NULL, *rid = NULL, *occ = NULL, *phases = NULL, *ids = NULL;
+    PyObject *tid = NULL, *root = NULL, *out = NULL;
+    Py_ssize_t nk, nr, no;
+    const char *k, *r, *o;
+    src = get(t, &s_source);
+    if (src == NULL)
+        return NULL;
+    k = utf8_attr(src, &s_key, &key, &nk);
+    r = k ? utf8_attr(t, &s_request_id, &rid, &nr) : NULL;
+    o = r ? utf8_attr(t, &s_occurrence, &occ, &no) : NULL;
+    if (o == NULL)
+        goto done;
+    B2 c;
+    uint8_t d[16];
+    b2_init(&c, 16); /* trace_id(source.key, "request", request_id, occurrence) */
+    b2_update(&c, k, nk);
+    b2_update(&c, "\x1frequest\x1f", 9);
+    b2_update(&c, r, nr);
+    b2_update(&c, "\x1f", 1);
+    b2_update(&c, o, no);
+    b2_final(&c, d);
+    if ((tid = PyBytes_FromStringAndSize((const char *)d, 16)) == NULL)
+        goto done;
+    b2_init(&c, 8); /* span_id(trace_id + occurrence, "vllm.request") */
+    b2_update(&c, d, 16);
+    b2_update(&c, o, no);
+    b2_update(&c, "vllm.request\x1f" "0", 14);
+    uint8_t rootd[8];
+    b2_final(&c, rootd);
+    if ((root = PyBytes_FromStringAndSize((const char *)rootd, 8)) == NULL)
+        goto done;
+    phases = get(t, &s_phases);
+    if (phases == NULL || !PyList_CheckExact(phases))
+        goto done;
+    Py_ssize_t n = PyList_GET_SIZE(phases);
+    if ((ids = PyList_New(n)) == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) { /* span_id(root_id, name, index) */
+        PyObject *p = PyList_GET_ITEM(phases, i), *name, *index;
+        Py_ssize_t nn;
+        const char *u = utf8_attr(p, &s_name, &name, &nn);
+        index = u ? get(p, &s_index) : NULL;
+        char num[32];
+        int ok = index != NULL && PyLong_CheckExact(index);
+        long long x = ok ? PyLong_AsLongLong(index) : 0;
+        if (ok && x == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            ok = 0;
+        }
+        if (ok) {
+            int len = snprintf(num, sizeof num, "%lld", x);
+            b2_init(&c, 8);
+            b2_update(&c, rootd, 8);
+            b2_update(&c, u, nn);
+            b2_update(&c, "\x1f", 1);
+            b2_update(&c, num, len);
+            b2_final(&c, d);
+            PyObject *b = PyBytes_FromStringAndSize((const char *)d, 8);
+            if (b == NULL)
+                ok = 0;
+            else
+                PyList_SET_ITEM(ids, i, b);
+        }
+        Py_XDECREF(name);
+        Py_XDECREF(index);
+        if (!ok)
+            goto done;
+    }
+    out = encode(t, tid, root, ids, args[1]);
+done:
+    Py_XDECREF(src);
+    Py_XDECREF(key);
+    Py_XDECREF(rid);
+    Py_XDECREF(occ);
+    Py_XDECREF(phases);
+    Py_XDECREF(ids);
+    Py_XDECREF(tid);
+    Py_XDECREF(root);
+    if (out == NULL && !PyErr_Occurred())
+        out = Py_NewRef(Py_None);
+    return out;
+}
+
 static PyObject *key_values(PyObject *self, PyObject *args) {
     /* key_values(tag, attrs) -> bytes: every attribute as a whole field of `tag` (tests) */
     int tag;
@@ -564,7 +801,10 @@ static PyObject *key_values(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"request", (PyCFunction)(void (*)(void))request, METH_FASTCALL,
      "request(timeline, trace_id, root_id, phase_ids, cache) -> bytes of its spans, or None (use the Python encoder)"},
+    {"spans", (PyCFunction)(void (*)(void))spans, METH_FASTCALL,
+     "spans(timeline, cache) -> bytes of its spans, ids included, or None (use the Python encoder)"},
     {"key_values", key_values, METH_VARARGS, "key_values(tag, attrs) -> bytes"},
+    {"digest", digest, METH_VARARGS, "digest(data, size) -> the personalised BLAKE2b of ids.py"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -590,6 +830,11 @@ PyMODINIT_FUNC PyInit__fastwire(void) {
     INTERN(s_end_timing.name, "end_timing");
     INTERN(s_name.name, "name");
     INTERN(s_ts_ns.name, "ts_ns");
+    INTERN(s_source.name, "source");
+    INTERN(s_key.name, "key");
+    INTERN(s_request_id.name, "request_id");
+    INTERN(s_occurrence.name, "occurrence");
+    INTERN(s_index.name, "index");
     INTERN(k_timing, "vllm.timing");
     INTERN(k_timing_start, "vllm.timing.start");
     INTERN(k_timing_end, "vllm.timing.end");

@@ -44,7 +44,7 @@ def _load_fast():
         from bridge.export import _fastwire
     except ImportError:
         return None
-    return _fastwire.request
+    return _fastwire.spans
 
 
 FAST_REQUEST = _load_fast()
@@ -337,14 +337,13 @@ class WireEncoder:
         return b
 
     def _request(self, t: RequestTimeline, out: list[bytes]) -> int:
-        tid = trace_id(t.source.key, "request", t.request_id, t.occurrence)
-        root_id = span_id(tid + t.occurrence.encode(), "vllm.request")  # from our own trace id: see otlp
         if self._fast is not None:
-            spans = self._fast(t, tid, root_id, [span_id(root_id, p.name, p.index) for p in t.phases],
-                               self._fast_events)
+            spans = self._fast(t, self._fast_events)  # ids computed as ids.py does, in C
             if spans is not None:
                 out.append(spans)
                 return 1 + len(t.phases)
+        tid = trace_id(t.source.key, "request", t.request_id, t.occurrence)
+        root_id = span_id(tid + t.occurrence.encode(), "vllm.request")  # from our own trace id: see otlp
         kv, extend = self._span_kv, self._span_extend
         cached, shared, event = self._events.get, self._shared_event, self._event
 

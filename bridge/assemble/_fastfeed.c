@@ -1,0 +1,324 @@
+/* The assemble stage's per-line fast path: KV block lines of a request already open.
+ *
+ * `Feeder(assembler, feed, BlockAllocated, BlockFreed, SpanEvent, AssembleStats)` is a callable
+ * that Assembler installs as its instance's `feed`. Called with (record, event), it does what
+ * `Assembler.feed` → `_on_allocated` / `_on_freed` do, for the commonest case only:
+ *
+ *   - the event is a BlockAllocated or BlockFreed (exact types);
+ *   - the record's time is not newer than the assembler's clock (no tick is due) and no NCCL
+ *     timeout is held;
+ *   - the request id is open (so `_seed_id` is the id itself), and, for an allocation, not over
+ *     (so `_start` continues it rather than starting a new occurrence).
+ *
+ * Any other call goes to `feed`, the Python method, which stays the reference; the checks are
+ * all made before anything is changed, so a declined line is handled by Python alone. A free
+ * that completes a finished request calls the assembler's own `_finish`.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+typedef struct {
+    const char *text;
+    PyObject *name;
+    PyTypeObject *type[2];
+    Py_ssize_t offset[2];
+} Attr;
+
+/* The slot of `obj` named by `a` as a borrowed pointer to its storage, or NULL when `obj`'s
+ * type does not keep it in a plain slot (the caller then declines). `write`: the caller will
+ * set it, so the type must not customise setting attributes. Each Attr is used by the
+ * fields of read-only objects (records, frozen events) or of RequestState, never both. */
+static PyObject **slot(PyObject *obj, Attr *a, int write) {
+    PyTypeObject *tp = Py_TYPE(obj);
+    for (int k = 0; k < 2; k++)
+        if (a->type[k] == tp)
+            return (PyObject **)((char *)obj + a->offset[k]);
+    if (tp->tp_getattro != PyObject_GenericGetAttr || (write && tp->tp_setattro != PyObject_GenericSetAttr))
+        return NULL;
+    PyObject *d = _PyType_Lookup(tp, a->name);
+    if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type) || ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX ||
+        (((PyMemberDescrObject *)d)->d_member->flags & READONLY))
+        return NULL;
+    for (int k = 0; k < 2; k++) {
+        if (a->type[k] == NULL) {
+            a->type[k] = (PyTypeObject *)Py_NewRef(tp);
+            a->offset[k] = ((PyMemberDescrObject *)d)->d_member->offset;
+            break;
+        }
+    }
+    return (PyObject **)((char *)obj + ((PyMemberDescrObject *)d)->d_member->offset);
+}
+
+enum {
+    R_ts_ns, R_offset,                                 /* Record */
+    E_request_id, E_block, E_size_bytes, E_reason,     /* the events */
+    S_terminal_ns, S_last_ns, S_last_offset, S_allocated, S_freed, S_held, S_block_events, S_block_dropped,
+    S_last_free_ns, S_outcome,                         /* RequestState */
+    N_ATTRS
+};
+static Attr attrs_[N_ATTRS] = {
+    {"ts_ns"}, {"offset"},
+    {"request_id"}, {"block"}, {"size_bytes"}, {"reason"},
+    {"terminal_ns"}, {"last_ns"}, {"last_offset"}, {"allocated"}, {"freed"}, {"held"}, {"block_events"},
+    {"block_dropped"}, {"last_free_ns"}, {"outcome"},
+};
+static PyObject *s_now, *s_pending_nccl, *s_open, *s_finish, *k_id, *k_size, *k_reason, *n_allocated, *n_freed,
+    *v_timeout;
+
+#define BLOCK_EVENTS_KEPT (8 * 32) /* requests.py: _BLOCK_EVENTS_KEPT = 8 * EVENT_CAP */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *assembler, *feed, *open, *allocated_type, *freed_type;
+    PyTypeObject *event_type;
+    Py_ssize_t event_offsets[3]; /* SpanEvent: name, ts_ns, attrs */
+} Feeder;
+
+static int feeder_traverse(Feeder *self, visitproc visit, void *arg) {
+    Py_VISIT(self->assembler);
+    Py_VISIT(self->feed);
+    Py_VISIT(self->open);
+    Py_VISIT(self->allocated_type);
+    Py_VISIT(self->freed_type);
+    Py_VISIT(self->event_type);
+    return 0;
+}
+
+static int feeder_clear(Feeder *self) {
+    Py_CLEAR(self->assembler);
+    Py_CLEAR(self->feed);
+    Py_CLEAR(self->open);
+    Py_CLEAR(self->allocated_type);
+    Py_CLEAR(self->freed_type);
+    Py_CLEAR(self->event_type);
+    return 0;
+}
+
+static void feeder_dealloc(Feeder *self) {
+    PyObject_GC_UnTrack(self);
+    feeder_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *fallback(Feeder *self, PyObject *record, PyObject *event) {
+    return PyObject_CallFunctionObjArgs(self->feed, record, event, NULL);
+}
+
+/* *p += delta, for a slot holding an int */
+static int add(PyObject **p, long delta) {
+    PyObject *d = PyLong_FromLong(delta);
+    PyObject *v = d ? PyNumber_Add(*p, d) : NULL;
+    Py_XDECREF(d);
+    if (v == NULL)
+        return -1;
+    Py_SETREF(*p, v);
+    return 0;
+}
+
+static PyObject *feeder_call(Feeder *self, PyObject *args, PyObject *kwargs) {
+    PyObject *record, *event;
+    if (kwargs != NULL || !PyArg_UnpackTuple(args, "feed", 2, 2, &record, &event))
+        return PyObject_Call(self->feed, args, kwargs);
+    PyObject *etype = (PyObject *)Py_TYPE(event);
+    int alloc = etype == self->allocated_type;
+    if (!alloc && etype != self->freed_type)
+        return fallback(self, record, event);
+
+    PyObject **p_ts = slot(record, &attrs_[R_ts_ns], 0), **p_off = slot(record, &attrs_[R_offset], 0);
+    PyObject **p_rid = slot(event, &attrs_[E_request_id], 0), **p_block = slot(event, &attrs_[E_block], 0);
+    PyObject **p_extra = slot(event, &attrs_[alloc ? E_size_bytes : E_reason], 0);
+    if (!p_ts || !p_off || !p_rid || !p_block || !p_extra || !*p_ts || !*p_off || !*p_rid || !*p_block || !*p_extra ||
+        !PyLong_CheckExact(*p_ts))
+        return fallback(self, record, event);
+    PyObject *ts = *p_ts;
+
+    /* feed(): no tick due, no NCCL timeout held */
+    PyObject *now = PyObject_GetAttr(self->assembler, s_now);
+    if (now == NULL)
+        return NULL;
+    int newer = PyObject_RichCompareBool(ts, now, Py_GT);
+    Py_DECREF(now);
+    if (newer < 0)
+        return NULL;
+    if (newer)
+        return fallback(self, record, event);
+    PyObject *pending = PyObject_GetAttr(self->assembler, s_pending_nccl);
+    if (pending == NULL)
+        return NULL;
+    Py_DECREF(pending);
+    if (pending != Py_None)
+        return fallback(self, record, event);
+
+    /* _seed_id(): the id is open; _start(): and, for an allocation, not over */
+    PyObject *r = PyDict_GetItemWithError(self->open, *p_rid);
+    if (r == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        return fallback(self, record, event);
+    }
+    Py_INCREF(r);
+    PyObject **terminal = slot(r, &attrs_[S_terminal_ns], 1), **last_ns = slot(r, &attrs_[S_last_ns], 1);
+    PyObject **last_offset = slot(r, &attrs_[S_last_offset], 1), **count = slot(r, &attrs_[alloc ? S_allocated : S_freed], 1);
+    PyObject **held = slot(r, &attrs_[S_held], 1), **block_events = slot(r, &attrs_[S_block_events], 1);
+    PyObject **block_dropped = slot(r, &attrs_[S_block_dropped], 1), **last_free = slot(r, &attrs_[S_last_free_ns], 1);
+    PyObject **outcome = slot(r, &attrs_[S_outcome], 1);
+    if (!terminal || !last_ns || !last_offset || !count || !held || !block_events || !block_dropped || !last_free ||
+        !outcome || !*terminal || !*last_ns || !*last_offset || !*count || !*held || !*block_events ||
+        !*block_dropped || !*last_free || !*outcome || (alloc && *terminal != Py_None) ||
+        (*block_events != Py_None && !PyList_CheckExact(*block_events))) {
+        Py_DECREF(r);
+        return fallback(self, record, event);
+    }
+
+    /* The line is taken. */
+    PyObject *result = NULL;
+    int later = PyObject_RichCompareBool(ts, *last_ns, Py_GT);
+    if (later < 0)
+        goto done;
+    if (later)
+        Py_SETREF(*last_ns, Py_NewRef(ts));
+    Py_SETREF(*last_offset, Py_NewRef(*p_off));
+    if (add(count, 1) < 0 || add(held, alloc ? 1 : -1) < 0)
+        goto done;
+    PyObject *attrs = PyDict_New();
+    if (attrs == NULL || PyDict_SetItem(attrs, k_id, *p_block) < 0 ||
+        (alloc && PyDict_SetItem(attrs, k_size, *p_extra) < 0)) {
+        Py_XDECREF(attrs);
+        goto done;
+    }
+    if (!alloc) {
+        int truth = PyObject_IsTrue(*p_extra);
+        if (truth < 0 || (truth && PyDict_SetItem(attrs, k_reason, *p_extra) < 0)) {
+            Py_DECREF(attrs);
+            goto done;
+        }
+    }
+    PyObject *ev = self->event_type->tp_alloc(self->event_type, 0);
+    if (ev == NULL) {
+        Py_DECREF(attrs);
+        goto done;
+    }
+    *(PyObject **)((char *)ev + self->event_offsets[0]) = Py_NewRef(alloc ? n_allocated : n_freed);
+    *(PyObject **)((char *)ev + self->event_offsets[1]) = Py_NewRef(ts);
+    *(PyObject **)((char *)ev + self->event_offsets[2]) = attrs;
+    /* RequestState.add_block_event */
+    if (*block_events == Py_None) {
+        PyObject *list = PyList_New(0);
+        if (list == NULL) {
+            Py_DECREF(ev);
+            goto done;
+        }
+        Py_SETREF(*block_events, list);
+    }
+    int rc = PyList_GET_SIZE(*block_events) >= BLOCK_EVENTS_KEPT ? add(block_dropped, 1)
+                                                                  : PyList_Append(*block_events, ev);
+    Py_DECREF(ev);
+    if (rc < 0)
+        goto done;
+    if (!alloc && *terminal != Py_None) {
+        Py_SETREF(*last_free, Py_NewRef(ts));
+        PyObject *zero = PyLong_FromLong(0);
+        int drained = zero ? PyObject_RichCompareBool(*held, zero, Py_LE) : -1;
+        Py_XDECREF(zero);
+        int timeout = drained == 1 ? PyObject_RichCompareBool(*outcome, v_timeout, Py_EQ) : 0;
+        if (drained < 0 || timeout < 0)
+            goto done;
+        if (drained && !timeout) {
+            PyObject *x = PyObject_CallMethodOneArg(self->assembler, s_finish, r);
+            if (x == NULL)
+                goto done;
+            Py_DECREF(x);
+        }
+    }
+    result = Py_NewRef(Py_None);
+done:
+    Py_DECREF(r);
+    return result;
+}
+
+static PyObject *feeder_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    PyObject *assembler, *feed, *allocated, *freed, *span_event;
+    if (!PyArg_ParseTuple(args, "OOOOO", &assembler, &feed, &allocated, &freed, &span_event))
+        return NULL;
+    if (!PyType_Check(allocated) || !PyType_Check(freed) || !PyType_Check(span_event)) {
+        PyErr_SetString(PyExc_TypeError, "Feeder(assembler, feed, BlockAllocated, BlockFreed, SpanEvent)");
+        return NULL;
+    }
+    PyObject *open = PyObject_GetAttr(assembler, s_open);
+    if (open == NULL)
+        return NULL;
+    if (!PyDict_CheckExact(open)) {
+        Py_DECREF(open);
+        PyErr_SetString(PyExc_TypeError, "assembler._open must be a dict");
+        return NULL;
+    }
+    Feeder *self = (Feeder *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        Py_DECREF(open);
+        return NULL;
+    }
+    static const char *fields[3] = {"name", "ts_ns", "attrs"};
+    for (int k = 0; k < 3; k++) {
+        PyObject *d = PyDict_GetItemString(((PyTypeObject *)span_event)->tp_dict, fields[k]);
+        if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type) ||
+            ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX) {
+            Py_DECREF(open);
+            Py_DECREF(self);
+            PyErr_Format(PyExc_TypeError, "SpanEvent.%s is not a slot", fields[k]);
+            return NULL;
+        }
+        self->event_offsets[k] = ((PyMemberDescrObject *)d)->d_member->offset;
+    }
+    self->assembler = Py_NewRef(assembler);
+    self->feed = Py_NewRef(feed);
+    self->open = open;
+    self->allocated_type = Py_NewRef(allocated);
+    self->freed_type = Py_NewRef(freed);
+    self->event_type = (PyTypeObject *)Py_NewRef(span_event);
+    return (PyObject *)self;
+}
+
+static PyTypeObject FeederType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "bridge.assemble._fastfeed.Feeder",
+    .tp_basicsize = sizeof(Feeder),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = feeder_new,
+    .tp_dealloc = (destructor)feeder_dealloc,
+    .tp_traverse = (traverseproc)feeder_traverse,
+    .tp_clear = (inquiry)feeder_clear,
+    .tp_call = (ternaryfunc)feeder_call,
+    .tp_doc = "Feeder(assembler, feed, BlockAllocated, BlockFreed, SpanEvent): the assembler's feed, KV block lines in C",
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastfeed", NULL, -1, NULL};
+
+#define INTERN(var, text)                                   \
+    if ((var = PyUnicode_InternFromString(text)) == NULL) \
+    return NULL
+
+PyMODINIT_FUNC PyInit__fastfeed(void) {
+    for (int k = 0; k < N_ATTRS; k++)
+        INTERN(attrs_[k].name, attrs_[k].text);
+    INTERN(s_now, "_now");
+    INTERN(s_pending_nccl, "_pending_nccl");
+    INTERN(s_open, "_open");
+    INTERN(s_finish, "_finish");
+    INTERN(k_id, "vllm.kv_block.id");
+    INTERN(k_size, "vllm.kv_block.size_bytes");
+    INTERN(k_reason, "vllm.kv_block.reason");
+    INTERN(n_allocated, "vllm.kv_block.allocated");
+    INTERN(n_freed, "vllm.kv_block.freed");
+    INTERN(v_timeout, "timeout");
+    if (PyType_Ready(&FeederType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "Feeder", (PyObject *)&FeederType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
