@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from bridge.assemble import ids
 from bridge.assemble.context import Rule, w3c_rule
-from bridge.assemble.build import EVENT_CAP, engine_timeline, request_timeline
+from bridge.assemble.build import EVENT_CAP, _request_timeline, engine_timeline, request_timeline
 from bridge.assemble.diagnosis import Thresholds
 from bridge.assemble.startup import Startup
 from bridge.assemble.timeline import SpanEvent, Timeline
@@ -77,6 +77,9 @@ def _load_fast():
     except ImportError:
         return None
     return _fastfeed.Feeder
+
+
+_FEEDER = _load_fast()
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,8 +165,10 @@ class Assembler:
     finished `RequestTimeline` or `EngineTimeline`."""
 
     def __init__(self, source: Source, emit: Callable[[Timeline], None], config: AssembleConfig = AssembleConfig(),
-                 fast=_load_fast()):
+                 fast: bool = True):
+        """`fast=False`: this stage's pure-Python code only (the C paths' reference)."""
         self.source = source
+        self._timeline = request_timeline if fast else _request_timeline
         self.stats = AssembleStats()
         self._emit = emit
         self._config = config
@@ -215,8 +220,8 @@ class Assembler:
             AccessLog: self._ignore,
             Notice: self._ignore,
         }
-        if fast is not None and type(self) is Assembler:  # shadows the method for this instance
-            self.feed = fast(self, MethodType(Assembler.feed, self), BlockAllocated, BlockFreed, SpanEvent)
+        if fast and _FEEDER is not None and type(self) is Assembler:  # shadows the method for this instance
+            self.feed = _FEEDER(self, MethodType(Assembler.feed, self), BlockAllocated, BlockFreed, SpanEvent)
 
     # -- input ---------------------------------------------------------------------------
 
@@ -415,7 +420,7 @@ class Assembler:
             for key, value in self._engine.items():
                 r.extra.setdefault(key, value)
         parent = self._config.context_rule(r.request_id)
-        self._emit(request_timeline(r, self.source, self._config.thresholds, parent))
+        self._emit(self._timeline(r, self.source, self._config.thresholds, parent))
 
     # -- upstream request lines ----------------------------------------------------------
 

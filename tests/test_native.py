@@ -1,0 +1,388 @@
+"""The C fast paths (bridge/*/_fast*.c) give exactly what the pure-Python stages give.
+
+Each stage is run twice over the same input, with its C path and without it (`fast=None` /
+`fast=False`, what VLLM_TRACE_BRIDGE_PURE=1 selects for the whole process), and everything it
+hands on is compared: records and decode/join counters, events and parse counters, timelines
+(attribute order included) and assemble counters, OTLP payload bytes. Inputs: the synth
+generator's logs (plain, CRI with partial lines), the upstream and plugin fixtures, the bundled
+sample, and hypothesis with hostile input (garbage bytes, truncated and huge lines, invalid
+UTF-8, odd numbers).
+
+When the extensions are not built (no compiler at install) these tests are skipped, except
+the one that says so when a compiler is there.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import random
+import shutil
+import subprocess
+import sys
+from functools import partial
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bridge.assemble import Assembler, build
+from bridge.assemble.timeline import Phase, RequestTimeline, SpanEvent
+from bridge.decode import Decoder, source_for
+from bridge.decode import stream as stream_mod
+from bridge.decode.stream import RecordStream
+from bridge.export.batch import OtlpSink
+from bridge.export.transport import Transport
+from bridge.export.wire import FAST_REQUEST, KeyValues, WireEncoder
+from bridge.parse import FAST_PARSE, Parser
+from bridge.synth import SynthConfig, write_file
+from bridge.synth.seed import _header
+from bridge.tail import read_lines
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIXTURES = sorted(glob.glob(os.path.join(ROOT, "tests", "fixtures", "*", "*.log"))) + [
+    os.path.join(ROOT, "bridge", "samples", "seed.log")]
+PURE = os.environ.get("VLLM_TRACE_BRIDGE_PURE", "") not in ("", "0")
+NATIVE = all(x is not None for x in (stream_mod.FAST, FAST_PARSE, build.FAST_REQUEST_TIMELINE, FAST_REQUEST))
+native = pytest.mark.skipif(not NATIVE, reason="C extensions not built or VLLM_TRACE_BRIDGE_PURE=1")
+
+
+def test_extensions_are_built_where_a_compiler_is():
+    if PURE:
+        assert not NATIVE  # the variable switches every stage to Python
+        return
+    if shutil.which("gcc") is None and shutil.which("cc") is None:
+        pytest.skip("no C compiler: the pure-Python path is the one installed")
+    assert NATIVE, "a compiler is installed but the extensions were not built (pip install -e . rebuilds them)"
+
+
+def test_pure_variable_switches_every_stage_to_python():
+    code = ("from bridge.decode import stream; from bridge.parse import FAST_PARSE; from bridge.assemble import build;"
+            "from bridge.assemble.requests import _FEEDER; from bridge.export.wire import FAST_REQUEST;"
+            "print([x is None for x in (stream.FAST, FAST_PARSE, build.FAST_REQUEST_TIMELINE, _FEEDER, FAST_REQUEST)])")
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "VLLM_TRACE_BRIDGE_PURE": "1"},
+                         capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    assert out.strip() == "[True, True, True, True, True]"
+
+
+# -- the whole pipeline, stage by stage ---------------------------------------------------------
+
+
+class _Capture(Transport):
+    def __init__(self) -> None:
+        self.payloads: list[bytes] = []
+
+    def send(self, request) -> bool:
+        self.payloads.append(request.payload)
+        return True
+
+
+def _run(path: str, fast: bool, lines=None):
+    """Every stage's output and counters for one file, with or without the C paths."""
+    lines = list(read_lines(path)) if lines is None else lines
+    stream = RecordStream(Decoder(mtime=1.7e9), fast=stream_mod.FAST if fast else None)
+    records = list(stream.over(lines))
+    parser = Parser(fast=FAST_PARSE if fast else None)
+    pairs = [(r, parser(r.message, r.level, r.origin)) for r in records]
+    timelines: list = []
+    transport = _Capture()
+    sink = OtlpSink(transport, {"service.name": "vllm"}, max_batch=256,
+                    encoder=WireEncoder if fast else partial(WireEncoder, fast=None))
+
+    def emit(t):
+        timelines.append(t)
+        sink(t)
+
+    assembler = Assembler(source_for(path), emit, fast=fast)
+    for r, e in pairs:
+        if e is not None:
+            assembler.feed(r, e)
+    assembler.flush()
+    sink.flush()
+    return {
+        "records": records, "decode": stream.decoder.stats, "join": stream.joiner.stats,
+        "events": [e for _, e in pairs], "parse": parser.snapshot(),
+        "timelines": timelines, "attr_order": [_order(t) for t in timelines], "assemble": assembler.stats,
+        "payloads": transport.payloads,
+    }
+
+
+def _order(t):
+    phases = [(list(p.attrs), [list(e.attrs) for e in p.events]) for p in getattr(t, "phases", ())]
+    return list(t.attrs), [list(e.attrs) for e in getattr(t, "events", ())], phases
+
+
+def _assert_same(path, lines=None):
+    fast, pure = _run(path, True, lines), _run(path, False, lines)
+    for key in pure:
+        assert fast[key] == pure[key], f"{os.path.basename(path)}: {key} differs"
+    assert [type(e) for e in fast["events"]] == [type(e) for e in pure["events"]]
+    return fast
+
+
+@pytest.fixture(scope="module")
+def synth_logs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("native")
+    out = []
+    for name, cfg in [
+        ("plain.log", SynthConfig(requests=400, seed=11, preempt_ratio=0.5, timeout_ratio=0.2, oom_failures=6,
+                                  nccl_incidents=3)),
+        ("cri.log", SynthConfig(requests=400, seed=12, cri=True, cri_partial_ratio=0.3, timeout_ratio=0.1,
+                                oom_failures=4, nccl_incidents=2)),
+        ("dense.log", SynthConfig(requests=300, seed=13, mean_interarrival_s=0.01, preempt_ratio=0.6)),
+    ]:
+        path = str(d / name)
+        write_file(path, cfg)
+        out.append(path)
+    return out
+
+
+@native
+def test_synth_logs_give_the_same_records_events_timelines_and_bytes(synth_logs):
+    for path in synth_logs:
+        got = _assert_same(path)
+        assert got["payloads"] and got["timelines"]
+
+
+@native
+@pytest.mark.parametrize("path", FIXTURES, ids=os.path.basename)
+def test_fixtures_give_the_same_everything(path):
+    _assert_same(path)
+
+
+@native
+def test_a_file_cut_anywhere_gives_the_same(synth_logs):
+    with open(synth_logs[0], "rb") as f:
+        data = f.read()
+    rnd = random.Random(3)
+    for _ in range(5):
+        cut = rnd.randrange(len(data))
+        offset, lines = 0, []
+        for raw in data[:cut].splitlines(keepends=True):
+            lines.append((offset, raw))
+            offset += len(raw)
+        _assert_same(synth_logs[0], lines)
+
+
+# -- hostile input ------------------------------------------------------------------------------
+
+SEED_MESSAGES = [msg for path in FIXTURES[-1:] for _, raw in read_lines(path)
+                 for msg in [raw.decode("utf-8", "replace").split("] ", 1)[-1].rstrip("\n")]][:400]
+HEADERS = ["INFO 02-15 10:23:00 scheduler.py:234] ", "INFO 02-15 10:23:00 [scheduler.py:234] ",
+           "WARNING 02-15 10:23:01,123 a.py:1]", "ERROR 02-15 10:23:02 b.py:9] ", "DEBUG 12-31 23:59:59 c:1] ",
+           "INFO 02-30 10:23:00 x.py:1] ", "INFO 02-15 10:23:00 [:12] ", "CRITICAL 02-15 10:23:00 d.py:2] "]
+NUMBERS = st.sampled_from(["0", "7", "-3", "16", "1.5", "3.", ".5", "12.250", "9" * 30, "1" * 400, "١٢", "007"])
+UNITS = st.sampled_from(["", "KB", "KiB", "MB", "GiB", "TB", "B", "ms", "s", "us", "µs", "ns", "m", "min", "mi",
+                         " KB", "  ms", "Kx", "KiX", "\t"])
+
+
+@st.composite
+def seed_messages(draw):
+    """Seed messages with their numbers, ids and separators perturbed."""
+    n, u, m, v = draw(NUMBERS), draw(UNITS), draw(NUMBERS), draw(UNITS)
+    rid = draw(st.sampled_from(["0x7f", "req-1", "a:b", "x,y", "", "é", "id\x1c", "cmpl-1-0"]))
+    return draw(st.sampled_from([
+        f"Allocated block 0x1 for request {rid}, size={n}{u}",
+        f"Freed block 0x1 for request {rid}, reason={draw(st.sampled_from(['completed', '', ' ', 'a b', 'é']))}",
+        f"Freed block 0x1 for request {rid}",
+        f"Scheduling request {rid}: priority={n}, num_scheduled_blocks={m}, remaining_blocks=3{u}",
+        f"Scheduling request {rid}: priority=0, num_scheduled_blocks=1, remaining_blocks=2, queued={n}{u}",
+        f"Request {rid}: prompt_tokens={m}, generated_tokens=2, ttft={n}{u}, itl={m}{v}, total_latency={n}{v}",
+        f"Preempting request {rid}: reason={draw(st.sampled_from(['kv', 'a:b', 'x,y', '']))}, preempted_blocks={m}",
+        f"Running queue: {m} request{draw(st.sampled_from(['', 's', 'x']))}, waiting queue: 2 requests, "
+        f"free blocks: {m}/512",
+        f"GPU memory usage: {n}{u}/{m}{v} ({n}%), cache usage: {m}{u}, kv_cache blocks: 4/{m}",
+        f"GPU memory usage: {n}{u} / {m}{v}  ({n}%), cache usage: {m}{u}, kv_cache blocks: 4/512",
+        f"Request {rid} timed out after {n}{u}",
+    ])) + draw(st.sampled_from(["", " trailing", "\r", ",", "x"]))
+
+
+def _parse_both(message: str):
+    fast, pure = Parser(), Parser(fast=None)
+    try:
+        expected = pure(message, "INFO", "x.py:1")
+    except (OverflowError, ValueError) as exc:  # the Python rules' own behaviour, kept
+        with pytest.raises(type(exc)):
+            fast(message, "INFO", "x.py:1")
+        return
+    got = fast(message, "INFO", "x.py:1")
+    assert got == expected and type(got) is type(expected), message
+    assert fast.snapshot() == pure.snapshot()
+
+
+@native
+@settings(max_examples=600, deadline=None)
+@given(seed_messages())
+def test_parse_fast_path_matches_on_perturbed_seed_lines(message):
+    _parse_both(message)
+
+
+@native
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["Allo", "Free", "Sche", "Requ", "Runn", "Pree", "GPU ", "A", "R", "Rq"]), st.text(max_size=80))
+def test_parse_fast_path_matches_on_any_text(prefix, rest):
+    _parse_both(prefix + rest)
+
+
+@native
+def test_parse_fast_path_matches_on_every_fixture_message():
+    for path in FIXTURES:
+        for _, raw in read_lines(path):
+            _parse_both(raw.decode("utf-8", "replace").rstrip("\n").split("] ", 1)[-1])
+
+
+def _decode_both(raws: list[bytes]):
+    lines, offset = [], 0
+    for raw in raws:
+        lines.append((offset, raw))
+        offset += len(raw)
+    out = []
+    for fast in (stream_mod.FAST, None):
+        s = RecordStream(Decoder(mtime=1.7e9), fast=fast)
+        records = list(s.over(lines))
+        out.append((records, s.decoder.stats, s.joiner.stats))
+    assert out[0] == out[1]
+    # one line at a time, as the live agent feeds it
+    per_line = []
+    for fast in (stream_mod.FAST, None):
+        s = RecordStream(Decoder(mtime=1.7e9), fast=fast)
+        got = [r for offset, raw in lines for r in s(raw, offset)] + s.flush()
+        per_line.append((got, s.decoder.stats, s.joiner.stats))
+    assert per_line[0] == per_line[1]
+
+
+LINE_PARTS = st.one_of(
+    st.sampled_from(HEADERS),
+    st.sampled_from(SEED_MESSAGES or ["Allocated block 1 for request 2, size=16KB"]),
+    st.binary(max_size=40),
+    st.sampled_from([b"\r", b"\x1b[32m", b"\xff\xfe", b"\xc3", "é".encode(), b"\x00", b"{", b" ", b"\t",
+                     b"Traceback (most recent call last):", b"  File \"x.py\", line 1", b"ValueError: x",
+                     b"Memory profiling takes 1s", b"(APIServer pid=1) ", b"2025-01-01T00:00:00Z "]),
+)
+
+
+@st.composite
+def hostile_lines(draw):
+    lines = []
+    for _ in range(draw(st.integers(1, 12))):
+        parts = draw(st.lists(LINE_PARTS, min_size=1, max_size=4))
+        raw = b"".join(p.encode() if isinstance(p, str) else p for p in parts).replace(b"\n", b" ")
+        lines.append(raw + draw(st.sampled_from([b"\n", b"\r\n", b"\n", b""])))
+    return lines
+
+
+@native
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(hostile_lines())
+def test_decode_fast_path_matches_on_hostile_lines(raws):
+    _decode_both(raws)
+
+
+@native
+def test_decode_fast_path_matches_on_huge_and_truncated_lines():
+    header = HEADERS[0].encode()
+    _decode_both([header + b"Allocated block 1 for request 2, size=16KB" + b"x" * 5_000_000 + b"\n",
+                  header + b"ok\n", header[:10], b"\n", header + b"\xff" * 1000 + b"\n", header + b"tail"])
+
+
+@native
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(SEED_MESSAGES[:60]), min_size=1, max_size=50),
+       st.randoms(use_true_random=False))
+def test_assemble_fast_path_matches_on_shuffled_and_mutated_logs(messages, rnd):
+    lines = []
+    ts = 1_700_000_000
+    for msg in messages:
+        if rnd.random() < 0.3:
+            msg = msg[: rnd.randrange(len(msg) + 1)]
+        ts += rnd.choice([0, 0, 0, 1, -1, 5, 700])
+        lines.append(_header(ts * 10**9, "INFO", "x.py:1", msg).encode() + b"\n")
+    offset, pairs = 0, []
+    for raw in lines:
+        pairs.append((offset, raw))
+        offset += len(raw)
+    _assert_same("/var/log/pods/ns_pod_0123456789ab/vllm/0.log", pairs)
+
+
+# -- the wire encoder -----------------------------------------------------------------------------
+
+VALUES = st.recursive(
+    st.one_of(st.text(max_size=20), st.integers(-2**70, 2**70), st.floats(allow_nan=True), st.booleans(),
+              st.none()),
+    lambda children: st.lists(children, max_size=4) | st.tuples(children, children),
+    max_leaves=8,
+)
+ATTRS = st.dictionaries(st.text(max_size=12), VALUES, max_size=8)
+
+
+@native
+@settings(max_examples=400, deadline=None)
+@given(ATTRS)
+def test_attribute_encoding_matches(attrs):
+    from bridge.export import _fastwire
+
+    assert _fastwire.key_values(0x4A, attrs) == b"".join(KeyValues(0x4A).all(attrs))
+
+
+TIMINGS = st.sampled_from(["reported", "observed", "inferred"])
+NS = st.one_of(st.integers(0, 2**63), st.integers(-5, 5), st.just(2**64 + 1))
+
+
+@st.composite
+def timelines(draw):
+    events = st.builds(SpanEvent, st.sampled_from(["vllm.kv_block.allocated", "exception", "é"]), NS, ATTRS)
+    phases = st.builds(Phase, st.sampled_from(["queued", "scheduled", "preempted", "generating", "freed"]),
+                       st.integers(0, 3), NS, NS, TIMINGS, TIMINGS, ATTRS | st.just({"vllm.timing": 1}),
+                       st.lists(events, max_size=3), st.integers(-2, 3))
+    shared = draw(st.lists(events, max_size=3))
+    return RequestTimeline(
+        source=source_for(draw(st.sampled_from(["/x.log", "/var/log/pods/a_b_0123456789/c/0.log"]))),
+        request_id=draw(st.text(max_size=10)), occurrence=draw(st.sampled_from(["1", "1.2", "é"])),
+        start_ns=draw(NS), end_ns=draw(NS), start_timing=draw(TIMINGS), end_timing=draw(TIMINGS),
+        outcome="finished", error_type=draw(st.sampled_from([None, "", "oom"])),
+        error_message=draw(st.sampled_from(["", "boom", "é"])),
+        attrs=draw(ATTRS | st.just({"vllm.timing.end": 0, "a": 1})),
+        events=draw(st.lists(st.sampled_from(shared), max_size=4)) if shared else [],
+        dropped_events=draw(st.integers(-1, 300)), phases=draw(st.lists(phases, max_size=4)),
+        first_offset=0, last_offset=1,
+    )
+
+
+def _encode(ts, fast: bool):
+    enc = WireEncoder({"service.name": "vllm"}) if fast else WireEncoder({"service.name": "vllm"}, fast=None)
+    try:
+        for t in ts:
+            enc.add(t)
+    except Exception as exc:  # noqa: BLE001 - the Python encoder's own failures must be kept
+        return type(exc)
+    return enc.take().payload
+
+
+@native
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(timelines(), min_size=1, max_size=3))
+def test_request_spans_encode_to_the_same_bytes(ts):
+    assert _encode(ts, True) == _encode(ts, False)
+
+
+@native
+@given(st.binary(max_size=400), st.sampled_from([8, 16]))
+def test_ids_hash_is_blake2b_with_the_bridge_personalisation(data, size):
+    from bridge.export import _fastwire
+
+    assert _fastwire.digest(data, size) == hashlib.blake2b(data, digest_size=size, person=b"vllm-trace-bri").digest()
+
+
+# -- whole process ----------------------------------------------------------------------------------
+
+
+@native
+def test_replay_prints_the_same_report_with_and_without_the_c_paths(synth_logs):
+    outs = []
+    for env in ({}, {"VLLM_TRACE_BRIDGE_PURE": "1"}):
+        p = subprocess.run([sys.executable, "-m", "bridge", "replay", "--waterfalls", "3", *synth_logs],
+                           env={**os.environ, **env}, capture_output=True, text=True, cwd=ROOT)
+        assert p.returncode == 0, p.stderr
+        outs.append(p.stdout)
+    assert outs[0] == outs[1]
