@@ -204,10 +204,37 @@ static int64_t clamp(int64_t v, PyObject *timing, const int64_t *low, const int6
     return v;
 }
 
+/* The interned str of an attribute key, by the address of its C literal (one lookup table:
+ * PyDict_SetItemString would make and hash a new str every time). */
+#define KEYS 128
+static struct {
+    const char *text;
+    PyObject *str;
+} keys[KEYS];
+
+static PyObject *key_of(const char *text) {
+    size_t h = ((size_t)text >> 3) % KEYS;
+    for (size_t n = 0; n < KEYS; n++, h = (h + 1) % KEYS) {
+        if (keys[h].text == text)
+            return keys[h].str;
+        if (keys[h].text == NULL) {
+            PyObject *str = PyUnicode_InternFromString(text);
+            if (str == NULL)
+                return NULL;
+            keys[h].text = text;
+            keys[h].str = str;
+            return str;
+        }
+    }
+    PyErr_SetString(PyExc_SystemError, "_fastbuild: more keys than KEYS"); /* not reached */
+    return NULL;
+}
+
 static int set_item(PyObject *d, const char *key, PyObject *v) { /* steals v */
     if (v == NULL)
         return -1;
-    int r = PyDict_SetItemString(d, key, v);
+    PyObject *k = key_of(key);
+    int r = k == NULL ? -1 : PyDict_SetItem(d, k, v);
     Py_DECREF(v);
     return r;
 }
