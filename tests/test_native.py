@@ -84,7 +84,7 @@ def _run(path: str, fast: bool, lines=None):
     stream = RecordStream(Decoder(mtime=1.7e9), fast=stream_mod.FAST if fast else None)
     records = list(stream.over(lines))
     parser = Parser(fast=FAST_PARSE if fast else None)
-    pairs = [(r, parser(r.message, r.level, r.origin)) for r in records]
+    pairs = [(r, parser.parse(r.message, r.level, r.origin)) for r in records]  # as the pipeline calls it
     timelines: list = []
     transport = _Capture()
     sink = OtlpSink(transport, {"service.name": "vllm"}, max_batch=256,
@@ -209,6 +209,9 @@ def _parse_both(message: str):
     got = fast(message, "INFO", "x.py:1")
     assert got == expected and type(got) is type(expected), message
     assert fast.snapshot() == pure.snapshot()
+    once = Parser()
+    assert once.parse(message) == pure.__class__(fast=None)(message)  # the C call, defaults for level/origin
+    assert once.parse(message, "INFO", "x.py:1") == expected
 
 
 @native

@@ -20,13 +20,13 @@
 typedef struct {
     const char *text;
     PyObject *name;
-    PyTypeObject *type[2];
-    Py_ssize_t offset[2];
+    PyTypeObject *type[4]; /* the types seen with this name (timeline, phase, event, ...) */
+    Py_ssize_t offset[4];
 } Attr;
 
 static PyObject *get(PyObject *obj, Attr *a) {
     PyTypeObject *tp = Py_TYPE(obj);
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 4; k++) {
         if (a->type[k] == tp) {
             PyObject *v = *(PyObject **)((char *)obj + a->offset[k]);
             if (v != NULL)
@@ -38,7 +38,7 @@ static PyObject *get(PyObject *obj, Attr *a) {
         PyObject *d = _PyType_Lookup(tp, a->name);
         if (d != NULL && Py_IS_TYPE(d, &PyMemberDescr_Type) &&
             ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX) {
-            for (int k = 0; k < 2; k++) {
+            for (int k = 0; k < 4; k++) {
                 if (a->type[k] == NULL) {
                     a->type[k] = (PyTypeObject *)Py_NewRef(tp);
                     a->offset[k] = ((PyMemberDescrObject *)d)->d_member->offset;

@@ -21,8 +21,8 @@
 typedef struct {
     const char *text;
     PyObject *name;
-    PyTypeObject *type[2];
-    Py_ssize_t offset[2];
+    PyTypeObject *type[4]; /* the types seen with this name (timeline, phase, event, ...) */
+    Py_ssize_t offset[4];
 } Attr;
 
 /* The slot of `obj` named by `a` as a borrowed pointer to its storage, or NULL when `obj`'s
@@ -31,7 +31,7 @@ typedef struct {
  * fields of read-only objects (records, frozen events) or of RequestState, never both. */
 static PyObject **slot(PyObject *obj, Attr *a, int write) {
     PyTypeObject *tp = Py_TYPE(obj);
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < 4; k++)
         if (a->type[k] == tp)
             return (PyObject **)((char *)obj + a->offset[k]);
     if (tp->tp_getattro != PyObject_GenericGetAttr || (write && tp->tp_setattro != PyObject_GenericSetAttr))
@@ -40,7 +40,7 @@ static PyObject **slot(PyObject *obj, Attr *a, int write) {
     if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type) || ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX ||
         (((PyMemberDescrObject *)d)->d_member->flags & READONLY))
         return NULL;
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 4; k++) {
         if (a->type[k] == NULL) {
             a->type[k] = (PyTypeObject *)Py_NewRef(tp);
             a->offset[k] = ((PyMemberDescrObject *)d)->d_member->offset;

@@ -20,6 +20,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <stdint.h>
 #include <string.h>
 
 /* -- slot access by the member descriptors' offsets ------------------------------------- */
@@ -172,6 +173,33 @@ static int header(const char *s, Py_ssize_t n, Header *h) {
     return 1;
 }
 
+/* All bytes below 0x80 and none ESC, eight at a time. */
+static int ascii_without_esc(const char *s, Py_ssize_t n) {
+    const uint64_t high = 0x8080808080808080ULL, ones = 0x0101010101010101ULL, esc = 0x1b * ones;
+    Py_ssize_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        uint64_t w;
+        memcpy(&w, s + k, 8);
+        uint64_t x = w ^ esc; /* a zero byte where w has ESC */
+        if ((w & high) || ((x - ones) & ~x & high))
+            return 0;
+    }
+    for (; k < n; k++) {
+        unsigned char c = s[k];
+        if (c >= 0x80 || c == 0x1b)
+            return 0;
+    }
+    return 1;
+}
+
+/* A str of ASCII bytes, without going through the UTF-8 decoder. */
+static PyObject *ascii_str(const char *s, Py_ssize_t n) {
+    PyObject *o = PyUnicode_New(n, 127);
+    if (o != NULL)
+        memcpy(PyUnicode_1BYTE_DATA(o), s, n);
+    return o;
+}
+
 /* A small cache of origin strings (`scheduler.py:234`): a log has a handful. */
 #define ORIGINS 64
 static PyObject *origin_cache[ORIGINS];
@@ -184,7 +212,7 @@ static PyObject *origin_str(const char *s, Py_ssize_t len) {
     PyObject *o = *slot;
     if (o != NULL && PyUnicode_GET_LENGTH(o) == len && memcmp(PyUnicode_1BYTE_DATA(o), s, len) == 0)
         return Py_NewRef(o);
-    o = PyUnicode_FromStringAndSize(s, len);
+    o = ascii_str(s, len);
     if (o != NULL)
         Py_XSETREF(*slot, Py_NewRef(o));
     return o;
@@ -223,11 +251,8 @@ static PyObject *fast_line(PyObject *decoder, PyObject *joiner, PyObject *raw, P
         n--;
     if (n == 0 || s[n - 1] == '\n' || s[n - 1] == '\r')
         return Py_None;
-    for (Py_ssize_t k = 0; k < n; k++) {
-        unsigned char c = s[k];
-        if (c >= 0x80 || c == 0x1b)
-            return Py_None;
-    }
+    if (!ascii_without_esc(s, n))
+        return Py_None;
     Header h;
     if (!header(s, n, &h) || h.level >= 3) /* ERROR and CRITICAL may start a group */
         return Py_None;
@@ -255,7 +280,7 @@ static PyObject *fast_line(PyObject *decoder, PyObject *joiner, PyObject *raw, P
         return NULL;
     PyObject *level = Py_NewRef(levels[h.level]);
     PyObject *origin = origin_str(s + h.origin_a, h.origin_b - h.origin_a);
-    PyObject *message = PyUnicode_FromStringAndSize(msg, msg_len);
+    PyObject *message = ascii_str(msg, msg_len);
     PyObject *end = PyLong_FromSsize_t(off + size);
     SLOT(rec, REC_TS) = Py_NewRef(ts);
     SLOT(rec, REC_CLOCK) = Py_NewRef(header_clock_str);

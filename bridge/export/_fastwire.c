@@ -71,8 +71,13 @@ static inline int fixed64(Buf *b, unsigned char tag, uint64_t v) {
     if (grow(b, 9) < 0)
         return -1;
     b->p[b->len++] = (char)tag;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    memcpy(b->p + b->len, &v, 8);
+    b->len += 8;
+#else
     for (int k = 0; k < 8; k++)
         b->p[b->len++] = (char)(v >> (8 * k));
+#endif
     return 0;
 }
 
@@ -112,12 +117,26 @@ static inline int close_field(Buf *b, Py_ssize_t at) {
 
 static int put_str_field(Buf *b, unsigned char tag, PyObject *s) {
     Py_ssize_t n;
-    const char *u = PyUnicode_AsUTF8AndSize(s, &n);
-    if (u == NULL)
+    const char *u;
+    if (PyUnicode_IS_COMPACT_ASCII(s)) { /* its bytes are its UTF-8 */
+        n = PyUnicode_GET_LENGTH(s);
+        u = (const char *)PyUnicode_DATA(s);
+    } else if ((u = PyUnicode_AsUTF8AndSize(s, &n)) == NULL) {
         return -1;
-    if (put1(b, tag) < 0 || varint(b, (uint64_t)n) < 0)
+    }
+    if (grow(b, 11 + n) < 0)
         return -1;
-    return put(b, u, n);
+    char *p = b->p + b->len;
+    *p++ = (char)tag;
+    uint64_t x = (uint64_t)n;
+    while (x >= 0x80) {
+        *p++ = (char)((x & 0x7F) | 0x80);
+        x >>= 7;
+    }
+    *p++ = (char)x;
+    memcpy(p, u, n);
+    b->len = p + n - b->p;
+    return 0;
 }
 
 /* -- ids: BLAKE2b (RFC 7693) with ids.py's personalisation ------------------------------------------- */
@@ -143,6 +162,11 @@ typedef struct {
 } B2;
 
 static inline uint64_t load64(const uint8_t *p) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t w;
+    memcpy(&w, p, 8);
+    return w;
+#endif
     uint64_t v = 0;
     for (int k = 7; k >= 0; k--)
         v = (v << 8) | p[k];
@@ -331,7 +355,9 @@ static int attributes(Buf *b, unsigned char tag, PyObject *attrs, PyObject **ove
     while (PyDict_Next(attrs, &pos, &k, &v)) {
         for (int j = 0; j < n_over; j++) {
             if (!seen[j]) {
-                int eq = PyUnicode_Check(k) ? PyUnicode_Compare(k, over_keys[j]) == 0 : 0;
+                PyObject *o = over_keys[j];
+                int eq = k == o || (PyUnicode_Check(k) && PyUnicode_GET_LENGTH(k) == PyUnicode_GET_LENGTH(o) &&
+                                    PyUnicode_Compare(k, o) == 0);
                 if (eq) {
                     seen[j] = 1;
                     v = over_values[j];
@@ -359,13 +385,13 @@ static int attributes(Buf *b, unsigned char tag, PyObject *attrs, PyObject **ove
  * dataclasses of bridge/assemble/timeline.py are slotted). */
 typedef struct {
     PyObject *name;
-    PyTypeObject *type[2];
-    Py_ssize_t offset[2];
+    PyTypeObject *type[4]; /* the types seen with this name (timeline, phase, event, ...) */
+    Py_ssize_t offset[4];
 } Attr;
 
 static PyObject *get(PyObject *obj, Attr *a) {
     PyTypeObject *tp = Py_TYPE(obj);
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 4; k++) {
         if (a->type[k] == tp) {
             PyObject *v = *(PyObject **)((char *)obj + a->offset[k]);
             if (v != NULL)
@@ -377,7 +403,7 @@ static PyObject *get(PyObject *obj, Attr *a) {
         PyObject *d = _PyType_Lookup(tp, a->name);
         if (d != NULL && Py_IS_TYPE(d, &PyMemberDescr_Type) &&
             ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX) {
-            for (int k = 0; k < 2; k++) {
+            for (int k = 0; k < 4; k++) {
                 if (a->type[k] == NULL) {
                     a->type[k] = (PyTypeObject *)Py_NewRef(tp); /* held: the pointer stays valid */
                     a->offset[k] = ((PyMemberDescrObject *)d)->d_member->offset;

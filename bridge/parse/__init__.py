@@ -28,10 +28,11 @@ def _load_fast():
     except ImportError:
         return None
     _fastseed.init(vars(events))
-    return _fastseed.parse
+    return _fastseed
 
 
-FAST_PARSE = _load_fast()
+_FAST = _load_fast()
+FAST_PARSE = _FAST.parse if _FAST is not None else None
 
 __all__ = ["Event", "KIND", "ParseStats", "Parser", "parse_line", "parse_message", "MALFORMED"]
 
@@ -81,12 +82,18 @@ class ParseStats:
 class Parser:
     """`parse_line` plus the counters that make unknown lines visible."""
 
-    __slots__ = ("stats", "_counts", "_fast")
+    __slots__ = ("stats", "_counts", "_fast", "parse")
 
     def __init__(self, fast=FAST_PARSE) -> None:
         self.stats = ParseStats()
         self._counts: dict[str, int] = {}
         self._fast = fast  # None: Python rules only
+        # `parse` is this call in one C call when the fast path is there (the pipeline's per-line
+        # call), else the method itself.
+        if fast is FAST_PARSE and _FAST is not None:
+            self.parse = _FAST.Parse(self.stats, self._counts, self._rest, self.__call__)
+        else:
+            self.parse = self.__call__
 
     def __call__(self, message: str, level: str = "", origin: str = "") -> Event | None:
         self.stats.lines += 1
@@ -94,6 +101,10 @@ class Parser:
             event = self._fast(message, self._counts)  # counted in C
             if event is not None:
                 return event
+        return self._rest(message, level, origin)
+
+    def _rest(self, message: str, level: str, origin: str) -> Event | None:
+        """A line the C rules did not take (stats.lines already counted)."""
         event = parse_line(message, level, origin)
         if event is None:
             self.stats.unrecognised += 1

@@ -40,7 +40,7 @@ static const char *kind_names[N_CLASSES] = {
 };
 static EventClass classes[N_CLASSES];
 static int ready = 0;
-static PyObject *empty_str;
+static PyObject *empty_str, *lines_str;
 
 /* Slot offsets of a slotted dataclass, in field order (`__dataclass_fields__` is ordered). */
 static int load_class(EventClass *c, PyObject *cls, const char *kind) {
@@ -257,8 +257,11 @@ static double size_unit(Cur *c) {
 
 /* -- values ------------------------------------------------------------------------------- */
 
-static PyObject *str_of(Cur *c, Span sp) {
-    return PyUnicode_FromStringAndSize(c->s + sp.a, sp.b - sp.a);
+static PyObject *str_of(Cur *c, Span sp) { /* the message is ASCII: no UTF-8 decoding needed */
+    PyObject *o = PyUnicode_New(sp.b - sp.a, 127);
+    if (o != NULL)
+        memcpy(PyUnicode_1BYTE_DATA(o), c->s + sp.a, sp.b - sp.a);
+    return o;
 }
 
 static PyObject *int_of(Cur *c, Span sp) {
@@ -478,20 +481,12 @@ static PyObject *init(PyObject *self, PyObject *mapping) {
     Py_RETURN_NONE;
 }
 
-static PyObject *parse(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2 || !PyUnicode_Check(args[0]) || !PyDict_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "parse(message: str, counts: dict)");
-        return NULL;
-    }
-    if (!ready) {
-        PyErr_SetString(PyExc_RuntimeError, "init() first");
-        return NULL;
-    }
-    PyObject *msg = args[0];
+/* The event for `msg` (counted in `counts`), Py_None (borrowed: ask the Python rules) or NULL. */
+static PyObject *parse_core(PyObject *msg, PyObject *counts) {
     if (PyUnicode_READY(msg) < 0)
         return NULL;
     if (!PyUnicode_IS_ASCII(msg) || PyUnicode_GET_LENGTH(msg) < 4)
-        Py_RETURN_NONE;
+        return Py_None;
     Cur c = {(const char *)PyUnicode_1BYTE_DATA(msg), PyUnicode_GET_LENGTH(msg), 0};
     PyObject *event;
     int which;
@@ -510,11 +505,11 @@ static PyObject *parse(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
         break;
     case 'P': which = PREEMPTED; event = preempting(&c); break;
     case 'G': which = GPU; event = gpu(&c); break;
-    default: Py_RETURN_NONE;
+    default: return Py_None;
     }
     if (event == NULL || event == Py_None)
-        return Py_XNewRef(event);
-    PyObject *counts = args[1], *kind = classes[which].kind;
+        return event;
+    PyObject *kind = classes[which].kind;
     PyObject *n = PyDict_GetItemWithError(counts, kind);
     PyObject *next;
     if (n == NULL) {
@@ -536,6 +531,117 @@ fail:
     return NULL;
 }
 
+static PyObject *parse(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyUnicode_Check(args[0]) || !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "parse(message: str, counts: dict)");
+        return NULL;
+    }
+    if (!ready) {
+        PyErr_SetString(PyExc_RuntimeError, "init() first");
+        return NULL;
+    }
+    PyObject *r = parse_core(args[0], args[1]);
+    return r == Py_None ? Py_NewRef(Py_None) : r;
+}
+
+/* -- Parse: Parser.__call__ as one C call ---------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *stats, *counts, *rest, *full;
+    Py_ssize_t lines_offset; /* ParseStats.lines */
+} Parse;
+
+static int parse_traverse(Parse *self, visitproc visit, void *arg) {
+    Py_VISIT(self->stats);
+    Py_VISIT(self->counts);
+    Py_VISIT(self->rest);
+    Py_VISIT(self->full);
+    return 0;
+}
+
+static int parse_clear(Parse *self) {
+    Py_CLEAR(self->stats);
+    Py_CLEAR(self->counts);
+    Py_CLEAR(self->rest);
+    Py_CLEAR(self->full);
+    return 0;
+}
+
+static void parse_dealloc(Parse *self) {
+    PyObject_GC_UnTrack(self);
+    parse_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* (message, level="", origin="") → stats.lines += 1, then the C rules, else rest(message, level, origin) */
+static PyObject *parse_call(Parse *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (kwnames != NULL || nargs < 1 || nargs > 3 || !PyUnicode_Check(args[0]) || !ready)
+        goto python; /* whatever Python makes of it, counting included */
+    PyObject **lines = (PyObject **)((char *)self->stats + self->lines_offset);
+    if (*lines == NULL || !PyLong_CheckExact(*lines))
+        goto python;
+    Py_ssize_t n = PyLong_AsSsize_t(*lines);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    PyObject *next = PyLong_FromSsize_t(n + 1);
+    if (next == NULL)
+        return NULL;
+    Py_SETREF(*lines, next);
+    PyObject *event = parse_core(args[0], self->counts);
+    if (event != Py_None)
+        return event;
+    PyObject *empty = empty_str;
+    return PyObject_CallFunctionObjArgs(self->rest, args[0], nargs > 1 ? args[1] : empty, nargs > 2 ? args[2] : empty,
+                                        NULL);
+python: /* whatever the Python method makes of such a call, counting included */
+    return PyObject_Vectorcall(self->full, args, nargsf, kwnames);
+}
+
+static PyObject *parse_new(PyTypeObject *type, PyObject *args, PyObject *kwargs);
+
+static PyTypeObject ParseType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "bridge.parse._fastseed.Parse",
+    .tp_basicsize = sizeof(Parse),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = 0, /* set at module init */
+    .tp_new = parse_new,
+    .tp_dealloc = (destructor)parse_dealloc,
+    .tp_traverse = (traverseproc)parse_traverse,
+    .tp_clear = (inquiry)parse_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_doc = "Parse(stats, counts, rest, full): Parser.__call__ in C; `rest` is the bound Parser._rest, "
+              "`full` the bound Parser.__call__ (for calls it does not take)",
+};
+
+typedef struct {
+    Parse base;
+    vectorcallfunc vectorcall;
+} ParseVC;
+
+static PyObject *parse_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    PyObject *stats, *counts, *rest, *full;
+    if (!PyArg_ParseTuple(args, "OO!OO", &stats, &PyDict_Type, &counts, &rest, &full))
+        return NULL;
+    PyObject *d = _PyType_Lookup(Py_TYPE(stats), lines_str);
+    if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type) || ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX) {
+        PyErr_SetString(PyExc_TypeError, "stats.lines must be a slot");
+        return NULL;
+    }
+    ParseVC *self = (ParseVC *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->base.stats = Py_NewRef(stats);
+    self->base.counts = Py_NewRef(counts);
+    self->base.rest = Py_NewRef(rest);
+    self->base.full = Py_NewRef(full);
+    self->base.lines_offset = ((PyMemberDescrObject *)d)->d_member->offset;
+    self->vectorcall = (vectorcallfunc)parse_call;
+    return (PyObject *)self;
+}
+
 static PyMethodDef methods[] = {
     {"init", (PyCFunction)init, METH_O, "init(classes: Mapping[str, type]): the event dataclasses"},
     {"parse", (PyCFunction)(void (*)(void))parse, METH_FASTCALL,
@@ -547,7 +653,19 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastseed", NULL, -1
 
 PyMODINIT_FUNC PyInit__fastseed(void) {
     empty_str = PyUnicode_InternFromString("");
-    if (empty_str == NULL)
+    lines_str = PyUnicode_InternFromString("lines");
+    if (empty_str == NULL || lines_str == NULL)
         return NULL;
-    return PyModule_Create(&module);
+    ParseType.tp_basicsize = sizeof(ParseVC);
+    ParseType.tp_vectorcall_offset = offsetof(ParseVC, vectorcall);
+    if (PyType_Ready(&ParseType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "Parse", (PyObject *)&ParseType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }
