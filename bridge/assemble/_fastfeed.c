@@ -1,18 +1,19 @@
 /* The assemble stage's per-line fast path: KV block lines of a request already open.
  *
- * `Feeder(assembler, feed, BlockAllocated, BlockFreed, SpanEvent, AssembleStats)` is a callable
- * that Assembler installs as its instance's `feed`. Called with (record, event), it does what
- * `Assembler.feed` → `_on_allocated` / `_on_freed` do, for the commonest case only:
+ * `Feeder(assembler, feed, BlockAllocated, BlockFreed, SpanEvent, RequestSummary)` is a
+ * callable that Assembler installs as its instance's `feed`. Called with (record, event), it
+ * does what `Assembler.feed` → `_on_allocated` / `_on_freed` / `_on_summary` do, for the
+ * commonest case only:
  *
- *   - the event is a BlockAllocated or BlockFreed (exact types);
+ *   - the event is a BlockAllocated, BlockFreed or RequestSummary (exact types);
  *   - the record's time is not newer than the assembler's clock (no tick is due) and no NCCL
  *     timeout is held;
- *   - the request id is open (so `_seed_id` is the id itself), and, for an allocation, not over
- *     (so `_start` continues it rather than starting a new occurrence).
+ *   - the request id is open (so `_seed_id` is the id itself), and, for an allocation or a
+ *     summary, not over (so `_start` continues it rather than starting a new occurrence).
  *
  * Any other call goes to `feed`, the Python method, which stays the reference; the checks are
  * all made before anything is changed, so a declined line is handled by Python alone. A free
- * that completes a finished request calls the assembler's own `_finish`.
+ * or a summary that completes a finished request calls the assembler's own `_finish`.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -54,23 +55,23 @@ enum {
     R_ts_ns, R_offset,                                 /* Record */
     E_request_id, E_block, E_size_bytes, E_reason,     /* the events */
     S_terminal_ns, S_last_ns, S_last_offset, S_allocated, S_freed, S_held, S_block_events, S_block_dropped,
-    S_last_free_ns, S_outcome,                         /* RequestState */
+    S_last_free_ns, S_outcome, S_summary, S_request_id, /* RequestState */
     N_ATTRS
 };
 static Attr attrs_[N_ATTRS] = {
     {"ts_ns"}, {"offset"},
     {"request_id"}, {"block"}, {"size_bytes"}, {"reason"},
     {"terminal_ns"}, {"last_ns"}, {"last_offset"}, {"allocated"}, {"freed"}, {"held"}, {"block_events"},
-    {"block_dropped"}, {"last_free_ns"}, {"outcome"},
+    {"block_dropped"}, {"last_free_ns"}, {"outcome"}, {"summary"}, {"request_id"},
 };
-static PyObject *s_now, *s_pending_nccl, *s_open, *s_finish, *k_id, *k_size, *k_reason, *n_allocated, *n_freed,
+static PyObject *s_now, *s_pending_nccl, *s_open, *s_finish, *s_in_flight, *v_finished, *k_id, *k_size, *k_reason, *n_allocated, *n_freed,
     *v_timeout;
 
 #define BLOCK_EVENTS_KEPT (8 * 32) /* requests.py: _BLOCK_EVENTS_KEPT = 8 * EVENT_CAP */
 
 typedef struct {
     PyObject_HEAD
-    PyObject *assembler, *feed, *open, *allocated_type, *freed_type;
+    PyObject *assembler, *feed, *open, *allocated_type, *freed_type, *summary_type;
     PyTypeObject *event_type;
     Py_ssize_t event_offsets[3]; /* SpanEvent: name, ts_ns, attrs */
 } Feeder;
@@ -81,6 +82,7 @@ static int feeder_traverse(Feeder *self, visitproc visit, void *arg) {
     Py_VISIT(self->open);
     Py_VISIT(self->allocated_type);
     Py_VISIT(self->freed_type);
+    Py_VISIT(self->summary_type);
     Py_VISIT(self->event_type);
     return 0;
 }
@@ -91,6 +93,7 @@ static int feeder_clear(Feeder *self) {
     Py_CLEAR(self->open);
     Py_CLEAR(self->allocated_type);
     Py_CLEAR(self->freed_type);
+    Py_CLEAR(self->summary_type);
     Py_CLEAR(self->event_type);
     return 0;
 }
@@ -116,11 +119,91 @@ static int add(PyObject **p, long delta) {
     return 0;
 }
 
+/* feed()'s checks: no tick due and no NCCL timeout held. 1: go on, 0: decline, -1: error. */
+static int quiet(Feeder *self, PyObject *ts) {
+    PyObject *now = PyObject_GetAttr(self->assembler, s_now);
+    if (now == NULL)
+        return -1;
+    int newer = PyObject_RichCompareBool(ts, now, Py_GT);
+    Py_DECREF(now);
+    if (newer != 0)
+        return newer < 0 ? -1 : 0;
+    PyObject *pending = PyObject_GetAttr(self->assembler, s_pending_nccl);
+    if (pending == NULL)
+        return -1;
+    Py_DECREF(pending);
+    return pending == Py_None;
+}
+
+/* _on_summary for an open request not yet over: _start continues it, r.summary = ev,
+ * _terminate(r, ts, "finished"), and _finish(r) when it holds no block. */
+static PyObject *summary(Feeder *self, PyObject *record, PyObject *event) {
+    PyObject **p_ts = slot(record, &attrs_[R_ts_ns], 0), **p_off = slot(record, &attrs_[R_offset], 0);
+    PyObject **p_rid = slot(event, &attrs_[E_request_id], 0);
+    if (!p_ts || !p_off || !p_rid || !*p_ts || !*p_off || !*p_rid || !PyLong_CheckExact(*p_ts))
+        return fallback(self, record, event);
+    PyObject *ts = *p_ts;
+    int go = quiet(self, ts);
+    if (go <= 0)
+        return go < 0 ? NULL : fallback(self, record, event);
+    PyObject *r = PyDict_GetItemWithError(self->open, *p_rid);
+    if (r == NULL)
+        return PyErr_Occurred() ? NULL : fallback(self, record, event);
+    PyObject *in_flight = PyObject_GetAttr(self->assembler, s_in_flight);
+    if (in_flight == NULL)
+        return NULL;
+    Py_INCREF(r);
+    PyObject **terminal = slot(r, &attrs_[S_terminal_ns], 1), **last_ns = slot(r, &attrs_[S_last_ns], 1);
+    PyObject **last_offset = slot(r, &attrs_[S_last_offset], 1), **held = slot(r, &attrs_[S_held], 1);
+    PyObject **outcome = slot(r, &attrs_[S_outcome], 1), **sum = slot(r, &attrs_[S_summary], 1);
+    PyObject **request_id = slot(r, &attrs_[S_request_id], 1);
+    PyObject *result = NULL;
+    if (!PyDict_CheckExact(in_flight) || !terminal || !last_ns || !last_offset || !held || !outcome || !sum ||
+        !request_id || !*terminal || !*last_ns || !*last_offset || !*held || !*outcome || !*sum || !*request_id ||
+        *terminal != Py_None) {
+        result = fallback(self, record, event);
+        goto done;
+    }
+    /* The line is taken. _start: */
+    int later = PyObject_RichCompareBool(ts, *last_ns, Py_GT);
+    if (later < 0)
+        goto done;
+    if (later)
+        Py_SETREF(*last_ns, Py_NewRef(ts));
+    Py_SETREF(*last_offset, Py_NewRef(*p_off));
+    Py_SETREF(*sum, Py_NewRef(event));
+    /* _terminate: */
+    Py_SETREF(*terminal, Py_NewRef(ts));
+    Py_SETREF(*outcome, Py_NewRef(v_finished));
+    if (PyDict_Contains(in_flight, *request_id) == 1 && PyDict_DelItem(in_flight, *request_id) < 0)
+        goto done;
+    if (PyErr_Occurred())
+        goto done;
+    PyObject *zero = PyLong_FromLong(0);
+    int drained = zero ? PyObject_RichCompareBool(*held, zero, Py_LE) : -1;
+    Py_XDECREF(zero);
+    if (drained < 0)
+        goto done;
+    if (drained) {
+        PyObject *x = PyObject_CallMethodOneArg(self->assembler, s_finish, r);
+        if (x == NULL)
+            goto done;
+        Py_DECREF(x);
+    }
+    result = Py_NewRef(Py_None);
+done:
+    Py_DECREF(r);
+    Py_DECREF(in_flight);
+    return result;
+}
+
 static PyObject *feeder_call(Feeder *self, PyObject *args, PyObject *kwargs) {
     PyObject *record, *event;
     if (kwargs != NULL || !PyArg_UnpackTuple(args, "feed", 2, 2, &record, &event))
         return PyObject_Call(self->feed, args, kwargs);
     PyObject *etype = (PyObject *)Py_TYPE(event);
+    if (etype == self->summary_type)
+        return summary(self, record, event);
     int alloc = etype == self->allocated_type;
     if (!alloc && etype != self->freed_type)
         return fallback(self, record, event);
@@ -238,11 +321,12 @@ done:
 }
 
 static PyObject *feeder_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    PyObject *assembler, *feed, *allocated, *freed, *span_event;
-    if (!PyArg_ParseTuple(args, "OOOOO", &assembler, &feed, &allocated, &freed, &span_event))
+    PyObject *assembler, *feed, *allocated, *freed, *span_event, *summary;
+    if (!PyArg_ParseTuple(args, "OOOOOO", &assembler, &feed, &allocated, &freed, &span_event, &summary))
         return NULL;
-    if (!PyType_Check(allocated) || !PyType_Check(freed) || !PyType_Check(span_event)) {
-        PyErr_SetString(PyExc_TypeError, "Feeder(assembler, feed, BlockAllocated, BlockFreed, SpanEvent)");
+    if (!PyType_Check(allocated) || !PyType_Check(freed) || !PyType_Check(span_event) || !PyType_Check(summary)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "Feeder(assembler, feed, BlockAllocated, BlockFreed, SpanEvent, RequestSummary)");
         return NULL;
     }
     PyObject *open = PyObject_GetAttr(assembler, s_open);
@@ -275,6 +359,7 @@ static PyObject *feeder_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     self->open = open;
     self->allocated_type = Py_NewRef(allocated);
     self->freed_type = Py_NewRef(freed);
+    self->summary_type = Py_NewRef(summary);
     self->event_type = (PyTypeObject *)Py_NewRef(span_event);
     return (PyObject *)self;
 }
@@ -289,7 +374,8 @@ static PyTypeObject FeederType = {
     .tp_traverse = (traverseproc)feeder_traverse,
     .tp_clear = (inquiry)feeder_clear,
     .tp_call = (ternaryfunc)feeder_call,
-    .tp_doc = "Feeder(assembler, feed, BlockAllocated, BlockFreed, SpanEvent): the assembler's feed, KV block lines in C",
+    .tp_doc = "Feeder(assembler, feed, BlockAllocated, BlockFreed, SpanEvent, RequestSummary): the assembler's feed, "
+               "KV block and summary lines in C",
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastfeed", NULL, -1, NULL};
@@ -311,6 +397,8 @@ PyMODINIT_FUNC PyInit__fastfeed(void) {
     INTERN(n_allocated, "vllm.kv_block.allocated");
     INTERN(n_freed, "vllm.kv_block.freed");
     INTERN(v_timeout, "timeout");
+    INTERN(v_finished, "finished");
+    INTERN(s_in_flight, "_in_flight");
     if (PyType_Ready(&FeederType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);

@@ -67,7 +67,7 @@ _BLOCK_EVENTS_KEPT = 8 * EVENT_CAP  # spread over the phases later, EVENT_CAP pe
 
 
 def _load_fast():
-    """The C fast path for KV block lines of open requests (`_fastfeed.c`), or None: not built
+    """The C fast path for KV block and summary lines of open requests (`_fastfeed.c`), or None: not built
     (no compiler at install), or VLLM_TRACE_BRIDGE_PURE=1. It takes only lines whose handling
     it can do exactly as `feed` below would, and hands every other line to `feed`."""
     if os.environ.get("VLLM_TRACE_BRIDGE_PURE", "") not in ("", "0"):
@@ -221,7 +221,8 @@ class Assembler:
             Notice: self._ignore,
         }
         if fast and _FEEDER is not None and type(self) is Assembler:  # shadows the method for this instance
-            self.feed = _FEEDER(self, MethodType(Assembler.feed, self), BlockAllocated, BlockFreed, SpanEvent)
+            self.feed = _FEEDER(self, MethodType(Assembler.feed, self), BlockAllocated, BlockFreed, SpanEvent,
+                                RequestSummary)
 
     # -- input ---------------------------------------------------------------------------
 
