@@ -55,14 +55,16 @@ enum {
     R_ts_ns, R_offset,                                 /* Record */
     E_request_id, E_block, E_size_bytes, E_reason,     /* the events */
     S_terminal_ns, S_last_ns, S_last_offset, S_allocated, S_freed, S_held, S_block_events, S_block_dropped,
-    S_last_free_ns, S_outcome, S_summary, S_request_id, /* RequestState */
+    S_last_free_ns, S_outcome, S_summary, S_request_id, S_events, S_dropped, S_min_free_ratio,
+    S_max_gpu_ratio,                                   /* RequestState */
     N_ATTRS
 };
 static Attr attrs_[N_ATTRS] = {
     {"ts_ns"}, {"offset"},
     {"request_id"}, {"block"}, {"size_bytes"}, {"reason"},
     {"terminal_ns"}, {"last_ns"}, {"last_offset"}, {"allocated"}, {"freed"}, {"held"}, {"block_events"},
-    {"block_dropped"}, {"last_free_ns"}, {"outcome"}, {"summary"}, {"request_id"},
+    {"block_dropped"}, {"last_free_ns"}, {"outcome"}, {"summary"}, {"request_id"}, {"events"}, {"dropped"},
+    {"min_free_ratio"}, {"max_gpu_ratio"},
 };
 static PyObject *s_now, *s_pending_nccl, *s_open, *s_finish, *s_in_flight, *v_finished, *k_id, *k_size, *k_reason, *n_allocated, *n_freed,
     *v_timeout;
@@ -378,7 +380,72 @@ static PyTypeObject FeederType = {
                "KV block and summary lines in C",
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastfeed", NULL, -1, NULL};
+/* -- fan_out: a gauge event on every request in flight --------------------------------------------- */
+
+#define EVENT_CAP 32 /* build.py */
+
+/* fan_out(in_flight, event, low, high) -> bool: for each RequestState r of the dict, what
+ * _on_queue / _on_gpu do: r.add_event(event, True); then, when `low` is not None, lower
+ * r.min_free_ratio to it, and when `high` is not None, raise r.max_gpu_ratio to it (the same
+ * comparisons). False, with nothing done, when a value is not a plain RequestState: the
+ * caller then runs its Python loop. */
+static PyObject *fan_out(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4 || !PyDict_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "fan_out(in_flight: dict, event, low, high)");
+        return NULL;
+    }
+    PyObject *states = args[0], *event = args[1], *low = args[2], *high = args[3];
+    PyObject *key, *r;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(states, &pos, &key, &r)) { /* check first: all or nothing */
+        PyObject **e = slot(r, &attrs_[S_events], 1), **d = slot(r, &attrs_[S_dropped], 1);
+        PyObject **lo = slot(r, &attrs_[S_min_free_ratio], 1), **hi = slot(r, &attrs_[S_max_gpu_ratio], 1);
+        if (!e || !d || !lo || !hi || !*e || !*d || !*lo || !*hi || (*e != Py_None && !PyList_CheckExact(*e)))
+            Py_RETURN_FALSE;
+    }
+    pos = 0;
+    while (PyDict_Next(states, &pos, &key, &r)) {
+        Py_INCREF(r);
+        PyObject **e = slot(r, &attrs_[S_events], 1), **d = slot(r, &attrs_[S_dropped], 1);
+        PyObject **lo = slot(r, &attrs_[S_min_free_ratio], 1), **hi = slot(r, &attrs_[S_max_gpu_ratio], 1);
+        int rc = 0;
+        if (*e == Py_None) { /* add_event */
+            PyObject *list = PyList_New(0);
+            if (list == NULL)
+                rc = -1;
+            else
+                Py_SETREF(*e, list);
+        }
+        if (rc == 0)
+            rc = PyList_GET_SIZE(*e) >= EVENT_CAP ? add(d, 1) : PyList_Append(*e, event);
+        if (rc == 0 && low != Py_None) {
+            int lower = *lo == Py_None ? 1 : PyObject_RichCompareBool(low, *lo, Py_LT);
+            if (lower < 0)
+                rc = -1;
+            else if (lower)
+                Py_SETREF(*lo, Py_NewRef(low));
+        }
+        if (rc == 0 && high != Py_None) {
+            int higher = *hi == Py_None ? 1 : PyObject_RichCompareBool(high, *hi, Py_GT);
+            if (higher < 0)
+                rc = -1;
+            else if (higher)
+                Py_SETREF(*hi, Py_NewRef(high));
+        }
+        Py_DECREF(r);
+        if (rc < 0)
+            return NULL;
+    }
+    Py_RETURN_TRUE;
+}
+
+static PyMethodDef methods[] = {
+    {"fan_out", (PyCFunction)(void (*)(void))fan_out, METH_FASTCALL,
+     "fan_out(in_flight, event, low, high) -> bool: a gauge event on every request in flight"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastfeed", NULL, -1, methods};
 
 #define INTERN(var, text)                                   \
     if ((var = PyUnicode_InternFromString(text)) == NULL) \

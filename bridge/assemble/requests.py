@@ -76,10 +76,11 @@ def _load_fast():
         from bridge.assemble import _fastfeed
     except ImportError:
         return None
-    return _fastfeed.Feeder
+    return _fastfeed
 
 
-_FEEDER = _load_fast()
+_FAST = _load_fast()
+_FEEDER = _FAST.Feeder if _FAST is not None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +170,7 @@ class Assembler:
         """`fast=False`: this stage's pure-Python code only (the C paths' reference)."""
         self.source = source
         self._timeline = request_timeline if fast else _request_timeline
+        self._fan_out = _FAST.fan_out if fast and _FAST is not None else None
         self.stats = AssembleStats()
         self._emit = emit
         self._config = config
@@ -607,6 +609,8 @@ class Assembler:
         event = SpanEvent("vllm.queue_state", record.ts_ns, {
             "vllm.queue.running": ev.running, "vllm.queue.waiting": ev.waiting,
             "vllm.kv.free_blocks": ev.free_blocks, "vllm.kv.total_blocks": ev.total_blocks})
+        if self._fan_out is not None and self._fan_out(self._in_flight, event, ratio, None):
+            return  # done in C, exactly as below
         for r in self._in_flight.values():  # one shared, read-only event object
             r.add_event(event, True)
             if ratio is not None and (r.min_free_ratio is None or ratio < r.min_free_ratio):
@@ -619,6 +623,9 @@ class Assembler:
             "vllm.gpu.memory.used_bytes": ev.used_bytes, "vllm.gpu.memory.total_bytes": ev.total_bytes,
             "vllm.gpu.memory.utilization": ev.utilization, "vllm.kv_cache.used_bytes": ev.cache_bytes,
             "vllm.kv_cache.blocks_used": ev.kv_blocks_used, "vllm.kv_cache.blocks_total": ev.kv_blocks_total})
+        if (self._fan_out is not None and type(ev.utilization) is float
+                and self._fan_out(self._in_flight, event, None, ev.utilization)):
+            return  # done in C, exactly as below
         for r in self._in_flight.values():
             r.add_event(event, True)
             if r.max_gpu_ratio is None or ev.utilization > r.max_gpu_ratio:
