@@ -81,24 +81,23 @@ static inline int fixed64(Buf *b, unsigned char tag, uint64_t v) {
     return 0;
 }
 
-/* A length-delimited field: `open` writes the tag and reserves room for the length (one
- * byte: most fields are short), `close` writes the length and, when it took more than one
- * byte, moves the body up. */
-static inline Py_ssize_t open_field(Buf *b, unsigned char tag) {
-    if (grow(b, 2) < 0)
+/* A length-delimited field: `open` writes the tag and reserves `reserve` bytes for the length
+ * (1 for attributes and values, 2 for events and spans: their usual sizes), `close` writes
+ * the length and, when it took another number of bytes, moves the body. */
+static inline Py_ssize_t open_sized(Buf *b, unsigned char tag, int reserve) {
+    if (grow(b, 1 + reserve) < 0)
         return -1;
     b->p[b->len++] = (char)tag;
     Py_ssize_t at = b->len;
-    b->len += 1;
+    b->p[at] = (char)reserve; /* remembered until close */
+    b->len += reserve;
     return at;
 }
+#define open_field(b, tag) open_sized((b), (tag), 1)
 
 static inline int close_field(Buf *b, Py_ssize_t at) {
-    Py_ssize_t body = b->len - at - 1;
-    if (body < 0x80) {
-        b->p[at] = (char)body;
-        return 0;
-    }
+    int reserve = (unsigned char)b->p[at];
+    Py_ssize_t body = b->len - at - reserve;
     unsigned char v[10];
     int n = 0;
     uint64_t x = (uint64_t)body;
@@ -107,11 +106,13 @@ static inline int close_field(Buf *b, Py_ssize_t at) {
         x >>= 7;
     }
     v[n++] = (unsigned char)x;
-    if (grow(b, n - 1) < 0)
-        return -1;
-    memmove(b->p + at + n, b->p + at + 1, body);
+    if (n != reserve) {
+        if (n > reserve && grow(b, n - reserve) < 0)
+            return -1;
+        memmove(b->p + at + n, b->p + at + reserve, body);
+        b->len += n - reserve;
+    }
     memcpy(b->p + at, v, n);
-    b->len += n - 1;
     return 0;
 }
 
@@ -512,7 +513,7 @@ static int event(Buf *b, PyObject *e) {
         PyObject *name = r == 0 ? get(e, &s_name) : NULL;
         PyObject *attrs = name ? get(e, &s_attrs) : NULL;
         if (attrs != NULL) {
-            Py_ssize_t at = open_field(b, 0x5a);
+            Py_ssize_t at = open_sized(b, 0x5a, 2);
             if (at < 0 || fixed64(b, 0x09, ts) < 0 || !PyUnicode_Check(name) || put_str_field(b, 0x12, name) < 0 ||
                 attributes(b, 0x1a, attrs, NULL, NULL, 0) < 0)
                 r = PyErr_Occurred() ? -1 : DECLINE;
@@ -562,7 +563,7 @@ static int span(Buf *b, PyObject *obj, PyObject *tid, PyObject *sid, PyObject *p
     int r;
     if ((r = get_u64(obj, &s_start_ns, &start)) != 0 || (r = get_u64(obj, &s_end_ns, &end)) != 0)
         return r;
-    Py_ssize_t at = open_field(b, 0x12);
+    Py_ssize_t at = open_sized(b, 0x12, 2);
     if (at < 0)
         return -1;
     unsigned char ids[2] = {0x0a, 0x10};
@@ -650,7 +651,14 @@ static PyObject *encode(PyObject *t, PyObject *tid, PyObject *root_id, PyObject 
     PyObject *parent = get(t, &s_parent);
     PyObject *phases = parent ? get(t, &s_phases) : NULL;
     PyObject *ptid = NULL, *psid = NULL;
-    Buf b = {NULL, 0, 0};
+    /* One buffer kept between calls (it grows to the largest request once); a nested call,
+     * which only odd attribute values could cause through their __str__, gets its own. */
+    static Buf kept = {NULL, 0, 0};
+    static int kept_busy = 0;
+    int own = kept_busy;
+    Buf b = own ? (Buf){NULL, 0, 0} : kept;
+    b.len = 0;
+    kept_busy = 1;
     int r = phases == NULL ? -1 : 0;
     if (r == 0 && (!PyList_Check(phases) || PyList_GET_SIZE(phases) != PyList_GET_SIZE(phase_ids)))
         r = DECLINE;
@@ -696,7 +704,12 @@ static PyObject *encode(PyObject *t, PyObject *tid, PyObject *root_id, PyObject 
         out = PyBytes_FromStringAndSize(b.p, b.len);
     else if (r == DECLINE && !PyErr_Occurred())
         out = Py_NewRef(Py_None);
-    PyMem_Free(b.p);
+    if (own) {
+        PyMem_Free(b.p);
+    } else {
+        kept = b;
+        kept_busy = 0;
+    }
     return out;
 }
 

@@ -20,6 +20,7 @@
 #include <Python.h>
 #include <structmember.h>
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #define MAX_FIELDS 8
@@ -291,6 +292,30 @@ static PyObject *int_of(Cur *c, Span sp) {
 
 /* float(text), or -1.0 with *ok = 0 when it is not finite (the caller then declines). */
 static double double_of(Cur *c, Span sp, int *ok) {
+    /* `\d+(\.\d+)?` with at most 15 digits: the mantissa and 10^k are exact doubles, so one
+     * division is the correctly rounded value float() gives (Clinger's fast path). */
+    static const double pow10[16] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13,
+                                     1e14, 1e15};
+    if (sp.b - sp.a <= 16) {
+        uint64_t m = 0;
+        int digits = 0, frac = -1;
+        for (Py_ssize_t i = sp.a; i < sp.b; i++) {
+            char ch = c->s[i];
+            if (ch == '.' && frac < 0) {
+                frac = 0;
+            } else if (is_digit(ch)) {
+                m = m * 10 + (uint64_t)(ch - '0');
+                digits++;
+                if (frac >= 0)
+                    frac++;
+            } else {
+                digits = 99; /* not this shape: the general path */
+                break;
+            }
+        }
+        if (digits >= 1 && digits <= 15)
+            return frac > 0 ? (double)m / pow10[frac] : (double)m;
+    }
     char small[64];
     Py_ssize_t len = sp.b - sp.a;
     char *buf = len < (Py_ssize_t)sizeof small ? small : PyMem_Malloc(len + 1);
