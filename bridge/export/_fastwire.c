@@ -1,10 +1,11 @@
 /* The export stage's fast path: a RequestTimeline → its spans' OTLP wire bytes.
  *
- * `request(t, trace_id, root_id, phase_ids)` returns the bytes WireEncoder._request appends
- * for the timeline (each span as a ScopeSpans.spans field: tag, length, Span), or None when
- * the timeline holds anything unusual (a negative or oversized time or count, ids of another
+ * `spans(t, cache)` returns the bytes WireEncoder._request appends for the timeline (each
+ * span as a ScopeSpans.spans field: tag, length, Span), or None when the timeline holds
+ * anything unusual (a negative or oversized time or count, a non-str id, ids of another
  * length): the Python encoder, the reference, then does it and fails the way it always did.
- * Ids stay computed in Python (bridge/export/ids.py).
+ * The ids are computed here as bridge/export/ids.py does (BLAKE2b, same personalisation,
+ * same inputs); `cache` keeps the encoded root events shared by many requests.
  *
  * The mapping is wire.py's, field for field and in the same order:
  *   root:  trace_id, span_id, [parent_span_id], name "vllm.request", kind SERVER, start, end,
@@ -713,14 +714,6 @@ static PyObject *encode(PyObject *t, PyObject *tid, PyObject *root_id, PyObject 
     return out;
 }
 
-static PyObject *request(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5 || !PyDict_CheckExact(args[4])) {
-        PyErr_SetString(PyExc_TypeError, "request(timeline, trace_id, root_id, phase_ids, cache: dict)");
-        return NULL;
-    }
-    return encode(args[0], args[1], args[2], args[3], args[4]);
-}
-
 static Attr s_source = {NULL}, s_key = {NULL}, s_request_id = {NULL}, s_occurrence = {NULL}, s_index = {NULL};
 
 /* a str attribute as UTF-8; NULL (with or without an error set) when it is not an exact str */
@@ -838,8 +831,6 @@ static PyObject *key_values(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
-    {"request", (PyCFunction)(void (*)(void))request, METH_FASTCALL,
-     "request(timeline, trace_id, root_id, phase_ids, cache) -> bytes of its spans, or None (use the Python encoder)"},
     {"spans", (PyCFunction)(void (*)(void))spans, METH_FASTCALL,
      "spans(timeline, cache) -> bytes of its spans, ids included, or None (use the Python encoder)"},
     {"key_values", key_values, METH_VARARGS, "key_values(tag, attrs) -> bytes"},
