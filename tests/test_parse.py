@@ -25,6 +25,8 @@ CASES = [
      BlockAllocated("0x7f8c4a003200", "0x7f8c4a001b20", 16000)),
     ("Freed block 0x7f8c4a003200 for request 0x7f8c4a001b20, reason=completed",
      BlockFreed("0x7f8c4a003200", "0x7f8c4a001b20", "completed")),
+    # the vLLM plugin's one line per finished request when per-block lines are off
+    ("Freed 25 blocks for request cmpl-a-0, reason=completed", BlockFreed("", "cmpl-a-0", "completed", 25)),
     ("GPU memory usage: 14.2GB/16.0GB (88.75%), cache usage: 8.1GB, kv_cache blocks: 512/640",
      GpuMemory(14_200_000_000, 16_000_000_000, 0.8875, 8_100_000_000, 512, 640)),
     ("CUDA out of memory. Tried to allocate 256MB for kv_cache block",
@@ -58,6 +60,7 @@ def test_units_are_normalised():
 
 def test_near_misses_are_malformed_and_others_unrecognised():
     assert parse_message("Scheduling request 0x1: priority=high") is MALFORMED
+    assert parse_message("Freed some blocks for request r") is MALFORMED
     assert parse_message("Avg prompt throughput: 1.0 tokens/s") is None
     assert parse_message("") is None
 

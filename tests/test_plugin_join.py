@@ -4,6 +4,7 @@ join into one trace: captured from real vLLM 0.32 with the plugin (tests/plugin/
 from __future__ import annotations
 
 import re
+from datetime import datetime, timezone
 from pathlib import Path
 
 from bridge.pipeline import replay
@@ -57,3 +58,33 @@ def test_seed_lines_that_keep_v1s_internal_suffix_still_join(tmp_path):
     assert sorted(got) == ["chatcmpl-plugintest-000", "cmpl-plugintest-001-0"], sorted(got)
     for t in got.values():
         assert {"queued", "scheduled", "generating", "freed"} <= {p.name for p in t.phases}
+
+
+DEFAULT = Path(__file__).parent / "fixtures" / "plugin" / "v1_plugin_default.log"
+
+
+def test_default_plugin_lines_give_every_phase_with_vllms_own_durations():
+    """Captured from real vLLM 0.32 with the plugin's default settings (no per-block lines), 4
+    requests on a 12-block cache. The engine core frees a request's blocks (`Freed 4 blocks`)
+    before the API server logs its summary, which carries vLLM's own TTFT and e2e."""
+    got = timelines(DEFAULT)
+    text = DEFAULT.read_text()
+    assert sorted(got) == ["chatcmpl-plugintest-000", "chatcmpl-plugintest-003", "cmpl-plugintest-001-0",
+                           "cmpl-plugintest-002-0"]
+    for rid, t in got.items():
+        phases = {p.name: p for p in t.phases}
+        assert {"queued", "scheduled", "generating", "freed"} <= set(phases), (rid, sorted(phases))
+        assert t.outcome == "finished" and t.attrs["vllm.kv_blocks.freed"] == 4
+        summary = re.search(rf"\] Request {re.escape(rid)}: .*ttft=([\d.]+)ms, .*total_latency=([\d.]+)s", text)
+        ttft_s, e2e_s = float(summary[1]) / 1e3, float(summary[2])
+        queued, gen, freed = phases["queued"], phases["generating"], phases["freed"]
+        assert abs((gen.start_ns - queued.start_ns) / 1e9 - ttft_s) < 1e-6
+        assert abs((gen.end_ns - queued.start_ns) / 1e9 - e2e_s) < 1e-6
+        # freed: the engine's release, which came before the API server logged the end
+        release = re.search(rf"^(\S+) .*Freed 4 blocks for request {re.escape(rid)},", text, re.M)[1]
+        release_ns = int(datetime.fromisoformat(release[:19]).replace(tzinfo=timezone.utc).timestamp()) * 10**9 \
+            + int(release[20:29])
+        assert freed.start_ns == freed.end_ns == release_ns <= gen.end_ns
+    preempted = {rid: t.attrs["vllm.preemptions"] for rid, t in got.items()}
+    assert preempted == {"chatcmpl-plugintest-000": 0, "chatcmpl-plugintest-003": 2,
+                         "cmpl-plugintest-001-0": 0, "cmpl-plugintest-002-0": 1}

@@ -123,10 +123,29 @@ def make_scheduler_class(broken: str | None = None):
     return Sched
 
 
+def make_output_class():
+    """A stand-in for vLLM's OutputProcessor: the one hooked method, as vLLM calls it."""
+
+    class OutputProcessor:
+        def __init__(self):
+            self.calls = 0
+
+        def _update_stats_from_finished(self, req_state, finish_reason, iteration_stats):
+            self.calls += 1
+            return None
+
+    return OutputProcessor
+
+
+def install(cls, log, version="0.32.0", output_cls=None):
+    return hooks.install(cls, version, log, output_cls=output_cls or make_output_class())
+
+
 def test_hooks_write_the_seed_lines_the_bridge_parses(log, monkeypatch):
+    """vLLM keeping no stats (`--disable-log-stats`): the engine core writes the summary."""
     monkeypatch.setenv("VLLM_TRACE_BRIDGE_PLUGIN_BLOCKS", "1")
     cls = make_scheduler_class()
-    assert hooks.install(cls, "0.32.0", log)
+    assert install(cls, log)
     s = cls()
     r = Req("cmpl-abc-0-1a2b3c4d", arrival=__import__("time").time() - 0.5)
     s.add_request(r)
@@ -157,19 +176,73 @@ def test_hooks_write_the_seed_lines_the_bridge_parses(log, monkeypatch):
 @pytest.mark.parametrize("end", ["FINISHED_ABORTED", "FINISHED_ERROR", "FINISHED_IGNORED"])
 def test_no_summary_unless_completed_and_block_lines_are_off_by_default(log, end):
     cls = make_scheduler_class()
-    hooks.install(cls, "0.32.0", log)
+    install(cls, log)
     s = cls()
     r = Req("chatcmpl-x", arrival=0.0)
     s.add_request(r)
     s.schedule()
+    s._preempt_request(r, 0.0)  # its count is on the Preempting line: no free line for it
+    s.waiting.append(r)
+    s.schedule()
     r.status = Status(end)
     s._free_request(r)
-    assert [type(parse_message(x)).__name__ for x in log.lines] == ["Scheduled", "QueueState"]
+    events = [parse_message(x) for x in log.lines]
+    assert [type(e).__name__ for e in events] == ["Scheduled", "QueueState", "Preempted", "Scheduled",
+                                                  "BlockFreed"], log.lines
+    freed = events[-1]
+    assert (freed.block, freed.count, freed.request_id) == ("", 2, "chatcmpl-x")
+    assert freed.reason == ("aborted" if end == "FINISHED_ABORTED" else "completed")
+
+
+class Stats:
+    """vLLM's RequestStateStats, as the API server holds it at the end of a request."""
+
+    def __init__(self, arrival, first_token_latency, generated, first_ts, last_ts):
+        self.arrival_time = arrival
+        self.first_token_latency = first_token_latency
+        self.num_generation_tokens = generated
+        self.first_token_ts = first_ts
+        self.last_token_ts = last_ts
+
+
+def test_with_vllm_stats_the_api_server_writes_the_summary_from_vllms_own_numbers(log):
+    cls, out_cls = make_scheduler_class(), make_output_class()
+    assert install(cls, log, output_cls=out_cls)
+    s = cls()
+    s.log_stats = True  # vLLM's default: the API server keeps per-request stats
+    r = Req("cmpl-abc-0-1a2b3c4d", arrival=100.0)
+    s.add_request(r)
+    s.schedule()
+    s.update_from_output(7)
+    r.status = Status("FINISHED_LENGTH_CAPPED")
+    s._free_request(r)
+    assert not any(x.startswith("Request ") for x in log.lines)  # not from the engine core
+    assert log.lines[-1] == "Freed 2 blocks for request cmpl-abc-0, reason=completed"
+
+    op = out_cls()
+    state = types.SimpleNamespace(request_id="cmpl-abc-0-1a2b3c4d", prompt_len=12,
+                                  stats=Stats(100.0, 0.0421234, 7, 200.010, 200.070))
+    finish = types.SimpleNamespace(name="LENGTH")
+    op._update_stats_from_finished(state, finish, types.SimpleNamespace(iteration_timestamp=100.5))
+    assert op.calls == 1
+    summary = parse_message(log.lines[-1])
+    assert isinstance(summary, RequestSummary) and summary.request_id == "cmpl-abc-0"
+    assert (summary.prompt_tokens, summary.generated_tokens) == (12, 7)
+    assert summary.ttft_s == pytest.approx(0.0421234, abs=1e-6)       # vLLM's first_token_latency
+    assert summary.e2e_s == pytest.approx(0.5, abs=1e-6)              # iteration stamp − arrival
+    assert summary.itl_s == pytest.approx(0.060 / 6, abs=1e-6)        # decode time / (n − 1)
+    n = len(log.lines)
+    for reason, stats in (("ABORT", state.stats), ("STOP", None)):   # aborted, or no stats kept
+        op._update_stats_from_finished(types.SimpleNamespace(request_id="x", prompt_len=1, stats=stats),
+                                       types.SimpleNamespace(name=reason), types.SimpleNamespace(iteration_timestamp=1.0))
+    op._update_stats_from_finished(state, finish, None)
+    assert len(log.lines) == n and op.calls == 4
 
 
 def test_install_is_idempotent(log):
     cls = make_scheduler_class()
-    assert hooks.install(cls, "0.32.0", log) and hooks.install(cls, "0.32.0", log)
+    out_cls = make_output_class()
+    assert install(cls, log, output_cls=out_cls) and install(cls, log, output_cls=out_cls)
     s = cls()
     r = Req("a", 0.0)
     s.waiting.append(r)
@@ -179,19 +252,26 @@ def test_install_is_idempotent(log):
 
 
 def test_unsupported_version_or_missing_hook_warns_once_and_changes_nothing(log):
-    cls = make_scheduler_class()
-    before = dict(vars(cls))
-    assert hooks.install(cls, "0.33.0", log) is False
+    cls, out_cls = make_scheduler_class(), make_output_class()
+    before, out_before = dict(vars(cls)), dict(vars(out_cls))
+    assert install(cls, log, "0.33.0", out_cls) is False
     assert dict(vars(cls)) == before
     del cls._free_request_blocks
-    assert hooks.install(cls, "0.32.0", log) is False
+    assert install(cls, log, "0.32.0", out_cls) is False
     assert dict(vars(cls)) == {k: v for k, v in before.items() if k != "_free_request_blocks"}
-    assert len(log.lines) == 2 and all("does nothing" in x for x in log.lines)
+    assert dict(vars(out_cls)) == out_before
+    cls2, out_cls2 = make_scheduler_class(), make_output_class()
+    del out_cls2._update_stats_from_finished
+    before2 = dict(vars(cls2))
+    assert install(cls2, log, "0.32.0", out_cls2) is False
+    assert dict(vars(cls2)) == before2
+    assert len(log.lines) == 3 and all("does nothing" in x for x in log.lines)
+    assert "OutputProcessor._update_stats_from_finished" in log.lines[-1]
 
 
 def test_a_plugin_error_never_reaches_vllm_and_switches_the_plugin_off(log):
     cls = make_scheduler_class()
-    hooks.install(cls, "0.32.0", log)
+    install(cls, log)
     s = cls()
     def boom(*_a):
         raise KeyError("plugin-side failure")
@@ -213,7 +293,7 @@ def test_a_plugin_error_never_reaches_vllm_and_switches_the_plugin_off(log):
 
 def test_vllms_own_errors_pass_through_unchanged(log):
     cls = make_scheduler_class(broken="schedule")
-    hooks.install(cls, "0.32.0", log)
+    install(cls, log)
     with pytest.raises(RuntimeError, match="vLLM's own error"):
         cls().schedule()
     assert log.lines == []
@@ -225,3 +305,31 @@ def test_register_swallows_everything(monkeypatch):
     register()  # must not raise
     monkeypatch.setenv("VLLM_TRACE_BRIDGE_PLUGIN", "0")
     register()
+
+
+def test_without_vllm_stats_the_engine_summary_follows_the_release_and_the_trace_has_freed(log, tmp_path):
+    """`--disable-log-stats`: the engine core writes the summary, after vLLM freed the blocks, as
+    the API server would; replayed, the request has every phase."""
+    from bridge.pipeline import replay
+
+    cls = make_scheduler_class()
+    install(cls, log)
+    s = cls()
+    r = Req("cmpl-xyz-0-0badf00d", arrival=__import__("time").time() - 0.2)
+    s.add_request(r)
+    s.schedule()
+    s.update_from_output(1)
+    r.num_output_tokens = 9
+    r.status = Status("FINISHED_STOPPED")
+    s._free_request(r)
+    kinds = [type(parse_message(x)).__name__ for x in log.lines]
+    assert kinds == ["Scheduled", "QueueState", "BlockFreed", "RequestSummary"], log.lines
+    path = tmp_path / "engine.log"
+    path.write_text("".join(f"2026-11-30T09:35:24.{100000000 + i * 1000:09d}Z stdout F (EngineCore pid=7) "
+                            f"INFO 11-30 09:35:24 [hooks.py:1] {line}\n" for i, line in enumerate(log.lines)))
+    out = []
+    replay([str(path)], [out.append])
+    (t,) = out
+    assert t.request_id == "cmpl-xyz-0" and t.outcome == "finished"
+    assert [p.name for p in t.phases] == ["queued", "scheduled", "generating", "freed"]
+    assert t.attrs["vllm.kv_blocks.freed"] == 2

@@ -120,7 +120,11 @@ def _request_timeline(r: RequestState, source: Source, thresholds: Thresholds,
         phases.append(Phase("generating", 0, first_token, r.terminal_ns, ft_timing, OBSERVED,
                             {"gen_ai.usage.output_tokens": s.generated_tokens, "vllm.itl_s": s.itl_s}))
     if r.terminal_ns is not None and r.last_free_ns is not None:
-        phases.append(Phase("freed", 0, r.terminal_ns, r.last_free_ns, OBSERVED, OBSERVED))
+        # Freed after the end's line (the seed's order), or, when the engine released the
+        # blocks before the API server logged the end (V1 with the vLLM plugin), from the
+        # first of those frees: either way the span is the release itself.
+        free_start = r.release_ns if r.release_ns is not None and r.release_ns < r.terminal_ns else r.terminal_ns
+        phases.append(Phase("freed", 0, free_start, max(free_start, r.last_free_ns), OBSERVED, OBSERVED))
 
     start, stop = min(low, r.first_ns), max(end, r.last_ns)
     for p in phases:

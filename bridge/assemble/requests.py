@@ -64,6 +64,8 @@ _NS = 1_000_000_000
 # an idle line may still log its end. It is closed only if nothing more comes for this long.
 _IDLE_GRACE_NS = 2 * _NS
 _BLOCK_EVENTS_KEPT = 8 * EVENT_CAP  # spread over the phases later, EVENT_CAP per span
+#: Free reasons that mean the request is over (not a preemption): blocks released at its end.
+_RELEASE_REASONS = frozenset({"completed", "finished", "aborted"})
 
 
 def _load_fast():
@@ -109,7 +111,7 @@ class RequestState:
         "schedules", "preemptions", "allocated", "freed", "held", "block_events", "block_dropped",
         "events", "dropped", "summary", "terminal_ns", "outcome", "error_type", "error_message",
         "timeout_after_s", "queue_at_schedule", "gpu_at_schedule", "min_free_ratio",
-        "max_gpu_ratio", "last_free_ns", "extra", "sampled_preemptions", "idle_at",
+        "max_gpu_ratio", "last_free_ns", "release_ns", "extra", "sampled_preemptions", "idle_at",
     )
 
     def __init__(self, request_id: str, occurrence: str, ts: int, offset: int) -> None:
@@ -135,6 +137,7 @@ class RequestState:
         self.min_free_ratio: float | None = None
         self.max_gpu_ratio: float | None = None
         self.last_free_ns: int | None = None
+        self.release_ns: int | None = None  # first block freed at the end, before the end's line
         self.extra: dict | None = None      # upstream attributes: gen_ai.*, vllm.process, …
         self.sampled_preemptions = 0        # V0's preemption warning (1st and every 50th only)
         self.idle_at: int | None = None     # when a stats line showed the engine idle with this open
@@ -367,9 +370,9 @@ class Assembler:
         r = self._touch(self._seed_id(ev.request_id), record)
         if r is None:
             return
-        r.freed += 1
-        r.held -= 1
-        attrs = {"vllm.kv_block.id": ev.block}
+        r.freed += ev.count
+        r.held -= ev.count
+        attrs = {"vllm.kv_block.id": ev.block} if ev.block else {"vllm.kv_block.count": ev.count}
         if ev.reason:
             attrs["vllm.kv_block.reason"] = ev.reason
         r.add_block_event(SpanEvent("vllm.kv_block.freed", record.ts_ns, attrs))
@@ -377,6 +380,12 @@ class Assembler:
             r.last_free_ns = record.ts_ns
             if r.held <= 0 and r.outcome != "timeout":  # a timeout may still get its API line
                 self._finish(r)
+        elif ev.reason in _RELEASE_REASONS:
+            # Released before the line that ends the request: V1's engine frees a finished
+            # request's blocks at once, and the API server logs its end after the hand-off.
+            if r.release_ns is None:
+                r.release_ns = record.ts_ns
+            r.last_free_ns = record.ts_ns
 
     def _on_summary(self, record: Record, ev: RequestSummary) -> None:
         r = self._start(self._seed_id(ev.request_id), record)

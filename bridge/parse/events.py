@@ -57,9 +57,13 @@ class BlockAllocated:
 
 @dataclass(frozen=True, slots=True)
 class BlockFreed:
+    """One block freed (`Freed block …`), or `count` at once (`Freed <n> blocks for request …`,
+    the vLLM plugin's one line per request when per-block lines are off); then `block` is ""."""
+
     block: str
     request_id: str
     reason: str
+    count: int = 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -81,6 +81,7 @@ _QUEUE = re.compile(
 )
 _ALLOCATED = re.compile(r"Allocated block " + _ID + r" for request " + _ID + r", size=" + _SIZE)
 _FREED = re.compile(r"Freed block " + _ID + r" for request " + _ID + r"(?:, reason=(\S+))?")
+_FREED_MANY = re.compile(r"Freed (\d+) blocks for request " + _ID + r"(?:, reason=(\S+))?")
 _GPU = re.compile(
     r"GPU memory usage: " + _SIZE + r"\s*/\s*" + _SIZE + r" \((\d+(?:\.\d+)?)%\), "
     r"cache usage: " + _SIZE + r", kv_cache blocks: (\d+)/(\d+)"
@@ -145,7 +146,11 @@ def _allocated(msg: str) -> Event | None:
 def _freed(msg: str) -> Event | None:
     m = _FREED.match(msg)
     if m is None:
-        return None
+        m = _FREED_MANY.match(msg)
+        if m is None:
+            return None
+        count, rid, reason = m.groups()
+        return BlockFreed("", rid, reason or "", int(count))
     block, rid, reason = m.groups()
     return BlockFreed(block, rid, reason or "")
 

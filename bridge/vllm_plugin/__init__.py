@@ -1,15 +1,20 @@
 """A vLLM plugin that writes the seed dialect's lifecycle lines from inside unmodified vLLM.
 
 Loaded by vLLM through the `vllm.general_plugins` entry point (`pip install
-'vllm-trace-bridge[vllm]'` into the vLLM image). It wraps four methods of vLLM's V1
-scheduler and writes, through vLLM's own logger, the lines the bridge already reads:
+'vllm-trace-bridge[vllm]'` into the vLLM image). It wraps methods of vLLM's V1 scheduler (in
+the engine core) and of its output processor (in the API server), and writes, through vLLM's
+own logger, the lines the bridge already reads:
 
-    Scheduling request <id>: priority=<p>, num_scheduled_blocks=<n>, remaining_blocks=<n>
+    Scheduling request <id>: priority=<p>, num_scheduled_blocks=<n>, remaining_blocks=<n>, queued=<x>ms
     Preempting request <id>: reason=<r>, preempted_blocks=<n>
     Request <id>: prompt_tokens=<n>, generated_tokens=<n>, ttft=<x>ms, itl=<x>ms, total_latency=<x>s
     Running queue: <n> requests, waiting queue: <n> requests, free blocks: <f>/<t>
+    Freed <n> blocks for request <id>, reason=<r>         (one per finished request)
     Allocated block <b> for request <id>, size=<n>B        (only with ..._BLOCKS=1)
-    Freed block <b> for request <id>, reason=<r>           (only with ..._BLOCKS=1)
+    Freed block <b> for request <id>, reason=<r>           (only with ..._BLOCKS=1, instead)
+
+The summary is written by the API server from vLLM's own request stats, so its time to first
+token and end-to-end are the ones vLLM's metrics and `llm_request` spans report.
 
 Nothing leaves vLLM's process but those log lines: no exporter, no socket, no thread. Every
 hook is wrapped: a failure in the plugin is logged once and the plugin switches itself off;

@@ -1,20 +1,26 @@
-"""The scheduler hooks. `install` wraps six methods of vLLM's V1 `Scheduler` class:
+"""The hooks. `install` wraps six methods of vLLM's V1 `Scheduler` (the engine core) and one of
+its `OutputProcessor` (the API server):
 
-- `add_request`: notes when the request entered the engine's queue (monotonic, as vLLM's
-  own QUEUED event), for the `queued=` field of its first `Scheduling request` line.
-- `schedule`: after vLLM's own call, the new and resumed requests of the step get their
-  `Scheduling request` line (and, with blocks on, `Allocated block` lines for the blocks the
-  step gave out); at most once per interval, the `Running queue` line.
-- `update_from_output`: notes the wall time a request's first token came back.
-- `_preempt_request`: the `Preempting request` line, written just before vLLM's call (which
-  frees the blocks it counts).
-- `_free_request`: the finished-request summary (durations from the request's `arrival_time`,
-  the same origin vLLM's own metrics and traces use).
-- `_free_request_blocks`: with blocks on, one `Freed block` line per block.
+- `Scheduler.add_request`: notes when the request entered the engine's queue (monotonic, as
+  vLLM's own QUEUED event), for the `queued=` field of its first `Scheduling request` line.
+- `Scheduler.schedule`: after vLLM's own call, the new and resumed requests of the step get
+  their `Scheduling request` line (and, with blocks on, `Allocated block` lines for the blocks
+  the step gave out); at most once per interval, the `Running queue` line.
+- `Scheduler._preempt_request`: the `Preempting request` line, written just before vLLM's call
+  (which frees the blocks it counts).
+- `Scheduler._free_request_blocks`: a finished request's `Freed <n> blocks` line (with blocks
+  on, one `Freed block` line per block, preemptions included).
+- `OutputProcessor._update_stats_from_finished`: the finished-request summary, from the very
+  stats vLLM's own metrics and `llm_request` spans are made of (time to first token and
+  end-to-end as the API server saw them), so the bridge's durations are vLLM's.
+- Only when vLLM keeps no stats (`--disable-log-stats`, where the API server has none to
+  give): `Scheduler.update_from_output` notes the first token and `Scheduler._free_request`
+  writes the summary from the engine's clock instead, after vLLM's free (so, as from the API
+  server, the release lines come before the end's line).
 
 Each wrapper calls vLLM's method first (or, where the plugin must look before vLLM changes
 state, reads and then calls it) and never lets its own error reach vLLM: the first error is
-logged once with its traceback and that scheduler's tracer switches off.
+logged once with its traceback and that object's tracer switches off.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from bridge.vllm_plugin import SUPPORTED_VERSIONS, _LOGGER_NAME, version_support
 
 HOOKED = ("add_request", "schedule", "update_from_output", "_preempt_request", "_free_request",
           "_free_request_blocks")
+FRONTEND_HOOKED = ("_update_stats_from_finished",)
 _ATTR = "_vllm_trace_bridge_tracer"
 _WRAPPED = "__vllm_trace_bridge_wrapped__"
 _SUFFIX = re.compile(r"-[0-9a-f]{8}$")
@@ -38,6 +45,8 @@ _installed: dict[type, bool] = {}
 #: prompts get no summary line: vLLM's API server logs those itself, and a summary would make
 #: the bridge call them finished.
 _COMPLETED = frozenset({"FINISHED_STOPPED", "FINISHED_LENGTH_CAPPED", "FINISHED_REPETITION"})
+_COMPLETED_REASONS = frozenset({"STOP", "LENGTH", "REPETITION"})  # the API server's FinishReason
+_SUMMARY = "Request %s: prompt_tokens=%d, generated_tokens=%d, ttft=%.3fms, itl=%.3fms, total_latency=%.6fs"
 
 
 def _flag(environ, name: str, default: str) -> str:
@@ -48,8 +57,9 @@ class Tracer:
     """What one scheduler's hooks remember between calls. Everything is bounded by the number
     of requests the scheduler holds: entries go when a request is freed."""
 
-    def __init__(self, logger, environ=os.environ, clock=time.time) -> None:
+    def __init__(self, logger, environ=os.environ, clock=time.time, summary: bool = True) -> None:
         self.log = logger
+        self.summary = summary  # False: the API server writes it (vLLM keeps stats there)
         self.on = True
         self.clock = clock
         self.blocks = _flag(environ, "VLLM_TRACE_BRIDGE_PLUGIN_BLOCKS", "0") in ("1", "true", "yes", "on")
@@ -101,7 +111,8 @@ class Tracer:
             else:
                 info("Scheduling request %s: priority=%d, num_scheduled_blocks=%d, remaining_blocks=%d",
                      rid, getattr(req, "priority", 0) or 0, len(ids), free)
-            if req is not None and engine_id not in self.first_token and not req.num_output_tokens:
+            if self.summary and req is not None and engine_id not in self.first_token \
+                    and not req.num_output_tokens:
                 self.pending_first[engine_id] = req
             if self.blocks and ids:
                 self._allocated(sched, rid, ids)
@@ -153,14 +164,18 @@ class Tracer:
         self.log.info("Preempting request %s: reason=%s, preempted_blocks=%d",
                       rid, "forced" if forced else "kv_cache_full", blocks)
 
-    def freeing(self, request) -> None:
-        """A request is over: its summary if it completed, and forget it."""
+    def freeing(self, request) -> tuple | None:
+        """A request is over: the arguments of its summary if it completed and the API server
+        won't write it. Measured now; written after vLLM freed the blocks, so the release lines
+        come before the end's line, in the same order as when the API server writes it."""
         engine_id = request.request_id
-        rid = self.rid(engine_id)
-        now = self.clock()
         first = self.first_token.pop(engine_id, None)
         self.pending_first.pop(engine_id, None)
         self.queued_at.pop(engine_id, None)
+        if not self.summary:
+            return None
+        rid = self.rid(engine_id)
+        now = self.clock()
         generated = request.num_output_tokens
         if first is None and generated:
             first = now  # first token came back in the step that finished it
@@ -169,24 +184,62 @@ class Tracer:
             e2e = max(0.0, now - request.arrival_time)
             ttft = max(0.0, first - request.arrival_time) if first is not None else e2e
             itl = (now - first) / (generated - 1) if first is not None and generated > 1 else 0.0
-            self.log.info(
-                "Request %s: prompt_tokens=%d, generated_tokens=%d, ttft=%.3fms, itl=%.3fms, total_latency=%.6fs",
-                rid, request.num_prompt_tokens, generated, ttft * 1e3, itl * 1e3, e2e)
+            return rid, request.num_prompt_tokens, generated, ttft * 1e3, itl * 1e3, e2e
+        return None
 
-    def forget(self, engine_id: str) -> None:
+    def freed(self, engine_id: str, summary: tuple | None) -> None:
+        if summary is not None:
+            self.log.info(_SUMMARY, *summary)
         self.ids.pop(engine_id, None)
 
     def freeing_blocks(self, sched, request) -> None:
+        """Blocks on: a line per block, preemptions included. Off: one line per finished request
+        (a preemption's count is on its `Preempting` line already), so every trace has `freed`."""
+        status = getattr(request.status, "name", str(request.status))
+        finished = status.startswith("FINISHED")
+        if not (self.blocks or finished):
+            return
         held = sched.kv_cache_manager.get_block_ids(request.request_id)
         if not held or not held[0]:
             return
-        status = getattr(request.status, "name", str(request.status))
-        reason = ("aborted" if status == "FINISHED_ABORTED" else "completed") if status.startswith("FINISHED") \
-            else "preempted"
+        reason = ("aborted" if status == "FINISHED_ABORTED" else "completed") if finished else "preempted"
         rid = self.rid(request.request_id)
         info = self.log.info
+        if not self.blocks:
+            info("Freed %d blocks for request %s, reason=%s", len(held[0]), rid, reason)
+            return
         for b in held[0]:
             info("Freed block %d for request %s, reason=%s", b, rid, reason)
+
+
+class Frontend:
+    """The API server's side: one summary line per completed request, written where vLLM itself
+    stamps the first token and the end (its `IterationStats`), from the same numbers."""
+
+    def __init__(self, logger, environ=os.environ) -> None:
+        self.log = logger
+        self.on = True
+        self.strip = _flag(environ, "VLLM_DISABLE_REQUEST_ID_RANDOMIZATION", "0") not in ("1", "true")
+
+    def fail(self, where: str) -> None:
+        self.on = False
+        self.log.warning("vllm-trace-bridge plugin switched off after an error in %s; vLLM is unaffected",
+                         where, exc_info=True)
+
+    def finished(self, req_state, finish_reason, iteration_stats) -> None:
+        stats = req_state.stats
+        if iteration_stats is None or stats is None:
+            return  # no stats kept: the engine core writes the summary from its own clock
+        if getattr(finish_reason, "name", str(finish_reason)) not in _COMPLETED_REASONS:
+            return
+        rid = req_state.request_id
+        if self.strip:
+            rid = _SUFFIX.sub("", rid)  # the id the engine core's lines carry
+        generated = stats.num_generation_tokens
+        e2e = max(0.0, iteration_stats.iteration_timestamp - stats.arrival_time)
+        ttft = stats.first_token_latency if generated else e2e
+        itl = (stats.last_token_ts - stats.first_token_ts) / (generated - 1) if generated > 1 else 0.0
+        self.log.info(_SUMMARY, rid, req_state.prompt_len or 0, generated, ttft * 1e3, max(0.0, itl) * 1e3, e2e)
 
 
 def _block_bytes(sched) -> int:
@@ -201,9 +254,17 @@ def _block_bytes(sched) -> int:
 def _tracer(sched, logger) -> Tracer:
     t = sched.__dict__.get(_ATTR)
     if t is None:
-        t = Tracer(logger)
+        # vLLM keeps stats in the API server when the scheduler does (`log_stats`, the same flag)
+        t = Tracer(logger, summary=not getattr(sched, "log_stats", False))
         sched.__dict__[_ATTR] = t
     return t
+
+
+def _frontend(processor, logger) -> Frontend:
+    f = processor.__dict__.get(_ATTR)
+    if f is None:
+        f = processor.__dict__[_ATTR] = Frontend(logger)
+    return f
 
 
 def _wrap(cls, logger) -> None:
@@ -242,7 +303,7 @@ def _wrap(cls, logger) -> None:
         out = orig_update(self, *args, **kwargs)
         try:
             t = _tracer(self, logger)
-            if t.on:
+            if t.on and t.summary:
                 t.after_update()
         except Exception:  # noqa: BLE001
             _off(self, logger, "update_from_output")
@@ -263,11 +324,11 @@ def _wrap(cls, logger) -> None:
 
     @functools.wraps(orig_free)
     def _free_request(self, request, *args, **kwargs):
-        t = None
+        t = summary = None
         try:
             t = _tracer(self, logger)
             if t.on:
-                t.freeing(request)
+                summary = t.freeing(request)
             else:
                 t = None
         except Exception:  # noqa: BLE001
@@ -276,7 +337,7 @@ def _wrap(cls, logger) -> None:
         out = orig_free(self, request, *args, **kwargs)
         if t is not None:
             try:
-                t.forget(request.request_id)
+                t.freed(request.request_id, summary)
             except Exception:  # noqa: BLE001
                 _off(self, logger, "_free_request")
         return out
@@ -285,7 +346,7 @@ def _wrap(cls, logger) -> None:
     def _free_request_blocks(self, request, *args, **kwargs):
         try:
             t = _tracer(self, logger)
-            if t.on and t.blocks:
+            if t.on:
                 t.freeing_blocks(self, request)
         except Exception:  # noqa: BLE001
             _off(self, logger, "_free_request_blocks")
@@ -294,6 +355,29 @@ def _wrap(cls, logger) -> None:
     for fn in (add_request, schedule, update_from_output, _preempt_request, _free_request, _free_request_blocks):
         setattr(fn, _WRAPPED, True)
         setattr(cls, fn.__name__, fn)
+
+
+def _wrap_frontend(cls, logger) -> None:
+    orig_finished = cls._update_stats_from_finished
+
+    @functools.wraps(orig_finished)
+    def _update_stats_from_finished(self, req_state, finish_reason, iteration_stats, *args, **kwargs):
+        out = orig_finished(self, req_state, finish_reason, iteration_stats, *args, **kwargs)
+        try:
+            f = _frontend(self, logger)
+            if f.on:
+                f.finished(req_state, finish_reason, iteration_stats)
+        except Exception:  # noqa: BLE001
+            try:
+                f = _frontend(self, logger)
+                if f.on:
+                    f.fail("_update_stats_from_finished")
+            except Exception:  # noqa: BLE001
+                pass
+        return out
+
+    setattr(_update_stats_from_finished, _WRAPPED, True)
+    cls._update_stats_from_finished = _update_stats_from_finished
 
 
 def _off(sched, logger, where: str) -> None:
@@ -307,9 +391,10 @@ def _off(sched, logger, where: str) -> None:
         pass
 
 
-def install(scheduler_cls=None, version: str | None = None, logger=None) -> bool:
-    """Wrap the scheduler's methods once per class. False (after one warning) when this vLLM
-    is not a supported version or a hook point is missing: then vLLM runs untouched."""
+def install(scheduler_cls=None, version: str | None = None, logger=None, output_cls=None) -> bool:
+    """Wrap the scheduler's and the output processor's methods once per class. False (after one
+    warning) when this vLLM is not a supported version or a hook point is missing: then vLLM
+    runs untouched."""
     if logger is None:
         from vllm.logger import init_logger
 
@@ -322,16 +407,20 @@ def install(scheduler_cls=None, version: str | None = None, logger=None) -> bool
         return False
     if scheduler_cls is None:
         from vllm.v1.core.sched.scheduler import Scheduler as scheduler_cls
-    if _installed.get(scheduler_cls):
+    if output_cls is None:
+        from vllm.v1.engine.output_processor import OutputProcessor as output_cls
+    if _installed.get(scheduler_cls) and _installed.get(output_cls):
         return True
-    missing = [name for name in HOOKED if not callable(getattr(scheduler_cls, name, None))]
+    missing = [f"{scheduler_cls.__name__}.{name}" for name in HOOKED
+               if not callable(getattr(scheduler_cls, name, None))]
+    missing += [f"{output_cls.__name__}.{name}" for name in FRONTEND_HOOKED
+                if not callable(getattr(output_cls, name, None))]
     if missing:
-        logger.warning("vllm-trace-bridge plugin does nothing: vLLM %s's scheduler has no %s",
-                       version, ", ".join(missing))
+        logger.warning("vllm-trace-bridge plugin does nothing: vLLM %s has no %s", version, ", ".join(missing))
         return False
-    if any(getattr(getattr(scheduler_cls, name), _WRAPPED, False) for name in HOOKED):
-        _installed[scheduler_cls] = True
-        return True
-    _wrap(scheduler_cls, logger)
-    _installed[scheduler_cls] = True
+    if not any(getattr(getattr(scheduler_cls, name), _WRAPPED, False) for name in HOOKED):
+        _wrap(scheduler_cls, logger)
+    if not any(getattr(getattr(output_cls, name), _WRAPPED, False) for name in FRONTEND_HOOKED):
+        _wrap_frontend(output_cls, logger)
+    _installed[scheduler_cls] = _installed[output_cls] = True
     return True

@@ -60,7 +60,7 @@ def native_truth(receiver) -> dict[str, dict]:
 def preempting_run(tmp_path_factory):
     log = tmp_path_factory.mktemp("plugin") / "vllm.log"
     with GrpcReceiver() as native:
-        with Vllm(log, plugin=True, plugin_blocks=True, gpu_blocks=12, otlp_endpoint=native.endpoint) as v:
+        with Vllm(log, plugin=True, gpu_blocks=12, otlp_endpoint=native.endpoint) as v:  # default settings
             ids = v.load(N_REQUESTS, max_tokens=300, prompt_words=100)
             metrics = v.metrics()
         truth = native_truth(native)
@@ -120,28 +120,14 @@ def _differences(truth, traces) -> dict[str, list[float]]:
     return diffs
 
 
-def test_queue_and_e2e_match_vllm_native_tracing_within_5ms(preempting_run):
+def test_queue_ttft_and_e2e_match_vllm_native_tracing_within_5ms_for_every_request(preempting_run):
+    """The summary is written in the API server from vLLM's own request stats, so TTFT and e2e
+    are vLLM's to the microsecond the line prints; the queue time is the engine's own."""
     _log, _ids, _metrics, truth, traces = preempting_run
     assert len(truth) == N_REQUESTS
     diffs = _differences(truth, traces)
-    assert max(diffs["queue"]) <= TOLERANCE_S, diffs["queue"]
-    assert max(diffs["e2e"]) <= TOLERANCE_S, diffs["e2e"]
-
-
-def test_ttft_matches_vllm_native_tracing(preempting_run):
-    """The plugin sees the first token in the engine core; vLLM's tracing stamps it in the API
-    server after it crossed processes, later by the hand-off delay (1-15 ms measured here under
-    30 concurrent requests on 2 shared cores). The median is within 5 ms; the worst within 25."""
-    _log, _ids, _metrics, truth, traces = preempting_run
-    diffs = _differences(truth, traces)
-    assert sorted(diffs["ttft"])[len(diffs["ttft"]) // 2] <= TOLERANCE_S
-    assert max(diffs["ttft"]) <= 0.025, diffs["ttft"]
-
-
-@pytest.mark.xfail(reason="engine-side vs API-server-side first-token stamp; see test_ttft_matches_…", strict=False)
-def test_ttft_matches_vllm_native_tracing_within_5ms_for_every_request(preempting_run):
-    _log, _ids, _metrics, truth, traces = preempting_run
-    assert max(_differences(truth, traces)["ttft"]) <= TOLERANCE_S
+    for k in ("queue", "ttft", "e2e"):
+        assert max(diffs[k]) <= TOLERANCE_S, (k, diffs[k])
 
 
 def test_without_the_plugin_the_thin_trace_still_holds(tmp_path):
