@@ -75,3 +75,15 @@ def test_parser_counts_add_up():
     assert s.lines == len(CASES) + 2
     assert s.recognised == len(CASES) and s.unrecognised == 1 and sum(s.malformed.values()) == 1
     assert s.by_kind["request_timeout"] == 2
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["default", "python"])
+def test_numbers_too_big_for_a_float_are_malformed_not_a_crash(fast):
+    big = "9" * 400
+    p = Parser() if fast else Parser(fast=None)
+    for msg in (f"Allocated block b for request r, size={big}KB",
+                f"Request r: prompt_tokens=1, generated_tokens=2, ttft={big}ms, itl=1ms, total_latency=1s",
+                f"GPU memory usage: {big}GB/16.0GB (88.75%), cache usage: 8.1GB, kv_cache blocks: 512/640",
+                f"NCCL timeout: rank 2 failed to synchronize after {big}s"):
+        assert p(msg) is None, msg
+    assert sum(p.snapshot().malformed.values()) == 4 and p.stats.lines == 4

@@ -60,7 +60,7 @@ enum {
     A_running, A_waiting, A_free_blocks, A_total_blocks,
     A_used_bytes, A_total_bytes, A_utilization, A_kv_blocks_used, A_kv_blocks_total,
     A_t_ttft_s, A_t_itl_s, A_t_free_blocks_ratio, A_t_gpu_memory_ratio,
-    A_ts_ns, A_source,
+    A_ts_ns, A_source, A_release_ns,
     N_ATTRS
 };
 static Attr attrs_[N_ATTRS] = {
@@ -74,7 +74,7 @@ static Attr attrs_[N_ATTRS] = {
     {"running"}, {"waiting"}, {"free_blocks"}, {"total_blocks"},
     {"used_bytes"}, {"total_bytes"}, {"utilization"}, {"kv_blocks_used"}, {"kv_blocks_total"},
     {"ttft_s"}, {"itl_s"}, {"free_blocks_ratio"}, {"gpu_memory_ratio"},
-    {"ts_ns"}, {"source"},
+    {"ts_ns"}, {"source"}, {"release_ns"},
 };
 #define GET(obj, k) get((obj), &attrs_[k])
 
@@ -482,14 +482,22 @@ static PyObject *request_timeline(PyObject *self, PyObject *const *args, Py_ssiz
         TRY(set_attr_of(p->attrs, "vllm.itl_s", s, A_itl_s));
     }
     if (has_terminal) {
+        /* build.py: freed from the end's line, or from the release when that came first */
         PyObject *lf = GET(r, A_last_free_ns);
         NEED(lf);
         if (lf != Py_None) {
-            int64_t last_free;
-            rc = i64(lf, &last_free);
+            int64_t last_free, release = 0, free_start = terminal_ns;
+            PyObject *rel = GET(r, A_release_ns);
+            rc = rel == NULL ? -1 : i64(lf, &last_free);
+            if (rc == 0 && rel != Py_None) {
+                rc = i64(rel, &release);
+                if (rc == 0 && release < terminal_ns)
+                    free_start = release;
+            }
+            Py_XDECREF(rel);
             if (rc == 0) {
                 P *p = &ph[np++];
-                *p = (P){s_freed, 0, terminal_ns, last_free, OBSERVED, OBSERVED};
+                *p = (P){s_freed, 0, free_start, last_free, OBSERVED, OBSERVED};
             }
         }
         Py_DECREF(lf);

@@ -9,7 +9,9 @@
  *   - the record's time is not newer than the assembler's clock (no tick is due) and no NCCL
  *     timeout is held;
  *   - the request id is open (so `_seed_id` is the id itself), and, for an allocation or a
- *     summary, not over (so `_start` continues it rather than starting a new occurrence).
+ *     summary, not over (so `_start` continues it rather than starting a new occurrence);
+ *   - a free names one block, and comes after the request's end or is a preemption's (a
+ *     release before the end's line, as the vLLM plugin writes, is left to Python).
  *
  * Any other call goes to `feed`, the Python method, which stays the reference; the checks are
  * all made before anything is changed, so a declined line is handled by Python alone. A free
@@ -67,7 +69,7 @@ static Attr attrs_[N_ATTRS] = {
     {"min_free_ratio"}, {"max_gpu_ratio"},
 };
 static PyObject *s_now, *s_pending_nccl, *s_open, *s_finish, *s_in_flight, *v_finished, *k_id, *k_size, *k_reason, *n_allocated, *n_freed,
-    *v_timeout;
+    *v_timeout, *v_preempted;
 
 #define BLOCK_EVENTS_KEPT (8 * 32) /* requests.py: _BLOCK_EVENTS_KEPT = 8 * EVENT_CAP */
 
@@ -214,8 +216,8 @@ static PyObject *feeder_call(Feeder *self, PyObject *args, PyObject *kwargs) {
     PyObject **p_rid = slot(event, &attrs_[E_request_id], 0), **p_block = slot(event, &attrs_[E_block], 0);
     PyObject **p_extra = slot(event, &attrs_[alloc ? E_size_bytes : E_reason], 0);
     if (!p_ts || !p_off || !p_rid || !p_block || !p_extra || !*p_ts || !*p_off || !*p_rid || !*p_block || !*p_extra ||
-        !PyLong_CheckExact(*p_ts))
-        return fallback(self, record, event);
+        !PyLong_CheckExact(*p_ts) || (!alloc && (!PyUnicode_Check(*p_block) || PyUnicode_GET_LENGTH(*p_block) == 0)))
+        return fallback(self, record, event);  /* `Freed <n> blocks`: block "" and a count */
     PyObject *ts = *p_ts;
 
     /* feed(): no tick due, no NCCL timeout held */
@@ -254,6 +256,13 @@ static PyObject *feeder_call(Feeder *self, PyObject *args, PyObject *kwargs) {
         (*block_events != Py_None && !PyList_CheckExact(*block_events))) {
         Py_DECREF(r);
         return fallback(self, record, event);
+    }
+    if (!alloc && *terminal == Py_None) {
+        int preempted = PyObject_RichCompareBool(*p_extra, v_preempted, Py_EQ);
+        if (preempted <= 0) {
+            Py_DECREF(r);
+            return preempted < 0 ? NULL : fallback(self, record, event);
+        }
     }
 
     /* The line is taken. */
@@ -464,6 +473,7 @@ PyMODINIT_FUNC PyInit__fastfeed(void) {
     INTERN(n_allocated, "vllm.kv_block.allocated");
     INTERN(n_freed, "vllm.kv_block.freed");
     INTERN(v_timeout, "timeout");
+    INTERN(v_preempted, "preempted");
     INTERN(v_finished, "finished");
     INTERN(s_in_flight, "_in_flight");
     if (PyType_Ready(&FeederType) < 0)

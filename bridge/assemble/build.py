@@ -124,7 +124,7 @@ def _request_timeline(r: RequestState, source: Source, thresholds: Thresholds,
         # blocks before the API server logged the end (V1 with the vLLM plugin), from the
         # first of those frees: either way the span is the release itself.
         free_start = r.release_ns if r.release_ns is not None and r.release_ns < r.terminal_ns else r.terminal_ns
-        phases.append(Phase("freed", 0, free_start, max(free_start, r.last_free_ns), OBSERVED, OBSERVED))
+        phases.append(Phase("freed", 0, free_start, r.last_free_ns, OBSERVED, OBSERVED))
 
     start, stop = min(low, r.first_ns), max(end, r.last_ns)
     for p in phases:

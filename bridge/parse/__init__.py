@@ -54,12 +54,15 @@ def parse_line(message: str, level: str = "", origin: str = "", _rules=RULES,
     `level` is the header's level ("" for a line with no vLLM header); `origin` its `file.py:N`
     (or a JSON record's logger name), which tells chatter from request and engine lines."""
     rules = _rules.get(message[:4])
-    if rules is not None:
-        for rule in rules:
-            event = rule(message)
-            if event is not None:
-                return event
-    event = _fallback(message, level, origin)
+    try:
+        if rules is not None:
+            for rule in rules:
+                event = rule(message)
+                if event is not None:
+                    return event
+        event = _fallback(message, level, origin)
+    except (ValueError, OverflowError):  # the grammar fits but a number does not (1e400 bytes)
+        return MALFORMED
     if event is None and rules is not None:
         return MALFORMED
     return event

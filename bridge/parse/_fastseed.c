@@ -83,9 +83,17 @@ static int load_class(EventClass *c, PyObject *cls, const char *kind) {
     return c->kind == NULL ? -1 : 0;
 }
 
-/* A new instance with its slots set from `values` (references stolen, NULL on error). */
-static PyObject *make(EventClass *c, PyObject **values) {
+/* A new instance with its slots set from `values` (references stolen, NULL on error). A class
+ * whose fields are not the `n` values a rule makes (a field added in Python, not here) is
+ * declined: Py_None, borrowed, and the Python rules answer. */
+#define MAKE(cls, v) make((cls), (v), (int)(sizeof(v) / sizeof((v)[0])))
+static PyObject *make(EventClass *c, PyObject **values, int n) {
     int i;
+    if (n != c->n) {
+        for (i = 0; i < n; i++)
+            Py_XDECREF(values[i]);
+        return Py_None;
+    }
     for (i = 0; i < c->n; i++) {
         if (values[i] == NULL)
             goto fail;
@@ -367,7 +375,7 @@ static PyObject *allocated(Cur *c) {
     if (size == NULL)
         return NULL;
     PyObject *v[3] = {str_of(c, block), str_of(c, rid), size};
-    return make(&classes[ALLOCATED], v);
+    return MAKE(&classes[ALLOCATED], v);
 }
 
 static PyObject *freed(Cur *c) {
@@ -379,8 +387,8 @@ static PyObject *freed(Cur *c) {
         why = str_of(c, reason);
     else
         why = Py_NewRef(empty_str);
-    PyObject *v[3] = {str_of(c, block), str_of(c, rid), why};
-    return make(&classes[FREED], v);
+    PyObject *v[4] = {str_of(c, block), str_of(c, rid), why, PyLong_FromLong(1)};
+    return MAKE(&classes[FREED], v);
 }
 
 static PyObject *scheduling(Cur *c) {
@@ -401,7 +409,7 @@ static PyObject *scheduling(Cur *c) {
         q = Py_NewRef(Py_None);
     }
     PyObject *v[5] = {str_of(c, rid), int_of(c, prio), int_of(c, blocks), int_of(c, remaining), q};
-    return make(&classes[SCHEDULED], v);
+    return MAKE(&classes[SCHEDULED], v);
 }
 
 static PyObject *summary(Cur *c) {
@@ -425,7 +433,7 @@ static PyObject *summary(Cur *c) {
     }
     PyObject *v[6] = {str_of(c, rid), int_of(c, prompt), int_of(c, generated), PyFloat_FromDouble(secs[0] / div[0]),
                       PyFloat_FromDouble(secs[1] / div[1]), PyFloat_FromDouble(secs[2] / div[2])};
-    return make(&classes[SUMMARY], v);
+    return MAKE(&classes[SUMMARY], v);
 }
 
 static PyObject *preempting(Cur *c) {
@@ -434,7 +442,7 @@ static PyObject *preempting(Cur *c) {
         !LIT(c, ", preempted_blocks=") || !digits(c, &blocks, 0))
         return DECLINE;
     PyObject *v[3] = {str_of(c, rid), str_of(c, reason), int_of(c, blocks)};
-    return make(&classes[PREEMPTED], v);
+    return MAKE(&classes[PREEMPTED], v);
 }
 
 static int requests_word(Cur *c) { /* ` requests?` */
@@ -452,7 +460,7 @@ static PyObject *queue(Cur *c) {
         !LIT(c, "/") || !digits(c, &total, 0))
         return DECLINE;
     PyObject *v[4] = {int_of(c, running), int_of(c, waiting), int_of(c, free_), int_of(c, total)};
-    return make(&classes[QUEUE], v);
+    return MAKE(&classes[QUEUE], v);
 }
 
 static PyObject *gpu(Cur *c) {
@@ -487,7 +495,7 @@ static PyObject *gpu(Cur *c) {
         return PyErr_Occurred() ? NULL : DECLINE;
     }
     PyObject *v[6] = {u, t, PyFloat_FromDouble(p / 100.0), ca, int_of(c, kv_used), int_of(c, kv_total)};
-    return make(&classes[GPU], v);
+    return MAKE(&classes[GPU], v);
 }
 
 /* -- module ----------------------------------------------------------------------------------- */

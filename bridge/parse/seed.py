@@ -8,6 +8,7 @@ line meets a regex. A candidate whose regex fails is *malformed*; anything else 
 
 from __future__ import annotations
 
+import math
 import re
 
 from bridge.parse.events import (
@@ -59,7 +60,11 @@ def _size(number: str, unit: str | None) -> int:
 
 
 def duration_s(number: str, unit: str) -> float:
-    return float(number) / _DURATION_DIVISORS[unit]
+    """Seconds; a number too long for a float (hundreds of digits) is not a duration."""
+    seconds = float(number) / _DURATION_DIVISORS[unit]
+    if not math.isfinite(seconds):
+        raise ValueError(f"not a finite duration: {number[:20]}…{unit}")
+    return seconds
 
 
 _DUR = _NUM + r"\s*(ns|us|µs|ms|min|s|m)?"
@@ -216,5 +221,8 @@ def parse_message(msg: str, _rules=PREFILTER) -> Event | None | object:
     rule = _rules.get(msg[:4])
     if rule is None:
         return None
-    event = rule(msg)
+    try:
+        event = rule(msg)
+    except (ValueError, OverflowError):  # the grammar fits but a number does not (1e400 bytes)
+        return MALFORMED
     return MALFORMED if event is None else event
