@@ -421,6 +421,12 @@ def _uvicorn(msg: str) -> Event | None:
 
 
 _PROGRESS = re.compile(r"\d+%(?:\||\s*Completed\s*\|)|\|\s*\d+/\d+ \[[\d:<]+|it/s\]|s/it\]")
+
+
+def _progress(msg: str) -> bool:
+    """A progress bar (tqdm's `42%|` or `| 3/8 [00:01<…`, `it/s]`). Every alternative needs a
+    `%`, a `|` or `it]`/`s]`: testing for those first spares most lines the regex search."""
+    return ("%" in msg or "|" in msg or "it]" in msg or "s]" in msg) and _PROGRESS.search(msg) is not None
 _PY_WARNING = re.compile(r"\S+\.py:\d+: \w*Warning: ")
 #: Header-less lines from libraries in vLLM's processes that carry nothing: nanobind's leak report
 #: at exit, Triton's backend notice, the source line Python prints under a warning.
@@ -475,11 +481,37 @@ def module_of(origin: str) -> str:
     return origin.rsplit(".", 1)[-1]
 
 
-def _notice(msg: str) -> Event | None:
+def _notice_groups() -> dict[str, tuple[tuple[Notice, tuple[str, ...]], ...]]:
+    """First character → ((Notice, prefixes), …) in `_NOTICES`' order: a chatter line is
+    compared with the few prefixes that can match it, not all of them."""
+    groups: dict[str, list] = {}
     for kind, prefixes in _NOTICES:
+        for c in sorted({p[0] for p in prefixes}):
+            groups.setdefault(c, []).append((Notice(kind), tuple(p for p in prefixes if p[0] == c)))
+    return {c: tuple(g) for c, g in groups.items()}
+
+
+_NOTICE_GROUPS = _notice_groups()
+# Notices are frozen: one instance per kind serves every line of that kind.
+_NOISE, _VLLM_OTHER, _TORCH_LOG, _HTTP_SERVER = (Notice("noise"), Notice("vllm_other"), Notice("torch_log"),
+                                                 Notice("http_server"))
+_MODULE_OF: dict[str, str] = {}  # origin → module; origins are a few hundred file:line pairs
+
+
+def _notice(msg: str) -> Event | None:
+    for notice, prefixes in _NOTICE_GROUPS.get(msg[:1], ()):
         if msg.startswith(prefixes):
-            return Notice(kind)
+            return notice
     return None
+
+
+def _chatter_module(origin: str) -> str:
+    module = _MODULE_OF.get(origin)
+    if module is None:
+        if len(_MODULE_OF) >= 4096:
+            _MODULE_OF.clear()
+        module = _MODULE_OF[origin] = module_of(origin)
+    return module
 
 
 _UVICORN_JSON_ACCESS = re.compile(r"\S+ - \"(\S+) (\S+) HTTP/[\d.]+\" (\d{3})")
@@ -490,15 +522,15 @@ def fallback(msg: str, level: str, origin: str = "") -> Event | None:
     line's origin) other vLLM modules' chatter."""
     if origin.startswith("uvicorn"):  # JSON records of uvicorn's loggers: no text header to spot them
         m = _UVICORN_JSON_ACCESS.match(msg)
-        return AccessLog(m[1], m[2].split("?", 1)[0], int(m[3])) if m else Notice("http_server")
+        return AccessLog(m[1], m[2].split("?", 1)[0], int(m[3])) if m else _HTTP_SERVER
     if not level:
         c = msg[:1]
         if c == "[" and _GLOG.match(msg):
             head = msg[:40]
             return engine_error(msg) if "[E" in head or "[F" in head or "[PG " in head or "\n" in msg \
-                else Notice("torch_log")
-        if _PROGRESS.search(msg) or _PY_WARNING.match(msg) or msg.startswith(_LIBRARY_NOISE):
-            return Notice("noise")
+                else _TORCH_LOG
+        if _progress(msg) or _PY_WARNING.match(msg) or msg.startswith(_LIBRARY_NOISE):
+            return _NOISE
         if c.isdigit() and " Engines Aggregated: " in msg[:24]:
             return _stats(msg)
         e = _EXC.match(msg)
@@ -507,12 +539,14 @@ def fallback(msg: str, level: str, origin: str = "") -> Event | None:
         return None
     if level in ("ERROR", "CRITICAL"):
         return engine_error(msg)
-    if _PROGRESS.search(msg):
-        return Notice("noise")
-    event = _notice(msg)
-    if event is None and origin and level in _CHATTER_LEVELS and module_of(origin) not in REQUEST_ENGINE_MODULES:
-        return Notice("vllm_other")
-    return event
+    if ("%" in msg or "|" in msg or "it]" in msg or "s]" in msg) and _PROGRESS.search(msg) is not None:
+        return _NOISE  # _progress(msg), inline: this is the path of most chatter lines
+    for notice, prefixes in _NOTICE_GROUPS.get(msg[:1], ()):
+        if msg.startswith(prefixes):
+            return notice
+    if origin and level in _CHATTER_LEVELS and _chatter_module(origin) not in REQUEST_ENGINE_MODULES:
+        return _VLLM_OTHER
+    return None
 
 
 def _chain(*rules):
