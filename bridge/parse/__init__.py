@@ -46,6 +46,10 @@ def _rules() -> dict[str, tuple]:
 
 
 RULES = _rules()
+if _FAST is not None:
+    # The C answers vLLM modules' chatter from upstream.fallback's own tables (read-only there).
+    _FAST.chatter_tables(RULES, upstream._NOTICE_GROUPS, upstream._MODULE_OF, upstream.REQUEST_ENGINE_MODULES,
+                         upstream._VLLM_OTHER, upstream._CHATTER_LEVELS)
 
 
 def parse_line(message: str, level: str = "", origin: str = "", _rules=RULES,

@@ -577,12 +577,117 @@ static PyObject *parse(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     return r == Py_None ? Py_NewRef(Py_None) : r;
 }
 
+/* -- chatter: what upstream.fallback answers for vLLM modules' INFO/DEBUG/WARNING chatter ----- *
+ *
+ * Only for a line no rule key claims, at a chatter level, from a vLLM module (an origin that is
+ * not uvicorn's) whose module the Python side has already worked out (its `_MODULE_OF` cache),
+ * with none of the characters a progress bar needs: then fallback's answer is a notice by
+ * prefix, `vllm_other`, or nothing, and this gives the same from the same tables
+ * (`chatter_tables`, set by bridge/parse/__init__.py from upstream.py). Anything else, Python.
+ */
+static PyObject *rule_keys, *notice_groups, *module_cache, *request_modules, *vllm_other, *chatter_levels;
+static PyObject *kind_str, *uvicorn_str, *unrecognised_str, *marks[4], *one_int;
+#define UNRECOGNISED ((PyObject *)Py_NotImplemented) /* borrowed sentinel: count it unrecognised */
+
+static PyObject *chatter_tables(PyObject *self, PyObject *args) {
+    PyObject *keys, *groups, *cache, *modules, *other, *levels;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!OO!", &PyDict_Type, &keys, &PyDict_Type, &groups, &PyDict_Type, &cache,
+                          &PyFrozenSet_Type, &modules, &other, &PyFrozenSet_Type, &levels))
+        return NULL;
+    Py_XSETREF(rule_keys, Py_NewRef(keys));
+    Py_XSETREF(notice_groups, Py_NewRef(groups));
+    Py_XSETREF(module_cache, Py_NewRef(cache));
+    Py_XSETREF(request_modules, Py_NewRef(modules));
+    Py_XSETREF(vllm_other, Py_NewRef(other));
+    Py_XSETREF(chatter_levels, Py_NewRef(levels));
+    Py_RETURN_NONE;
+}
+
+/* A new reference to the Notice, UNRECOGNISED or Py_None (both borrowed: Python answers), NULL on error. */
+static PyObject *chatter(PyObject *msg, PyObject *level, PyObject *origin) {
+    if (chatter_levels == NULL || !PyUnicode_CheckExact(level) || !PyUnicode_CheckExact(origin) ||
+        PyUnicode_GET_LENGTH(origin) == 0)
+        return Py_None;
+    int in = PySet_Contains(chatter_levels, level);
+    if (in <= 0)
+        return in < 0 ? NULL : Py_None;
+    Py_ssize_t uv = PyUnicode_Tailmatch(origin, uvicorn_str, 0, PY_SSIZE_T_MAX, -1);
+    if (uv != 0)
+        return uv < 0 ? NULL : Py_None;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(msg);
+    PyObject *key = PyUnicode_Substring(msg, 0, n < 4 ? n : 4);
+    if (key == NULL)
+        return NULL;
+    PyObject *claimed = PyDict_GetItemWithError(rule_keys, key);
+    Py_DECREF(key);
+    if (claimed != NULL || PyErr_Occurred())
+        return PyErr_Occurred() ? NULL : Py_None;
+    for (int k = 0; k < 4; k++) { /* "%", "|", "it]", "s]": a progress bar may be there */
+        Py_ssize_t at = PyUnicode_Find(msg, marks[k], 0, n, 1);
+        if (at != -1)
+            return at == -2 ? NULL : Py_None;
+    }
+    if (n > 0) {
+        PyObject *first = PyUnicode_Substring(msg, 0, 1);
+        if (first == NULL)
+            return NULL;
+        PyObject *group = PyDict_GetItemWithError(notice_groups, first);
+        Py_DECREF(first);
+        if (group == NULL && PyErr_Occurred())
+            return NULL;
+        if (group != NULL) {
+            if (!PyTuple_CheckExact(group))
+                return Py_None;
+            for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(group); i++) {
+                PyObject *entry = PyTuple_GET_ITEM(group, i); /* (notice, prefixes) */
+                if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2)
+                    return Py_None;
+                PyObject *prefixes = PyTuple_GET_ITEM(entry, 1);
+                if (!PyTuple_CheckExact(prefixes))
+                    return Py_None;
+                for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(prefixes); j++) {
+                    PyObject *prefix = PyTuple_GET_ITEM(prefixes, j);
+                    if (!PyUnicode_CheckExact(prefix))
+                        return Py_None;
+                    Py_ssize_t hit = PyUnicode_Tailmatch(msg, prefix, 0, PY_SSIZE_T_MAX, -1);
+                    if (hit < 0)
+                        return NULL;
+                    if (hit)
+                        return Py_NewRef(PyTuple_GET_ITEM(entry, 0));
+                }
+            }
+        }
+    }
+    PyObject *module = PyDict_GetItemWithError(module_cache, origin);
+    if (module == NULL)
+        return PyErr_Occurred() ? NULL : Py_None; /* Python works it out, and caches it */
+    in = PySet_Contains(request_modules, module);
+    if (in < 0)
+        return NULL;
+    return in ? UNRECOGNISED : Py_NewRef(vllm_other);
+}
+
+/* slot += 1 for an int slot at `offset` of `obj`; -1 on error, 1 when it is not a plain int */
+static int bump_slot(PyObject *obj, Py_ssize_t offset) {
+    PyObject **p = (PyObject **)((char *)obj + offset);
+    if (*p == NULL || !PyLong_CheckExact(*p))
+        return 1;
+    Py_ssize_t v = PyLong_AsSsize_t(*p);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    PyObject *next = PyLong_FromSsize_t(v + 1);
+    if (next == NULL)
+        return -1;
+    Py_SETREF(*p, next);
+    return 0;
+}
+
 /* -- Parse: Parser.__call__ as one C call ---------------------------------------------------- */
 
 typedef struct {
     PyObject_HEAD
     PyObject *stats, *counts, *rest, *full;
-    Py_ssize_t lines_offset; /* ParseStats.lines */
+    Py_ssize_t lines_offset, unrecognised_offset; /* ParseStats.lines, .unrecognised */
 } Parse;
 
 static int parse_traverse(Parse *self, visitproc visit, void *arg) {
@@ -626,6 +731,32 @@ static PyObject *parse_call(Parse *self, PyObject *const *args, size_t nargsf, P
     if (event != Py_None)
         return event;
     PyObject *empty = empty_str;
+    if (nargs == 3) {
+        event = chatter(args[0], args[1], args[2]);
+        if (event == NULL)
+            return NULL;
+        if (event == UNRECOGNISED) { /* Parser._rest: stats.unrecognised += 1 */
+            int rc = bump_slot(self->stats, self->unrecognised_offset);
+            if (rc < 0)
+                return NULL;
+            if (rc == 0)
+                Py_RETURN_NONE;
+            /* not a plain int slot (cannot happen with ParseStats): the lines count is made */
+        } else if (event != Py_None) { /* a Notice: Parser._rest counts its kind */
+            PyObject *kind = PyObject_GetAttr(event, kind_str);
+            PyObject *n = kind == NULL ? NULL : PyDict_GetItemWithError(self->counts, kind);
+            PyObject *next = kind == NULL || (n == NULL && PyErr_Occurred()) ? NULL
+                             : n == NULL ? PyLong_FromLong(1) : PyNumber_Add(n, one_int);
+            int rc = next == NULL ? -1 : PyDict_SetItem(self->counts, kind, next);
+            Py_XDECREF(kind);
+            Py_XDECREF(next);
+            if (rc < 0) {
+                Py_DECREF(event);
+                return NULL;
+            }
+            return event;
+        }
+    }
     return PyObject_CallFunctionObjArgs(self->rest, args[0], nargs > 1 ? args[1] : empty, nargs > 2 ? args[2] : empty,
                                         NULL);
 python: /* whatever the Python method makes of such a call, counting included */
@@ -671,12 +802,21 @@ static PyObject *parse_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->base.rest = Py_NewRef(rest);
     self->base.full = Py_NewRef(full);
     self->base.lines_offset = ((PyMemberDescrObject *)d)->d_member->offset;
+    d = _PyType_Lookup(Py_TYPE(stats), unrecognised_str);
+    if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type) || ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX) {
+        Py_DECREF(self);
+        PyErr_SetString(PyExc_TypeError, "stats.unrecognised must be a slot");
+        return NULL;
+    }
+    self->base.unrecognised_offset = ((PyMemberDescrObject *)d)->d_member->offset;
     self->vectorcall = (vectorcallfunc)parse_call;
     return (PyObject *)self;
 }
 
 static PyMethodDef methods[] = {
     {"init", (PyCFunction)init, METH_O, "init(classes: Mapping[str, type]): the event dataclasses"},
+    {"chatter_tables", (PyCFunction)chatter_tables, METH_VARARGS,
+     "chatter_tables(rule_keys, notice_groups, module_cache, request_modules, vllm_other, chatter_levels)"},
     {"parse", (PyCFunction)(void (*)(void))parse, METH_FASTCALL,
      "parse(message, counts) -> event or None (None: ask the Python rules)"},
     {NULL, NULL, 0, NULL},
@@ -687,7 +827,16 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastseed", NULL, -1
 PyMODINIT_FUNC PyInit__fastseed(void) {
     empty_str = PyUnicode_InternFromString("");
     lines_str = PyUnicode_InternFromString("lines");
-    if (empty_str == NULL || lines_str == NULL)
+    unrecognised_str = PyUnicode_InternFromString("unrecognised");
+    kind_str = PyUnicode_InternFromString("kind");
+    uvicorn_str = PyUnicode_InternFromString("uvicorn");
+    marks[0] = PyUnicode_InternFromString("%");
+    marks[1] = PyUnicode_InternFromString("|");
+    marks[2] = PyUnicode_InternFromString("it]");
+    marks[3] = PyUnicode_InternFromString("s]");
+    one_int = PyLong_FromLong(1);
+    if (empty_str == NULL || lines_str == NULL || unrecognised_str == NULL || kind_str == NULL || uvicorn_str == NULL ||
+        !marks[0] || !marks[1] || !marks[2] || !marks[3] || !one_int)
         return NULL;
     ParseType.tp_basicsize = sizeof(ParseVC);
     ParseType.tp_vectorcall_offset = offsetof(ParseVC, vectorcall);

@@ -207,6 +207,8 @@ _STATS_FIELDS = EngineStats.__slots__
 
 def _stats(msg: str) -> Event | None:
     """Any order, any optional field: `Key: value` pairs split on `, `."""
+    if "Running: " not in msg:  # no `Running` field, no stats (below): most `Engi…` lines
+        return None
     engine = None
     m = _ENGINE_PREFIX.match(msg)
     body = msg
