@@ -21,7 +21,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
-from bridge.synth import SynthConfig, write_file  # noqa: E402
 
 
 def ensure_log(lines: int, cri: bool) -> tuple[str, int]:
@@ -31,9 +30,13 @@ def ensure_log(lines: int, cri: bool) -> tuple[str, int]:
     requests = max(10, int(lines / 10.2))
     path = os.path.join(out, f"seed-{requests}{'-cri' if cri else ''}.log")
     if not os.path.exists(path):
+        # In a child process: generating holds the whole log in memory, and a replay forked from
+        # a process that big reports that size as its own peak RSS.
         t = time.time()
-        write_file(path, SynthConfig(requests=requests, seed=42, cri=cri, mean_interarrival_s=0.05,
-                                     nccl_incidents=3, oom_failures=5))
+        subprocess.run([sys.executable, "-c", "import sys; from bridge.synth import SynthConfig, write_file; "
+                        f"write_file(sys.argv[1], SynthConfig(requests={requests}, seed=42, cri={cri}, "
+                        "mean_interarrival_s=0.05, nccl_incidents=3, oom_failures=5))", path],
+                       cwd=ROOT, check=True)
         print(f"generated {path} in {time.time() - t:.1f}s", file=sys.stderr)
     with open(path, "rb") as f:
         n = sum(1 for _ in f)
