@@ -246,7 +246,7 @@ class Agent:
         if st.gateway:
             self._on_gateway(record)
             return
-        event = self._parser(record.message, record.level, record.origin)
+        event = self._parser.parse(record.message, record.level, record.origin)  # C when built
         if event is None:
             return
         if st.skip:
