@@ -10,13 +10,17 @@ from setuptools import Extension, setup
 
 _FLAGS = ["-O2", "-std=c11", "-Wall", "-Wno-missing-braces"]
 
+
+def _fast(stage: str, name: str) -> Extension:
+    """bridge/<stage>/<name>.c, with the header every fast path shares (bridge/_native.h)."""
+    return Extension(f"bridge.{stage}.{name}", [f"bridge/{stage}/{name}.c"], include_dirs=["bridge"],
+                     depends=["bridge/_native.h"], extra_compile_args=_FLAGS, optional=True)
+
+
 setup(ext_modules=[
-    Extension("bridge.assemble._fastbuild", ["bridge/assemble/_fastbuild.c"], extra_compile_args=_FLAGS,
-              optional=True),
-    Extension("bridge.assemble._fastfeed", ["bridge/assemble/_fastfeed.c"], extra_compile_args=_FLAGS,
-              optional=True),
-    Extension("bridge.decode._fastdecode", ["bridge/decode/_fastdecode.c"], extra_compile_args=_FLAGS,
-              optional=True),
-    Extension("bridge.export._fastwire", ["bridge/export/_fastwire.c"], extra_compile_args=_FLAGS, optional=True),
-    Extension("bridge.parse._fastseed", ["bridge/parse/_fastseed.c"], extra_compile_args=_FLAGS, optional=True),
+    _fast("assemble", "_fastbuild"),
+    _fast("assemble", "_fastfeed"),
+    _fast("decode", "_fastdecode"),
+    _fast("export", "_fastwire"),
+    _fast("parse", "_fastseed"),
 ])

@@ -9,46 +9,9 @@
  * of less than 62 bits, a duration or threshold that is not a float, a summary without an
  * end, ... so every odd case, and every error, stays Python's.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <structmember.h>
+#include "_native.h"
 #include <math.h>
 #include <stdint.h>
-
-/* -- attribute access: slots read directly once a type is known ------------------------------- */
-
-typedef struct {
-    const char *text;
-    PyObject *name;
-    PyTypeObject *type[4]; /* the types seen with this name (timeline, phase, event, ...) */
-    Py_ssize_t offset[4];
-} Attr;
-
-static PyObject *get(PyObject *obj, Attr *a) {
-    PyTypeObject *tp = Py_TYPE(obj);
-    for (int k = 0; k < 4; k++) {
-        if (a->type[k] == tp) {
-            PyObject *v = *(PyObject **)((char *)obj + a->offset[k]);
-            if (v != NULL)
-                return Py_NewRef(v);
-            break;
-        }
-    }
-    if (tp->tp_getattro == PyObject_GenericGetAttr) {
-        PyObject *d = _PyType_Lookup(tp, a->name);
-        if (d != NULL && Py_IS_TYPE(d, &PyMemberDescr_Type) &&
-            ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX) {
-            for (int k = 0; k < 4; k++) {
-                if (a->type[k] == NULL) {
-                    a->type[k] = (PyTypeObject *)Py_NewRef(tp);
-                    a->offset[k] = ((PyMemberDescrObject *)d)->d_member->offset;
-                    break;
-                }
-            }
-        }
-    }
-    return PyObject_GetAttr(obj, a->name);
-}
 
 enum {
     A_summary, A_terminal_ns, A_last_ns, A_first_ns, A_outcome, A_timeout_after_s, A_schedules, A_preemptions,
@@ -76,67 +39,16 @@ static Attr attrs_[N_ATTRS] = {
     {"ttft_s"}, {"itl_s"}, {"free_blocks_ratio"}, {"gpu_memory_ratio"},
     {"ts_ns"}, {"source"}, {"release_ns"},
 };
-#define GET(obj, k) get((obj), &attrs_[k])
+#define GET(obj, k) attr_get((obj), &attrs_[k])
 
 /* -- construction of the timeline dataclasses ------------------------------------------------- */
 
-#define MAX_FIELDS 20
-typedef struct {
-    PyTypeObject *type;
-    Py_ssize_t offsets[MAX_FIELDS];
-    int n;
-} Cls;
 static Cls phase_cls, timeline_cls;
 static PyObject *REPORTED, *OBSERVED, *INFERRED;
 static PyObject *s_queued, *s_scheduled, *s_preempted, *s_generating, *s_freed, *s_timeout, *s_failed;
 static PyObject *d_slow_ttft, *d_slow_itl, *d_memory_pressure, *d_gpu_memory_high, *d_preempted;
 static int ready = 0;
 
-static int load_class(Cls *c, PyObject *cls) {
-    if (!PyType_Check(cls)) {
-        PyErr_SetString(PyExc_TypeError, "not a class");
-        return -1;
-    }
-    PyObject *fields = PyObject_GetAttrString(cls, "__dataclass_fields__");
-    if (fields == NULL)
-        return -1;
-    PyObject *key, *value;
-    Py_ssize_t pos = 0;
-    int n = 0;
-    while (PyDict_Next(fields, &pos, &key, &value)) {
-        PyObject *d = n < MAX_FIELDS ? PyDict_GetItemWithError(((PyTypeObject *)cls)->tp_dict, key) : NULL;
-        if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type) ||
-            ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX) {
-            Py_DECREF(fields);
-            if (!PyErr_Occurred())
-                PyErr_Format(PyExc_TypeError, "%R: not a slot", key);
-            return -1;
-        }
-        c->offsets[n++] = ((PyMemberDescrObject *)d)->d_member->offset;
-    }
-    Py_DECREF(fields);
-    Py_XSETREF(c->type, (PyTypeObject *)Py_NewRef(cls));
-    c->n = n;
-    return 0;
-}
-
-/* An instance with its slots set from values (references stolen; NULL if any is NULL). */
-static PyObject *make(Cls *c, PyObject **v) {
-    int i;
-    for (i = 0; i < c->n; i++)
-        if (v[i] == NULL)
-            goto fail;
-    PyObject *obj = c->type->tp_alloc(c->type, 0);
-    if (obj == NULL)
-        goto fail;
-    for (i = 0; i < c->n; i++)
-        *(PyObject **)((char *)obj + c->offsets[i]) = v[i];
-    return obj;
-fail:
-    for (i = 0; i < c->n; i++)
-        Py_XDECREF(v[i]);
-    return NULL;
-}
 
 /* -- values ----------------------------------------------------------------------------------------- */
 
@@ -727,7 +639,7 @@ static PyObject *request_timeline(PyObject *self, PyObject *const *args, Py_ssiz
                           PyLong_FromLongLong(p->end), Py_NewRef(p->st), Py_NewRef(p->et),
                           p->attrs ? Py_NewRef(p->attrs) : PyDict_New(), Py_NewRef(p->events),
                           PyLong_FromLongLong(p->dropped)};
-        PyObject *obj = phase_cls.n == 9 ? make(&phase_cls, v) : NULL;
+        PyObject *obj = phase_cls.n == 9 ? cls_make(&phase_cls, v) : NULL;
         if (obj == NULL) {
             Py_DECREF(phases);
             NEED(NULL);
@@ -741,7 +653,7 @@ static PyObject *request_timeline(PyObject *self, PyObject *const *args, Py_ssiz
         Py_NewRef(attrs), Py_NewRef(root_events), PyLong_FromLongLong(dropped), phases,
         GET(r, A_first_offset), GET(r, A_last_offset), Py_NewRef(parent),
     };
-    result = timeline_cls.n == 17 ? make(&timeline_cls, v) : NULL;
+    result = timeline_cls.n == 17 ? cls_make(&timeline_cls, v) : NULL;
     if (result == NULL && !PyErr_Occurred())
         PyErr_SetString(PyExc_TypeError, "RequestTimeline changed shape");
     rc = result == NULL ? -1 : 0;
@@ -784,7 +696,7 @@ static PyObject *init(PyObject *self, PyObject *args) {
     PyObject *phase, *timeline, *reported, *observed, *inferred;
     if (!PyArg_ParseTuple(args, "OOUUU", &phase, &timeline, &reported, &observed, &inferred))
         return NULL;
-    if (load_class(&phase_cls, phase) < 0 || load_class(&timeline_cls, timeline) < 0)
+    if (cls_load(&phase_cls, phase) < 0 || cls_load(&timeline_cls, timeline) < 0)
         return NULL;
     if (phase_cls.n != 9 || timeline_cls.n != 17) {
         PyErr_SetString(PyExc_TypeError, "Phase or RequestTimeline changed shape: update _fastbuild.c");
@@ -805,10 +717,6 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastbuild", NULL, -1, methods};
-
-#define INTERN(var, text)                                   \
-    if ((var = PyUnicode_InternFromString(text)) == NULL) \
-    return NULL
 
 PyMODINIT_FUNC PyInit__fastbuild(void) {
     for (int k = 0; k < N_ATTRS; k++)

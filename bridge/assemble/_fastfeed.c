@@ -17,41 +17,10 @@
  * all made before anything is changed, so a declined line is handled by Python alone. A free
  * or a summary that completes a finished request calls the assembler's own `_finish`.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <structmember.h>
+#include "_native.h"
 
-typedef struct {
-    const char *text;
-    PyObject *name;
-    PyTypeObject *type[4]; /* the types seen with this name (timeline, phase, event, ...) */
-    Py_ssize_t offset[4];
-} Attr;
-
-/* The slot of `obj` named by `a` as a borrowed pointer to its storage, or NULL when `obj`'s
- * type does not keep it in a plain slot (the caller then declines). `write`: the caller will
- * set it, so the type must not customise setting attributes. Each Attr is used by the
- * fields of read-only objects (records, frozen events) or of RequestState, never both. */
-static PyObject **slot(PyObject *obj, Attr *a, int write) {
-    PyTypeObject *tp = Py_TYPE(obj);
-    for (int k = 0; k < 4; k++)
-        if (a->type[k] == tp)
-            return (PyObject **)((char *)obj + a->offset[k]);
-    if (tp->tp_getattro != PyObject_GenericGetAttr || (write && tp->tp_setattro != PyObject_GenericSetAttr))
-        return NULL;
-    PyObject *d = _PyType_Lookup(tp, a->name);
-    if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type) || ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX ||
-        (((PyMemberDescrObject *)d)->d_member->flags & READONLY))
-        return NULL;
-    for (int k = 0; k < 4; k++) {
-        if (a->type[k] == NULL) {
-            a->type[k] = (PyTypeObject *)Py_NewRef(tp);
-            a->offset[k] = ((PyMemberDescrObject *)d)->d_member->offset;
-            break;
-        }
-    }
-    return (PyObject **)((char *)obj + ((PyMemberDescrObject *)d)->d_member->offset);
-}
+/* attr_slot (bridge/_native.h) is given each Attr for the fields of read-only objects (records,
+ * frozen events) or of RequestState, never both: a type it has seen is not checked again. */
 
 enum {
     R_ts_ns, R_offset,                                 /* Record */
@@ -142,8 +111,8 @@ static int quiet(Feeder *self, PyObject *ts) {
 /* _on_summary for an open request not yet over: _start continues it, r.summary = ev,
  * _terminate(r, ts, "finished"), and _finish(r) when it holds no block. */
 static PyObject *summary(Feeder *self, PyObject *record, PyObject *event) {
-    PyObject **p_ts = slot(record, &attrs_[R_ts_ns], 0), **p_off = slot(record, &attrs_[R_offset], 0);
-    PyObject **p_rid = slot(event, &attrs_[E_request_id], 0);
+    PyObject **p_ts = attr_slot(record, &attrs_[R_ts_ns], 0), **p_off = attr_slot(record, &attrs_[R_offset], 0);
+    PyObject **p_rid = attr_slot(event, &attrs_[E_request_id], 0);
     if (!p_ts || !p_off || !p_rid || !*p_ts || !*p_off || !*p_rid || !PyLong_CheckExact(*p_ts))
         return fallback(self, record, event);
     PyObject *ts = *p_ts;
@@ -157,10 +126,10 @@ static PyObject *summary(Feeder *self, PyObject *record, PyObject *event) {
     if (in_flight == NULL)
         return NULL;
     Py_INCREF(r);
-    PyObject **terminal = slot(r, &attrs_[S_terminal_ns], 1), **last_ns = slot(r, &attrs_[S_last_ns], 1);
-    PyObject **last_offset = slot(r, &attrs_[S_last_offset], 1), **held = slot(r, &attrs_[S_held], 1);
-    PyObject **outcome = slot(r, &attrs_[S_outcome], 1), **sum = slot(r, &attrs_[S_summary], 1);
-    PyObject **request_id = slot(r, &attrs_[S_request_id], 1);
+    PyObject **terminal = attr_slot(r, &attrs_[S_terminal_ns], 1), **last_ns = attr_slot(r, &attrs_[S_last_ns], 1);
+    PyObject **last_offset = attr_slot(r, &attrs_[S_last_offset], 1), **held = attr_slot(r, &attrs_[S_held], 1);
+    PyObject **outcome = attr_slot(r, &attrs_[S_outcome], 1), **sum = attr_slot(r, &attrs_[S_summary], 1);
+    PyObject **request_id = attr_slot(r, &attrs_[S_request_id], 1);
     PyObject *result = NULL;
     if (!PyDict_CheckExact(in_flight) || !terminal || !last_ns || !last_offset || !held || !outcome || !sum ||
         !request_id || !*terminal || !*last_ns || !*last_offset || !*held || !*outcome || !*sum || !*request_id ||
@@ -212,9 +181,9 @@ static PyObject *feeder_call(Feeder *self, PyObject *args, PyObject *kwargs) {
     if (!alloc && etype != self->freed_type)
         return fallback(self, record, event);
 
-    PyObject **p_ts = slot(record, &attrs_[R_ts_ns], 0), **p_off = slot(record, &attrs_[R_offset], 0);
-    PyObject **p_rid = slot(event, &attrs_[E_request_id], 0), **p_block = slot(event, &attrs_[E_block], 0);
-    PyObject **p_extra = slot(event, &attrs_[alloc ? E_size_bytes : E_reason], 0);
+    PyObject **p_ts = attr_slot(record, &attrs_[R_ts_ns], 0), **p_off = attr_slot(record, &attrs_[R_offset], 0);
+    PyObject **p_rid = attr_slot(event, &attrs_[E_request_id], 0), **p_block = attr_slot(event, &attrs_[E_block], 0);
+    PyObject **p_extra = attr_slot(event, &attrs_[alloc ? E_size_bytes : E_reason], 0);
     if (!p_ts || !p_off || !p_rid || !p_block || !p_extra || !*p_ts || !*p_off || !*p_rid || !*p_block || !*p_extra ||
         !PyLong_CheckExact(*p_ts) || (!alloc && (!PyUnicode_Check(*p_block) || PyUnicode_GET_LENGTH(*p_block) == 0)))
         return fallback(self, record, event);  /* `Freed <n> blocks`: block "" and a count */
@@ -245,11 +214,11 @@ static PyObject *feeder_call(Feeder *self, PyObject *args, PyObject *kwargs) {
         return fallback(self, record, event);
     }
     Py_INCREF(r);
-    PyObject **terminal = slot(r, &attrs_[S_terminal_ns], 1), **last_ns = slot(r, &attrs_[S_last_ns], 1);
-    PyObject **last_offset = slot(r, &attrs_[S_last_offset], 1), **count = slot(r, &attrs_[alloc ? S_allocated : S_freed], 1);
-    PyObject **held = slot(r, &attrs_[S_held], 1), **block_events = slot(r, &attrs_[S_block_events], 1);
-    PyObject **block_dropped = slot(r, &attrs_[S_block_dropped], 1), **last_free = slot(r, &attrs_[S_last_free_ns], 1);
-    PyObject **outcome = slot(r, &attrs_[S_outcome], 1);
+    PyObject **terminal = attr_slot(r, &attrs_[S_terminal_ns], 1), **last_ns = attr_slot(r, &attrs_[S_last_ns], 1);
+    PyObject **last_offset = attr_slot(r, &attrs_[S_last_offset], 1), **count = attr_slot(r, &attrs_[alloc ? S_allocated : S_freed], 1);
+    PyObject **held = attr_slot(r, &attrs_[S_held], 1), **block_events = attr_slot(r, &attrs_[S_block_events], 1);
+    PyObject **block_dropped = attr_slot(r, &attrs_[S_block_dropped], 1), **last_free = attr_slot(r, &attrs_[S_last_free_ns], 1);
+    PyObject **outcome = attr_slot(r, &attrs_[S_outcome], 1);
     if (!terminal || !last_ns || !last_offset || !count || !held || !block_events || !block_dropped || !last_free ||
         !outcome || !*terminal || !*last_ns || !*last_offset || !*count || !*held || !*block_events ||
         !*block_dropped || !*last_free || !*outcome || (alloc && *terminal != Py_None) ||
@@ -407,16 +376,16 @@ static PyObject *fan_out(PyObject *module, PyObject *const *args, Py_ssize_t nar
     PyObject *key, *r;
     Py_ssize_t pos = 0;
     while (PyDict_Next(states, &pos, &key, &r)) { /* check first: all or nothing */
-        PyObject **e = slot(r, &attrs_[S_events], 1), **d = slot(r, &attrs_[S_dropped], 1);
-        PyObject **lo = slot(r, &attrs_[S_min_free_ratio], 1), **hi = slot(r, &attrs_[S_max_gpu_ratio], 1);
+        PyObject **e = attr_slot(r, &attrs_[S_events], 1), **d = attr_slot(r, &attrs_[S_dropped], 1);
+        PyObject **lo = attr_slot(r, &attrs_[S_min_free_ratio], 1), **hi = attr_slot(r, &attrs_[S_max_gpu_ratio], 1);
         if (!e || !d || !lo || !hi || !*e || !*d || !*lo || !*hi || (*e != Py_None && !PyList_CheckExact(*e)))
             Py_RETURN_FALSE;
     }
     pos = 0;
     while (PyDict_Next(states, &pos, &key, &r)) {
         Py_INCREF(r);
-        PyObject **e = slot(r, &attrs_[S_events], 1), **d = slot(r, &attrs_[S_dropped], 1);
-        PyObject **lo = slot(r, &attrs_[S_min_free_ratio], 1), **hi = slot(r, &attrs_[S_max_gpu_ratio], 1);
+        PyObject **e = attr_slot(r, &attrs_[S_events], 1), **d = attr_slot(r, &attrs_[S_dropped], 1);
+        PyObject **lo = attr_slot(r, &attrs_[S_min_free_ratio], 1), **hi = attr_slot(r, &attrs_[S_max_gpu_ratio], 1);
         int rc = 0;
         if (*e == Py_None) { /* add_event */
             PyObject *list = PyList_New(0);
@@ -455,10 +424,6 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastfeed", NULL, -1, methods};
-
-#define INTERN(var, text)                                   \
-    if ((var = PyUnicode_InternFromString(text)) == NULL) \
-    return NULL
 
 PyMODINIT_FUNC PyInit__fastfeed(void) {
     for (int k = 0; k < N_ATTRS; k++)

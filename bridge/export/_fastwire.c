@@ -15,9 +15,7 @@
  * and an attribute value is encoded as wire.any_value does: str, bool, int (two's complement,
  * 64 bits), float (double), list/tuple (ArrayValue), else str(value).
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <structmember.h>
+#include "_native.h"
 #include <stdint.h>
 #include <string.h>
 
@@ -383,40 +381,7 @@ static int attributes(Buf *b, unsigned char tag, PyObject *attrs, PyObject **ove
 
 /* -- timelines ------------------------------------------------------------------------------------ */
 
-/* getattr(obj, name), reading a slot directly once the type is known to hold it there (the
- * dataclasses of bridge/assemble/timeline.py are slotted). */
-typedef struct {
-    PyObject *name;
-    PyTypeObject *type[4]; /* the types seen with this name (timeline, phase, event, ...) */
-    Py_ssize_t offset[4];
-} Attr;
-
-static PyObject *get(PyObject *obj, Attr *a) {
-    PyTypeObject *tp = Py_TYPE(obj);
-    for (int k = 0; k < 4; k++) {
-        if (a->type[k] == tp) {
-            PyObject *v = *(PyObject **)((char *)obj + a->offset[k]);
-            if (v != NULL)
-                return Py_NewRef(v);
-            break; /* unset: let getattr raise */
-        }
-    }
-    if (tp->tp_getattro == PyObject_GenericGetAttr) {
-        PyObject *d = _PyType_Lookup(tp, a->name);
-        if (d != NULL && Py_IS_TYPE(d, &PyMemberDescr_Type) &&
-            ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX) {
-            for (int k = 0; k < 4; k++) {
-                if (a->type[k] == NULL) {
-                    a->type[k] = (PyTypeObject *)Py_NewRef(tp); /* held: the pointer stays valid */
-                    a->offset[k] = ((PyMemberDescrObject *)d)->d_member->offset;
-                    break;
-                }
-            }
-        }
-    }
-    return PyObject_GetAttr(obj, a->name);
-}
-
+/* The dataclasses of bridge/assemble/timeline.py are slotted: attr_get reads their slots. */
 static Attr s_phases, s_parent, s_trace_id, s_span_id, s_start_ns, s_end_ns, s_attrs, s_events, s_dropped_events, s_error_type, s_error_message, s_start_timing, s_end_timing, s_name, s_ts_ns;
 static PyObject *k_timing, *k_timing_start, *k_timing_end, *v_inferred, *v_observed;
 
@@ -437,7 +402,7 @@ static int u64_of(PyObject *v, uint64_t *out) {
 }
 
 static int get_u64(PyObject *obj, Attr *name, uint64_t *out) {
-    PyObject *v = get(obj, name);
+    PyObject *v = attr_get(obj, name);
     if (v == NULL)
         return -1;
     int r = u64_of(v, out);
@@ -511,8 +476,8 @@ static int event(Buf *b, PyObject *e) {
     {
         uint64_t ts;
         int r = get_u64(e, &s_ts_ns, &ts);
-        PyObject *name = r == 0 ? get(e, &s_name) : NULL;
-        PyObject *attrs = name ? get(e, &s_attrs) : NULL;
+        PyObject *name = r == 0 ? attr_get(e, &s_name) : NULL;
+        PyObject *attrs = name ? attr_get(e, &s_attrs) : NULL;
         if (attrs != NULL) {
             Py_ssize_t at = open_sized(b, 0x5a, 2);
             if (at < 0 || fixed64(b, 0x09, ts) < 0 || !PyUnicode_Check(name) || put_str_field(b, 0x12, name) < 0 ||
@@ -532,7 +497,7 @@ static int event(Buf *b, PyObject *e) {
 }
 
 static int dropped(Buf *b, PyObject *obj) {
-    PyObject *v = get(obj, &s_dropped_events);
+    PyObject *v = attr_get(obj, &s_dropped_events);
     if (v == NULL)
         return -1;
     int truth = PyObject_IsTrue(v);
@@ -579,10 +544,10 @@ static int span(Buf *b, PyObject *obj, PyObject *tid, PyObject *sid, PyObject *p
         if (put(b, ids, 2) < 0 || put(b, PyBytes_AS_STRING(parent_sid), 8) < 0)
             return -1;
     }
-    PyObject *start_t = get(obj, &s_start_timing);
-    PyObject *end_t = start_t ? get(obj, &s_end_timing) : NULL;
-    PyObject *attrs = end_t ? get(obj, &s_attrs) : NULL;
-    PyObject *evs = attrs ? get(obj, &s_events) : NULL;
+    PyObject *start_t = attr_get(obj, &s_start_timing);
+    PyObject *end_t = start_t ? attr_get(obj, &s_end_timing) : NULL;
+    PyObject *attrs = end_t ? attr_get(obj, &s_attrs) : NULL;
+    PyObject *evs = attrs ? attr_get(obj, &s_events) : NULL;
     PyObject *name = NULL, *timing = NULL;
     r = evs ? 0 : -1;
     if (r == 0) {
@@ -590,7 +555,7 @@ static int span(Buf *b, PyObject *obj, PyObject *tid, PyObject *sid, PyObject *p
             static const unsigned char head[] = "\x2a\x0cvllm.request\x30\x02";
             r = put(b, head, sizeof head - 1);
         } else {
-            name = get(obj, &s_name);
+            name = attr_get(obj, &s_name);
             r = name == NULL ? -1 : !PyUnicode_Check(name) ? DECLINE : put_str_field(b, 0x2a, name);
             if (r == 0) {
                 static const unsigned char kind[2] = {0x30, 0x01};
@@ -615,13 +580,13 @@ static int span(Buf *b, PyObject *obj, PyObject *tid, PyObject *sid, PyObject *p
     if (r == 0)
         r = dropped(b, obj);
     if (r == 0 && root) {
-        PyObject *et = get(obj, &s_error_type);
+        PyObject *et = attr_get(obj, &s_error_type);
         int truth = et == NULL ? -1 : PyObject_IsTrue(et);
         Py_XDECREF(et);
         if (truth < 0) {
             r = -1;
         } else if (truth) {
-            PyObject *msg = get(obj, &s_error_message);
+            PyObject *msg = attr_get(obj, &s_error_message);
             int has = msg == NULL ? -1 : PyObject_IsTrue(msg);
             if (has < 0 || (has && !PyUnicode_Check(msg))) {
                 r = has < 0 ? -1 : DECLINE;
@@ -649,8 +614,8 @@ static int span(Buf *b, PyObject *obj, PyObject *tid, PyObject *sid, PyObject *p
 static PyObject *encode(PyObject *t, PyObject *tid, PyObject *root_id, PyObject *phase_ids, PyObject *cache) {
     if (!id_bytes(root_id, 8) || !PyList_CheckExact(phase_ids))
         Py_RETURN_NONE;
-    PyObject *parent = get(t, &s_parent);
-    PyObject *phases = parent ? get(t, &s_phases) : NULL;
+    PyObject *parent = attr_get(t, &s_parent);
+    PyObject *phases = parent ? attr_get(t, &s_phases) : NULL;
     PyObject *ptid = NULL, *psid = NULL;
     /* One buffer kept between calls (it grows to the largest request once); a nested call,
      * which only odd attribute values could cause through their __str__, gets its own. */
@@ -664,8 +629,8 @@ static PyObject *encode(PyObject *t, PyObject *tid, PyObject *root_id, PyObject 
     if (r == 0 && (!PyList_Check(phases) || PyList_GET_SIZE(phases) != PyList_GET_SIZE(phase_ids)))
         r = DECLINE;
     if (r == 0 && parent != Py_None) { /* into the caller's trace, under its span when known */
-        ptid = get(parent, &s_trace_id);
-        psid = ptid ? get(parent, &s_span_id) : NULL;
+        ptid = attr_get(parent, &s_trace_id);
+        psid = ptid ? attr_get(parent, &s_span_id) : NULL;
         if (psid == NULL)
             r = -1;
         else if (!id_bytes(ptid, 16))
@@ -718,7 +683,7 @@ static Attr s_source = {NULL}, s_key = {NULL}, s_request_id = {NULL}, s_occurren
 
 /* a str attribute as UTF-8; NULL (with or without an error set) when it is not an exact str */
 static const char *utf8_attr(PyObject *obj, Attr *a, PyObject **hold, Py_ssize_t *len) {
-    *hold = get(obj, a);
+    *hold = attr_get(obj, a);
     if (*hold == NULL || !PyUnicode_CheckExact(*hold))
         return NULL;
     const char *u = PyUnicode_AsUTF8AndSize(*hold, len);
@@ -737,7 +702,7 @@ static PyObject *spans(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     PyObject *tid = NULL, *root = NULL, *out = NULL;
     Py_ssize_t nk, nr, no;
     const char *k, *r, *o;
-    src = get(t, &s_source);
+    src = attr_get(t, &s_source);
     if (src == NULL)
         return NULL;
     k = utf8_attr(src, &s_key, &key, &nk);
@@ -764,7 +729,7 @@ static PyObject *spans(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     b2_final(&c, rootd);
     if ((root = PyBytes_FromStringAndSize((const char *)rootd, 8)) == NULL)
         goto done;
-    phases = get(t, &s_phases);
+    phases = attr_get(t, &s_phases);
     if (phases == NULL || !PyList_CheckExact(phases))
         goto done;
     Py_ssize_t n = PyList_GET_SIZE(phases);
@@ -774,7 +739,7 @@ static PyObject *spans(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
         PyObject *p = PyList_GET_ITEM(phases, i), *name, *index;
         Py_ssize_t nn;
         const char *u = utf8_attr(p, &s_name, &name, &nn);
-        index = u ? get(p, &s_index) : NULL;
+        index = u ? attr_get(p, &s_index) : NULL;
         char num[32];
         int ok = index != NULL && PyLong_CheckExact(index);
         long long x = ok ? PyLong_AsLongLong(index) : 0;
@@ -839,10 +804,6 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastwire", NULL, -1, methods};
-
-#define INTERN(var, text)                                   \
-    if ((var = PyUnicode_InternFromString(text)) == NULL) \
-    return NULL
 
 PyMODINIT_FUNC PyInit__fastwire(void) {
     INTERN(s_phases.name, "phases");

@@ -16,19 +16,13 @@
  * filled directly (a frozen dataclass's __init__ goes through object.__setattr__, the slowest
  * part of building one). `init(classes)` gives the classes.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <structmember.h>
+#include "_native.h"
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
-#define MAX_FIELDS 8
-
 typedef struct {
-    PyTypeObject *type;
-    Py_ssize_t offsets[MAX_FIELDS];
-    int n;
+    Cls cls;        /* the event dataclass (bridge/_native.h) */
     PyObject *kind; /* counter key */
 } EventClass;
 
@@ -43,42 +37,9 @@ static EventClass classes[N_CLASSES];
 static int ready = 0;
 static PyObject *empty_str, *lines_str;
 
-/* Slot offsets of a slotted dataclass, in field order (`__dataclass_fields__` is ordered). */
 static int load_class(EventClass *c, PyObject *cls, const char *kind) {
-    if (!PyType_Check(cls)) {
-        PyErr_SetString(PyExc_TypeError, "not a class");
+    if (cls_load(&c->cls, cls) < 0)
         return -1;
-    }
-    PyObject *fields = PyObject_GetAttrString(cls, "__dataclass_fields__");
-    if (fields == NULL)
-        return -1;
-    PyObject *key, *value;
-    Py_ssize_t pos = 0;
-    int n = 0;
-    while (PyDict_Next(fields, &pos, &key, &value)) {
-        if (n >= MAX_FIELDS) {
-            Py_DECREF(fields);
-            PyErr_SetString(PyExc_ValueError, "too many fields");
-            return -1;
-        }
-        PyObject *descr = PyDict_GetItemWithError(((PyTypeObject *)cls)->tp_dict, key);
-        if (descr == NULL || !PyObject_TypeCheck(descr, &PyMemberDescr_Type)) {
-            Py_DECREF(fields);
-            if (!PyErr_Occurred())
-                PyErr_Format(PyExc_TypeError, "%R is not a slot", key);
-            return -1;
-        }
-        PyMemberDef *m = ((PyMemberDescrObject *)descr)->d_member;
-        if (m->type != T_OBJECT_EX) {
-            Py_DECREF(fields);
-            PyErr_Format(PyExc_TypeError, "%R: unexpected slot type", key);
-            return -1;
-        }
-        c->offsets[n++] = m->offset;
-    }
-    Py_DECREF(fields);
-    Py_XSETREF(c->type, (PyTypeObject *)Py_NewRef(cls));
-    c->n = n;
     Py_XSETREF(c->kind, PyUnicode_InternFromString(kind));
     return c->kind == NULL ? -1 : 0;
 }
@@ -88,26 +49,12 @@ static int load_class(EventClass *c, PyObject *cls, const char *kind) {
  * declined: Py_None, borrowed, and the Python rules answer. */
 #define MAKE(cls, v) make((cls), (v), (int)(sizeof(v) / sizeof((v)[0])))
 static PyObject *make(EventClass *c, PyObject **values, int n) {
-    int i;
-    if (n != c->n) {
-        for (i = 0; i < n; i++)
+    if (n != c->cls.n) {
+        for (int i = 0; i < n; i++)
             Py_XDECREF(values[i]);
         return Py_None;
     }
-    for (i = 0; i < c->n; i++) {
-        if (values[i] == NULL)
-            goto fail;
-    }
-    PyObject *obj = c->type->tp_alloc(c->type, 0);
-    if (obj == NULL)
-        goto fail;
-    for (i = 0; i < c->n; i++)
-        *(PyObject **)((char *)obj + c->offsets[i]) = values[i];
-    return obj;
-fail:
-    for (i = 0; i < c->n; i++)
-        Py_XDECREF(values[i]);
-    return NULL;
+    return cls_make(&c->cls, values);
 }
 
 /* -- a cursor over an ASCII message ------------------------------------------------------ */
