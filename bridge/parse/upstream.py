@@ -541,11 +541,11 @@ def fallback(msg: str, level: str, origin: str = "") -> Event | None:
         return None
     if level in ("ERROR", "CRITICAL"):
         return engine_error(msg)
-    if ("%" in msg or "|" in msg or "it]" in msg or "s]" in msg) and _PROGRESS.search(msg) is not None:
-        return _NOISE  # _progress(msg), inline: this is the path of most chatter lines
-    for notice, prefixes in _NOTICE_GROUPS.get(msg[:1], ()):
-        if msg.startswith(prefixes):
-            return notice
+    if _progress(msg):
+        return _NOISE
+    notice = _notice(msg)
+    if notice is not None:
+        return notice
     if origin and level in _CHATTER_LEVELS and _chatter_module(origin) not in REQUEST_ENGINE_MODULES:
         return _VLLM_OTHER
     return None

@@ -53,21 +53,38 @@ def _flag(environ, name: str, default: str) -> str:
     return environ.get(name, default).strip().lower()
 
 
-class Tracer:
+class _Hooks:
+    """What every hooked object's state has: vLLM's logger, the off switch a plugin error
+    throws, and the API server's spelling of an engine request id."""
+
+    def __init__(self, logger, environ=os.environ) -> None:
+        self.log = logger
+        self.on = True
+        self.strip = _flag(environ, "VLLM_DISABLE_REQUEST_ID_RANDOMIZATION", "0") not in ("1", "true")
+
+    def api_id(self, engine_id: str) -> str:
+        """`<id>-<8 hex>` → `<id>`: the id the API server logged (unless vLLM keeps ids as given)."""
+        return _SUFFIX.sub("", engine_id) if self.strip else engine_id
+
+    def fail(self, where: str) -> None:
+        self.on = False
+        self.log.warning("vllm-trace-bridge plugin switched off after an error in %s; vLLM is unaffected",
+                         where, exc_info=True)
+
+
+class Tracer(_Hooks):
     """What one scheduler's hooks remember between calls. Everything is bounded by the number
     of requests the scheduler holds: entries go when a request is freed."""
 
     def __init__(self, logger, environ=os.environ, clock=time.time, summary: bool = True) -> None:
-        self.log = logger
+        super().__init__(logger, environ)
         self.summary = summary  # False: the API server writes it (vLLM keeps stats there)
-        self.on = True
         self.clock = clock
         self.blocks = _flag(environ, "VLLM_TRACE_BRIDGE_PLUGIN_BLOCKS", "0") in ("1", "true", "yes", "on")
         try:
             self.interval = float(environ.get("VLLM_TRACE_BRIDGE_PLUGIN_QUEUE_INTERVAL_S", "1"))
         except ValueError:
             self.interval = 1.0
-        self.strip = _flag(environ, "VLLM_DISABLE_REQUEST_ID_RANDOMIZATION", "0") not in ("1", "true")
         self.next_queue = 0.0
         self.last_queue: tuple | None = None
         self.pending_first: dict[str, object] = {}   # engine id → Request, no first token yet
@@ -79,14 +96,8 @@ class Tracer:
     def rid(self, engine_id: str) -> str:
         rid = self.ids.get(engine_id)
         if rid is None:
-            rid = _SUFFIX.sub("", engine_id) if self.strip else engine_id
-            self.ids[engine_id] = rid
+            rid = self.ids[engine_id] = self.api_id(engine_id)
         return rid
-
-    def fail(self, where: str) -> None:
-        self.on = False
-        self.log.warning("vllm-trace-bridge plugin switched off after an error in %s; vLLM is unaffected",
-                         where, exc_info=True)
 
     # -- hooks (called after/around vLLM's own method) ----------------------------------
 
@@ -212,19 +223,9 @@ class Tracer:
             info("Freed block %d for request %s, reason=%s", b, rid, reason)
 
 
-class Frontend:
+class Frontend(_Hooks):
     """The API server's side: one summary line per completed request, written where vLLM itself
     stamps the first token and the end (its `IterationStats`), from the same numbers."""
-
-    def __init__(self, logger, environ=os.environ) -> None:
-        self.log = logger
-        self.on = True
-        self.strip = _flag(environ, "VLLM_DISABLE_REQUEST_ID_RANDOMIZATION", "0") not in ("1", "true")
-
-    def fail(self, where: str) -> None:
-        self.on = False
-        self.log.warning("vllm-trace-bridge plugin switched off after an error in %s; vLLM is unaffected",
-                         where, exc_info=True)
 
     def finished(self, req_state, finish_reason, iteration_stats) -> None:
         stats = req_state.stats
@@ -232,9 +233,7 @@ class Frontend:
             return  # no stats kept: the engine core writes the summary from its own clock
         if getattr(finish_reason, "name", str(finish_reason)) not in _COMPLETED_REASONS:
             return
-        rid = req_state.request_id
-        if self.strip:
-            rid = _SUFFIX.sub("", rid)  # the id the engine core's lines carry
+        rid = self.api_id(req_state.request_id)  # the id the engine core's lines carry
         generated = stats.num_generation_tokens
         e2e = max(0.0, iteration_stats.iteration_timestamp - stats.arrival_time)
         ttft = stats.first_token_latency if generated else e2e
@@ -368,25 +367,19 @@ def _wrap_frontend(cls, logger) -> None:
             if f.on:
                 f.finished(req_state, finish_reason, iteration_stats)
         except Exception:  # noqa: BLE001
-            try:
-                f = _frontend(self, logger)
-                if f.on:
-                    f.fail("_update_stats_from_finished")
-            except Exception:  # noqa: BLE001
-                pass
+            _off(self, logger, "_update_stats_from_finished", _frontend)
         return out
 
     setattr(_update_stats_from_finished, _WRAPPED, True)
     cls._update_stats_from_finished = _update_stats_from_finished
 
 
-def _off(sched, logger, where: str) -> None:
+def _off(obj, logger, where: str, state=_tracer) -> None:
+    """A hook failed: switch that object's hooks off, saying so once."""
     try:
-        t = sched.__dict__.get(_ATTR)
-        if t is None:
-            t = sched.__dict__[_ATTR] = Tracer(logger)
-        if t.on:
-            t.fail(where)
+        h = state(obj, logger)
+        if h.on:
+            h.fail(where)
     except Exception:  # noqa: BLE001
         pass
 
