@@ -217,7 +217,11 @@ def test_parse_fast_path_matches_on_perturbed_seed_lines(message):
 
 
 _CHATTER_STARTS = ["Route: ", "Waiting for ", "EngineCore waiting", "Found ", "Using ", "Padding batch",
-                   "Memory usage", "Engine 000: ", "Received request x", "Avg prompt", "[shutdown] ", "", "É", "x"]
+                   "Memory usage", "Engine 000: ", "Received request x", "Avg prompt", "[shutdown] ", "", "É", "x",
+                   # keys a rule claims, with and without their guards' prefixes (GUARDS)
+                   "Engine", "EngineCore failed to start", "EngineCore loop active", "Memory profiling takes ",
+                   "Memo", "Processed prompts", "Process ", "Initializing a", "Initialized", "Worker", "torch",
+                   "GPU KV cache size: ", "Requ", "Sche"]
 
 
 @native
@@ -238,6 +242,79 @@ def test_parse_fast_path_matches_on_chatter(lines):
         got = fast.parse(message, level, origin)
         assert got == expected and type(got) is type(expected), (message, level, origin)
     assert fast.snapshot() == pure.snapshot()
+
+
+_HEADERLESS_STARTS = ["INFO:     ", "WARNING:  ", "ERROR:\t", "INFO:", "INFO: ", "DEBUG:    ", "CRITICAL: ",
+                      "[W1115 10:00:00.1 x.cpp:1", "[W ", "[W", "[E1115 ", "[F1115 ", "[rank0]:[W1115 ", "[PG 1",
+                      "[", "Processed prompts: ", "Loading safetensors", "Process ", "Traceback (most recent",
+                      "Engine 000: ", "2 Engines Aggregated: ", "x.py:1: UserWarning: ", "", "x"]
+_HEADERLESS_PARTS = ["10.0.0.7:5123", " - \"", "POST", "GET", " ", "/v1/chat/completions", "?a=1", " HTTP/1.1",
+                     " HTTP/", "\" ", "200", "4", " OK", "it/s]", "s/it]", "] ", "\n", "[E", "[PG ", "█", "%|",
+                     "\t", "\x1c", "é", "0"]
+
+
+@native
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.sampled_from(_HEADERLESS_STARTS),
+                          st.lists(st.one_of(st.sampled_from(_HEADERLESS_PARTS), st.text(max_size=6)), max_size=12)),
+                min_size=1, max_size=8))
+def test_parse_fast_path_matches_on_headerless_lines(lines):
+    """Lines with no vLLM header (uvicorn, torch glog, tqdm, ...) answered in C (`headerless` in
+    _fastseed.c) against the Python rules and fallback."""
+    fast, pure = Parser(), Parser(fast=None)
+    for start, parts in lines:
+        message = start + "".join(parts)
+        expected = pure(message, "", "")
+        got = fast.parse(message, "", "")
+        assert got == expected and type(got) is type(expected), message
+        got = fast.parse(message)  # the same line, level and origin left out
+        assert got == expected and type(got) is type(expected), message
+        pure(message)
+    assert fast.snapshot() == pure.snapshot()
+
+
+@native
+@pytest.mark.parametrize("message", [  # one per branch of `headerless` and `access_line`, and its near misses
+    'INFO:     1.2.3.4:5 - "GET /a?b HTTP/1.1" 200 OK', 'WARNING:  h - "GET / HTTP/2" 404',
+    'ERROR:\th - "GET / HTTP/1.0" 500', 'INFO:h - "GET / HTTP/1.1" 200', 'INFO:     h - "GET / HTTP/1.1" 20',
+    'INFO:     h - "GET / HTTP/1.1"200', 'INFO:     h - "GET / HTTP/1.1" 20x', 'INFO:     h - "GET / HTTP/" 200', 'INFO:     h - "GET  / HTTP/1.1" 200',
+    'INFO:     h -  "GET / HTTP/1.1" 200', 'INFO:     h\t- "GET / HTTP/1.1" 200', 'INFO:     é - "GET / HTTP/1.1" 200',
+    'INFO:     Started server process [7]', 'DEBUG:    h - "GET / HTTP/1.1" 200',
+    "[W1115 10:00:00.1 x.cpp:1] Warning: w", "[W 1 x.cpp:1] w", "[W1115 x.cpp:1]w", "[Wx 1 x.cpp:1] w",
+    "[W1115 10:00:00.1 x.cpp:1] [PG 0 Rank 1] w", "[W1115 1 x.cpp:1] [E w", "[W1115 1 x.cpp:1] [F w",
+    "[W1115 10:00:00.1 x.cpp:1] Warning: a long line that only then says [E at 60",
+    "[W1115 1 x.cpp:1] w\n[W1115 1 x.cpp:1] w", "[W1115 1 x.cpp:1\n] w", "[W1] ", "[W1]  ",
+    "Processed prompts: 100%|██| 2/2 [00:01<00:00, 1.50it/s]", "Loading: 1/2 [00:10<00:10, 10.0s/it]",
+    "x it/s] y", "x s/it] y", "x it/s y", "Process 7: it/s]", "Process x:\nTraceback it/s]",
+])
+def test_parse_fast_path_matches_on_headerless_near_misses(message):
+    fast, pure = Parser(), Parser(fast=None)
+    expected = pure(message, "", "")
+    got = fast.parse(message, "", "")
+    assert got == expected and type(got) is type(expected)
+    assert fast.snapshot() == pure.snapshot()
+
+
+@native
+def test_headerless_access_progress_and_glog_lines_take_the_c_path():
+    """The equivalence tests compare answers, and a C that declines gives Python's answer; this
+    checks the C is the one answering: a Parse whose Python fallbacks only record being called."""
+    from bridge.parse import _FAST, ParseStats
+    called = []
+    counts: dict[str, int] = {}
+    parse = _FAST.Parse(ParseStats(), counts, lambda *a: called.append(a), lambda *a: called.append(a))
+    access = [parse(f'{level}:     10.0.0.7:5123 - "POST /v1/chat/completions?x=1 HTTP/1.1" 200 OK', "", "")
+              for level in ("INFO", "WARNING", "ERROR")]
+    glog = [parse(m, "", "") for m in ("[W1115 10:00:00.123 ProcessGroupNCCL.cpp:1250] Warning: TORCH_NCCL_AVOID",
+                                       "[W1] w", "[W1115 10:00:00.1 x.cpp:1] Warning: a long line, and [E at 60")]
+    bars = [parse(m, "", "") for m in ("Processed prompts:  50%|█████     | 1/2 [00:01<00:01, 1.00it/s]",
+                                       "Loading: 1/2 [00:10<00:10, 10.0s/it]")]
+    assert called == []
+    assert {(e.method, e.path, e.status) for e in access} == {("POST", "/v1/chat/completions", 200)}
+    assert [e.kind for e in glog + bars] == ["torch_log"] * 3 + ["noise"] * 2
+    assert counts == {"http_access": 3, "torch_log": 3, "noise": 2}
+    parse("[W1115 10:00:00.123 x.cpp:1] Warning: two\nlines", "", "")  # joined: Python decides
+    assert len(called) == 1
 
 
 @native

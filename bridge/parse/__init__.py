@@ -45,11 +45,27 @@ def _rules() -> dict[str, tuple]:
     return table
 
 
+def _guards(rules: dict[str, tuple]) -> dict[str, tuple[str, ...]]:
+    """Key → the prefixes a message needs for any of its rules to run, for keys whose rules are
+    all guarded (`upstream._starting`). A keyed line with none of them is chatter, as if no key
+    claimed it. Only the prefixes that can share the key are kept."""
+    guards = {}
+    for key, group in rules.items():
+        if all(hasattr(rule, "prefixes") for rule in group):
+            guards[key] = tuple(dict.fromkeys(p for rule in group for p in rule.prefixes
+                                              if p.startswith(key) or key.startswith(p)))
+    return guards
+
+
 RULES = _rules()
+GUARDS = _guards(RULES)
 if _FAST is not None:
-    # The C answers vLLM modules' chatter from upstream.fallback's own tables (read-only there).
-    _FAST.chatter_tables(RULES, upstream._NOTICE_GROUPS, upstream._MODULE_OF, upstream.REQUEST_ENGINE_MODULES,
-                         upstream._VLLM_OTHER, upstream._CHATTER_LEVELS)
+    # The C answers the commonest lines fallback takes (chatter, uvicorn, glog, tqdm) from its own
+    # tables (read-only there).
+    _FAST.tables({"rule_keys": RULES, "guards": GUARDS, "notice_groups": upstream._NOTICE_GROUPS,
+                  "module_cache": upstream._MODULE_OF, "request_modules": upstream.REQUEST_ENGINE_MODULES,
+                  "vllm_other": upstream._VLLM_OTHER, "chatter_levels": upstream._CHATTER_LEVELS,
+                  "noise": upstream._NOISE, "torch_log": upstream._TORCH_LOG, "uvicorn_rule": upstream._uvicorn})
 
 
 def parse_line(message: str, level: str = "", origin: str = "", _rules=RULES,

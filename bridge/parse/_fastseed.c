@@ -26,22 +26,37 @@ typedef struct {
     PyObject *kind; /* counter key */
 } EventClass;
 
-enum { SUMMARY, SCHEDULED, PREEMPTED, QUEUE, ALLOCATED, FREED, GPU, N_CLASSES };
+enum { SUMMARY, SCHEDULED, PREEMPTED, QUEUE, ALLOCATED, FREED, GPU, ACCESS, N_CLASSES };
 static const char *class_names[N_CLASSES] = {
-    "RequestSummary", "Scheduled", "Preempted", "QueueState", "BlockAllocated", "BlockFreed", "GpuMemory",
-};
-static const char *kind_names[N_CLASSES] = {
-    "request_summary", "scheduling", "preemption", "queue_state", "block_alloc", "block_free", "gpu_memory",
+    "RequestSummary", "Scheduled", "Preempted", "QueueState", "BlockAllocated", "BlockFreed", "GpuMemory", "AccessLog",
 };
 static EventClass classes[N_CLASSES];
 static int ready = 0;
-static PyObject *empty_str, *lines_str;
+static PyObject *empty_str, *lines_str, *kind_str, *one_int;
 
-static int load_class(EventClass *c, PyObject *cls, const char *kind) {
+/* The class, and its counter key from events.KIND (`kinds`): the names are written once, there. */
+static int load_class(EventClass *c, PyObject *cls, PyObject *kinds) {
     if (cls_load(&c->cls, cls) < 0)
         return -1;
-    Py_XSETREF(c->kind, PyUnicode_InternFromString(kind));
-    return c->kind == NULL ? -1 : 0;
+    PyObject *kind = PyDict_GetItemWithError(kinds, cls);
+    if (kind == NULL || !PyUnicode_CheckExact(kind)) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_TypeError, "KIND has no name for %R", cls);
+        return -1;
+    }
+    Py_XSETREF(c->kind, Py_NewRef(kind));
+    return 0;
+}
+
+/* counts[kind] += 1 */
+static int bump(PyObject *counts, PyObject *kind) {
+    PyObject *n = PyDict_GetItemWithError(counts, kind);
+    if (n == NULL && PyErr_Occurred())
+        return -1;
+    PyObject *next = n == NULL ? PyLong_FromLong(1) : PyNumber_Add(n, one_int);
+    int rc = next == NULL ? -1 : PyDict_SetItem(counts, kind, next);
+    Py_XDECREF(next);
+    return rc;
 }
 
 /* A new instance with its slots set from `values` (references stolen, NULL on error). A class
@@ -448,15 +463,24 @@ static PyObject *gpu(Cur *c) {
 /* -- module ----------------------------------------------------------------------------------- */
 
 static PyObject *init(PyObject *self, PyObject *mapping) {
+    PyObject *kinds = PyMapping_GetItemString(mapping, "KIND");
+    if (kinds == NULL)
+        return NULL;
+    if (!PyDict_Check(kinds)) {
+        Py_DECREF(kinds);
+        PyErr_SetString(PyExc_TypeError, "KIND must be a dict");
+        return NULL;
+    }
     for (int k = 0; k < N_CLASSES; k++) {
         PyObject *cls = PyMapping_GetItemString(mapping, class_names[k]);
-        if (cls == NULL)
+        int r = cls == NULL ? -1 : load_class(&classes[k], cls, kinds);
+        Py_XDECREF(cls);
+        if (r < 0) {
+            Py_DECREF(kinds);
             return NULL;
-        int r = load_class(&classes[k], cls, kind_names[k]);
-        Py_DECREF(cls);
-        if (r < 0)
-            return NULL;
+        }
     }
+    Py_DECREF(kinds);
     ready = 1;
     Py_RETURN_NONE;
 }
@@ -489,26 +513,11 @@ static PyObject *parse_core(PyObject *msg, PyObject *counts) {
     }
     if (event == NULL || event == Py_None)
         return event;
-    PyObject *kind = classes[which].kind;
-    PyObject *n = PyDict_GetItemWithError(counts, kind);
-    PyObject *next;
-    if (n == NULL) {
-        if (PyErr_Occurred())
-            goto fail;
-        next = PyLong_FromLong(1);
-    } else {
-        Py_ssize_t count = PyLong_AsSsize_t(n);
-        next = count == -1 && PyErr_Occurred() ? NULL : PyLong_FromSsize_t(count + 1);
+    if (bump(counts, classes[which].kind) < 0) {
+        Py_DECREF(event);
+        return NULL;
     }
-    if (next == NULL || PyDict_SetItem(counts, kind, next) < 0) {
-        Py_XDECREF(next);
-        goto fail;
-    }
-    Py_DECREF(next);
     return event;
-fail:
-    Py_DECREF(event);
-    return NULL;
 }
 
 static PyObject *parse(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -524,56 +533,99 @@ static PyObject *parse(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     return r == Py_None ? Py_NewRef(Py_None) : r;
 }
 
-/* -- chatter: what upstream.fallback answers for vLLM modules' INFO/DEBUG/WARNING chatter ----- *
+/* -- the rest of upstream.fallback, for the commonest lines no rule takes ---------------------- *
  *
- * Only for a line no rule key claims, at a chatter level, from a vLLM module (an origin that is
- * not uvicorn's) whose module the Python side has already worked out (its `_MODULE_OF` cache),
- * with none of the characters a progress bar needs: then fallback's answer is a notice by
- * prefix, `vllm_other`, or nothing, and this gives the same from the same tables
- * (`chatter_tables`, set by bridge/parse/__init__.py from upstream.py). Anything else, Python.
+ * `fallback` answers a line no rule takes: vLLM modules' chatter by prefix or by module, and
+ * header-less writers (uvicorn, torch's glog, tqdm). These answer the same from the same tables
+ * (`tables`, set once by bridge/parse/__init__.py from upstream.py, read-only there), for the
+ * cases they are sure of; anything else, Python. A line whose key a rule claims counts as
+ * unclaimed only when its key's guards (`GUARDS`) all say no: then its rules would not run.
  */
-static PyObject *rule_keys, *notice_groups, *module_cache, *request_modules, *vllm_other, *chatter_levels;
-static PyObject *kind_str, *uvicorn_str, *unrecognised_str, *marks[4], *one_int;
+static PyObject *rule_keys, *rule_guards, *notice_groups, *module_cache, *request_modules, *vllm_other,
+    *chatter_levels, *noise, *torch_log, *uvicorn_rule;
+static PyObject *uvicorn_str, *unrecognised_str, *marks[4], *rate_marks[2], *glog_marks[3], *newline_str,
+    *glog_end_str;
 #define UNRECOGNISED ((PyObject *)Py_NotImplemented) /* borrowed sentinel: count it unrecognised */
 
-static PyObject *chatter_tables(PyObject *self, PyObject *args) {
-    PyObject *keys, *groups, *cache, *modules, *other, *levels;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!OO!", &PyDict_Type, &keys, &PyDict_Type, &groups, &PyDict_Type, &cache,
-                          &PyFrozenSet_Type, &modules, &other, &PyFrozenSet_Type, &levels))
+static int table(PyObject *d, const char *name, PyTypeObject *type, PyObject **slot) {
+    PyObject *v = PyDict_GetItemString(d, name);
+    if (v == NULL || (type != NULL && !Py_IS_TYPE(v, type))) {
+        PyErr_Format(PyExc_TypeError, "tables: %s missing or not a %s", name, type != NULL ? type->tp_name : "value");
+        return -1;
+    }
+    Py_XSETREF(*slot, Py_NewRef(v));
+    return 0;
+}
+
+static PyObject *tables(PyObject *self, PyObject *d) {
+    if (!PyDict_Check(d)) {
+        PyErr_SetString(PyExc_TypeError, "tables(dict)");
         return NULL;
-    Py_XSETREF(rule_keys, Py_NewRef(keys));
-    Py_XSETREF(notice_groups, Py_NewRef(groups));
-    Py_XSETREF(module_cache, Py_NewRef(cache));
-    Py_XSETREF(request_modules, Py_NewRef(modules));
-    Py_XSETREF(vllm_other, Py_NewRef(other));
-    Py_XSETREF(chatter_levels, Py_NewRef(levels));
+    }
+    if (table(d, "rule_keys", &PyDict_Type, &rule_keys) < 0 || table(d, "guards", &PyDict_Type, &rule_guards) < 0 ||
+        table(d, "notice_groups", &PyDict_Type, &notice_groups) < 0 ||
+        table(d, "module_cache", &PyDict_Type, &module_cache) < 0 ||
+        table(d, "request_modules", &PyFrozenSet_Type, &request_modules) < 0 ||
+        table(d, "vllm_other", NULL, &vllm_other) < 0 || table(d, "chatter_levels", &PyFrozenSet_Type, &chatter_levels) < 0 ||
+        table(d, "noise", NULL, &noise) < 0 || table(d, "torch_log", NULL, &torch_log) < 0 ||
+        table(d, "uvicorn_rule", NULL, &uvicorn_rule) < 0)
+        return NULL;
     Py_RETURN_NONE;
+}
+
+/* How the rules stand on `msg`: 0 no key claims it, 1 claimed but every guard of the key says no
+ * (its rules would not run), 2 a rule may take it (`*rules`, borrowed: the key's rules), -1 error. */
+static int claim(PyObject *msg, PyObject **rules) {
+    Py_ssize_t n = PyUnicode_GET_LENGTH(msg);
+    PyObject *key = PyUnicode_Substring(msg, 0, n < 4 ? n : 4);
+    if (key == NULL)
+        return -1;
+    *rules = PyDict_GetItemWithError(rule_keys, key);
+    PyObject *guard = *rules == NULL ? NULL : PyDict_GetItemWithError(rule_guards, key);
+    Py_DECREF(key);
+    if (PyErr_Occurred())
+        return -1;
+    if (*rules == NULL)
+        return 0;
+    if (guard == NULL || !PyTuple_CheckExact(guard))
+        return 2;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(guard); i++) {
+        PyObject *prefix = PyTuple_GET_ITEM(guard, i);
+        if (!PyUnicode_CheckExact(prefix))
+            return 2;
+        Py_ssize_t hit = PyUnicode_Tailmatch(msg, prefix, 0, PY_SSIZE_T_MAX, -1);
+        if (hit != 0)
+            return hit < 0 ? -1 : 2;
+    }
+    return 1;
+}
+
+/* 1 when `msg` holds one of `subs` within [0, end), 0 when not, -1 on error */
+static int holds(PyObject *msg, PyObject **subs, int count, Py_ssize_t end) {
+    for (int k = 0; k < count; k++) {
+        Py_ssize_t at = PyUnicode_Find(msg, subs[k], 0, end, 1);
+        if (at != -1)
+            return at == -2 ? -1 : 1;
+    }
+    return 0;
 }
 
 /* A new reference to the Notice, UNRECOGNISED or Py_None (both borrowed: Python answers), NULL on error. */
 static PyObject *chatter(PyObject *msg, PyObject *level, PyObject *origin) {
-    if (chatter_levels == NULL || !PyUnicode_CheckExact(level) || !PyUnicode_CheckExact(origin) ||
-        PyUnicode_GET_LENGTH(origin) == 0)
-        return Py_None;
     int in = PySet_Contains(chatter_levels, level);
     if (in <= 0)
         return in < 0 ? NULL : Py_None;
     Py_ssize_t uv = PyUnicode_Tailmatch(origin, uvicorn_str, 0, PY_SSIZE_T_MAX, -1);
     if (uv != 0)
         return uv < 0 ? NULL : Py_None;
+    PyObject *rules;
+    int claimed = claim(msg, &rules);
+    if (claimed != 0 && claimed != 1)
+        return claimed < 0 ? NULL : Py_None;
     Py_ssize_t n = PyUnicode_GET_LENGTH(msg);
-    PyObject *key = PyUnicode_Substring(msg, 0, n < 4 ? n : 4);
-    if (key == NULL)
-        return NULL;
-    PyObject *claimed = PyDict_GetItemWithError(rule_keys, key);
-    Py_DECREF(key);
-    if (claimed != NULL || PyErr_Occurred())
-        return PyErr_Occurred() ? NULL : Py_None;
-    for (int k = 0; k < 4; k++) { /* "%", "|", "it]", "s]": a progress bar may be there */
-        Py_ssize_t at = PyUnicode_Find(msg, marks[k], 0, n, 1);
-        if (at != -1)
-            return at == -2 ? NULL : Py_None;
-    }
+    int bar = holds(msg, marks, 4, n); /* "%", "|", "it]", "s]": a progress bar may be there */
+    if (bar != 0)
+        return bar < 0 ? NULL : Py_None;
     if (n > 0) {
         PyObject *first = PyUnicode_Substring(msg, 0, 1);
         if (first == NULL)
@@ -611,7 +663,84 @@ static PyObject *chatter(PyObject *msg, PyObject *level, PyObject *origin) {
     in = PySet_Contains(request_modules, module);
     if (in < 0)
         return NULL;
-    return in ? UNRECOGNISED : Py_NewRef(vllm_other);
+    if (in) /* a keyed line no rule took is malformed, not unrecognised: Python counts it */
+        return claimed ? Py_None : UNRECOGNISED;
+    return Py_NewRef(vllm_other);
+}
+
+/* uvicorn's `(?:INFO|WARNING|ERROR):\s+\S+ - "(\S+) (\S+) HTTP/[\d.]+" (\d{3})` (upstream._uvicorn):
+ * the AccessLog, or Py_None (borrowed). Every quantifier is followed by what it cannot match, so
+ * the first path is the only one. */
+static PyObject *access_line(PyObject *msg) {
+    if (!PyUnicode_IS_ASCII(msg))
+        return Py_None;
+    Cur c = {(const char *)PyUnicode_1BYTE_DATA(msg), PyUnicode_GET_LENGTH(msg), 0};
+    Span host, method, path, version, status;
+    if (!(LIT(&c, "INFO:") || LIT(&c, "WARNING:") || LIT(&c, "ERROR:")))
+        return Py_None;
+    Py_ssize_t gap = c.i;
+    spaces(&c);
+    if (c.i == gap || !nonspace(&c, &host) || !LIT(&c, " - \"") || !nonspace(&c, &method) || !LIT(&c, " ") ||
+        !nonspace(&c, &path) || !LIT(&c, " HTTP/"))
+        return Py_None;
+    version.a = c.i;
+    while (c.i < c.n && (is_digit(c.s[c.i]) || c.s[c.i] == '.'))
+        c.i++;
+    if (c.i == version.a || !LIT(&c, "\" ") || c.n - c.i < 3 || !is_digit(c.s[c.i]) || !is_digit(c.s[c.i + 1]) ||
+        !is_digit(c.s[c.i + 2]))
+        return Py_None;
+    status.a = c.i;
+    status.b = c.i + 3;
+    for (Py_ssize_t i = path.a; i < path.b; i++) /* path.split("?", 1)[0] */
+        if (c.s[i] == '?') {
+            path.b = i;
+            break;
+        }
+    PyObject *v[3] = {str_of(&c, method), str_of(&c, path), int_of(&c, status)};
+    if (v[0] == NULL || v[1] == NULL || v[2] == NULL) {
+        for (int k = 0; k < 3; k++)
+            Py_XDECREF(v[k]);
+        return NULL;
+    }
+    return MAKE(&classes[ACCESS], v);
+}
+
+/* A line with no vLLM header (level and origin ""): what the key's rules and then fallback
+ * answer, for uvicorn's access line, torch's glog warning and a tqdm bar showing its rate.
+ * A new reference, Py_None (borrowed: Python answers) or NULL. */
+static PyObject *headerless(PyObject *msg) {
+    PyObject *rules;
+    int claimed = claim(msg, &rules);
+    if (claimed < 0)
+        return NULL;
+    if (claimed == 2) { /* a rule may take it: only uvicorn's, alone under its key, is done here */
+        if (PyTuple_CheckExact(rules) && PyTuple_GET_SIZE(rules) == 1 && PyTuple_GET_ITEM(rules, 0) == uvicorn_rule)
+            return access_line(msg);
+        return Py_None;
+    }
+    Py_ssize_t n = PyUnicode_GET_LENGTH(msg);
+    if (n == 0)
+        return Py_None;
+    int r;
+    if (PyUnicode_READ_CHAR(msg, 0) == '[') {
+        /* `\[W[\d ].*?\] ` of _GLOG on one line, with no `[E`, `[F`, `[PG ` in its first 40
+         * characters: a warning, not an error (fallback's own test) */
+        if (n < 5 || PyUnicode_READ_CHAR(msg, 1) != 'W')
+            return Py_None;
+        Py_UCS4 d = PyUnicode_READ_CHAR(msg, 2);
+        if (!(d == ' ' || (d >= '0' && d <= '9')))
+            return Py_None;
+        Py_ssize_t nl = PyUnicode_Find(msg, newline_str, 0, n, 1);
+        Py_ssize_t end = nl == -2 ? -2 : PyUnicode_Find(msg, glog_end_str, 3, n, 1);
+        if (nl == -2 || end == -2)
+            return NULL;
+        if (nl != -1 || end == -1)
+            return Py_None;
+        r = holds(msg, glog_marks, 3, n < 40 ? n : 40);
+        return r < 0 ? NULL : r ? Py_None : Py_NewRef(torch_log);
+    }
+    r = holds(msg, rate_marks, 2, n); /* `it/s\]|s/it\]`: _PROGRESS finds a bar */
+    return r < 0 ? NULL : r ? Py_NewRef(noise) : Py_None;
 }
 
 /* slot += 1 for an int slot at `offset` of `obj`; -1 on error, 1 when it is not a plain int */
@@ -677,9 +806,12 @@ static PyObject *parse_call(Parse *self, PyObject *const *args, size_t nargsf, P
     PyObject *event = parse_core(args[0], self->counts);
     if (event != Py_None)
         return event;
-    PyObject *empty = empty_str;
-    if (nargs == 3) {
-        event = chatter(args[0], args[1], args[2]);
+    PyObject *empty = empty_str, *level = nargs > 1 ? args[1] : empty, *origin = nargs > 2 ? args[2] : empty;
+    if (rule_keys != NULL && PyUnicode_CheckExact(level) && PyUnicode_CheckExact(origin)) {
+        if (PyUnicode_GET_LENGTH(level) == 0)
+            event = PyUnicode_GET_LENGTH(origin) == 0 ? headerless(args[0]) : Py_None;
+        else
+            event = PyUnicode_GET_LENGTH(origin) == 0 ? Py_None : chatter(args[0], level, origin);
         if (event == NULL)
             return NULL;
         if (event == UNRECOGNISED) { /* Parser._rest: stats.unrecognised += 1 */
@@ -689,14 +821,11 @@ static PyObject *parse_call(Parse *self, PyObject *const *args, size_t nargsf, P
             if (rc == 0)
                 Py_RETURN_NONE;
             /* not a plain int slot (cannot happen with ParseStats): the lines count is made */
-        } else if (event != Py_None) { /* a Notice: Parser._rest counts its kind */
-            PyObject *kind = PyObject_GetAttr(event, kind_str);
-            PyObject *n = kind == NULL ? NULL : PyDict_GetItemWithError(self->counts, kind);
-            PyObject *next = kind == NULL || (n == NULL && PyErr_Occurred()) ? NULL
-                             : n == NULL ? PyLong_FromLong(1) : PyNumber_Add(n, one_int);
-            int rc = next == NULL ? -1 : PyDict_SetItem(self->counts, kind, next);
+        } else if (event != Py_None) { /* Parser._rest counts its kind: a Notice's own, else KIND's */
+            PyObject *kind = Py_IS_TYPE(event, classes[ACCESS].cls.type) ? Py_NewRef(classes[ACCESS].kind)
+                                                                         : PyObject_GetAttr(event, kind_str);
+            int rc = kind == NULL ? -1 : bump(self->counts, kind);
             Py_XDECREF(kind);
-            Py_XDECREF(next);
             if (rc < 0) {
                 Py_DECREF(event);
                 return NULL;
@@ -704,8 +833,7 @@ static PyObject *parse_call(Parse *self, PyObject *const *args, size_t nargsf, P
             return event;
         }
     }
-    return PyObject_CallFunctionObjArgs(self->rest, args[0], nargs > 1 ? args[1] : empty, nargs > 2 ? args[2] : empty,
-                                        NULL);
+    return PyObject_CallFunctionObjArgs(self->rest, args[0], level, origin, NULL);
 python: /* whatever the Python method makes of such a call, counting included */
     return PyObject_Vectorcall(self->full, args, nargsf, kwnames);
 }
@@ -762,8 +890,9 @@ static PyObject *parse_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 
 static PyMethodDef methods[] = {
     {"init", (PyCFunction)init, METH_O, "init(classes: Mapping[str, type]): the event dataclasses"},
-    {"chatter_tables", (PyCFunction)chatter_tables, METH_VARARGS,
-     "chatter_tables(rule_keys, notice_groups, module_cache, request_modules, vllm_other, chatter_levels)"},
+    {"tables", (PyCFunction)tables, METH_O,
+     "tables({rule_keys, guards, notice_groups, module_cache, request_modules, vllm_other, chatter_levels, noise, "
+     "torch_log, uvicorn_rule}): upstream.fallback's tables"},
     {"parse", (PyCFunction)(void (*)(void))parse, METH_FASTCALL,
      "parse(message, counts) -> event or None (None: ask the Python rules)"},
     {NULL, NULL, 0, NULL},
@@ -781,9 +910,17 @@ PyMODINIT_FUNC PyInit__fastseed(void) {
     marks[1] = PyUnicode_InternFromString("|");
     marks[2] = PyUnicode_InternFromString("it]");
     marks[3] = PyUnicode_InternFromString("s]");
+    rate_marks[0] = PyUnicode_InternFromString("it/s]");
+    rate_marks[1] = PyUnicode_InternFromString("s/it]");
+    glog_marks[0] = PyUnicode_InternFromString("[E");
+    glog_marks[1] = PyUnicode_InternFromString("[F");
+    glog_marks[2] = PyUnicode_InternFromString("[PG ");
+    newline_str = PyUnicode_InternFromString("\n");
+    glog_end_str = PyUnicode_InternFromString("] ");
     one_int = PyLong_FromLong(1);
     if (empty_str == NULL || lines_str == NULL || unrecognised_str == NULL || kind_str == NULL || uvicorn_str == NULL ||
-        !marks[0] || !marks[1] || !marks[2] || !marks[3] || !one_int)
+        !marks[0] || !marks[1] || !marks[2] || !marks[3] || !rate_marks[0] || !rate_marks[1] || !glog_marks[0] ||
+        !glog_marks[1] || !glog_marks[2] || !newline_str || !glog_end_str || !one_int)
         return NULL;
     ParseType.tp_basicsize = sizeof(ParseVC);
     ParseType.tp_vectorcall_offset = offsetof(ParseVC, vectorcall);

@@ -328,6 +328,7 @@ def _blocks(msg: str) -> Event | None:
 
 
 _FACT_RULES = {key: _fact_rule(p, names) for key, p, names in _FACTS}
+_FACTS_BY_KEY = {key: p for key, p, _ in _FACTS}
 
 # -- errors ----------------------------------------------------------------------------------
 
@@ -386,13 +387,17 @@ def engine_error(msg: str) -> EngineError:
                        stack[:_MAX_STACK])
 
 
-_ERROR_TEXT = re.compile(
-    r"Engine background task failed|Engine iteration timed out|Engine core initialization failed"
-    r"|EngineCore failed to start|EngineCore encountered|Worker .*died|WorkerProc initialization failed"
-    r"|RayWorkerProc .*died|AsyncLLMEngine (?:has failed|is already dead)|AsyncLLM output_handler failed"
-    r"|No available (?:shared memory broadcast )?block found|Process [\w-]+:\n|Traceback \(most recent"
-    r"|Error in |Exception in |TimeoutError: RPC call"
+#: Error lines of vLLM's own loggers, as (literal start, regex for the rest): the starts are also
+#: `_maybe_error`'s guard (`_starting`), so they are written once.
+_ERROR_STARTS = (
+    ("Engine background task failed", ""), ("Engine iteration timed out", ""),
+    ("Engine core initialization failed", ""), ("EngineCore failed to start", ""), ("EngineCore encountered", ""),
+    ("Worker ", ".*died"), ("WorkerProc initialization failed", ""), ("RayWorkerProc ", ".*died"),
+    ("AsyncLLMEngine ", "(?:has failed|is already dead)"), ("AsyncLLM output_handler failed", ""),
+    ("No available ", "(?:shared memory broadcast )?block found"), ("Process ", r"[\w-]+:\n"),
+    ("Traceback (most recent", ""), ("Error in ", ""), ("Exception in ", ""), ("TimeoutError: RPC call", ""),
 )
+_ERROR_TEXT = re.compile("|".join(re.escape(start) + rest for start, rest in _ERROR_STARTS))
 
 
 def _maybe_error(msg: str) -> Event | None:
@@ -558,7 +563,56 @@ def _chain(*rules):
             if ev is not None:
                 return ev
         return None
+    if all(hasattr(r, "prefixes") for r in rules):  # guarded throughout: so is the chain
+        rule.prefixes = tuple(p for r in rules for p in r.prefixes)
     return rule
+
+
+def _starting(prefixes: tuple[str, ...], rule):
+    """`rule`, tried only on messages that start with one of `prefixes`.
+
+    Most lines under some keys are chatter (`Engi…`: `EngineCore waiting for work`; `Memo…`:
+    `Memory usage …`). A guard rules them out without running the rule, and because the prefixes
+    are data (`.prefixes`), the C fast path reads the same guard and answers such a line as
+    chatter without calling Python at all."""
+    def guarded(msg: str) -> Event | None:
+        return rule(msg) if msg.startswith(prefixes) else None
+    guarded.prefixes = prefixes
+    return guarded
+
+
+def literal_head(pattern: str) -> str:
+    """The literal text every match of `pattern` starts with (maybe ""): the characters before
+    the first regex syntax, less one that a quantifier may drop (`an?` → `a`); "" when the
+    pattern has a top-level `|`, whose other branch may start with anything."""
+    depth, i = 0, 0
+    while i < len(pattern):  # a `|` outside groups and classes voids any head
+        c = pattern[i]
+        if c == "\\":
+            i += 1
+        elif c == "[":
+            i = pattern.find("]", i + 2)  # `[]…]`: a leading `]` is literal
+            if i < 0:
+                return ""
+        elif c in "()":
+            depth += 1 if c == "(" else -1
+        elif c == "|" and depth == 0:
+            return ""
+        i += 1
+    i = 0
+    while i < len(pattern) and pattern[i] not in "\\.^$*+?{}[]()|":
+        i += 1
+    if i < len(pattern) and pattern[i] in "*?{":
+        i -= 1
+    return pattern[:max(i, 0)]
+
+
+def _regex_rule(pattern: re.Pattern[str], rule):
+    return _starting((literal_head(pattern.pattern),), rule)
+
+
+_FACT_GUARDED = {key: _regex_rule(p, _FACT_RULES[key]) for key, p, _ in _FACTS}
+_ERROR_GUARDED = _starting(tuple(start for start, _ in _ERROR_STARTS), _maybe_error)
 
 
 #: First four characters of a message → the rule that may match it.
@@ -573,26 +627,27 @@ PREFILTER = {
     "Fail": _failing,
     "Avg ": _stats,
     "Runn": _stats,
-    "Engi": _chain(_stats, _FACT_RULES["Engi"], _maybe_error),
-    "Init": _banner,
-    "Load": _FACT_RULES["Load"],
-    "Mode": _FACT_RULES["Mode"],
-    "Memo": _memory_profile,
-    "Avai": _FACT_RULES["Avai"],
-    "GPU ": _FACT_RULES["GPU "],
-    "CPU ": _FACT_RULES["CPU "],
-    "Maxi": _FACT_RULES["Maxi"],
-    "Grap": _FACT_RULES["Grap"],
-    "init": _FACT_RULES["init"],
-    "torc": _FACT_RULES["torc"],
-    "vLLM": _FACT_RULES["vLLM"],
+    # V1 stats lines all start `Engine 000: `; the key's other lines are the core's chatter
+    "Engi": _chain(_starting(("Engine ",), _stats), _FACT_GUARDED["Engi"], _ERROR_GUARDED),
+    "Init": _regex_rule(_BANNER, _banner),
+    "Load": _FACT_GUARDED["Load"],
+    "Mode": _FACT_GUARDED["Mode"],
+    "Memo": _regex_rule(_FACTS_BY_KEY["Memo"], _memory_profile),
+    "Avai": _FACT_GUARDED["Avai"],
+    "GPU ": _FACT_GUARDED["GPU "],
+    "CPU ": _FACT_GUARDED["CPU "],
+    "Maxi": _FACT_GUARDED["Maxi"],
+    "Grap": _FACT_GUARDED["Grap"],
+    "init": _FACT_GUARDED["init"],
+    "torc": _FACT_GUARDED["torc"],
+    "vLLM": _FACT_GUARDED["vLLM"],
     "INFO": _uvicorn,
     "WARN": _uvicorn,
     "ERRO": _uvicorn,
     "DEBU": _uvicorn,
     "CRIT": _uvicorn,
     **{k: _blocks for k in ("# GP", "# CU", "# cu", "# XP", "# HP", "# NP", "# TP", "# CP")},
-    **{k: _maybe_error for k in ("Work", "Asyn", "No a", "Proc", "Trac", "Erro", "Exce", "RayW", "Time")},
+    **{k: _ERROR_GUARDED for k in ("Work", "Asyn", "No a", "Proc", "Trac", "Erro", "Exce", "RayW", "Time")},
     "Pref": _stats_extra,
     "Spec": _stats_extra,
     "KV T": _stats_extra,
