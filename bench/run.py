@@ -70,11 +70,33 @@ def worker_parse(root: str, n: int) -> dict:
             parse(rec.message, rec.level, rec.origin)
     both_s = time.process_time() - t0
     stats = parser.snapshot()
+
+    # The same call on lines unlike the mix's: every test fixture's records (real vLLM captures and
+    # the per-version upstream fixtures: start-up, failures, tracebacks), cycled to `n`.
+    from pathlib import Path
+
+    from bridge.decode.stream import RecordStream
+    fixture_records = []
+    for path in sorted(Path(root, "tests", "fixtures").glob("*/*.log")):
+        stream = RecordStream(Decoder(year=2025))
+        with open(path, "rb") as f:
+            lines, offset = [], 0
+            for physical in f:
+                lines.append((offset, physical))
+                offset += len(physical)
+        fixture_records += [(r.message, r.level, r.origin) for r in stream.over(lines)]
+    cycled = (fixture_records * (n // max(len(fixture_records), 1) + 1))[:n]
+    parse = Parser().parse
+    t0 = time.process_time()
+    for m, level, origin in cycled:
+        parse(m, level, origin)
+    fixture_s = time.process_time() - t0
     # what the lines were, by what the parser made of them
     events = [Parser()(m, level, origin) for m, level, origin in records]
     request = sum(1 for e in events if e is not None and getattr(e, "request_id", None) is not None
                   or type(e).__name__ == "RequestDetails")
     return {"parse_lps": len(records) / parse_s, "decode_parse_lps": len(raw) / both_s,
+            "fixture_lps": len(cycled) / fixture_s, "fixture_records": len(fixture_records),
             "recognised_share": stats.recognised / max(stats.lines, 1),
             "request_share": request / max(len(events), 1),
             "notice_share": sum(isinstance(e, Notice) for e in events) / max(len(events), 1)}
@@ -236,6 +258,9 @@ def main() -> None:
             _row("parse only, lines per CPU-second", [r["parse_lps"] for r in res], ",.0f", note),
             _row("decode+parse, lines per CPU-second", [r["decode_parse_lps"] for r in res], ",.0f",
                  "raw lines: header, timestamp, message, prefilter"),
+            _row("parse only, fixture records, per CPU-second", [r["fixture_lps"] for r in res], ",.0f",
+                 f"the {res[0]['fixture_records']} records of tests/fixtures (real vLLM captures, per-version "
+                 f"fixtures: start-up, failures, tracebacks) cycled to {n:,}"),
         ]
 
     if "memory" in only:
