@@ -244,7 +244,7 @@ class Agent:
 
     def _handle(self, st: SourceState, record) -> None:
         if st.gateway:
-            self._on_gateway(record)
+            self._on_gateway(st, record)
             return
         event = self._parser.parse(record.message, record.level, record.origin)  # C when built
         if event is None:
@@ -300,11 +300,12 @@ class Agent:
         if self._batcher.full:
             self._sender.submit(self._batcher.take(), self._stop.is_set)
 
-    def _on_gateway(self, record) -> None:
+    def _on_gateway(self, st: SourceState, record) -> None:
         entry = self._gateway_parser(record.message)
         if entry is None:
             return
-        for (t, token), ctx in self._join.gateway(entry.request_id, entry.context, time.monotonic_ns()):
+        hold = (st.source.key, record.offset)  # the checkpoint stays before it while it waits
+        for (t, token), ctx in self._join.gateway(entry.request_id, entry.context, time.monotonic_ns(), hold):
             if ctx is not None:
                 self._joined(t, ctx)
             self._batch(t, token)
@@ -341,8 +342,11 @@ class Agent:
             if st.assembler is not None and st.last_wall:
                 st.assembler.tick(st.last_ts + (wall - st.last_wall))
         if self._join is not None:
+            dropped = self._join.stats.contexts_dropped
             for t, token in self._join.expire(time.monotonic_ns()):
                 self._batch(t, token)
+            if self._join.stats.contexts_dropped != dropped:
+                self._dirty = True  # gateway lines let go: their files' checkpoints may move on
 
     # -- delivery and checkpoints --------------------------------------------------------
 
@@ -366,8 +370,11 @@ class Agent:
         files: list[FileCheckpoint] = []
         sources: list[SourceCheckpoint] = []
         next_gen = self._follower.next_generations()
+        gateway_held: dict[str, int] = {}  # a gateway file: its lines still waiting in the join
+        for key, position in self._join.holds() if self._join is not None else ():
+            gateway_held[key] = min(position, gateway_held.get(key, position))
         for key, st in self._sources.items():
-            held = []
+            held = [gateway_held[key]] if key in gateway_held else []
             if st.assembler is not None and st.assembler.min_open_offset is not None:
                 held.append(st.assembler.min_open_offset)
             held.extend(p.first for p in st.pending.values())

@@ -82,3 +82,38 @@ def test_agent_joins_the_gateway_access_log_either_side_first(tmp_path):
     finally:
         rx.stop()
     assert os.path.exists(access)
+
+
+def test_a_gateway_line_still_waiting_for_its_request_survives_an_agent_crash(tmp_path):
+    """The gateway wrote first and the agent was killed before vLLM's request ended: the
+    gateway file's checkpoint must not pass that line, or the restarted agent never sees it
+    and the request leaves without its caller."""
+    log = pod_log(tmp_path)
+    gw = tmp_path / "gateway"
+    gw.mkdir()
+    access = gw / "access.json"
+    access.write_text("")
+    rx = Receiver(free_port(), str(tmp_path / "rx.bin")).start()
+    args = (str(tmp_path / "pods/*/*/*.log"), str(tmp_path / "state"), rx.endpoint, "--linger", "0.2",
+            "--gateway-include", str(gw / "*.json"), "--join-window", "3")
+    agent = AgentProc(*args).start()
+    try:
+        with open(access, "a") as a:
+            a.write(_nginx("before-crash", f"00-{T1}-{S1}-01"))
+        assert wait_for(lambda: agent.metric("gateway_lines", 'result="entry"') == 1, 10)
+        with open(access, "a") as a:  # a later line the request does not need: read, checkpointed past
+            a.write(_nginx("unrelated", ""))
+        assert wait_for(lambda: agent.metric("gateway_lines", 'result="entry"') == 2, 10)
+        time.sleep(2.5)  # a checkpoint (once a second while anything moves)
+        agent.kill9()
+        agent = AgentProc(*args).start()
+        with open(log, "a") as v:
+            v.writelines(_chat("before-crash"))
+        roots = lambda: [s for s in rx.spans() if s.name == "vllm.request"]  # noqa: E731
+        assert wait_for(lambda: len(roots()) == 1, 20)
+        root = roots()[0]
+        assert (root.trace_id.hex(), root.parent_span_id.hex()) == (T1, S1)
+        assert agent.metric("join_requests", 'result="joined"') == 1
+        assert agent.term()[0] == 0
+    finally:
+        rx.stop()

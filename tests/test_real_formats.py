@@ -154,6 +154,22 @@ def test_join_either_side_first_within_the_window_with_bounded_memory():
     assert (j.stats.joined, j.stats.expired, j.stats.overflow, j.stats.contexts_dropped) == (2, 1, 1, 1)
 
 
+def test_join_holds_the_gateway_lines_still_waiting_and_lets_them_go_as_they_leave():
+    j: ContextJoin[str] = ContextJoin(window_s=10, max_entries=3)
+    j.gateway("a", CTX, 0, ("gw", 100))
+    j.gateway("b", None, 1, ("gw", 200))
+    j.gateway("c", CTX, 2)  # no hold given: none kept
+    assert list(j.holds()) == [("gw", 100), ("gw", 200)]
+    j.request("a", "req-a", 3)  # consumed: no longer held
+    assert list(j.holds()) == [("gw", 200)]
+    j.gateway("d", CTX, 10**10, ("gw", 300))
+    j.expire(10**10 + 1)  # b and c's window passed
+    assert list(j.holds()) == [("gw", 300)]
+    assert j.gateway("e", CTX, 10**10, ("gw", 400)) == [] and list(j.holds()) == [("gw", 300), ("gw", 400)]
+    j.request("z", "req-z", 10**10)  # a request that waits: its gateway line is not a hold
+    assert j.gateway("z", CTX, 10**10, ("gw", 500)) == [("req-z", CTX)] and ("gw", 500) not in list(j.holds())
+
+
 def test_an_idle_stats_line_printed_just_before_a_request_ends_does_not_cut_it_short(tmp_path):
     """Stats come from a snapshot taken a little earlier: vLLM 0.32 printed `Running: 0 reqs`
     between a request's `Added` line and its end. Only a request with nothing more within the

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -47,8 +48,9 @@ class ContextJoin(Generic[T]):
         self.stats = JoinStats()
         self._window_ns = int(window_s * 1e9)
         self._max = max_entries
-        # None: the gateway logged the id with no trace context (nothing to wait for).
-        self._contexts: OrderedDict[str, tuple[TraceContext | None, int]] = OrderedDict()
+        # None: the gateway logged the id with no trace context (nothing to wait for). The last
+        # item is the caller's `hold` for the line (the agent: where it was read).
+        self._contexts: OrderedDict[str, tuple[TraceContext | None, int, object]] = OrderedDict()
         self._waiting: OrderedDict[str, tuple[list[T], int]] = OrderedDict()
         self._n_waiting = 0
 
@@ -57,16 +59,18 @@ class ContextJoin(Generic[T]):
         """Requests waiting now (a plain counter: read from the telemetry thread)."""
         return self._n_waiting
 
-    def gateway(self, request_id: str, ctx: TraceContext | None, now_ns: int) -> list[tuple[T, TraceContext | None]]:
-        """A gateway line: the requests it completes, or none (then it waits for them).
-        `ctx` None: the gateway saw no trace context; its requests go on as they are."""
+    def gateway(self, request_id: str, ctx: TraceContext | None, now_ns: int,
+                hold: object = None) -> list[tuple[T, TraceContext | None]]:
+        """A gateway line: the requests it completes, or none (then it waits for them, and
+        `holds` gives back `hold` until it leaves). `ctx` None: the gateway saw no trace
+        context; its requests go on as they are."""
         held = self._waiting.pop(request_id, None)
         if held is not None:
             self._n_waiting -= len(held[0])
             if ctx is not None:
                 self.stats.joined += len(held[0])
             return [(item, ctx) for item in held[0]]
-        self._contexts[request_id] = (ctx, now_ns)
+        self._contexts[request_id] = (ctx, now_ns, hold)
         self._contexts.move_to_end(request_id)
         if len(self._contexts) > self._max:
             self._contexts.popitem(last=False)
@@ -109,12 +113,17 @@ class ContextJoin(Generic[T]):
             self._n_waiting -= len(items)
             released += items
         while self._contexts:
-            rid, (_, since) = next(iter(self._contexts.items()))
+            rid, (_, since, _) = next(iter(self._contexts.items()))
             if since > deadline:
                 break
             del self._contexts[rid]
             self.stats.contexts_dropped += 1
         return released
+
+    def holds(self) -> Iterator[object]:
+        """The `hold` of every gateway line still waiting for its request, oldest first: what a
+        restart would have to read again (its checkpoint must not pass them)."""
+        return (hold for _, _, hold in self._contexts.values() if hold is not None)
 
     def drain(self) -> list[T]:
         """Everything still waiting (shutdown)."""
