@@ -1,7 +1,7 @@
 """What the vLLM plugin costs vLLM, in two measurements:
 
     python bench/plugin_overhead.py [--running 32] [--steps 20000]        # micro, no vLLM needed
-    python bench/plugin_overhead.py --real [--requests 30] [--runs 3]     # real vLLM (tests/plugin/install_vllm.sh)
+    python bench/plugin_overhead.py --real [--requests 30] [--runs 3]     # real vLLM (tests/vllm_env/install.sh)
 
 micro: the plugin's wrappers around a stand-in scheduler shaped like vLLM's (the same six
 methods; `running` requests decoding; vLLM's default `log_stats`) and a stand-in output

@@ -39,8 +39,9 @@ def ensure_vllm() -> VllmInstall:
     vllm = os.path.join(VENV, "bin", "vllm")
     python = os.path.join(VENV, "bin", "python")
     installed = os.path.exists(vllm)
-    subprocess.run(["bash", os.path.join(HERE, "vllm_env", "install.sh")], check=True,
-                   env={**os.environ, "VLLM_VENV": VENV})
+    if not installed:  # (.ci/run has installed it, plugin included, before the tests)
+        subprocess.run(["bash", os.path.join(HERE, "vllm_env", "install.sh")], check=True,
+                       env={**os.environ, "VLLM_VENV": VENV})
     install_s = 0.0 if installed else time.monotonic() - t0
     t1 = time.monotonic()
     if not os.path.exists(os.path.join(MODEL, "config.json")):
@@ -86,7 +87,10 @@ class VllmServer:
         self.args = [install.vllm, "serve", MODEL, "--served-model-name", MODEL_NAME, "--host", "127.0.0.1",
                      "--port", str(port), "--enforce-eager", "--max-model-len", "4096",
                      "--enable-log-requests", "--enable-log-outputs", *extra]
+        # The venv has the bridge's plugin installed (tests/plugin/ use it): these tests are of
+        # vLLM as it comes, so it is switched off unless a test's `env` says otherwise.
         self.env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "NO_COLOR": "1",
+                    "VLLM_TRACE_BRIDGE_PLUGIN": "0",
                     "VLLM_LOG_STATS_INTERVAL": "1",
                     "PYTHONUNBUFFERED": "1", **(env or {})}  # unbuffered: lines stamped when written
         self.proc: subprocess.Popen | None = None

@@ -5,7 +5,7 @@ preemption (a 12-block KV cache, 30 concurrent long requests). Ground truth is v
 its `llm_request` spans (per request: queue time, TTFT, e2e) and its /metrics (preemptions,
 successes). The bridge replays the captured log into a second receiver.
 
-Skipped, saying why, when the vLLM venv from tests/plugin/install_vllm.sh is absent.
+Skipped, saying why, when the vLLM venv from tests/vllm_env/install.sh is absent.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A minimal launcher for real vLLM (the venv tests/plugin/install_vllm.sh makes), for the
+"""A minimal launcher for real vLLM (the venv tests/vllm_env/install.sh makes), for the
 plugin's tests and benchmark. vLLM's stdout and stderr (API server, engine core and worker
 all write there) are captured the way a container runtime would: each line CRI-framed with
 the nanosecond time it was read, so the bridge gets sub-second stamps as it does in k8s.
@@ -18,14 +18,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-VENV = Path(os.environ.get("VLLM_PLUGIN_VENV", Path.home() / ".cache/vllm-trace-bridge/vllm-venv-plugin"))
+VENV = Path(os.environ.get("VLLM_VENV", Path.home() / ".cache/vllm-trace-bridge/vllm-venv"))
 MODEL_DIR = Path(os.environ.get("VLLM_PLUGIN_MODEL", Path.home() / ".cache/vllm-trace-bridge/tiny-llama-plugin"))
 
 
 def venv_ready() -> str | None:
     """None when real vLLM can run here, else why not."""
     if not (VENV / "bin" / "vllm").exists():
-        return f"no vLLM venv at {VENV}; run tests/plugin/install_vllm.sh"
+        return f"no vLLM venv at {VENV}; run tests/vllm_env/install.sh"
     return None
 
 
@@ -67,7 +67,7 @@ class Vllm:
         if otlp_endpoint:
             env["OTEL_EXPORTER_OTLP_TRACES_INSECURE"] = "true"
         env.update(extra_env or {})
-        # This checkout's plugin code wins over the copy install_vllm.sh put in the venv (the
+        # This checkout's plugin code wins over the copy install.sh put in the venv (the
         # entry point there names the same module), so the tests never run a stale plugin.
         env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(HERE.parents[1])) if p)
         self.cmd = [str(VENV / "bin" / "vllm"), "serve", self.model, "--port", str(self.port),
