@@ -100,6 +100,17 @@ static PyObject *init(PyObject *self, PyObject *args) {
         get_type(classes, "Joiner", &joiner_type) < 0 || get_type(classes, "HeaderClock", &clock_type) < 0 ||
         get_type(classes, "DecodeStats", &stats_type) < 0)
         return NULL;
+    /* make_record sets the REC_ slots, one per field: a field added to Record in Python and not
+     * here would be left unset, so that is refused (fields are counted as cls_load does) */
+    PyObject *fields = PyObject_GetAttrString((PyObject *)record_type, "__dataclass_fields__");
+    Py_ssize_t n_fields = fields == NULL ? -1 : PyObject_Length(fields);
+    Py_XDECREF(fields);
+    if (n_fields < 0)
+        return NULL;
+    if (n_fields != REC_CONTINUED - REC_TS + 1) {
+        PyErr_SetString(PyExc_TypeError, "Record changed shape: update _fastdecode.c");
+        return NULL;
+    }
     Py_XSETREF(plain_str, Py_NewRef(plain));
     Py_XSETREF(header_clock_str, Py_NewRef(header));
     ready = 1;
@@ -218,73 +229,66 @@ static PyObject *origin_str(const char *s, Py_ssize_t len) {
     return o;
 }
 
-/* Adds 1 to an int held in a slot. */
-static int bump(PyObject *obj, int k) {
-    PyObject *old = SLOT(obj, k);
-    if (old == NULL || !PyLong_CheckExact(old))
+/* The count held in a stats slot, when it is an int that can take one more; -1 otherwise (the
+ * caller declines, before changing anything). */
+static Py_ssize_t count(PyObject *stats, int k) {
+    PyObject *v = SLOT(stats, k);
+    if (v == NULL || !PyLong_CheckExact(v))
         return -1;
-    Py_ssize_t v = PyLong_AsSsize_t(old);
-    if (v == -1 && PyErr_Occurred())
+    Py_ssize_t x = PyLong_AsSsize_t(v);
+    if (x == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
         return -1;
-    PyObject *nv = PyLong_FromSsize_t(v + 1);
-    if (nv == NULL)
+    }
+    return x == PY_SSIZE_T_MAX ? -1 : x;
+}
+
+static int set_count(PyObject *stats, int k, Py_ssize_t x) {
+    PyObject *v = PyLong_FromSsize_t(x);
+    if (v == NULL)
         return -1;
-    SLOT(obj, k) = nv;
-    Py_DECREF(old);
+    Py_XSETREF(SLOT(stats, k), v);
     return 0;
 }
 
-/* The Record for this line, Py_None to decline (the caller asks the Python classes), NULL on error. */
-static PyObject *fast_line(PyObject *decoder, PyObject *joiner, PyObject *raw, PyObject *offset) {
-    if (!PyBytes_CheckExact(raw) || !PyLong_CheckExact(offset))
-        return Py_None;
-    PyObject *framing = SLOT(decoder, DEC_FRAMING), *parts = SLOT(decoder, DEC_PARTS);
-    if (framing != plain_str || parts == NULL || !PyList_CheckExact(parts) || PyList_GET_SIZE(parts) != 0 ||
-        SLOT(joiner, JN_PENDING) != Py_None)
-        return Py_None;
-    PyObject *clock = SLOT(decoder, DEC_CLOCK), *stats = SLOT(decoder, DEC_STATS);
-    if (clock == NULL || Py_TYPE(clock) != clock_type || stats == NULL || Py_TYPE(stats) != stats_type)
-        return Py_None;
-    const char *s = PyBytes_AS_STRING(raw);
-    Py_ssize_t size = PyBytes_GET_SIZE(raw), n = size;
-    if (n > 0 && s[n - 1] == '\n')
-        n--;
-    if (n == 0 || s[n - 1] == '\n' || s[n - 1] == '\r')
-        return Py_None;
-    if (!ascii_without_esc(s, n))
-        return Py_None;
-    Header h;
-    if (!header(s, n, &h) || h.level >= 3) /* ERROR and CRITICAL may start a group */
-        return Py_None;
-    const char *msg = s + h.end;
-    Py_ssize_t msg_len = n - h.end;
+/* The header of a record that Decoder._record makes from `text` with no prefix, and that the
+ * Joiner passes straight through: vLLM's header at the start (on the regex's first path), a
+ * level and a message that cannot start a group. 0 to decline. */
+static int passing_header(const char *text, Py_ssize_t len, Header *h) {
+    if (!header(text, len, h) || h->level >= 3) /* ERROR and CRITICAL may start a group */
+        return 0;
     static const char memory[] = "Memory profiling takes";
-    if (msg_len >= (Py_ssize_t)sizeof memory - 1 && memcmp(msg, memory, sizeof memory - 1) == 0)
-        return Py_None;
+    Py_ssize_t msg_len = len - h->end;
+    return !(msg_len >= (Py_ssize_t)sizeof memory - 1 && memcmp(text + h->end, memory, sizeof memory - 1) == 0);
+}
+
+/* What HeaderClock(stamp) gives for the header's `MM-DD HH:MM:SS` when it is the cached second
+ * (borrowed); NULL otherwise (the caller declines: Python refreshes the cache). */
+static PyObject *header_second(PyObject *decoder, const char *stamp) {
+    PyObject *clock = SLOT(decoder, DEC_CLOCK);
+    if (clock == NULL || Py_TYPE(clock) != clock_type)
+        return NULL;
     PyObject *key = SLOT(clock, CLK_KEY), *ts = SLOT(clock, CLK_NS);
     if (key == NULL || ts == NULL || !PyUnicode_Check(key) || !PyUnicode_IS_ASCII(key) ||
-        PyUnicode_GET_LENGTH(key) != 14 || memcmp(PyUnicode_1BYTE_DATA(key), s + h.stamp, 14) != 0)
-        return Py_None;
-
-    /* From here on, the line is taken: Decoder.__call__ and _record's bookkeeping. */
-    Py_ssize_t off = PyLong_AsSsize_t(offset);
-    if (off == -1 && PyErr_Occurred())
+        PyUnicode_GET_LENGTH(key) != 14 || memcmp(PyUnicode_1BYTE_DATA(key), stamp, 14) != 0)
         return NULL;
-    if (bump(stats, ST_LINES) < 0 || bump(stats, ST_RECORDS) < 0)
-        return PyErr_Occurred() ? NULL : Py_None;
-    Py_INCREF(ts);
-    Py_XSETREF(SLOT(decoder, DEC_LAST_TS), ts);
+    return ts;
+}
 
+/* The Record that Decoder._record makes for a taken line's text: `ts` stolen, `clock` borrowed. */
+static PyObject *make_record(const char *text, Py_ssize_t len, const Header *h, PyObject *ts, PyObject *clock,
+                             PyObject *offset, Py_ssize_t end_offset) {
     PyObject *rec = record_type->tp_alloc(record_type, 0);
-    if (rec == NULL)
+    if (rec == NULL) {
+        Py_DECREF(ts);
         return NULL;
-    PyObject *level = Py_NewRef(levels[h.level]);
-    PyObject *origin = origin_str(s + h.origin_a, h.origin_b - h.origin_a);
-    PyObject *message = ascii_str(msg, msg_len);
-    PyObject *end = PyLong_FromSsize_t(off + size);
-    SLOT(rec, REC_TS) = Py_NewRef(ts);
-    SLOT(rec, REC_CLOCK) = Py_NewRef(header_clock_str);
-    SLOT(rec, REC_LEVEL) = level;
+    }
+    PyObject *origin = origin_str(text + h->origin_a, h->origin_b - h->origin_a);
+    PyObject *message = ascii_str(text + h->end, len - h->end);
+    PyObject *end = PyLong_FromSsize_t(end_offset);
+    SLOT(rec, REC_TS) = ts;
+    SLOT(rec, REC_CLOCK) = Py_NewRef(clock);
+    SLOT(rec, REC_LEVEL) = Py_NewRef(levels[h->level]);
     SLOT(rec, REC_ORIGIN) = origin;
     SLOT(rec, REC_MESSAGE) = message;
     SLOT(rec, REC_OFFSET) = Py_NewRef(offset);
@@ -296,6 +300,51 @@ static PyObject *fast_line(PyObject *decoder, PyObject *joiner, PyObject *raw, P
         return NULL;
     }
     return rec;
+}
+
+/* The Record for this line, Py_None to decline (the caller asks the Python classes), NULL on error. */
+static PyObject *fast_line(PyObject *decoder, PyObject *joiner, PyObject *raw, PyObject *offset) {
+    if (!PyBytes_CheckExact(raw) || !PyLong_CheckExact(offset))
+        return Py_None;
+    PyObject *framing = SLOT(decoder, DEC_FRAMING), *parts = SLOT(decoder, DEC_PARTS), *stats = SLOT(decoder, DEC_STATS);
+    if (parts == NULL || !PyList_CheckExact(parts) || PyList_GET_SIZE(parts) != 0 ||
+        SLOT(joiner, JN_PENDING) != Py_None || stats == NULL || Py_TYPE(stats) != stats_type)
+        return Py_None;
+    Py_ssize_t lines = count(stats, ST_LINES), records = count(stats, ST_RECORDS);
+    const char *s = PyBytes_AS_STRING(raw);
+    Py_ssize_t size = PyBytes_GET_SIZE(raw), n = size;
+    Py_ssize_t off = PyLong_AsSsize_t(offset);
+    if (off == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return Py_None;
+    }
+    if (lines < 0 || records < 0 || off < 0 || off > PY_SSIZE_T_MAX - size)
+        return Py_None;
+    if (n > 0 && s[n - 1] == '\n')
+        n--;
+    if (n == 0 || s[n - 1] == '\n' || s[n - 1] == '\r' || !ascii_without_esc(s, n))
+        return Py_None;
+
+    /* The text Decoder.__call__ hands to _record: the whole line in a plain file. */
+    if (framing != plain_str)
+        return Py_None;
+    const char *text = s;
+    Py_ssize_t len = n;
+    Header h;
+    if (!passing_header(text, len, &h))
+        return Py_None;
+    PyObject *ts = header_second(decoder, text + h.stamp);
+    if (ts == NULL)
+        return Py_None;
+
+    /* From here on, the line is taken: Decoder.__call__ and _record's bookkeeping. */
+    Py_INCREF(ts);
+    if (set_count(stats, ST_LINES, lines + 1) < 0 || set_count(stats, ST_RECORDS, records + 1) < 0) {
+        Py_DECREF(ts);
+        return NULL;
+    }
+    Py_XSETREF(SLOT(decoder, DEC_LAST_TS), Py_NewRef(ts));
+    return make_record(text, len, &h, ts, header_clock_str, offset, off + size);
 }
 
 /* -- the iterator ------------------------------------------------------------------------- */
