@@ -31,8 +31,9 @@ typedef struct {
 } Slot;
 
 enum {
-    DEC_STATS, DEC_FRAMING, DEC_PARTS, DEC_LAST_TS, DEC_CLOCK,
+    DEC_STATS, DEC_FRAMING, DEC_PARTS, DEC_LAST_TS, DEC_CLOCK, DEC_UNWRAP,
     CLK_KEY, CLK_NS,
+    CRI_STAMP, RFC_BASE, RFC_BASE_NS,
     ST_LINES, ST_RECORDS,
     JN_PENDING,
     REC_TS, REC_CLOCK, REC_LEVEL, REC_ORIGIN, REC_MESSAGE, REC_OFFSET, REC_END, REC_PROCESS, REC_CONTINUED,
@@ -40,15 +41,16 @@ enum {
 };
 static Slot slots[N_SLOTS] = {
     {"Decoder", "stats"}, {"Decoder", "_framing"}, {"Decoder", "_parts"}, {"Decoder", "_last_ts"},
-    {"Decoder", "_clock"},
+    {"Decoder", "_clock"}, {"Decoder", "_unwrap"},
     {"HeaderClock", "_cache_key"}, {"HeaderClock", "_cache_ns"},
+    {"CriUnwrapper", "_stamp"}, {"Rfc3339", "_base"}, {"Rfc3339", "_base_ns"},
     {"DecodeStats", "lines"}, {"DecodeStats", "records"},
     {"Joiner", "_pending"},
     {"Record", "ts_ns"}, {"Record", "clock"}, {"Record", "level"}, {"Record", "origin"}, {"Record", "message"},
     {"Record", "offset"}, {"Record", "end_offset"}, {"Record", "process"}, {"Record", "continued"},
 };
-static PyTypeObject *record_type, *decoder_type, *joiner_type, *clock_type, *stats_type;
-static PyObject *plain_str, *header_clock_str, *empty_str, *levels[5];
+static PyTypeObject *record_type, *decoder_type, *joiner_type, *clock_type, *stats_type, *cri_type, *rfc_type;
+static PyObject *plain_str, *cri_str, *header_clock_str, *runtime_clock_str, *empty_str, *levels[5];
 static const char *level_names[5] = {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"};
 static int ready = 0;
 
@@ -90,15 +92,16 @@ static int get_type(PyObject *classes, const char *name, PyTypeObject **out) {
 }
 
 static PyObject *init(PyObject *self, PyObject *args) {
-    PyObject *classes, *plain, *header;
-    if (!PyArg_ParseTuple(args, "OUU", &classes, &plain, &header))
+    PyObject *classes, *plain, *cri, *header, *runtime;
+    if (!PyArg_ParseTuple(args, "OUUUU", &classes, &plain, &cri, &header, &runtime))
         return NULL;
     for (int k = 0; k < N_SLOTS; k++)
         if (find_slot(classes, &slots[k]) < 0)
             return NULL;
     if (get_type(classes, "Record", &record_type) < 0 || get_type(classes, "Decoder", &decoder_type) < 0 ||
         get_type(classes, "Joiner", &joiner_type) < 0 || get_type(classes, "HeaderClock", &clock_type) < 0 ||
-        get_type(classes, "DecodeStats", &stats_type) < 0)
+        get_type(classes, "DecodeStats", &stats_type) < 0 || get_type(classes, "CriUnwrapper", &cri_type) < 0 ||
+        get_type(classes, "Rfc3339", &rfc_type) < 0)
         return NULL;
     /* make_record sets the REC_ slots, one per field: a field added to Record in Python and not
      * here would be left unset, so that is refused (fields are counted as cls_load does) */
@@ -112,7 +115,9 @@ static PyObject *init(PyObject *self, PyObject *args) {
         return NULL;
     }
     Py_XSETREF(plain_str, Py_NewRef(plain));
+    Py_XSETREF(cri_str, Py_NewRef(cri));
     Py_XSETREF(header_clock_str, Py_NewRef(header));
+    Py_XSETREF(runtime_clock_str, Py_NewRef(runtime));
     ready = 1;
     Py_RETURN_NONE;
 }
@@ -275,6 +280,81 @@ static PyObject *header_second(PyObject *decoder, const char *stamp) {
     return ts;
 }
 
+/* -- CRI framing ------------------------------------------------------------------------ */
+
+static inline int digits2(const char *s) { return is_digit(s[0]) && is_digit(s[1]); }
+
+/* Beyond this a base second is declined, so that adding the fraction and an offset cannot
+ * overflow (2^62 ns: the years 1824 to 2116). */
+#define BASE_NS_LIMIT ((long long)1 << 62)
+
+/* CriUnwrapper(line) with its Rfc3339, for the common CRI line `<stamp> stdout|stderr F <text>`:
+ * whole (`F`; a `P` part is for Python to hold), its stamp in the second Rfc3339 has cached
+ * (`stamp[:19] == _base`, so `_base_ns` applies as is), and the stamp's tail read by
+ * `_RFC3339_TAIL` on its first path: `.` and digits (the first 9 taken, padded to 9) or none,
+ * then `Z`, `z`, `+hh:mm`, `+hhmm` (or `-`) or none, then the stamp's end. Gives where the
+ * text starts (after the fourth field's space) and the stamp in ns, computed as Rfc3339 does;
+ * 0 to decline (Python decides, and refreshes the cache on a new second). */
+static int cri_frame(PyObject *decoder, const char *s, Py_ssize_t n, Py_ssize_t *text, long long *ns) {
+    PyObject *unwrap = SLOT(decoder, DEC_UNWRAP);
+    if (unwrap == NULL || Py_TYPE(unwrap) != cri_type)
+        return 0;
+    PyObject *rfc = SLOT(unwrap, CRI_STAMP);
+    if (rfc == NULL || Py_TYPE(rfc) != rfc_type)
+        return 0;
+    PyObject *base = SLOT(rfc, RFC_BASE), *base_ns = SLOT(rfc, RFC_BASE_NS);
+    if (base == NULL || base_ns == NULL || !PyUnicode_CheckExact(base) || !PyUnicode_IS_ASCII(base) ||
+        PyUnicode_GET_LENGTH(base) != 19 || !PyLong_CheckExact(base_ns))
+        return 0;
+    /* line.split(" ", 3): the stamp runs to the first space, then `stdout`/`stderr`, `F` */
+    const char *space = memchr(s, ' ', n);
+    if (space == NULL)
+        return 0;
+    Py_ssize_t e = space - s;
+    if (e < 19 || memcmp(s, PyUnicode_1BYTE_DATA(base), 19) != 0)
+        return 0;
+    if (n - e - 1 < 9 || (memcmp(s + e + 1, "stdout F ", 9) != 0 && memcmp(s + e + 1, "stderr F ", 9) != 0))
+        return 0;
+    /* _RFC3339_TAIL.match(stamp, 19): (?:\.(\d{1,9})\d*)?(Z|z|[+-]\d\d:?\d\d)?$ */
+    Py_ssize_t i = 19;
+    long long frac = 0, shift = 0;
+    if (i < e && s[i] == '.') {
+        if (i + 1 >= e || !is_digit(s[i + 1]))
+            return 0;
+        int k = 0;
+        for (i++; i < e && is_digit(s[i]); i++, k++)
+            if (k < 9)
+                frac = frac * 10 + (s[i] - '0');
+        for (; k < 9; k++) /* int(frac.ljust(9, "0")) */
+            frac *= 10;
+    }
+    if (i < e && (s[i] == 'Z' || s[i] == 'z')) {
+        i++;
+    } else if (i < e && (s[i] == '+' || s[i] == '-')) {
+        const char *tz = s + i;
+        Py_ssize_t len = e - i; /* the offset must run to the stamp's end: `$` */
+        if (!((len == 6 && digits2(tz + 1) && tz[3] == ':' && digits2(tz + 4)) ||
+              (len == 5 && digits2(tz + 1) && digits2(tz + 3))))
+            return 0;
+        int hh = (tz[1] - '0') * 10 + (tz[2] - '0'), mm = (tz[len - 2] - '0') * 10 + (tz[len - 1] - '0');
+        shift = (tz[0] == '+' ? 1 : -1) * (hh * 3600LL + mm * 60LL) * 1000000000LL;
+        i = e;
+    }
+    if (i != e)
+        return 0;
+    int overflow;
+    long long b = PyLong_AsLongLongAndOverflow(base_ns, &overflow);
+    if (b == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (overflow || b > BASE_NS_LIMIT || b < -BASE_NS_LIMIT)
+        return 0;
+    *ns = b + frac - shift;
+    *text = e + 10;
+    return 1;
+}
+
 /* The Record that Decoder._record makes for a taken line's text: `ts` stolen, `clock` borrowed. */
 static PyObject *make_record(const char *text, Py_ssize_t len, const Header *h, PyObject *ts, PyObject *clock,
                              PyObject *offset, Py_ssize_t end_offset) {
@@ -325,26 +405,34 @@ static PyObject *fast_line(PyObject *decoder, PyObject *joiner, PyObject *raw, P
     if (n == 0 || s[n - 1] == '\n' || s[n - 1] == '\r' || !ascii_without_esc(s, n))
         return Py_None;
 
-    /* The text Decoder.__call__ hands to _record: the whole line in a plain file. */
-    if (framing != plain_str)
+    /* The text Decoder.__call__ hands to _record: the whole line in a plain file; in a CRI one,
+     * what follows the runtime's fields, with the runtime's stamp. */
+    int cri = framing == cri_str;
+    Py_ssize_t start = 0;
+    long long ns = 0;
+    if (cri ? !cri_frame(decoder, s, n, &start, &ns) : framing != plain_str || SLOT(decoder, DEC_UNWRAP) != Py_None)
         return Py_None;
-    const char *text = s;
-    Py_ssize_t len = n;
+    const char *text = s + start;
+    Py_ssize_t len = n - start;
     Header h;
     if (!passing_header(text, len, &h))
         return Py_None;
-    PyObject *ts = header_second(decoder, text + h.stamp);
-    if (ts == NULL)
+    /* _record: a runtime stamp is the record's time (CLOCK_RUNTIME) and the header's stamp is not
+     * read at all; without one, the header's second from the HeaderClock. */
+    PyObject *ts = NULL;
+    if (!cri && (ts = header_second(decoder, text + h.stamp)) == NULL)
         return Py_None;
 
     /* From here on, the line is taken: Decoder.__call__ and _record's bookkeeping. */
-    Py_INCREF(ts);
+    ts = cri ? PyLong_FromLongLong(ns) : Py_NewRef(ts);
+    if (ts == NULL)
+        return NULL;
     if (set_count(stats, ST_LINES, lines + 1) < 0 || set_count(stats, ST_RECORDS, records + 1) < 0) {
         Py_DECREF(ts);
         return NULL;
     }
     Py_XSETREF(SLOT(decoder, DEC_LAST_TS), Py_NewRef(ts));
-    return make_record(text, len, &h, ts, header_clock_str, offset, off + size);
+    return make_record(text, len, &h, ts, cri ? runtime_clock_str : header_clock_str, offset, off + size);
 }
 
 /* -- the iterator ------------------------------------------------------------------------- */
@@ -465,7 +553,7 @@ static PyObject *line(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
 }
 
 static PyMethodDef methods[] = {
-    {"init", init, METH_VARARGS, "init(classes, PLAIN, CLOCK_HEADER)"},
+    {"init", init, METH_VARARGS, "init(classes, PLAIN, CRI, CLOCK_HEADER, CLOCK_RUNTIME)"},
     {"records", records, METH_VARARGS, "records(decoder, joiner, python, lines) -> iterator of Records"},
     {"line", (PyCFunction)(void (*)(void))line, METH_FASTCALL, "line(decoder, joiner, raw, offset) -> Record | None"},
     {NULL, NULL, 0, NULL},

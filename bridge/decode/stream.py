@@ -11,10 +11,10 @@ from collections.abc import Iterable, Iterator
 from itertools import chain
 
 from bridge.decode import Decoder, DecodeStats
-from bridge.decode.clock import HeaderClock
-from bridge.decode.framing import PLAIN
+from bridge.decode.clock import HeaderClock, Rfc3339
+from bridge.decode.framing import CRI, PLAIN, CriUnwrapper
 from bridge.decode.joiner import Joiner
-from bridge.decode.record import CLOCK_HEADER, Record
+from bridge.decode.record import CLOCK_HEADER, CLOCK_RUNTIME, Record
 
 
 def _load_fast():
@@ -28,7 +28,8 @@ def _load_fast():
     except ImportError:
         return None
     _fastdecode.init({"Decoder": Decoder, "Joiner": Joiner, "Record": Record, "HeaderClock": HeaderClock,
-                      "DecodeStats": DecodeStats}, PLAIN, CLOCK_HEADER)
+                      "DecodeStats": DecodeStats, "CriUnwrapper": CriUnwrapper, "Rfc3339": Rfc3339},
+                     PLAIN, CRI, CLOCK_HEADER, CLOCK_RUNTIME)
     return _fastdecode
 
 
