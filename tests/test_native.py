@@ -31,13 +31,16 @@ from bridge.assemble import Assembler, build
 from bridge.assemble.timeline import Phase, RequestTimeline, SpanEvent
 from bridge.decode import Decoder, source_for
 from bridge.decode import stream as stream_mod
+from bridge.decode.framing import CRI, PLAIN, CriUnwrapper, DockerUnwrapper, detect
+from bridge.decode.joiner import Joiner
+from bridge.decode.record import CLOCK_RUNTIME, Record
 from bridge.decode.stream import RecordStream
 from bridge.export.batch import OtlpSink
 from bridge.export.transport import Transport
 from bridge.export.wire import FAST_REQUEST, KeyValues, WireEncoder
 from bridge.parse import FAST_PARSE, Parser
 from bridge.synth import SynthConfig, write_file
-from bridge.synth.seed import _header
+from bridge.synth.seed import _cri_stamp, _header
 from bridge.tail import read_lines
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -402,6 +405,225 @@ def test_assemble_fast_path_matches_on_shuffled_and_mutated_logs(messages, rnd):
         pairs.append((offset, raw))
         offset += len(raw)
     _assert_same("/var/log/pods/ns_pod_0123456789ab/vllm/0.log", pairs)
+
+
+# -- CRI framing (containerd, CRI-O): `<RFC3339Nano> stdout|stderr P|F <text>` ---------------------
+
+
+def _cri_files():
+    """The fixtures whose framing is CRI, and each plain fixture wrapped as containerd would store it
+    (stamps in nanoseconds, one line in five split into a `P` and an `F` part)."""
+    cri, rewrapped = [], []
+    for path in FIXTURES:
+        lines = list(read_lines(path))
+        first = next((raw for _, raw in lines if raw.strip()), b"")
+        if detect(first.decode("utf-8", "replace").rstrip("\n")) == CRI:
+            cri.append(pytest.param(path, None, id=os.path.basename(path)))
+            continue
+        rnd, ts, raws = random.Random(path), 1_739_614_980 * 10**9, []
+        for _, raw in lines:
+            ts += rnd.choice([0, 1, 999_999, 10**8, 10**9, 3 * 10**9])
+            text = raw.rstrip(b"\n")
+            stream = rnd.choice([b"stdout", b"stderr"])
+            if len(text) > 2 and rnd.random() < 0.2:
+                cut = rnd.randrange(1, len(text))
+                raws.append(_cri_stamp(ts).encode() + b" " + stream + b" P " + text[:cut] + b"\n")
+                text = text[cut:]
+            raws.append(_cri_stamp(ts).encode() + b" " + stream + b" F " + text + b"\n")
+        rewrapped.append(pytest.param(path, raws, id="cri-" + os.path.basename(path)))
+    return cri + rewrapped
+
+
+@native
+@pytest.mark.parametrize("path, raws", _cri_files())
+def test_decode_fast_path_matches_on_cri_fixtures(path, raws):
+    if raws is None:
+        raws = [raw for _, raw in read_lines(path)]
+    _decode_both(raws)
+
+
+@native
+def test_decode_fast_path_matches_on_synth_cri_logs(synth_logs, tmp_path):
+    paths = [p for p in synth_logs if p.endswith("cri.log")]
+    for k, ratio in enumerate([0.0, 0.5, 1.0]):  # no partial lines, many, all
+        path = str(tmp_path / f"cri-{k}.log")
+        write_file(path, SynthConfig(requests=120, seed=20 + k, cri=True, cri_partial_ratio=ratio, oom_failures=2,
+                                     nccl_incidents=1, timeout_ratio=0.1))
+        paths.append(path)
+    for path in paths:
+        _decode_both([raw for _, raw in read_lines(path)])
+
+
+CRI_SECOND = "2025-02-15T10:23:00"
+CRI_OTHER_SECONDS = st.sampled_from([
+    "2025-02-15T10:23:01", "2025-02-15T10:22:59", "2025-02-16T10:23:00", "2025-12-31T23:59:59",
+    "1900-01-01T00:00:00", "1800-06-01T12:00:00",  # a negative base; one too far back for the C
+    "2200-01-01T00:00:00", "9999-12-31T23:59:59",  # too far ahead for the C's int64 margin
+    "2262-04-11T23:47:16", "1677-09-21T00:12:44",  # the last seconds an int64 of ns holds
+    "2025-13-15T10:23:00", "2025-02-30T10:23:00", "2025-02-15 10:23:00", "2025-02-15T10:23", "2025-02-15T1:23:00",
+    "2025-02-15T10:23:0x", "٢٠٢٥-02-15T10:23:00", "", "x"])
+CRI_FRACTIONS = st.one_of(st.just(""), st.text("0123456789", min_size=1, max_size=12).map(lambda d: "." + d))
+CRI_BAD_FRACTIONS = st.sampled_from([".", ".x", ",5", ".5.5", ".١", ". 5"])
+CRI_ZONES = st.one_of(
+    st.sampled_from(["Z", "Z", "z", ""]),
+    st.tuples(st.sampled_from("+-"), st.text("0123456789", min_size=2, max_size=2), st.sampled_from([":", ""]),
+              st.text("0123456789", min_size=2, max_size=2)).map("".join))
+CRI_BAD_ZONES = st.sampled_from(["+02:0", "+020", "+02000", "+0200x", "+02:00Z", "+2:00", "+02-00", "+02::00", "Zz",
+                                 "ZULU", "Z0", "\t", "\r", "é", "\x1b", "+", "-", "UTC"])
+CRI_STREAMS = st.sampled_from(["stdout", "stderr"])
+CRI_BAD_STREAMS = st.sampled_from(["stdin", "", "STDOUT", "stdoutx", "std\x1bout", "stdou"])
+CRI_BAD_TAGS = st.sampled_from(["P", "P", "X", "", "FF", "f", "F\t"])
+CRI_HEADERS = HEADERS + ["DEBUG 02-30 99:99:99 [x.py:1] ", "INFO 02-15 10:23:00.5 x.py:12]",
+                         "WARNING 01-01 00:00:00 [a/b.py:7] "] + ["INFO 02-15 10:23:00 [x.py:1] ",
+                                                                  "ERROR 02-15 10:23:00 [x.py:1] "] * 3
+# lines that open a group, and lines that continue one (same level, origin and second)
+CRI_GROUP_MESSAGES = ["Memory profiling takes 1.5 seconds", "the current vLLM instance can use 10GiB",
+                      "model weights take 1GiB", "Traceback (most recent call last):", '  File "x.py", line 1',
+                      "ValueError: x"]
+CRI_TEXT = st.tuples(st.sampled_from(CRI_HEADERS), st.sampled_from(SEED_MESSAGES[:80] + CRI_GROUP_MESSAGES * 8),
+                     st.sampled_from(["", "", "", "\r", " trailing", "é", "\x1b[0m", "\rmid"])
+                     ).map(lambda t: "".join(t).encode())
+CRI_BAD_TEXT = st.lists(LINE_PARTS, min_size=1, max_size=3).map(
+    lambda ps: b"".join(p.encode() if isinstance(p, str) else p for p in ps))
+
+
+@st.composite
+def cri_lines(draw):
+    """CRI lines around the common one, each field of which may be perturbed: stamps in other
+    seconds, with 1–12 fraction digits or none, every zone form and garbage; both streams and
+    others; `F`, `P` and other tags; fields missing; text with and without vLLM's header (ERROR
+    lines that start a group, non-ASCII, ESC, `\r`)."""
+    lines = []
+    if draw(st.sampled_from([True] * 9 + [False])):  # a first line that makes the framing CRI
+        lines.append(f"{CRI_SECOND}.1Z stdout F INFO 02-15 10:23:00 [x.py:1] start\n".encode())
+    for _ in range(draw(st.integers(1, 12))):
+        bad = set(draw(st.lists(st.sampled_from(["second", "fraction", "zone", "stream", "tag", "text", "shape"]),
+                                max_size=2)))
+        stamp = (draw(CRI_OTHER_SECONDS) if "second" in bad else CRI_SECOND)
+        stamp += draw(CRI_BAD_FRACTIONS if "fraction" in bad else CRI_FRACTIONS)
+        stamp += draw(CRI_BAD_ZONES if "zone" in bad else CRI_ZONES)
+        stream = draw(CRI_BAD_STREAMS if "stream" in bad else CRI_STREAMS).encode()
+        tag = draw(CRI_BAD_TAGS).encode() if "tag" in bad else b"F"
+        text = draw(CRI_BAD_TEXT if "text" in bad else CRI_TEXT)
+        fields = [stamp.encode(), stream, tag, text]
+        if "shape" in bad:  # fields missing, or two spaces
+            raw = draw(st.sampled_from([b" ".join(fields[:k]) for k in (1, 2, 3)] +
+                                       [b" ".join(fields[:k]) + b" " for k in (1, 2, 3)] + [b"  ".join(fields)]))
+        else:
+            raw = b" ".join(fields)
+        lines.append(raw.replace(b"\n", b" ") + draw(st.sampled_from([b"\n", b"\n", b"\r\n", b""])))
+    return lines
+
+
+@native
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cri_lines())
+def test_decode_fast_path_matches_on_perturbed_cri_lines(raws):
+    _decode_both(raws)
+
+
+_CRI_HEAD = "INFO 02-15 10:23:00 [x.py:1] hello"
+CRI_NEAR_MISSES = [  # one per branch of `cri_frame` in _fastdecode.c, and its near misses
+    *(f"{CRI_SECOND}{tail} stdout F {_CRI_HEAD}" for tail in [
+        "", ".1", ".123456789", ".1234567891", ".000000000001", "Z", "z", ".5Z", ".5z", "+02:00", "-02:00", "+0200",
+        "-0530", ".5+02:00", "+99:99", "-00:00", "+00:60",
+        ".", ".Z", ".x", ",5", ". 5", "+02:0", "+020", "+02000", "+0200x", "+02:00Z", "+02:00:00", "+02-00", "+02::0",
+        "+2:00", "Zz", "Z0", "z+02:00", "ZULU", "+", "-", "\t", "é", "\x1b", "\r"]),
+    "2025-02-15T10:23:01.5Z stdout F " + _CRI_HEAD, "2025-02-15T10:22:59.5Z stdout F " + _CRI_HEAD,
+    "2025-02-15T10:23 stdout F " + _CRI_HEAD, "2025-02-15T10:23:0 stdout F " + _CRI_HEAD,
+    "2025-13-15T10:23:00Z stdout F " + _CRI_HEAD, " stdout F " + _CRI_HEAD,
+    "1900-01-01T00:00:00.5-01:00 stdout F " + _CRI_HEAD,  # a negative base
+    "2262-04-11T23:47:16.9Z stdout F " + _CRI_HEAD, "2262-04-11T23:47:16-01:00 stdout F " + _CRI_HEAD,  # past int64
+    "1677-09-21T00:12:44+01:00 stdout F " + _CRI_HEAD,
+    *(f"{CRI_SECOND}.5Z {fields}" for fields in [
+        "stderr F " + _CRI_HEAD, "stdout P " + _CRI_HEAD, "stdin F " + _CRI_HEAD, "stdout X " + _CRI_HEAD,
+        "stdout FF " + _CRI_HEAD, "stdout  F " + _CRI_HEAD, "stdout F  " + _CRI_HEAD, "stdout\tF " + _CRI_HEAD,
+        "stdout F", "stdout F ", "stdout", "stdout F hello", "stdout F ERROR 02-15 10:23:00 [x.py:1] boom",
+        "stdout F CRITICAL 02-15 10:23:00 [x.py:1] boom", "stdout F INFO 02-15 10:23:00 [x.py:1] Memory profiling takes",
+        "stdout F INFO 02-15 10:23:00 [x.py:1] Memory profiling takes 1s\n"  # a group, and its continuation
+        f"{CRI_SECOND}.2Z stdout F INFO 02-15 10:23:00 [x.py:1] the current vLLM instance can use 10GiB",
+        "stdout F ERROR 02-15 10:23:00 [x.py:1] Traceback (most recent call last):\n"
+        f"{CRI_SECOND}.2Z stderr F ERROR 02-15 10:23:00 [x.py:1]   File \"x.py\", line 1",
+        "stdout F WARNING 02-15 10:23:00 [x.py:1] a\n"  # not a group: the next line is the C's too
+        f"{CRI_SECOND}.2Z stdout F WARNING 02-15 10:23:00 [x.py:1]   File \"x.py\", line 1",
+        "stdout F INFO 02-15 10:23:00 [x.py:1] é", "stdout F INFO 02-15 10:23:00 [x.py:1] \x1b[0m",
+        "stdout F INFO 02-15 10:23:00 [x.py:1] a\r", "stdout F (APIServer pid=1) " + _CRI_HEAD,
+        "stdout F {\"level\": \"INFO\"}", "stdout F INFO 02-30 10:23:00 [x.py:1] not a date, not read"]),
+]
+
+
+@native
+@pytest.mark.parametrize("line", CRI_NEAR_MISSES)
+def test_decode_fast_path_matches_on_cri_near_misses(line):
+    """Each line twice (the first of a new second refreshes the cache, the second may be the C's)
+    after a common CRI line, then a line with no framing at all (timed from the last stamp:
+    `_last_ts` shows), then the common line again (the cached second shows)."""
+    first = f"{CRI_SECOND}.1Z stdout F {_CRI_HEAD}\n".encode()
+    raws = [part.encode() + b"\n" for part in line.split("\n")]  # a few entries are two lines
+    _decode_both([first, *raws, *raws, b"no framing here\n", first, b"no framing here\n"])
+
+
+@native
+@pytest.mark.parametrize("framing, unwrap", [(PLAIN, CriUnwrapper), (CRI, None), (CRI, DockerUnwrapper),
+                                             ("".join(["c", "ri"]), CriUnwrapper), (None, CriUnwrapper)])
+def test_decode_fast_path_reads_the_framing_python_acts_on(framing, unwrap):
+    """The C goes by `_framing` (by identity) and by `_unwrap`, which is what Decoder acts on: state
+    where the two disagree (not made by Decoder itself) is declined, and Python's answer stands."""
+    cri, plain = f"{CRI_SECOND}.1Z stdout F {_CRI_HEAD}\n".encode(), _CRI_HEAD.encode() + b"\n"
+    lines = [cri, plain, plain, cri, cri]  # each twice: the header clock's and Rfc3339's caches filled
+    got = []
+    for fast in (stream_mod.FAST, None):
+        s = RecordStream(Decoder(mtime=1.7e9), fast=fast)
+        s(lines[0], 0)
+        s.decoder._framing, s.decoder._unwrap = framing, unwrap() if unwrap else None
+        got.append(([r for raw in lines for r in s(raw, 100)] + s.flush(), s.decoder.stats, s.decoder._last_ts))
+    assert got[0] == got[1]
+
+
+@native
+def test_common_cri_lines_take_the_c_path():
+    """The equivalence tests compare answers, and a C that declines gives Python's answer; this
+    checks the C is the one answering the common CRI line: records whose Python fallback only
+    records being called. The header's own stamp is not read (the runtime's is the time), so
+    neither an impossible date nor a second the HeaderClock has not cached sends a line to Python."""
+    decoder, joiner = Decoder(mtime=1.7e9), Joiner()
+    first = f"{CRI_SECOND}.000000001Z stdout F INFO 02-15 10:23:00 [x.py:1] first\n".encode()
+    assert RecordStream(decoder, joiner)(first, 0)  # Python: framing detected, the second cached
+    base = 1_739_614_980 * 10**9
+    hour = 3600 * 10**9
+    cases = [  # stamp tail, stream, header, the record's ts
+        (".123456789Z", "stdout", "INFO 02-15 10:23:00 [scheduler.py:234] ", base + 123_456_789),
+        ("Z", "stderr", "DEBUG 02-15 10:23:00 x.py:1] ", base),
+        (".5z", "stdout", "WARNING 02-15 10:23:00,123 [a/b.py:12]", base + 500_000_000),
+        (".123456789123Z", "stdout", "INFO 02-30 10:23:00 [x.py:1] ", base + 123_456_789),  # 02-30: not read
+        (".000001+02:00", "stdout", "INFO 01-01 00:00:00 [x.py:1] ", base + 1_000 - 2 * hour),  # nor another second
+        (".25-0530", "stderr", "INFO 02-15 10:23:00 [x.py:1] ", base + 250_000_000 + 5 * hour + hour // 2),
+        ("-05:30", "stdout", "INFO 02-15 10:23:00 [x.py:1] ", base + 5 * hour + hour // 2),
+        ("+0000", "stdout", "INFO 02-15 10:23:00 [x.py:1] ", base),
+        ("", "stdout", "INFO 02-15 10:23:00 [x.py:1] ", base),
+        (".7", "stdout", "INFO 02-15 10:23:00 [x.py:1] ", base + 700_000_000),
+    ]
+    lines, expected, offset = [], [], len(first)
+    for tail, stream, header, ts in cases:
+        raw = f"{CRI_SECOND}{tail} {stream} F {header}message {len(lines)}\n".encode()
+        level, origin = header.split(" ")[0], header.split("[")[-1].split("]")[0].split(" ")[-1]
+        expected.append(Record(ts, CLOCK_RUNTIME, level, origin, f"message {len(lines)}", offset, offset + len(raw)))
+        lines.append((offset, raw))
+        offset += len(raw)
+    called = []
+    got = list(stream_mod.FAST.records(decoder, joiner, lambda *a: called.append(a) or (), lines))
+    assert called == []
+    assert got == expected
+    assert (decoder.stats.lines, decoder.stats.records, decoder.stats.prefixed) == (1 + len(cases), 1 + len(cases), 0)
+    assert decoder._last_ts == expected[-1].ts_ns
+    assert decoder._clock._cache_key == ""  # the header clock was never asked
+    # and each of these is Python's: a part, the line that ends a part, a new second, an ERROR
+    decline = [f"{CRI_SECOND}.1Z stdout P INFO 02-15 10:23:00 [x.py:1] a", f"{CRI_SECOND}.2Z stdout F b",
+               f"2025-02-15T10:23:01.1Z stdout F INFO 02-15 10:23:01 [x.py:1] c",
+               f"{CRI_SECOND}.3Z stdout F ERROR 02-15 10:23:00 [x.py:1] d"]
+    for raw in decline:
+        list(stream_mod.FAST.records(decoder, joiner, lambda *a: called.append(a) or (), [(0, raw.encode() + b"\n")]))
+    assert len(called) == len(decline)
 
 
 # -- the wire encoder -----------------------------------------------------------------------------
