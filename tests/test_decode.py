@@ -52,6 +52,17 @@ def test_cri_partial_lines_join_and_keep_the_first_stamp():
     assert d.stats.partials_joined == 1
 
 
+def test_a_cri_line_with_an_empty_stamp_is_a_framing_error_not_the_epoch():
+    """While no stamp was cached yet (the first one was no date), `stamp[:19]` of "" equalled the
+    empty cache: the line read as 1970-01-01 on the runtime clock."""
+    d = Decoder(year=2024)
+    d(b"2024-13-45T10:23:45.5Z stdout F INFO 02-15 10:23:45 a.py:1] month 13\n", 0)
+    assert d.framing == "cri" and d.stats.framing_errors == 1
+    r = d(b" stdout F INFO 02-15 10:23:46 a.py:1] no stamp\n", 100)
+    assert (r.ts_ns, r.clock) == (ns("2024-02-15T10:23:46+00:00"), "header")
+    assert d.stats.framing_errors == 2
+
+
 def test_docker_json_file_lines():
     d = Decoder()
     line = json.dumps({"log": "ERROR 02-15 10:23:47 memory.py:300] CUDA out of memory.\n", "stream": "stderr",

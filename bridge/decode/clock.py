@@ -32,6 +32,8 @@ class Rfc3339:
 
     def __call__(self, stamp: str) -> int | None:
         base = stamp[:19]
+        if len(base) < 19:  # (else "" would match the empty cache and read as the epoch)
+            return None
         if base != self._base:
             try:
                 self._base_ns = calendar.timegm(datetime.strptime(base, "%Y-%m-%dT%H:%M:%S").timetuple()) * _NS
