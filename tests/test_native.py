@@ -802,6 +802,7 @@ def test_process_prefixed_lines_take_the_c_path(cri):
         ("(RayWorkerWrapper pid=2, ip=fe80::1) ", "INFO 02-15 10:23:00 [c.py:3] ", "RayWorkerWrapper pid=2, ip=fe80::1",
          "c.py:3"),
         ("(W pid=5 pid=7) ", "INFO 02-15 10:23:00 [d.py:4] ", "W pid=5 pid=7", "d.py:4"),
+        ("(vllm.worker-1 a.b-c_0 pid=3) ", "INFO 02-15 10:23:00 [e.py:5] ", "vllm.worker-1 a.b-c_0 pid=3", "e.py:5"),
     ]
     lines, expected, offset = [], [], len(first)
     for prefix, header, process, origin in cases:
