@@ -33,7 +33,7 @@ from bridge.decode import Decoder, source_for
 from bridge.decode import stream as stream_mod
 from bridge.decode.framing import CRI, PLAIN, CriUnwrapper, DockerUnwrapper, detect
 from bridge.decode.joiner import Joiner
-from bridge.decode.record import CLOCK_RUNTIME, Record
+from bridge.decode.record import CLOCK_HEADER, CLOCK_RUNTIME, Record
 from bridge.decode.stream import RecordStream
 from bridge.export.batch import OtlpSink
 from bridge.export.transport import Transport
@@ -623,6 +623,206 @@ def test_common_cri_lines_take_the_c_path():
                f"{CRI_SECOND}.3Z stdout F ERROR 02-15 10:23:00 [x.py:1] d"]
     for raw in decline:
         list(stream_mod.FAST.records(decoder, joiner, lambda *a: called.append(a) or (), [(0, raw.encode() + b"\n")]))
+    assert len(called) == len(decline)
+
+
+# -- vLLM V1's process prefix: `(APIServer pid=1) INFO …` -------------------------------------------
+
+V1_PREFIXES = [b"(APIServer pid=1) ", b"(EngineCore_DP0 pid=7) ", b"(VllmWorker rank=0 pid=5) ",
+               b"(VllmWorker TP0 pid=5) ", b"(RayWorkerWrapper pid=206994, ip=10.0.0.1) "]
+
+
+def _with_prefixes(raws: list[bytes], cri: bool) -> list[bytes]:
+    """Each logical line with a V1 process prefix in front of its text, as V1 prints it (in a CRI
+    file: after the runtime's fields, and not on the part that continues a `P` one)."""
+    out, whole = [], True
+    for k, raw in enumerate(raws):
+        prefix = V1_PREFIXES[k % len(V1_PREFIXES)]
+        if not cri:
+            out.append(prefix + raw if raw.strip() else raw)
+            continue
+        fields = raw.split(b" ", 3)
+        if len(fields) == 4 and whole:
+            fields[3] = prefix + fields[3]
+        out.append(b" ".join(fields))
+        whole = len(fields) < 3 or fields[2] != b"P"
+    return out
+
+
+@native
+@pytest.mark.parametrize("cri", [False, True], ids=["plain", "cri"])
+def test_decode_fast_path_matches_on_prefixed_fixtures_and_synth_logs(synth_logs, cri):
+    """Every fixture (rewrapped as containerd stores it for `cri`, as _cri_files does) and synth
+    log, each logical line given a V1 process prefix; the upstream V1 fixtures have theirs."""
+    files = [[raw for _, raw in read_lines(p)] for p in FIXTURES + synth_logs
+             if (detect(next((r for _, r in read_lines(p) if r.strip()), b"").decode("utf-8", "replace")) == CRI) == cri]
+    if cri:
+        files += [p.values[1] for p in _cri_files() if p.values[1] is not None]
+    for raws in files:
+        _decode_both(_with_prefixes(raws, cri))
+
+
+V1_HEAD = "INFO 02-15 10:23:00 [x.py:1] hello"
+PROCESS_NAMES = st.one_of(
+    st.sampled_from(["APIServer", "EngineCore_DP0", "VllmWorker", "RayWorkerWrapper", "Worker_TP0", "a", "_", "Z9",
+                     "a.b-c_d", "x-", "x.", "1x", "-x", ".x", "", "é", "A=B", "A:B", "A/B", "A\x1b", "A\r", "A(", "A)"]),
+    st.text("aZ_0.-=é", min_size=1, max_size=6))
+PROCESS_WORDS = st.one_of(
+    st.sampled_from(["rank=0", "TP0", "pid=5", "pid=", "pid=5x", "a.b-c", "_x", "x=", "=x", "0x", "-x", "", "é",
+                     "ip=1", "pid=5,", "x)", "rank:0"]),
+    st.text("aZ_0.-=:é", min_size=1, max_size=5))
+PROCESS_PIDS = st.sampled_from(["pid=1", "pid=206994", "pid=007", "pid=", "pid=x", "pid=1x", "pid=١", "PID=1", "pid1",
+                                "pid=1 ", "pid=-1"])
+PROCESS_IPS = st.one_of(
+    st.sampled_from(["", "", "", ", ip=10.0.0.1", ", ip=fe80::1", ", ip=ABCDEF", ", ip=", ", ip=g", ", ip=1.2.3.4x",
+                     ",ip=1", ", ip=1 ", ", IP=1", ", ip=1, ip=2", ","]),
+    st.text("0aF:.g ,", max_size=6).map(lambda t: ", ip=" + t))
+PROCESS_CLOSES = st.sampled_from([")", ")", ")", "", "))", "]", ") )"])
+PROCESS_GAPS = st.sampled_from([" ", " ", " ", "", "  ", "\t", "\r", "x ", "[rank0]: ", "(APIServer pid=1) ", "é "])
+PROCESS_BEFORE = st.sampled_from(["", "", "", "", "2025-02-15T10:23:00Z ", "2025-02-15 10:23:00,123 ", "junk ", " ",
+                                  "(", "\x1b[32m", "é"])
+PROCESS_HEADS = st.sampled_from(CRI_HEADERS + ["INFO:     started", "", "Traceback (most recent call last):",
+                                               "{\"level\": \"INFO\"}"])
+PROCESS_MESSAGES = st.sampled_from(SEED_MESSAGES[:40] + CRI_GROUP_MESSAGES * 4 + ["", "é", "\x1b[0m", "a\r"])
+
+
+@st.composite
+def prefixed_lines(draw):
+    """Lines around `(APIServer pid=1) INFO …`, in a plain or a CRI file, each part of which may
+    be perturbed: the name, the extra words (`rank=0`, `TP0`, a `pid=5` before the real one), the
+    pid and the Ray address, the `)`, what lies between it and the header, what comes before it,
+    the header itself (ERROR ones start a group) and the message (non-ASCII, ESC, `\r`)."""
+    cri = draw(st.booleans())
+    frame = (lambda text: f"{CRI_SECOND}.5Z stdout F {text}") if cri else (lambda text: text)
+    lines = [frame(f"(APIServer pid=1) {V1_HEAD}")]  # the framing known, the second cached
+    for _ in range(draw(st.integers(1, 10))):
+        words = "".join(" " + w for w in draw(st.lists(PROCESS_WORDS, max_size=3)))
+        prefix = f"({draw(PROCESS_NAMES)}{words} {draw(PROCESS_PIDS)}{draw(PROCESS_IPS)}{draw(PROCESS_CLOSES)}"
+        if draw(st.integers(0, 3)) == 0:  # most lines are the common one, or almost
+            prefix = draw(st.sampled_from([p.decode().rstrip(" ") for p in V1_PREFIXES]))
+        text = draw(PROCESS_BEFORE) + prefix + draw(PROCESS_GAPS) + draw(PROCESS_HEADS) + draw(PROCESS_MESSAGES)
+        lines.append(frame(text.replace("\n", " ")))
+    return [line.encode() + draw(st.sampled_from([b"\n", b"\n", b"\r\n", b""])) for line in lines]
+
+
+@native
+@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(prefixed_lines())
+def test_decode_fast_path_matches_on_perturbed_process_prefixes(raws):
+    _decode_both(raws)
+
+
+PREFIX_NEAR_MISSES = [  # one per branch of `process_prefix`, `pid_close` and `word_end`, and their near misses
+    # `(` and the name's first character
+    "(APIServer pid=1) ", "[APIServer pid=1] ", "APIServer pid=1) ", "(1x pid=1) ", "( x pid=1) ", "(-x pid=1) ",
+    "(.x pid=1) ", "(_ pid=1) ", "(é pid=1) ", "(", "(A",
+    # the name: a run of [\w.-], then a space
+    "(a.b-c_D9 pid=1) ", "(A=B pid=1) ", "(A:B pid=1) ", "(A/B pid=1) ", "(A\tpid=1) ", "(A\x1c pid=1) ", "(A) ",
+    # ` pid=\d+`
+    "(A pid=1) ", "(A pid=0123456789) ", "(A pid=) ", "(A pid=x) ", "(A pid=1x) ", "(A pid=1 ) ", "(A PID=1) ",
+    "(A pid1) ", "(A pid =1) ", "(A pid=-1) ", "(A pid", "(A pid=", "(A pid=1",
+    # `(?:, ip=[0-9A-Fa-f.:]+)?`
+    "(R pid=1, ip=10.0.0.1) ", "(R pid=1, ip=fe80::1:AB) ", "(R pid=1, ip=...:::) ", "(R pid=1, ip=) ",
+    "(R pid=1, ip=g) ", "(R pid=1, ip=10.0.0.1x) ", "(R pid=1, ip=10.0.0.1 ) ", "(R pid=1,ip=1) ", "(R pid=1, IP=1) ",
+    "(R pid=1, ip=1, ip=2) ", "(R pid=1,) ", "(R pid=1, ip=1", "(R pid=1, ip", "(R pid=1, ",
+    # `\)` and ` ?`: the header right after the optional space, or Python's
+    "(A pid=1)", "(A pid=1)  ", "(A pid=1)\t", "(A pid=1)\r", "(A pid=1)x ", "(A pid=1)) ", "(A pid=1 ",
+    # the lazy words: each tried as the end first, then taken whole
+    "(VllmWorker rank=0 pid=5) ", "(VllmWorker TP0 pid=5) ", "(W pid=5 pid=7) ", "(W pid=5 pid=7, ip=1) ",
+    "(W pid=5, ip=1 pid=7) ", "(W a b.c d-e f=g pid=1) ", "(W rank=0 pid=) ", "(W 0 pid=1) ", "(W =a pid=1) ",
+    "(W  pid=1) ", "(W rank:0 pid=1) ", "(W pid=1x pid=2) ", "(W pid= pid=2) ", "(W x", "(W x ", "(W pid=5) pid=7) ",
+    "(W rank=0é pid=1) ", "(W TP0\x1b pid=1) ",
+    # before the prefix: a shipper's stamp, junk
+    "2025-02-15T10:23:00Z (A pid=1) ", "2025-02-15 10:23:00,123 (A pid=1) ", "x (A pid=1) ", " (A pid=1) ",
+    "((A pid=1) ", "[rank0]: (A pid=1) ",
+]
+PREFIX_LINES = [  # whole texts: the header missing, further on, or starting a group; a prefix twice
+    "(A pid=1) hello", "(A pid=1) INFO:     uvicorn", "(A pid=1) (B pid=2) " + V1_HEAD, "(A pid=1) x " + V1_HEAD,
+    "(A pid=1) INFO 02-15 10:23:00 [:1] no origin", "(A pid=1) INFO 02-15 10:23:00.5 [x.py:1]  two spaces",
+    "(A pid=1) INFO 02-30 10:23:00 [x.py:1] not a date", "(A pid=1) INFO 02-15 10:23:01 [x.py:1] another second",
+    "(A pid=1) ERROR 02-15 10:23:00 [x.py:1] boom", "(A pid=1) CRITICAL 02-15 10:23:00 [x.py:1] boom",
+    "(A pid=1) INFO 02-15 10:23:00 [x.py:1] Memory profiling takes 1s",
+    "(A pid=1) ERROR 02-15 10:23:00 [x.py:1] Traceback (most recent call last):\n"  # a group and its continuations
+    "(A pid=1) ERROR 02-15 10:23:00 [x.py:1]   File \"x.py\", line 1\n(B pid=2) ERROR 02-15 10:23:00 [x.py:1]   x",
+    "(A pid=1) WARNING 02-15 10:23:00 [x.py:1] a\n(A pid=1) WARNING 02-15 10:23:00 [x.py:1]   File \"x.py\"",
+    "(A pid=1) INFO 02-15 10:23:00 [x.py:1] é", "(A pid=1) INFO 02-15 10:23:00 [x.py:1] \x1b[0m",
+    "(A pid=1) INFO 02-15 10:23:00 [x.py:1] a\r", "\x1b[36m(A pid=1)\x1b[0m " + V1_HEAD, "(A pid=1) {\"level\": 1}",
+]
+
+
+@native
+@pytest.mark.parametrize("cri", [False, True], ids=["plain", "cri"])
+@pytest.mark.parametrize("text", [p + V1_HEAD for p in PREFIX_NEAR_MISSES] + PREFIX_LINES)
+def test_decode_fast_path_matches_on_process_prefix_near_misses(text, cri):
+    """Each line twice after a common prefixed line (the header clock's second cached), then a
+    line that is not (timed from the last one), then the common line again."""
+    frame = (lambda t: f"{CRI_SECOND}.5Z stdout F {t}") if cri else (lambda t: t)
+    first = frame(f"(APIServer pid=1) {V1_HEAD}").encode() + b"\n"
+    raws = [frame(part).encode() + b"\n" for part in text.split("\n")]
+    _decode_both([first, *raws, *raws, b"no header here\n", first])
+
+
+@native
+@pytest.mark.parametrize("value", [1.0, 2**63 - 1, 2**63, -1, True, "1"])
+def test_decode_fast_path_reads_stats_prefixed_as_python_adds_to_it(value):
+    """stats.prefixed is Python's: an int the C can add one to is the C's; anything else (a float,
+    a count at the C's limit, a bool) declines, and Python's `+= 1` (or its error) stands."""
+    got = []
+    for fast in (stream_mod.FAST, None):
+        s = RecordStream(Decoder(mtime=1.7e9), fast=fast)
+        line = f"(APIServer pid=1) {V1_HEAD}\n".encode()
+        s(line, 0)
+        s.decoder.stats.prefixed = value
+        try:
+            got.append((s(line, len(line)), s.decoder.stats))
+        except TypeError as exc:
+            got.append(type(exc))
+    assert got[0] == got[1]
+    assert repr(got[0]) == repr(got[1])  # 2.0 and 2 compare equal: the type must be Python's too
+
+
+@native
+@pytest.mark.parametrize("cri", [False, True], ids=["plain", "cri"])
+def test_process_prefixed_lines_take_the_c_path(cri):
+    """The common V1 line (`(APIServer pid=1) INFO …`, `(EngineCore_DP0 pid=7) `, Ray's
+    `(RayWorkerWrapper pid=206994, ip=10.0.0.1) `) answered by the C: records whose Python
+    fallback only records being called, with the prefix's group as their process."""
+    frame = (lambda t: f"{CRI_SECOND}.25Z stderr F {t}") if cri else (lambda t: t)
+    decoder, joiner = Decoder(mtime=1.7e9), Joiner()
+    first = frame(f"(APIServer pid=1) {V1_HEAD}").encode() + b"\n"
+    assert RecordStream(decoder, joiner)(first, 0)  # Python: framing detected, the second cached
+    ts = 1_739_614_980 * 10**9 + 250_000_000 if cri else decoder._clock._cache_ns
+    cases = [  # prefix, header, the record's process and origin
+        ("(APIServer pid=1) ", "INFO 02-15 10:23:00 [async_llm.py:578] ", "APIServer pid=1", "async_llm.py:578"),
+        ("(EngineCore_DP0 pid=7) ", "DEBUG 02-15 10:23:00 core.py:9] ", "EngineCore_DP0 pid=7", "core.py:9"),
+        ("(VllmWorker rank=0 pid=5) ", "WARNING 02-15 10:23:00,5 [a.py:1]", "VllmWorker rank=0 pid=5", "a.py:1"),
+        ("(VllmWorker TP0 pid=5)", "INFO 02-15 10:23:00 [b.py:2] ", "VllmWorker TP0 pid=5", "b.py:2"),
+        ("(RayWorkerWrapper pid=206994, ip=10.0.0.1) ", "INFO 02-15 10:23:00 [shm_broadcast.py:466] ",
+         "RayWorkerWrapper pid=206994, ip=10.0.0.1", "shm_broadcast.py:466"),
+        ("(RayWorkerWrapper pid=2, ip=fe80::1) ", "INFO 02-15 10:23:00 [c.py:3] ", "RayWorkerWrapper pid=2, ip=fe80::1",
+         "c.py:3"),
+        ("(W pid=5 pid=7) ", "INFO 02-15 10:23:00 [d.py:4] ", "W pid=5 pid=7", "d.py:4"),
+        ("(vllm.worker-1 a.b-c_0 pid=3) ", "INFO 02-15 10:23:00 [e.py:5] ", "vllm.worker-1 a.b-c_0 pid=3", "e.py:5"),
+    ]
+    lines, expected, offset = [], [], len(first)
+    for prefix, header, process, origin in cases:
+        raw = frame(f"{prefix}{header}message {len(lines)}").encode() + b"\n"
+        expected.append(Record(ts, CLOCK_RUNTIME if cri else CLOCK_HEADER, header.split(" ")[0], origin,
+                               f"message {len(lines)}", offset, offset + len(raw), process))
+        lines.append((offset, raw))
+        offset += len(raw)
+    called = []
+    got = list(stream_mod.FAST.records(decoder, joiner, lambda *a: called.append(a) or (), lines))
+    assert called == []
+    assert got == expected
+    assert (decoder.stats.lines, decoder.stats.records, decoder.stats.prefixed) == (1 + len(cases),) * 3
+    assert decoder._last_ts == ts
+    # and each of these is Python's: junk or a stamp before the prefix, two spaces, no header, an ERROR
+    decline = ["x (APIServer pid=1) " + V1_HEAD, "2025-02-15T10:23:00Z (APIServer pid=1) " + V1_HEAD,
+               "(APIServer pid=1)  " + V1_HEAD, "(APIServer pid=1) hello", "(APIServer pid=) " + V1_HEAD,
+               "(APIServer pid=1) ERROR 02-15 10:23:00 [x.py:1] boom"]
+    for text in decline:
+        list(stream_mod.FAST.records(decoder, joiner, lambda *a: called.append(a) or (), [(0, frame(text).encode() + b"\n")]))
     assert len(called) == len(decline)
 
 

@@ -14,15 +14,19 @@
  *     9 digits, padded to 9) or none, then `Z`, `z`, `±hh:mm`, `±hhmm` or none. Its time is
  *     that stamp, computed as Rfc3339 does (CLOCK_RUNTIME), and the header's is not read;
  *   - its text (the whole line, or what follows the CRI fields) starts with vLLM's header
- *     (`HEADER` in prefix.py, matched on the path the regex tries first);
+ *     (`HEADER` in prefix.py, matched on the path the regex tries first), or with V1's process
+ *     prefix (`_PROCESS` in prefix.py: `(APIServer pid=1) `, `(VllmWorker rank=0 pid=5) `,
+ *     `(RayWorkerWrapper pid=2, ip=10.0.0.1) `) and that header right after it, which is what
+ *     split_prefix takes first; the record's process is the prefix's group. A shipper's stamp,
+ *     junk, or a header further on is Python's;
  *   - in a plain file, its `MM-DD HH:MM:SS` is the one the decoder's HeaderClock has cached;
  *   - the Joiner holds nothing and the record cannot start a group (level not ERROR or
  *     CRITICAL, message not `Memory profiling takes…`).
  *
  * It then does exactly what Decoder and Joiner do for such a line (stats.lines and
- * stats.records + 1, decoder._last_ts = ts) and builds the Record by filling its slots. Any
- * other line is handed to `python(raw, offset)`: the Python classes stay the reference and
- * keep all the state; this file only reads it.
+ * stats.records + 1, stats.prefixed + 1 for a prefixed one, decoder._last_ts = ts) and builds
+ * the Record by filling its slots. Any other line is handed to `python(raw, offset)`: the
+ * Python classes stay the reference and keep all the state; this file only reads it.
  *
  * Replay of the 1M-line seed log, CPU-µs per line, whole process, median of 9 runs
  * (`python bench/replay_cpu.py --cri --lines 1000000 --runs 3`, three times): CRI 8.76 → 5.54
@@ -30,6 +34,9 @@
  * before, 4.28 after). The decode stage alone on the same files: CRI 3.67 → 0.60, plain 0.24;
  * most of what is left of the CRI figure's gap to plain is the ~10 % of its lines that stay
  * Python's (`P` parts and the lines that end them: 5 % of the seed log's lines are split).
+ * That CRI log with V1's process prefix on every logical line (`python bench/decode_prefix.py`),
+ * decode stage alone: 5.1 → 0.7 since prefixed lines are taken here too (none were before);
+ * its whole replay 10.6 → 5.8. The seed logs, which have no prefix, are unchanged.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -48,7 +55,7 @@ enum {
     DEC_STATS, DEC_FRAMING, DEC_PARTS, DEC_LAST_TS, DEC_CLOCK, DEC_UNWRAP,
     CLK_KEY, CLK_NS,
     CRI_STAMP, RFC_BASE, RFC_BASE_NS,
-    ST_LINES, ST_RECORDS,
+    ST_LINES, ST_RECORDS, ST_PREFIXED,
     JN_PENDING,
     REC_TS, REC_CLOCK, REC_LEVEL, REC_ORIGIN, REC_MESSAGE, REC_OFFSET, REC_END, REC_PROCESS, REC_CONTINUED,
     N_SLOTS
@@ -58,7 +65,7 @@ static Slot slots[N_SLOTS] = {
     {"Decoder", "_clock"}, {"Decoder", "_unwrap"},
     {"HeaderClock", "_cache_key"}, {"HeaderClock", "_cache_ns"},
     {"CriUnwrapper", "_stamp"}, {"Rfc3339", "_base"}, {"Rfc3339", "_base_ns"},
-    {"DecodeStats", "lines"}, {"DecodeStats", "records"},
+    {"DecodeStats", "lines"}, {"DecodeStats", "records"}, {"DecodeStats", "prefixed"},
     {"Joiner", "_pending"},
     {"Record", "ts_ns"}, {"Record", "clock"}, {"Record", "level"}, {"Record", "origin"}, {"Record", "message"},
     {"Record", "offset"}, {"Record", "end_offset"}, {"Record", "process"}, {"Record", "continued"},
@@ -142,6 +149,10 @@ static inline int is_space(unsigned char c) { /* Python's `\s` on ASCII */
     return c == ' ' || (c >= 9 && c <= 13) || (c >= 0x1c && c <= 0x1f);
 }
 static inline int is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
+static inline int is_alpha_(unsigned char c) { /* [A-Za-z_] */
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_';
+}
+static inline int is_word(unsigned char c) { return is_alpha_(c) || is_digit(c); } /* `\w` on ASCII */
 
 typedef struct {
     int level;                    /* index in level_names */
@@ -203,6 +214,59 @@ static int header(const char *s, Py_ssize_t n, Header *h) {
     return 1;
 }
 
+/* -- the process prefix: `(APIServer pid=1) `, `(RayWorkerWrapper pid=2, ip=10.0.0.1) ` -- */
+
+/* A run of `[\w.-]`, or of `[\w.=-]` with `eq`, from i: where it stops. */
+static Py_ssize_t word_end(const char *s, Py_ssize_t n, Py_ssize_t i, int eq) {
+    while (i < n && (is_word(s[i]) || s[i] == '.' || s[i] == '-' || (eq && s[i] == '=')))
+        i++;
+    return i;
+}
+
+static inline int is_ip(unsigned char c) { /* [0-9A-Fa-f.:] */
+    return is_digit(c) || (c >= 'A' && c <= 'F') || (c >= 'a' && c <= 'f') || c == '.' || c == ':';
+}
+
+/* ` pid=\d+(?:, ip=[0-9A-Fa-f.:]+)?\)` at i: where the `)` is, or -1. `\d+` and the address
+ * run are taken whole: a digit or address character given back is not `,` or `)`, and without
+ * the `, ip=…` part the `)` would have to be where its `,` is. */
+static Py_ssize_t pid_close(const char *s, Py_ssize_t n, Py_ssize_t i) {
+    if (n - i < 6 || memcmp(s + i, " pid=", 5) != 0 || !is_digit(s[i + 5]))
+        return -1;
+    for (i += 6; i < n && is_digit(s[i]); i++)
+        ;
+    if (n - i >= 6 && memcmp(s + i, ", ip=", 5) == 0 && is_ip(s[i + 5]))
+        for (i += 6; i < n && is_ip(s[i]); i++)
+            ;
+    return i < n && s[i] == ')' ? i : -1;
+}
+
+/* _PROCESS.match(text) (prefix.py) on ASCII text:
+ *     \(([A-Za-z_][\w.-]*(?: [A-Za-z_][\w.=-]*)*? pid=\d+(?:, ip=[0-9A-Fa-f.:]+)?)\) ?
+ * Each word is a maximal run: what may follow one (a space) is in neither class, so the regex
+ * gains nothing by giving characters back. At each space the lazy `*?` first tries the end
+ * (` pid=\d+…)`), then takes one more word (which may itself read `pid=5`) and tries again.
+ * Gives where the group ends (its `)`) and m.end() (after one space, if there is one); 0 when
+ * it does not match. */
+static int process_prefix(const char *s, Py_ssize_t n, Py_ssize_t *close, Py_ssize_t *end) {
+    if (n < 2 || s[0] != '(' || !is_alpha_(s[1]))
+        return 0;
+    Py_ssize_t i = word_end(s, n, 2, 0);
+    for (;;) {
+        if (i >= n || s[i] != ' ')
+            return 0;
+        Py_ssize_t c = pid_close(s, n, i);
+        if (c >= 0) {
+            *close = c;
+            *end = c + 1 < n && s[c + 1] == ' ' ? c + 2 : c + 1;
+            return 1;
+        }
+        if (i + 1 >= n || !is_alpha_(s[i + 1]))
+            return 0;
+        i = word_end(s, n, i + 2, 1);
+    }
+}
+
 /* All bytes below 0x80 and none ESC, eight at a time. */
 static int ascii_without_esc(const char *s, Py_ssize_t n) {
     const uint64_t high = 0x8080808080808080ULL, ones = 0x0101010101010101ULL, esc = 0x1b * ones;
@@ -230,15 +294,16 @@ static PyObject *ascii_str(const char *s, Py_ssize_t n) {
     return o;
 }
 
-/* A small cache of origin strings (`scheduler.py:234`): a log has a handful. */
-#define ORIGINS 64
-static PyObject *origin_cache[ORIGINS];
+/* A small cache of the strings a log repeats, origins (`scheduler.py:234`) and processes
+ * (`APIServer pid=1`): a log has a handful of each. */
+#define NAMES 64
+static PyObject *name_cache[NAMES];
 
-static PyObject *origin_str(const char *s, Py_ssize_t len) {
+static PyObject *name_str(const char *s, Py_ssize_t len) {
     unsigned h = 2166136261u;
     for (Py_ssize_t k = 0; k < len; k++)
         h = (h ^ (unsigned char)s[k]) * 16777619u;
-    PyObject **slot = &origin_cache[h % ORIGINS];
+    PyObject **slot = &name_cache[h % NAMES];
     PyObject *o = *slot;
     if (o != NULL && PyUnicode_GET_LENGTH(o) == len && memcmp(PyUnicode_1BYTE_DATA(o), s, len) == 0)
         return Py_NewRef(o);
@@ -369,17 +434,20 @@ static int cri_frame(PyObject *decoder, const char *s, Py_ssize_t n, Py_ssize_t 
     return 1;
 }
 
-/* The Record that Decoder._record makes for a taken line's text: `ts` stolen, `clock` borrowed. */
-static PyObject *make_record(const char *text, Py_ssize_t len, const Header *h, PyObject *ts, PyObject *clock,
-                             PyObject *offset, Py_ssize_t end_offset) {
+/* The Record that Decoder._record makes for a taken line's text from its header on, with the
+ * process prefix's group (empty: none): `ts` stolen, `clock` borrowed. */
+static PyObject *make_record(const char *text, Py_ssize_t len, const Header *h, const char *process,
+                             Py_ssize_t process_len, PyObject *ts, PyObject *clock, PyObject *offset,
+                             Py_ssize_t end_offset) {
     PyObject *rec = record_type->tp_alloc(record_type, 0);
     if (rec == NULL) {
         Py_DECREF(ts);
         return NULL;
     }
-    PyObject *origin = origin_str(text + h->origin_a, h->origin_b - h->origin_a);
+    PyObject *origin = name_str(text + h->origin_a, h->origin_b - h->origin_a);
     PyObject *message = ascii_str(text + h->end, len - h->end);
     PyObject *end = PyLong_FromSsize_t(end_offset);
+    PyObject *proc = process_len ? name_str(process, process_len) : Py_NewRef(empty_str);
     SLOT(rec, REC_TS) = ts;
     SLOT(rec, REC_CLOCK) = Py_NewRef(clock);
     SLOT(rec, REC_LEVEL) = Py_NewRef(levels[h->level]);
@@ -387,9 +455,9 @@ static PyObject *make_record(const char *text, Py_ssize_t len, const Header *h, 
     SLOT(rec, REC_MESSAGE) = message;
     SLOT(rec, REC_OFFSET) = Py_NewRef(offset);
     SLOT(rec, REC_END) = end;
-    SLOT(rec, REC_PROCESS) = Py_NewRef(empty_str);
+    SLOT(rec, REC_PROCESS) = proc;
     SLOT(rec, REC_CONTINUED) = Py_NewRef(Py_False);
-    if (origin == NULL || message == NULL || end == NULL) {
+    if (origin == NULL || message == NULL || end == NULL || proc == NULL) {
         Py_DECREF(rec);
         return NULL;
     }
@@ -428,25 +496,35 @@ static PyObject *fast_line(PyObject *decoder, PyObject *joiner, PyObject *raw, P
         return Py_None;
     const char *text = s + start;
     Py_ssize_t len = n - start;
+    /* _record hands a text that does not start with the header to split_prefix, which takes a
+     * process prefix at its start and the header right after it (`(APIServer pid=1) INFO …`),
+     * and counts the record in stats.prefixed. Anything else before a header (junk, a shipper's
+     * stamp, a prefix the header does not follow at once) is Python's. */
+    Py_ssize_t close = 0, head = 0, prefixed = 0;
+    if (len > 0 && text[0] == '(' &&
+        (!process_prefix(text, len, &close, &head) || (prefixed = count(stats, ST_PREFIXED)) < 0))
+        return Py_None;
     Header h;
-    if (!passing_header(text, len, &h))
+    if (!passing_header(text + head, len - head, &h))
         return Py_None;
     /* _record: a runtime stamp is the record's time (CLOCK_RUNTIME) and the header's stamp is not
      * read at all; without one, the header's second from the HeaderClock. */
     PyObject *ts = NULL;
-    if (!cri && (ts = header_second(decoder, text + h.stamp)) == NULL)
+    if (!cri && (ts = header_second(decoder, text + head + h.stamp)) == NULL)
         return Py_None;
 
     /* From here on, the line is taken: Decoder.__call__ and _record's bookkeeping. */
     ts = cri ? PyLong_FromLongLong(ns) : Py_NewRef(ts);
     if (ts == NULL)
         return NULL;
-    if (set_count(stats, ST_LINES, lines + 1) < 0 || set_count(stats, ST_RECORDS, records + 1) < 0) {
+    if (set_count(stats, ST_LINES, lines + 1) < 0 || set_count(stats, ST_RECORDS, records + 1) < 0 ||
+        (head && set_count(stats, ST_PREFIXED, prefixed + 1) < 0)) {
         Py_DECREF(ts);
         return NULL;
     }
     Py_XSETREF(SLOT(decoder, DEC_LAST_TS), Py_NewRef(ts));
-    return make_record(text, len, &h, ts, cri ? runtime_clock_str : header_clock_str, offset, off + size);
+    return make_record(text + head, len - head, &h, text + 1, head ? close - 1 : 0, ts,
+                       cri ? runtime_clock_str : header_clock_str, offset, off + size);
 }
 
 /* -- the iterator ------------------------------------------------------------------------- */
