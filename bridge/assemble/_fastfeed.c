@@ -38,7 +38,7 @@ static Attr attrs_[N_ATTRS] = {
     {"min_free_ratio"}, {"max_gpu_ratio"},
 };
 static PyObject *s_now, *s_pending_nccl, *s_open, *s_finish, *s_in_flight, *v_finished, *k_id, *k_size, *k_reason, *n_allocated, *n_freed,
-    *v_timeout, *v_preempted;
+    *v_timeout, *v_preempted, *zero_int;
 
 #define BLOCK_EVENTS_KEPT (8 * 32) /* requests.py: _BLOCK_EVENTS_KEPT = 8 * EVENT_CAP */
 
@@ -110,6 +110,18 @@ static int quiet(Feeder *self, PyObject *ts) {
 
 /* _on_summary for an open request not yet over: _start continues it, r.summary = ev,
  * _terminate(r, ts, "finished"), and _finish(r) when it holds no block. */
+/* requests.py: `if r.held <= 0: self._finish(r)` (after the summary), or with `and r.outcome !=
+ * "timeout"` (after a free: a timeout may still get its API line) when `unless_timeout`. -1 on error. */
+static int finish_drained(Feeder *self, PyObject *r, PyObject *held, PyObject *outcome, int unless_timeout) {
+    int drained = PyObject_RichCompareBool(held, zero_int, Py_LE);
+    int timeout = drained == 1 && unless_timeout ? PyObject_RichCompareBool(outcome, v_timeout, Py_EQ) : 0;
+    if (drained <= 0 || timeout != 0)
+        return drained < 0 || timeout < 0 ? -1 : 0;
+    PyObject *x = PyObject_CallMethodOneArg(self->assembler, s_finish, r);
+    Py_XDECREF(x);
+    return x == NULL ? -1 : 0;
+}
+
 static PyObject *summary(Feeder *self, PyObject *record, PyObject *event) {
     PyObject **p_ts = attr_slot(record, &attrs_[R_ts_ns], 0), **p_off = attr_slot(record, &attrs_[R_offset], 0);
     PyObject **p_rid = attr_slot(event, &attrs_[E_request_id], 0);
@@ -152,17 +164,8 @@ static PyObject *summary(Feeder *self, PyObject *record, PyObject *event) {
         goto done;
     if (PyErr_Occurred())
         goto done;
-    PyObject *zero = PyLong_FromLong(0);
-    int drained = zero ? PyObject_RichCompareBool(*held, zero, Py_LE) : -1;
-    Py_XDECREF(zero);
-    if (drained < 0)
+    if (finish_drained(self, r, *held, *outcome, 0) < 0)
         goto done;
-    if (drained) {
-        PyObject *x = PyObject_CallMethodOneArg(self->assembler, s_finish, r);
-        if (x == NULL)
-            goto done;
-        Py_DECREF(x);
-    }
     result = Py_NewRef(Py_None);
 done:
     Py_DECREF(r);
@@ -281,18 +284,8 @@ static PyObject *feeder_call(Feeder *self, PyObject *args, PyObject *kwargs) {
         goto done;
     if (!alloc && *terminal != Py_None) {
         Py_SETREF(*last_free, Py_NewRef(ts));
-        PyObject *zero = PyLong_FromLong(0);
-        int drained = zero ? PyObject_RichCompareBool(*held, zero, Py_LE) : -1;
-        Py_XDECREF(zero);
-        int timeout = drained == 1 ? PyObject_RichCompareBool(*outcome, v_timeout, Py_EQ) : 0;
-        if (drained < 0 || timeout < 0)
+        if (finish_drained(self, r, *held, *outcome, 1) < 0)
             goto done;
-        if (drained && !timeout) {
-            PyObject *x = PyObject_CallMethodOneArg(self->assembler, s_finish, r);
-            if (x == NULL)
-                goto done;
-            Py_DECREF(x);
-        }
     }
     result = Py_NewRef(Py_None);
 done:
@@ -440,6 +433,8 @@ PyMODINIT_FUNC PyInit__fastfeed(void) {
     INTERN(v_timeout, "timeout");
     INTERN(v_preempted, "preempted");
     INTERN(v_finished, "finished");
+    if ((zero_int = PyLong_FromLong(0)) == NULL)
+        return NULL;
     INTERN(s_in_flight, "_in_flight");
     if (PyType_Ready(&FeederType) < 0)
         return NULL;
