@@ -793,16 +793,11 @@ static PyObject *parse_call(Parse *self, PyObject *const *args, size_t nargsf, P
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     if (kwnames != NULL || nargs < 1 || nargs > 3 || !PyUnicode_Check(args[0]) || !ready)
         goto python; /* whatever Python makes of it, counting included */
-    PyObject **lines = (PyObject **)((char *)self->stats + self->lines_offset);
-    if (*lines == NULL || !PyLong_CheckExact(*lines))
+    int counted = bump_slot(self->stats, self->lines_offset); /* stats.lines += 1 */
+    if (counted < 0)
+        return NULL;
+    if (counted > 0) /* not a plain int: nothing changed */
         goto python;
-    Py_ssize_t n = PyLong_AsSsize_t(*lines);
-    if (n == -1 && PyErr_Occurred())
-        return NULL;
-    PyObject *next = PyLong_FromSsize_t(n + 1);
-    if (next == NULL)
-        return NULL;
-    Py_SETREF(*lines, next);
     PyObject *event = parse_core(args[0], self->counts);
     if (event != Py_None)
         return event;
