@@ -76,15 +76,11 @@ def worker_parse(root: str, n: int) -> dict:
     from pathlib import Path
 
     from bridge.decode.stream import RecordStream
+    from bridge.tail import read_lines
     fixture_records = []
     for path in sorted(Path(root, "tests", "fixtures").glob("*/*.log")):
         stream = RecordStream(Decoder(year=2025))
-        with open(path, "rb") as f:
-            lines, offset = [], 0
-            for physical in f:
-                lines.append((offset, physical))
-                offset += len(physical)
-        fixture_records += [(r.message, r.level, r.origin) for r in stream.over(lines)]
+        fixture_records += [(r.message, r.level, r.origin) for r in stream.over(read_lines(str(path)))]
     cycled = (fixture_records * (n // max(len(fixture_records), 1) + 1))[:n]
     parse = Parser().parse
     t0 = time.process_time()

@@ -22,9 +22,8 @@ def _load_fast():
     None: not built (no compiler at install), or VLLM_TRACE_BRIDGE_PURE=1. It handles only a
     line that Decoder and Joiner would pass straight through (in a CRI file: a whole `F` line on
     stdout/stderr whose stamp is in the second Rfc3339 has cached; with or without V1's process
-    prefix, `(APIServer pid=1) `, right before the header), and hands every other line to them. Replay of the 1M-line seed log, CPU-µs per line, median of 9 runs
-    (`python bench/replay_cpu.py --cri --lines 1000000 --runs 3`): CRI 8.76 → 5.54 with the CRI
-    path, plain 4.3 (README "Performance")."""
+    prefix, `(APIServer pid=1) `, right before the header), and hands every other line to them.
+    Its cost is measured in the README's "Performance"."""
     if os.environ.get("VLLM_TRACE_BRIDGE_PURE", "") not in ("", "0"):
         return None
     try:

@@ -328,7 +328,6 @@ def _blocks(msg: str) -> Event | None:
 
 
 _FACT_RULES = {key: _fact_rule(p, names) for key, p, names in _FACTS}
-_FACTS_BY_KEY = {key: p for key, p, _ in _FACTS}
 
 # -- errors ----------------------------------------------------------------------------------
 
@@ -632,7 +631,7 @@ PREFILTER = {
     "Init": _regex_rule(_BANNER, _banner),
     "Load": _FACT_GUARDED["Load"],
     "Mode": _FACT_GUARDED["Mode"],
-    "Memo": _regex_rule(_FACTS_BY_KEY["Memo"], _memory_profile),
+    "Memo": _starting(_FACT_GUARDED["Memo"].prefixes, _memory_profile),  # that fact's line, and more
     "Avai": _FACT_GUARDED["Avai"],
     "GPU ": _FACT_GUARDED["GPU "],
     "CPU ": _FACT_GUARDED["CPU "],
