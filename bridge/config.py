@@ -36,7 +36,7 @@ class AgentConfig:
     linger: float = 5.0
     otlp_endpoint: str | None = None   # None: OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT
     otlp_protocol: str | None = None   # None: OTEL_EXPORTER_OTLP_PROTOCOL, else grpc
-    listen: str = "0.0.0.0:9464"
+    listen: str = "[::]:9464"         # [::]: IPv4 and IPv6 where the node has both, else IPv4
     max_queue_spans: int = 20000
     max_batch_spans: int = 512
     batch_delay: float = 0.2           # a partial batch is sent after this long
@@ -131,7 +131,7 @@ def _check(cfg: AgentConfig, origins: Mapping[str, str]) -> None:
     host, sep, port = cfg.listen.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ConfigError(f"listen (from {origins.get('listen', 'default')}): {cfg.listen!r} is not HOST:PORT, "
-                          "e.g. 0.0.0.0:9464 (port 0 picks a free one)")
+                          "e.g. [::]:9464 or 0.0.0.0:9464 (port 0 picks a free one)")
     from bridge.decode.clock import zone
     try:
         zone(cfg.timezone)

@@ -6,6 +6,7 @@ plain integers it already keeps; prometheus_client does the exposition format.
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -88,6 +89,33 @@ class AgentCollector:
             yield gauge("join_waiting", "Requests waiting for their gateway line now.", join["waiting"])
 
 
+class _DualStackServer(ThreadingHTTPServer):
+    """IPv6 socket that also takes IPv4 (as ::ffff:a.b.c.d), for dual-stack clusters."""
+
+    address_family = socket.AF_INET6
+
+    def server_bind(self) -> None:
+        self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        super().server_bind()
+
+
+class _V6Server(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
+def _bind(host: str, port: int, handler) -> ThreadingHTTPServer:
+    """`::` (or no host): both families where the node has IPv6, IPv4 alone where it has not
+    (IPv6 disabled in the kernel or the pod). An IPv6 literal binds IPv6; anything else IPv4."""
+    if host in ("", "::"):
+        try:
+            return _DualStackServer(("::", port), handler)
+        except OSError:  # no IPv6 here: the IPv4 wildcard still serves probes and scrapes
+            return ThreadingHTTPServer(("0.0.0.0", port), handler)
+    if ":" in host:
+        return _V6Server((host, port), handler)
+    return ThreadingHTTPServer((host, port), handler)
+
+
 class TelemetryServer:
     def __init__(self, listen: str, snapshot: Callable[[], dict], ready: Callable[[], bool]) -> None:
         host, _, port = listen.rpartition(":")
@@ -116,7 +144,7 @@ class TelemetryServer:
             def log_message(self, *args):
                 pass
 
-        self._server = ThreadingHTTPServer((host.strip("[]") or "0.0.0.0", int(port)), Handler)
+        self._server = _bind(host.strip("[]"), int(port), Handler)
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, name="telemetry", daemon=True)

@@ -1,7 +1,7 @@
 """Container HEALTHCHECK: GET /healthz on the agent's self-telemetry port.
 
 Docker and compose use this; Kubernetes ignores HEALTHCHECK and uses the chart's probes.
-The address comes from VLLM_TRACE_BRIDGE_LISTEN (default 0.0.0.0:9464), the same variable
+The address comes from VLLM_TRACE_BRIDGE_LISTEN (default [::]:9464), the same variable
 the agent reads; a `listen` set only in the config file is not seen here.
 """
 
@@ -9,7 +9,7 @@ import os
 import sys
 import urllib.request
 
-listen = os.environ.get("VLLM_TRACE_BRIDGE_LISTEN", "0.0.0.0:9464")
+listen = os.environ.get("VLLM_TRACE_BRIDGE_LISTEN", "[::]:9464")
 port = listen.rsplit(":", 1)[-1]
 try:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=3) as resp:

@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from bridge import config as agent_config
+
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 CHART = DEPLOY / "helm" / "vllm-trace-bridge"
@@ -152,7 +154,7 @@ def test_image_install_steps_give_a_working_agent(tmp_path):
                            "--state-dir", str(state)], capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
     printed = yaml.safe_load(proc.stdout)
-    assert printed["containers"] == ["*vllm*"] and printed["listen"] == "0.0.0.0:9464"
+    assert printed["containers"] == ["*vllm*"] and printed["listen"] == "[::]:9464"
 
     import socket
     import time
@@ -223,14 +225,28 @@ NON_DEFAULT = {
               "digest": "sha256:" + "ab" * 32, "pullPolicy": "Always"},
     "imagePullSecrets": [{"name": "regcred"}],
     "fullnameOverride": "trace-bridge",
+    "namespaceOverride": "observability",
+    "labels": {"team": "ml-platform"},
+    "annotations": {"example.com/owner": "platform"},
     "config": {"namespaces": ["inference-*"], "containers": ["vllm", "engine"], "start_at": "end",
-               "poll_interval": 0.5, "ttl": 300, "log_format": "console", "shutdown_grace": 20},
+               "poll_interval": 0.5, "ttl": 300, "log_format": "console", "shutdown_grace": 20,
+               "gateway_include": ["/var/log/pods/ingress_*/controller/*.log"], "trace_context": "off"},
     "otlp": {"endpoint": "https://otel-gateway.observability.svc:4317", "protocol": "grpc",
              "compression": "gzip", "headers": "authorization=Bearer abc,x-scope-orgid=gpu",
              "tls": {"secretName": "otlp-tls", "caKey": "ca.crt", "certKey": "tls.crt", "keyKey": "tls.key"}},
     "resourceAttributes": {"k8s.cluster.name": "prod-eu", "deployment.environment": "prod"},
     "stateDir": {"hostPath": "/var/lib/trace-bridge", "mountPath": "/state", "initChown": True},
-    "metrics": {"port": 19464, "podMonitor": {"enabled": True, "interval": "15s", "labels": {"release": "kps"}}},
+    "metrics": {"port": 19464, "podMonitor": {"enabled": True, "interval": "15s", "labels": {"release": "kps"}},
+                "service": {"annotations": {"example.com/scrape": "true"}},
+                "serviceMonitor": {"enabled": True, "labels": {"release": "kps"}},
+                "prometheusRule": {"enabled": True, "labels": {"release": "kps"}}},
+    "gpuNodeLabel": "cloud.google.com/gke-accelerator",
+    "hostNetwork": True,
+    "networkPolicy": {"enabled": True,
+                      "otlpTo": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "obs"}}}]},
+    "envFrom": [{"secretRef": {"name": "bridge-env"}}],
+    "initContainers": [{"name": "wait", "image": "busybox:1.37", "command": ["true"]}],
+    "extraContainers": [{"name": "sidecar", "image": "busybox:1.37", "command": ["sleep", "inf"]}],
     "podSecurityContext": {"runAsUser": 10001, "runAsGroup": 0, "runAsNonRoot": True,
                            "supplementalGroups": [0], "seccompProfile": {"type": "RuntimeDefault"}},
     "nodeSelector": {"kubernetes.io/os": "linux"},
@@ -286,7 +302,30 @@ def _kube_validate(obj: dict, version: str) -> None:
     kubernetes_validate.validate(obj, version, strict=True)
 
 
-# CRDs have no schema in kubernetes-validate; these checks stand in for it.
+# CRDs have no schema in kubernetes-validate; these checks stand in for it (the fields the
+# Prometheus Operator's monitoring.coreos.com/v1 CRDs define for what the chart sets).
+def _check_servicemonitor(obj: dict, values: dict) -> None:
+    assert obj["apiVersion"] == "monitoring.coreos.com/v1"
+    assert set(obj["spec"]) <= {"selector", "endpoints", "namespaceSelector", "jobLabel"}
+    (ep,) = obj["spec"]["endpoints"]
+    assert set(ep) <= {"port", "path", "interval", "scrapeTimeout"}
+    assert ep["port"] == "http-metrics" and ep["path"] == "/metrics"
+
+
+def _check_prometheusrule(obj: dict, values: dict) -> None:
+    assert obj["apiVersion"] == "monitoring.coreos.com/v1"
+    assert set(obj["spec"]) == {"groups"}
+    for group in obj["spec"]["groups"]:
+        assert set(group) <= {"name", "interval", "rules"} and group["rules"]
+        for rule in group["rules"]:
+            assert set(rule) <= {"alert", "record", "expr", "for", "labels", "annotations"}
+            assert isinstance(rule["expr"], str) and rule["expr"].count("(") == rule["expr"].count(")")
+
+
+CRD_CHECKS = {"PodMonitor": lambda o, v: _check_podmonitor(o, v), "ServiceMonitor": _check_servicemonitor,
+              "PrometheusRule": _check_prometheusrule}
+
+
 def _check_podmonitor(obj: dict, values: dict) -> None:
     assert obj["apiVersion"] == "monitoring.coreos.com/v1"
     assert set(obj["spec"]) <= {"selector", "podMetricsEndpoints", "namespaceSelector", "jobLabel"}
@@ -303,8 +342,8 @@ def test_every_rendered_object_passes_strict_kubernetes_schema(values, kube):
     kinds = {o["kind"] for o in objs}
     assert {"DaemonSet", "ConfigMap", "ServiceAccount"} <= kinds
     for obj in objs:
-        if obj["kind"] == "PodMonitor":
-            _check_podmonitor(obj, values)
+        if obj["kind"] in CRD_CHECKS:
+            CRD_CHECKS[obj["kind"]](obj, values)
         else:
             _kube_validate(obj, kube)
 
@@ -321,7 +360,7 @@ def test_default_daemonset_fits_gpu_nodes_and_is_locked_down():
     (c,) = pod["containers"]
     # GPU nodes: affinity on the NVIDIA label, toleration for the NVIDIA taint.
     term = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
-    assert term["matchExpressions"][0]["key"] == "nvidia.com/gpu.present"
+    assert term["matchExpressions"] == [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
     # Host logs read-only; state on the host; a writable /tmp.
     vols = {v["name"]: v for v in pod["volumes"]}
@@ -338,11 +377,10 @@ def test_default_daemonset_fits_gpu_nodes_and_is_locked_down():
     assert sc["capabilities"] == {"drop": ["ALL"]}
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert pod["automountServiceAccountToken"] is False
-    # Identity from the downward API.
+    # The node's identity from the downward API; nothing the agent does not read.
     env = {e["name"]: e for e in c["env"]}
     assert env["K8S_NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
-    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
-    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    assert not {"POD_NAME", "POD_NAMESPACE"} & set(env)
     # The contract's command, probes on the agent's endpoints, on the configured port.
     assert c["args"] == ["run", "--config", "/etc/vllm-trace-bridge/config.yaml"]
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http-metrics"}
@@ -355,14 +393,66 @@ def test_default_daemonset_fits_gpu_nodes_and_is_locked_down():
     # SIGTERM: time to flush and checkpoint.
     config = yaml.safe_load(objs["ConfigMap"]["data"]["config.yaml"])
     assert pod["terminationGracePeriodSeconds"] > config["shutdown_grace"]
-    assert config["state_dir"] == "/var/lib/vllm-trace-bridge" and config["listen"] == "0.0.0.0:9464"
+    assert config["state_dir"] == "/var/lib/vllm-trace-bridge" and config["listen"] == "[::]:9464"
     assert "PodMonitor" not in objs and "Secret" not in objs
+    assert not {"ServiceMonitor", "PrometheusRule", "NetworkPolicy"} & set(objs)
+    assert "hostNetwork" not in pod and "dnsPolicy" not in pod
 
 
-# Keys of the agent's config file (the contract); the chart may set any of them, no others.
-CONTRACT_KEYS = {"include", "exclude", "namespaces", "pods", "containers", "state_dir", "start_at",
-                 "poll_interval", "timezone", "ttl", "otlp_endpoint", "otlp_protocol", "listen",
-                 "max_queue_spans", "memory_limit_mb", "shutdown_grace", "log_format"}
+# Keys of the agent's config file (the contract), from the one settings definition.
+CONTRACT_KEYS = set(agent_config.FIELDS)
+# Settings other values decide (stateDir.mountPath, metrics.port) or the otlp block sets (as
+# OTEL_* variables): not under `config`.
+CHART_OWNED_KEYS = {"state_dir", "listen", "otlp_endpoint", "otlp_protocol"}
+
+
+def _schema() -> dict:
+    return json.loads((CHART / "values.schema.json").read_text())
+
+
+def test_every_agent_setting_is_reachable_from_values():
+    """The schema's `config` keys are exactly the agent's settings, less those the chart owns:
+    a setting added to bridge/config.py fails here until the chart admits it."""
+    keys = set(_schema()["properties"]["config"]["properties"])
+    assert CHART_OWNED_KEYS <= CONTRACT_KEYS
+    assert keys == CONTRACT_KEYS - CHART_OWNED_KEYS, (
+        f"missing from the schema: {sorted(CONTRACT_KEYS - CHART_OWNED_KEYS - keys)}; "
+        f"not agent settings: {sorted(keys - CONTRACT_KEYS)}")
+
+
+def _schema_accepts(prop: dict, value) -> bool:
+    import jsonschema
+
+    return jsonschema.Draft7Validator(prop).is_valid(value)
+
+
+def test_schema_types_agree_with_the_agents_settings():
+    """Each setting's default is admitted by its schema entry (tuples as lists), a value of the
+    wrong shape is refused, and the enums are the agent's choices."""
+    props = _schema()["properties"]["config"]["properties"]
+    for name, prop in props.items():
+        default = agent_config.FIELDS[name].default
+        value = list(default) if isinstance(default, tuple) else default
+        assert _schema_accepts(prop, value), (name, value, prop)
+        assert not _schema_accepts(prop, {"a": 1}), name
+        if isinstance(value, list):
+            assert not _schema_accepts(prop, "x"), name
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            assert not _schema_accepts(prop, "x"), name
+    for name, allowed in agent_config._CHOICES.items():
+        if name in props:
+            assert set(props[name]["enum"]) == {a for a in allowed if a}, name
+
+
+def test_new_config_keys_pass_through_without_a_template_change():
+    values = {"config": {"gateway_include": ["/var/log/pods/ingress_*/controller/*.log"], "gateway_format": "envoy",
+                         "join_window": 10, "linger": 2, "export_give_up": 120, "year": 2025}}
+    config = yaml.safe_load(_configmap_config(values))
+    for key, value in values["config"].items():
+        assert config[key] == value
+    # The agent itself accepts the rendered file.
+    cfg, _ = agent_config.load(config, {}, {})
+    assert cfg.gateway_include == ("/var/log/pods/ingress_*/controller/*.log",) and cfg.listen == "[::]:9464"
 
 
 @pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
@@ -375,7 +465,8 @@ def test_configmap_holds_only_contract_keys(values):
 def test_non_default_values_reach_the_pod():
     objs = _by_kind(_objects(NON_DEFAULT))
     pod = objs["DaemonSet"]["spec"]["template"]["spec"]
-    (c,) = pod["containers"]
+    c, sidecar = pod["containers"]
+    assert sidecar["name"] == "sidecar" and pod["hostNetwork"] is True
     env = {e["name"]: e for e in c["env"]}
     assert c["image"] == "registry.example.com/obs/vllm-trace-bridge@sha256:" + "ab" * 32
     assert env["OTEL_EXPORTER_OTLP_ENDPOINT"]["value"] == "https://otel-gateway.observability.svc:4317"
@@ -391,11 +482,11 @@ def test_non_default_values_reach_the_pod():
     assert {v["name"] for v in pod["volumes"]} >= {"otlp-tls", "docker-containers"}
     assert c["ports"][0]["containerPort"] == 19464
     config = yaml.safe_load(objs["ConfigMap"]["data"]["config.yaml"])
-    assert config["listen"] == "0.0.0.0:19464" and config["state_dir"] == "/state"
+    assert config["listen"] == "[::]:19464" and config["state_dir"] == "/state"
     assert config["start_at"] == "end" and config["namespaces"] == ["inference-*"]
     assert pod["terminationGracePeriodSeconds"] == 25
-    (init,) = pod["initContainers"]
-    assert init["command"] == ["chown", "10001:0", "/state"]
+    wait, init = pod["initContainers"]
+    assert wait["name"] == "wait" and init["command"] == ["chown", "10001:0", "/state"]
     assert init["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
     assert objs["PodMonitor"]["metadata"]["labels"]["release"] == "kps"
 
@@ -407,13 +498,208 @@ def test_existing_secret_wins_over_inline_headers():
     assert env["OTEL_EXPORTER_OTLP_HEADERS"]["valueFrom"]["secretKeyRef"] == {"name": "mine", "key": "h"}
 
 
+def _pod_annotations(values) -> dict:
+    return _by_kind(_objects(values))["DaemonSet"]["spec"]["template"]["metadata"].get("annotations") or {}
+
+
 def test_config_change_rolls_the_pods():
     def checksum(values):
-        return _by_kind(_objects(values))["DaemonSet"]["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+        return _pod_annotations(values)["checksum/config"]
     assert checksum(None) != checksum({"config": {"ttl": 30}})
 
 
+def test_headers_secret_change_rolls_the_pods():
+    def checksum(headers):
+        return _pod_annotations({"otlp": {"headers": headers}})["checksum/secret"]
+    assert checksum("authorization=Bearer a") != checksum("authorization=Bearer b")
+    assert "Bearer" not in checksum("authorization=Bearer a")  # a digest, nothing readable
+    assert "checksum/secret" not in _pod_annotations(None)
+
+
+def test_namespace_override_moves_every_namespaced_object():
+    values = {"namespaceOverride": "observability", "metrics": {"serviceMonitor": {"enabled": True},
+              "prometheusRule": {"enabled": True}}, "networkPolicy": {"enabled": True}, "otlp": {"headers": "a=b"}}
+    objs = _objects(values)
+    assert {o["kind"] for o in objs} >= {"DaemonSet", "ConfigMap", "Secret", "ServiceAccount", "Service",
+                                         "ServiceMonitor", "PrometheusRule", "NetworkPolicy"}
+    assert {o["metadata"]["namespace"] for o in objs} == {"observability"}
+    (sm,) = [o for o in objs if o["kind"] == "ServiceMonitor"]
+    assert sm["spec"]["namespaceSelector"]["matchNames"] == ["observability"]
+
+
+def test_daemonset_labels_annotations_env_from_and_extra_containers():
+    values = {"labels": {"team": "ml"}, "annotations": {"example.com/owner": "platform"},
+              "envFrom": [{"secretRef": {"name": "bridge-env"}}, {"configMapRef": {"name": "bridge-cm"}}],
+              "extraEnv": [{"name": "VLLM_TRACE_BRIDGE_TTL", "value": "30"}],
+              "initContainers": [{"name": "wait", "image": "busybox:1.37", "command": ["true"]}],
+              "extraContainers": [{"name": "sidecar", "image": "busybox:1.37", "command": ["sleep", "inf"]}],
+              "stateDir": {"initChown": True}}
+    ds = _by_kind(_objects(values))["DaemonSet"]
+    assert ds["metadata"]["labels"]["team"] == "ml"
+    assert ds["metadata"]["annotations"] == {"example.com/owner": "platform"}
+    assert "team" not in ds["spec"]["selector"]["matchLabels"]  # a selector is immutable: never extended
+    pod = ds["spec"]["template"]["spec"]
+    agent, sidecar = pod["containers"]
+    assert agent["name"] == "agent" and sidecar["name"] == "sidecar"
+    assert agent["envFrom"] == values["envFrom"]
+    assert {"name": "VLLM_TRACE_BRIDGE_TTL", "value": "30"} in agent["env"]
+    assert [c["name"] for c in pod["initContainers"]] == ["wait", "chown-state-dir"]
+    for kube in KUBE_VERSIONS:
+        _kube_validate(ds, kube)
+
+
+def test_host_network_brings_the_dns_policy_that_still_resolves_cluster_names():
+    pod = _by_kind(_objects({"hostNetwork": True}))["DaemonSet"]["spec"]["template"]["spec"]
+    assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+    pod = _by_kind(_objects({"dnsPolicy": "Default"}))["DaemonSet"]["spec"]["template"]["spec"]
+    assert "hostNetwork" not in pod and pod["dnsPolicy"] == "Default"
+
+
+GPU_LABELS = {
+    "nvidia.com/gpu.present=true": [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}],
+    "cloud.google.com/gke-accelerator": [{"key": "cloud.google.com/gke-accelerator", "operator": "Exists"}],
+}
+
+
+@pytest.mark.parametrize("label", GPU_LABELS)
+def test_gpu_node_label_is_one_value(label):
+    pod = _by_kind(_objects({"gpuNodeLabel": label}))["DaemonSet"]["spec"]["template"]["spec"]
+    (term,) = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert term["matchExpressions"] == GPU_LABELS[label]
+
+
+def test_empty_gpu_node_label_schedules_on_every_node_and_affinity_wins():
+    pod = _by_kind(_objects({"gpuNodeLabel": ""}))["DaemonSet"]["spec"]["template"]["spec"]
+    assert "affinity" not in pod
+    mine = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["gpu"]}]}]}}}
+    pod = _by_kind(_objects({"affinity": mine}))["DaemonSet"]["spec"]["template"]["spec"]
+    assert pod["affinity"] == mine
+
+
+def test_notes_and_readme_warn_that_the_default_label_can_schedule_zero_pods():
+    import helm_python as helm
+
+    with helm.Chart.load(CHART) as chart:
+        rendered = chart.render(values=None, name="r", namespace="n", is_install=True)
+    notes = next(text for path, text in rendered.items() if path.endswith("NOTES.txt"))
+    assert "nvidia.com/gpu.present=true" in notes and "zero pods" in notes.lower() and "gpuNodeLabel" in notes
+    readme = (CHART / "README.md").read_text()
+    assert "gpuNodeLabel" in readme and "zero pods" in readme.lower()
+    with helm.Chart.load(CHART) as chart:
+        rendered = chart.render(values={"gpuNodeLabel": ""}, name="r", namespace="n", is_install=True)
+    notes = next(text for path, text in rendered.items() if path.endswith("NOTES.txt"))
+    assert "zero pods" not in notes.lower()
+
+
+def test_existing_config_map_replaces_the_rendered_one():
+    objs = _by_kind(_objects({"existingConfigMap": "my-bridge-config"}))
+    assert "ConfigMap" not in objs
+    pod = objs["DaemonSet"]["spec"]["template"]["spec"]
+    assert {"name": "config", "configMap": {"name": "my-bridge-config"}} in pod["volumes"]
+
+
+def test_metrics_service_selects_the_agent_pods_on_the_metrics_port():
+    objs = _by_kind(_objects(None))
+    svc, ds = objs["Service"], objs["DaemonSet"]
+    assert svc["spec"]["clusterIP"] == "None"
+    assert svc["spec"]["selector"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
+    (port,) = svc["spec"]["ports"]
+    assert port["targetPort"] == ds["spec"]["template"]["spec"]["containers"][0]["ports"][0]["name"]
+    assert "Service" not in _by_kind(_objects({"metrics": {"service": {"enabled": False}}}))
+
+
+def test_service_monitor_needs_the_service():
+    with pytest.raises(Exception, match="metrics.service.enabled"):
+        render.render({"metrics": {"service": {"enabled": False}, "serviceMonitor": {"enabled": True}}})
+
+
+_PROMQL_METRIC = re.compile(r"\b(vllm_trace_bridge_[a-z0-9_]+)\b")
+
+
+def _exposed_metric_names() -> set[str]:
+    """What the agent's own collector exposes, fed a snapshot with every key it reads at zero."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from bridge import telemetry
+
+    import inspect
+    keys = set(re.findall(r's\["([a-z0-9_]+)"\]', inspect.getsource(telemetry.AgentCollector.collect)))
+    snap: dict = {k: 0 for k in keys}
+    snap.update(lines_by_kind={"x": 0}, behind={"x": 0}, rotations={"x": 0}, file_errors={"x": 0}, latencies=[])
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(telemetry.AgentCollector(lambda: snap))
+    return set(re.findall(r"^(vllm_trace_bridge_[a-z0-9_]+)", generate_latest(registry).decode(), re.M))
+
+
+def test_prometheus_rule_alerts_on_metrics_the_agent_exposes():
+    rule = _by_kind(_objects({"metrics": {"prometheusRule": {"enabled": True,
+                                                             "labels": {"release": "kps"}}}}))["PrometheusRule"]
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1" and rule["metadata"]["labels"]["release"] == "kps"
+    (group,) = rule["spec"]["groups"]
+    alerts = {r["alert"]: r for r in group["rules"]}
+    assert set(alerts) == {"VllmTraceBridgeExportFailing", "VllmTraceBridgeLinesUnrecognised",
+                           "VllmTraceBridgeLagging"}
+    exposed = _exposed_metric_names()
+    assert "vllm_trace_bridge_spans_dropped_total" in exposed
+    for name, r in alerts.items():
+        used = set(_PROMQL_METRIC.findall(r["expr"]))
+        assert used and used <= exposed, (name, used - exposed)
+        assert r["for"] == "10m" and r["labels"]["severity"] in {"warning", "critical"}
+    assert "> 0.5" in alerts["VllmTraceBridgeLinesUnrecognised"]["expr"]
+    assert "> 67108864" in alerts["VllmTraceBridgeLagging"]["expr"]
+    # Thresholds of 0 turn alerts off; extra rules are appended.
+    rule = _by_kind(_objects({"metrics": {"prometheusRule": {
+        "enabled": True, "unrecognisedRatio": 0, "bytesBehind": 0, "exportFailing": False,
+        "additionalRules": [{"alert": "Mine", "expr": "vector(1)"}]}}}))["PrometheusRule"]
+    assert [r["alert"] for r in rule["spec"]["groups"][0]["rules"]] == ["Mine"]
+
+
+def test_network_policy_allows_dns_otlp_and_scrapes_only():
+    peers = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "observability"}}}]
+    np = _by_kind(_objects({"networkPolicy": {"enabled": True, "otlpPorts": [4317], "otlpTo": peers,
+                                              "metricsFrom": peers}}))["NetworkPolicy"]
+    assert np["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    (ingress,) = np["spec"]["ingress"]
+    assert ingress["ports"] == [{"port": "http-metrics", "protocol": "TCP"}] and ingress["from"] == peers
+    dns, otlp = np["spec"]["egress"]
+    assert {p["port"] for p in dns["ports"]} == {53} and "to" not in dns
+    assert otlp["ports"] == [{"port": 4317, "protocol": "TCP"}] and otlp["to"] == peers
+
+
+def test_telemetry_listens_on_both_families_by_default():
+    """`[::]` (the default listen) answers on IPv4 and, where the host has IPv6, on IPv6."""
+    import socket
+    import urllib.request
+
+    from bridge.telemetry import TelemetryServer
+
+    server = TelemetryServer("[::]:0", dict, lambda: True)
+    server.start()
+    try:
+        hosts = ["127.0.0.1"]
+        try:
+            with socket.socket(socket.AF_INET6) as s:
+                s.bind(("::1", 0))
+            hosts.append("[::1]")
+        except OSError:
+            pass  # no IPv6 on this host: the server fell back to IPv4 alone
+        for host in hosts:
+            with urllib.request.urlopen(f"http://{host}:{server.port}/healthz", timeout=5) as r:
+                assert r.status == 200, host
+    finally:
+        server.stop()
+
+
 BAD_VALUES = {
+    "unknown setting under config": {"config": {"gateway_includes": ["x"]}},
+    "gateway_format": {"config": {"gateway_format": "haproxy"}},
+    "gpuNodeLabel with spaces": {"gpuNodeLabel": "gpu present"},
+    "dnsPolicy": {"dnsPolicy": "Cluster"},
+    "unrecognisedRatio above 1": {"metrics": {"prometheusRule": {"unrecognisedRatio": 2}}},
+    "namespaceOverride not a DNS label": {"namespaceOverride": "Obs_1"},
+    "envFrom entry": {"envFrom": [{"secret": {"name": "x"}}]},
+    "extraContainers without image": {"extraContainers": [{"name": "x"}]},
     "unknown config key": {"config": {"tll": 300}},
     "start_at not beginning|end": {"config": {"start_at": "middle"}},
     "log_format": {"config": {"log_format": "xml"}},

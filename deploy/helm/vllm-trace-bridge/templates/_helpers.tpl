@@ -17,6 +17,37 @@
 {{- end -}}
 {{- end -}}
 
+{{/* Namespace of every object: namespaceOverride, else the release's. */}}
+{{- define "vllm-trace-bridge.namespace" -}}
+{{- default .Release.Namespace .Values.namespaceOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Name of the ConfigMap holding config.yaml: the user's, or the one the chart renders. */}}
+{{- define "vllm-trace-bridge.configMapName" -}}
+{{- default (include "vllm-trace-bridge.fullname" .) .Values.existingConfigMap -}}
+{{- end -}}
+
+{{/* The pods' affinity: `affinity` when set, else a required node label from gpuNodeLabel
+     ("key=value" or just "key"), else none. */}}
+{{- define "vllm-trace-bridge.affinity" -}}
+{{- if .Values.affinity -}}
+{{- toYaml .Values.affinity -}}
+{{- else if .Values.gpuNodeLabel -}}
+{{- $kv := splitn "=" 2 .Values.gpuNodeLabel -}}
+nodeAffinity:
+  requiredDuringSchedulingIgnoredDuringExecution:
+    nodeSelectorTerms:
+      - matchExpressions:
+          - key: {{ $kv._0 }}
+            {{- if contains "=" $.Values.gpuNodeLabel }}
+            operator: In
+            values: [{{ $kv._1 | quote }}]
+            {{- else }}
+            operator: Exists
+            {{- end }}
+{{- end -}}
+{{- end -}}
+
 {{- define "vllm-trace-bridge.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "vllm-trace-bridge.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
@@ -59,7 +90,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- define "vllm-trace-bridge.config" -}}
 {{- $cfg := deepCopy .Values.config -}}
 {{- $_ := set $cfg "state_dir" .Values.stateDir.mountPath -}}
-{{- $_ := set $cfg "listen" (printf "0.0.0.0:%d" (int .Values.metrics.port)) -}}
+{{- $_ := set $cfg "listen" (printf "[::]:%d" (int .Values.metrics.port)) -}}
 {{- toYaml $cfg -}}
 {{- end -}}
 
