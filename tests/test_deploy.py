@@ -1051,6 +1051,25 @@ def test_compose_wiring_points_at_defined_services_and_ports():
     assert ds["type"] == "tempo" and ds["url"] == f"http://tempo:{tempo['server']['http_listen_port']}"
 
 
+# Oldest releases the README's searches work on: Jaeger's error=true tag search (jaeger#8217);
+# Tempo 3 monolithic runs tempo.yaml as it is (no 2.x-only ingester/compactor blocks).
+_DEMO_MINIMUM = {"jaegertracing/jaeger": (2, 17, 0), "grafana/tempo": (3, 0, 0), "grafana/grafana": (13, 0, 0)}
+
+
+def test_demo_pins_current_backends_and_the_readme_names_them():
+    services = _compose()["services"]
+    readme = (COMPOSE / "README.md").read_text()
+    for name in ("jaeger", "tempo", "grafana"):
+        repo, _, tag = services[name]["image"].partition(":")
+        assert re.fullmatch(r"\d+\.\d+\.\d+", tag), f"{name}: pin an exact release, not {tag!r}"
+        assert tuple(int(x) for x in tag.split(".")) >= _DEMO_MINIMUM[repo], (name, tag)
+        row = next(line for line in readme.splitlines() if line.startswith(f"| `{name}` |"))
+        assert tag in row, f"the README's table should name {name} {tag}"
+    tempo = yaml.safe_load((COMPOSE / "tempo.yaml").read_text())
+    assert not {"ingester", "ingester_client", "compactor", "metrics_generator_client"} & set(tempo)
+    assert "error=true" in readme and "status = error" in readme
+
+
 def test_demo_log_writer_writes_logs_the_bridge_reads(tmp_path):
     proc = subprocess.run([sys.executable, str(COMPOSE / "vllm-logs.py"), "--root", str(tmp_path),
                            "--batches", "1", "--requests", "12", "--no-pace"],
