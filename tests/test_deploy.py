@@ -877,6 +877,14 @@ def test_a_real_collector_validates_each_config_as_far_as_its_components_go(name
     assert proc.returncode == 0, f"{name} (without {lacking}):\n{proc.stdout}{proc.stderr}"
 
 
+def test_the_collector_readme_names_what_the_test_binary_lacks():
+    have = _binary_types()
+    lacking = {entry.split()[1] for name in COLLECTOR_CONFIGS for entry in _projection(name, have)[1]}
+    text = (COLLECTOR / "README.md").read_text()
+    section = text[text.index("a real Collector accepts each config"):text.index("- the `load_balancing` exporter")]
+    assert lacking and all(f"`{ctype}`" in section for ctype in lacking), sorted(lacking)
+
+
 def test_the_collector_validation_really_rejects_a_bad_setting(tmp_path):
     """The check above can fail: a misspelt queue option and a wrong-typed port are refused."""
     cfg, _ = _projection("loadbalancer.yaml", _binary_types())
