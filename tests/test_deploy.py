@@ -153,6 +153,7 @@ def test_image_install_steps_give_a_working_agent(tmp_path):
     assert proc.returncode == 0, proc.stderr
     printed = yaml.safe_load(proc.stdout)
     assert printed["containers"] == ["*vllm*"] and printed["listen"] == "0.0.0.0:9464"
+    assert printed["export_error_text"] is False  # the chart's default: error text redacted
 
     import socket
     import time
@@ -224,7 +225,8 @@ NON_DEFAULT = {
     "imagePullSecrets": [{"name": "regcred"}],
     "fullnameOverride": "trace-bridge",
     "config": {"namespaces": ["inference-*"], "containers": ["vllm", "engine"], "start_at": "end",
-               "poll_interval": 0.5, "ttl": 300, "log_format": "console", "shutdown_grace": 20},
+               "poll_interval": 0.5, "ttl": 300, "log_format": "console", "shutdown_grace": 20,
+               "export_error_text": True},
     "otlp": {"endpoint": "https://otel-gateway.observability.svc:4317", "protocol": "grpc",
              "compression": "gzip", "headers": "authorization=Bearer abc,x-scope-orgid=gpu",
              "tls": {"secretName": "otlp-tls", "caKey": "ca.crt", "certKey": "tls.crt", "keyKey": "tls.key"}},
@@ -362,7 +364,7 @@ def test_default_daemonset_fits_gpu_nodes_and_is_locked_down():
 # Keys of the agent's config file (the contract); the chart may set any of them, no others.
 CONTRACT_KEYS = {"include", "exclude", "namespaces", "pods", "containers", "state_dir", "start_at",
                  "poll_interval", "timezone", "ttl", "otlp_endpoint", "otlp_protocol", "listen",
-                 "max_queue_spans", "memory_limit_mb", "shutdown_grace", "log_format"}
+                 "max_queue_spans", "memory_limit_mb", "shutdown_grace", "log_format", "export_error_text"}
 
 
 @pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
@@ -393,6 +395,7 @@ def test_non_default_values_reach_the_pod():
     config = yaml.safe_load(objs["ConfigMap"]["data"]["config.yaml"])
     assert config["listen"] == "0.0.0.0:19464" and config["state_dir"] == "/state"
     assert config["start_at"] == "end" and config["namespaces"] == ["inference-*"]
+    assert config["export_error_text"] is True
     assert pod["terminationGracePeriodSeconds"] == 25
     (init,) = pod["initContainers"]
     assert init["command"] == ["chown", "10001:0", "/state"]

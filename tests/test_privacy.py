@@ -99,3 +99,20 @@ def test_masking_is_linear():
     mask_literals(text)
     mask_literals(text[1:])
     assert time.perf_counter() - t < 1.0
+
+
+def test_export_error_text_setting_from_file_environment_and_flag():
+    from bridge.cli import _parser
+    from bridge.config import ConfigError, load
+
+    assert load(None, {}, {})[0].export_error_text is False
+    assert load({"export_error_text": True}, {}, {})[0].export_error_text is True
+    env = {"VLLM_TRACE_BRIDGE_EXPORT_ERROR_TEXT": "true"}
+    assert load(None, env, {})[0].export_error_text is True
+    assert load(None, env, {"export_error_text": False})[0].export_error_text is False
+    with pytest.raises(ConfigError, match="export_error_text .*expected true or false"):
+        load(None, {"VLLM_TRACE_BRIDGE_EXPORT_ERROR_TEXT": "maybe"}, {})
+    run = _parser().parse_args(["run", "--export-error-text"])
+    assert run.cfg_export_error_text is True
+    assert _parser().parse_args(["run"]).cfg_export_error_text is None
+    assert _parser().parse_args(["replay", "x.log", "--export-error-text"]).export_error_text is True

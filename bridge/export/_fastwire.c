@@ -384,6 +384,7 @@ static int attributes(Buf *b, unsigned char tag, PyObject *attrs, PyObject **ove
 /* The dataclasses of bridge/assemble/timeline.py are slotted: attr_get reads their slots. */
 static Attr s_phases, s_parent, s_trace_id, s_span_id, s_start_ns, s_end_ns, s_attrs, s_events, s_dropped_events, s_error_type, s_error_message, s_start_timing, s_end_timing, s_name, s_ts_ns;
 static PyObject *k_timing, *k_timing_start, *k_timing_end, *v_inferred, *v_observed;
+static PyObject *s_incident; /* IncidentEvent's slot: such a span needs links, which wire.py writes */
 
 #define DECLINE 1 /* return code: hand the timeline to the Python encoder */
 
@@ -447,6 +448,11 @@ static int events(Buf *b, PyObject *list, PyObject *cache) {
         if (PyErr_Occurred()) {
             Py_DECREF(key);
             return -1;
+        }
+        if (_PyType_Lookup(Py_TYPE(e), s_incident) != NULL) {
+            /* an IncidentEvent: the span also needs a link to the incident (wire.py writes it) */
+            Py_DECREF(key);
+            return DECLINE;
         }
         Py_ssize_t at = b->len;
         Py_INCREF(e);
@@ -831,5 +837,6 @@ PyMODINIT_FUNC PyInit__fastwire(void) {
     INTERN(k_timing_end, "vllm.timing.end");
     INTERN(v_inferred, "inferred");
     INTERN(v_observed, "observed");
+    INTERN(s_incident, "incident");
     return PyModule_Create(&module);
 }
