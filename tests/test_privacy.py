@@ -98,7 +98,10 @@ def test_masking_is_linear():
     t = time.perf_counter()
     mask_literals(text)
     mask_literals(text[1:])
-    assert time.perf_counter() - t < 1.0
+    from bridge.check import template
+    template("x " + "a-" * 1_000_000)
+    template("x " + "ab " * 500_000 + "'" + "a" * 100)
+    assert time.perf_counter() - t < 1.5
 
 
 def test_export_error_text_setting_from_file_environment_and_flag():
@@ -116,3 +119,25 @@ def test_export_error_text_setting_from_file_environment_and_flag():
     assert run.cfg_export_error_text is True
     assert _parser().parse_args(["run"]).cfg_export_error_text is None
     assert _parser().parse_args(["replay", "x.log", "--export-error-text"]).export_error_text is True
+
+
+CHECK = [
+    # a quote opened before the 160-character cut and closed after it (the old mask saw it open)
+    ("INFO 11-30 08:00:00 [custom.py:1] " + "w " * 50 + f"prompt was '{MARK} {'y ' * 30}' done",
+     "INFO <n>-<n> <n> [custom.py:<n>] " + "w " * 50 + "prompt was '…' done"),
+    # a quote never closed (a cut prompt): masked to the end of the line
+    (f"custom: prompt='It was a dark night {MARK} and more", "custom: prompt='…'"),
+    # a long literal: a blob with no spaces
+    (f"sidecar payload data:{MARK}aGVsbG8gd29ybGQgaGVsbG8gd29ybGQ= end", "sidecar payload '…' end"),
+    # dotted names and ids keep their shape; a contraction is no quote
+    ("vllm.entrypoints.openai.serving_chat.Something: model's chatcmpl-a269fdcb7c6ce890-a8a65d16aaaaaaaa",
+     "vllm.entrypoints.openai.serving_chat.Something: model's <id>"),
+]
+
+
+@pytest.mark.parametrize("message,expected", CHECK, ids=range(len(CHECK)))
+def test_check_templates_mask_literals_before_cutting(message, expected):
+    from bridge.check import template
+
+    assert template(message) == expected
+    assert "ZZSECRET" not in template(message)  # not even with its digits masked

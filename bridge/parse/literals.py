@@ -22,7 +22,7 @@ _QUOTE = re.compile(r"['\"]")
 #: is a dotted name (`vllm.v1.engine.exceptions.EngineDeadError:`), which says what failed.
 LONG = 32
 _TOKEN = re.compile(r"[^\s'\"]{%d,}" % (LONG + 1))
-_DOTTED_NAME = re.compile(r"[A-Za-z_][\w.]*:?")
+_DOTTED_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+:?")
 
 
 def literal_end(text: str, i: int) -> int:
@@ -38,32 +38,32 @@ def opens_literal(text: str, i: int) -> bool:
     return not (text[i] == "'" and i > 0 and text[i - 1].isalpha() and _CONTRACTION.match(text, i + 1))
 
 
-def mask_literals(text: str, mask: str = REDACTED) -> str:
+def mask_literals(text: str, mask: str = REDACTED, keep: re.Pattern = _DOTTED_NAME) -> str:
     """`text` with every quoted literal (an unclosed one runs to the end) and every long
-    literal replaced by `mask`. Plain words stay."""
+    literal (except those `keep` matches whole) replaced by `mask`. Plain words stay."""
     out: list[str] = []
     pos = 0
     n = len(text)
     while pos < n:
         m = _QUOTE.search(text, pos)
         if m is None:
-            out.append(_mask_long(text[pos:], mask))
+            out.append(_mask_long(text[pos:], mask, keep))
             break
         i = m.start()
         if not opens_literal(text, i):
-            out.append(_mask_long(text[pos:i + 1], mask))
+            out.append(_mask_long(text[pos:i + 1], mask, keep))
             pos = i + 1
             continue
-        out.append(_mask_long(text[pos:i], mask))
+        out.append(_mask_long(text[pos:i], mask, keep))
         out.append(mask)
         pos = literal_end(text, i)
     return "".join(out)
 
 
-def _mask_long(text: str, mask: str) -> str:
+def _mask_long(text: str, mask: str, keep: re.Pattern) -> str:
     if len(text) <= LONG:
         return text
-    return _TOKEN.sub(lambda m: m[0] if _DOTTED_NAME.fullmatch(m[0]) else mask, text)
+    return _TOKEN.sub(lambda m: m[0] if keep.fullmatch(m[0]) else mask, text)
 
 
 def redact_error_text(text: str) -> str:
