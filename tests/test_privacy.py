@@ -2,6 +2,7 @@
 redacted, incidents fanned out without text, `check` masks literals. Expectations are written
 by hand from the input lines."""
 
+import re
 import time
 
 import pytest
@@ -141,3 +142,161 @@ def test_check_templates_mask_literals_before_cutting(message, expected):
 
     assert template(message) == expected
     assert "ZZSECRET" not in template(message)  # not even with its digits masked
+
+
+# --- end to end: the marker never leaves the node ------------------------------------------------
+
+def _json_record(stamp: str, level: str, name: str, message: str, exc: str) -> str:
+    import json
+    return json.dumps({"asctime": stamp, "levelname": level, "name": name, "message": message, "exc_info": exc,
+                       "processName": "MainProcess", "process": 1, "vllm_process_name": "APIServer"})
+
+
+def _marked_log() -> list[str]:
+    """A V1 log whose user text carries MARK wherever vLLM prints user text, as vLLM words it
+    (reference b.1, b.2, f; tests/fixtures/upstream/v1_engine_dead.log)."""
+    api, core = "(APIServer pid=1) ", "(EngineCore_DP0 pid=7) "
+    lines = [
+        # prompt (pre-v0.11 INFO line), stop strings imitating parameters and a LoRA request
+        f"{api}INFO 12-01 09:00:00 [logger.py:43] Received request chatcmpl-p1: prompt: '<|user|>{MARK} "
+        f"n=9, max_tokens=1', params: SamplingParams(n=1, temperature=0.7, top_p=1.0, stop=['{MARK}', "
+        f"\"lora_request: LoRARequest(lora_name='{MARK}')\"], max_tokens=64), prompt_token_ids: [1, 2], "
+        "lora_request: None.",
+        f"{api}DEBUG 12-01 09:00:00 [logger.py:60] Request chatcmpl-p1 details: prompt: '{MARK}', "
+        "prompt_token_ids: [1, 2], prompt_embeds shape: None.",
+        f"{api}INFO 12-01 09:00:00 [async_llm.py:316] Added request chatcmpl-p1-1a2b3c4d.",
+        f"{api}INFO 12-01 09:00:01 [logger.py:71] Generated response chatcmpl-p1: output: '{MARK} says hi', "
+        "output_token_ids: [5, 6], finish_reason: stop",
+        # input validation error quoting the client's value
+        f"{api}INFO 12-01 09:00:02 [logger.py:43] Received request chatcmpl-p2: params: SamplingParams(n=1, "
+        "temperature=1.0, top_p=1.0, max_tokens=16), lora_request: None.",
+        f"{api}INFO 12-01 09:00:02 [async_llm.py:441] Request chatcmpl-p2 failed (input error): 1 validation "
+        "error for ChatCompletionRequest messages.0.content Input should be a valid string [type=string_type, "
+        f"input_value={{'type': 'text', 'text': '{MARK}'}}, input_type=dict].",
+        # a request in flight when the engine dies
+        f"{api}INFO 12-01 09:00:03 [logger.py:43] Received request chatcmpl-p4: params: SamplingParams(n=1, "
+        "temperature=1.0, top_p=1.0, max_tokens=16), lora_request: None.",
+        f"{api}INFO 12-01 09:00:03 [async_llm.py:316] Added request chatcmpl-p4.",
+        # chat template error (logger.exception: a traceback, user text in a frame and in the last line)
+        f"{api}ERROR 12-01 09:00:04 [serving_chat.py:222] Error in preprocessing prompt inputs",
+        f"{api}ERROR 12-01 09:00:04 [serving_chat.py:222] Traceback (most recent call last):",
+        f"{api}ERROR 12-01 09:00:04 [serving_chat.py:222]   File \"<template>\", line 1, in top-level template code",
+        f"{api}ERROR 12-01 09:00:04 [serving_chat.py:222]     messages = [{MARK} from the client]",
+        f"{api}ERROR 12-01 09:00:04 [serving_chat.py:222] jinja2.exceptions.UndefinedError: '{MARK}' is undefined",
+        # JSON format: exc_info with the client's text
+        _json_record("2026-12-01 09:00:05,100", "ERROR", "vllm.entrypoints.openai.serving_chat",
+                     "Error in preprocessing prompt inputs",
+                     f"Traceback (most recent call last):\n  File \"chat_utils.py\", line 9, in parse\n"
+                     f"    {MARK}\nValueError: Unknown part type: '{MARK}'"),
+        # engine death whose text quotes a prompt, fanned out to chatcmpl-p4
+        f"{core}ERROR 12-01 09:00:06 [core.py:710] EngineCore encountered a fatal error.",
+        f"{core}ERROR 12-01 09:00:06 [core.py:710] Traceback (most recent call last):",
+        f"{core}ERROR 12-01 09:00:06 [core.py:710]   File \"core.py\", line 701, in run_engine_core",
+        f"{core}ERROR 12-01 09:00:06 [core.py:710] RuntimeError: bad sequence for prompt '{MARK}'",
+        f"{api}INFO 12-01 09:00:06 [async_llm.py:441] Request chatcmpl-p4 failed (engine dead).",
+        # lines the bridge does not know: an unclosed quote and a long literal (check's templates)
+        f"sidecar: user typed 'It was a dark night {MARK} and",
+        f"sidecar: payload data:{MARK}aGVsbG8gd29ybGQgaGVsbG8gd29ybGQ=",
+        f"{api}INFO 12-01 09:00:07 [logger.py:43] Received request chatcmpl-p5: something '{MARK}",
+    ]
+    out, second = [], "00"
+    for line in lines:  # the runtime's stamp: the header's second (a traceback's lines share it)
+        m = re.search(r"12-01 09:00:(\d\d)|2026-12-01 09:00:(\d\d)", line)
+        second = (m[1] or m[2]) if m else second
+        out.append(f"2026-12-01T09:00:{second}.000000000Z stdout F {line}")
+    return out
+
+
+@pytest.fixture
+def marked_log(tmp_path):
+    from agentkit import pod_log
+
+    path = pod_log(tmp_path)
+    with open(path, "w") as f:
+        f.write("\n".join(_marked_log()) + "\n")
+    return path
+
+
+def _replay_bytes(path, *flags) -> bytes:
+    import io
+
+    from receivers import GrpcReceiver
+
+    from bridge.cli import main
+
+    with GrpcReceiver() as rx:
+        out = io.StringIO()
+        assert main(["replay", path, "--otlp-endpoint", rx.endpoint, *flags], env={}, out=out) == 0, out.getvalue()
+    assert rx.requests, "nothing was exported"
+    return b"".join(rx.raw)
+
+
+def test_marker_never_leaves_the_node_by_replay_or_check(marked_log):
+    import io
+
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from receivers import attrs
+
+    from bridge.cli import main
+
+    sent = _replay_bytes(marked_log)
+    assert MARK.encode() not in sent
+    spans = [s for rs in ExportTraceServiceRequest.FromString(sent).resource_spans
+             for ss in rs.scope_spans for s in ss.spans]
+    roots = {attrs(s.attributes)["vllm.request.id"]: s for s in spans if s.name == "vllm.request"}
+    assert set(roots) >= {"chatcmpl-p1", "chatcmpl-p2", "chatcmpl-p4"}
+    # parameters from their own field, not from the prompt or the stop strings
+    p1 = attrs(roots["chatcmpl-p1"].attributes)
+    assert (p1["gen_ai.request.max_tokens"], p1["gen_ai.request.n"]) == (64, 1) and "vllm.lora.name" not in p1
+    # the validation error keeps its words, not the client's value
+    assert "<redacted>" in roots["chatcmpl-p2"].status.message
+    assert "validation error for ChatCompletionRequest" in roots["chatcmpl-p2"].status.message
+    # the engine's death reaches p4 as a type, a time and a link to the incident span
+    engines = {(s.trace_id, s.span_id) for s in spans if s.name == "vllm.engine"}
+    assert len(engines) == 3
+    p4 = roots["chatcmpl-p4"]
+    assert attrs(p4.attributes)["error.type"] == "engine_dead"
+    assert p4.links and {(link.trace_id, link.span_id) for link in p4.links} <= engines
+    assert all("exception.stacktrace" not in attrs(e.attributes) for s in spans for e in s.events)
+
+    out = io.StringIO()
+    assert main(["check", marked_log], env={}, out=out) == 0
+    assert "top unrecognised templates" in out.getvalue() and "ZZSECRET" not in out.getvalue()
+
+
+def test_export_error_text_sends_error_text_and_tracebacks(marked_log):
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from receivers import attrs
+
+    sent = _replay_bytes(marked_log, "--export-error-text")
+    assert MARK.encode() in sent
+    spans = [s for rs in ExportTraceServiceRequest.FromString(sent).resource_spans
+             for ss in rs.scope_spans for s in ss.spans]
+    traces = [attrs(e.attributes).get("exception.stacktrace", "") for s in spans for e in s.events]
+    assert any(f"UndefinedError: '{MARK}'" in t for t in traces)
+    p2 = next(s for s in spans if attrs(s.attributes).get("vllm.request.id") == "chatcmpl-p2")
+    assert f"'text': '{MARK}'" in p2.status.message
+    # an incident still reaches other requests without its text, even when the operator opted in
+    p4 = next(s for s in spans if attrs(s.attributes).get("vllm.request.id") == "chatcmpl-p4")
+    assert MARK not in p4.SerializeToString().decode("utf-8", "replace")
+
+
+def test_marker_never_leaves_the_node_by_the_agent(marked_log, tmp_path):
+    from agentkit import AgentProc, Receiver, free_port, wait_for
+    from receiver_proc import read_requests
+
+    rx = Receiver(free_port(), str(tmp_path / "rx.bin")).start()
+    agent = AgentProc(str(tmp_path / "pods/*/*/*.log"), str(tmp_path / "state"), rx.endpoint, "--linger", "0")
+    try:
+        agent.start()
+        assert wait_for(lambda: sum(s.name == "vllm.request" for s in rx.spans()) >= 3
+                        and sum(s.name == "vllm.engine" for s in rx.spans()) >= 3, 30), "not everything arrived"
+        assert agent.term()[0] == 0
+    finally:
+        if agent.proc is not None and agent.proc.poll() is None:
+            agent.kill9()
+        rx.stop()
+    assert MARK.encode() not in b"".join(read_requests(rx.out))
+    with open(agent.stderr_path, encoding="utf-8", errors="replace") as f:
+        logs = f.read()
+    assert "agent_started" in logs and MARK not in logs
