@@ -47,6 +47,10 @@ RECEIVED = [
     (f"Received request cmpl-cut-0: prompt: '{MARK} SamplingParams(n=9, max_tokens=1), lora_request: "
      "LoRARequest(lora_name='x')",
      RequestReceived("cmpl-cut-0", None, None, None, None, None)),
+    ("Received request cmpl-cut-1: params: SamplingParams(n=1, max_tokens=3), lora_request: LoRARequest(lora_name=",
+     RequestReceived("cmpl-cut-1", 3, None, None, 1, None)),
+    ("Received request cmpl-cut-2: params: SamplingParams(n=1, max_tokens=3), lora_request: LoRARequest(lora_name='a\\'",
+     RequestReceived("cmpl-cut-2", 3, None, None, 1, None)),
 ]
 
 

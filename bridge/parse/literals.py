@@ -33,6 +33,22 @@ def literal_end(text: str, i: int) -> int:
     return j + 1 if j < len(text) and text[j] == q else len(text)
 
 
+_LITERAL = re.compile(r"'[^'\\]*(?:\\.[^'\\]*)*'?|\"[^\"\\]*(?:\\.[^\"\\]*)*\"?", re.S)
+
+
+def _blank(m: re.Match) -> str:
+    return "_" * (m.end() - m.start())
+
+
+def blank_literals(text: str) -> str:
+    """`text` with every quoted literal (quotes included; an unclosed one to the end) overwritten
+    by `_`, positions unchanged: for text that is a Python repr, what remains is its structure,
+    so a field can be found with plain `find` and read from `text` at the same index."""
+    if "'" not in text and '"' not in text:
+        return text
+    return _LITERAL.sub(_blank, text)
+
+
 def opens_literal(text: str, i: int) -> bool:
     """Whether the quote at `i` opens a literal: not an apostrophe inside a word (`model's`)."""
     return not (text[i] == "'" and i > 0 and text[i - 1].isalpha() and _CONTRACTION.match(text, i + 1))

@@ -28,7 +28,7 @@ from bridge.parse.events import (
     SequencePreempted,
     StartupFact,
 )
-from bridge.parse.literals import literal_end
+from bridge.parse.literals import blank_literals, literal_end
 
 _NUM = r"(\d[\d,]*(?:\.\d+)?)"
 
@@ -39,51 +39,11 @@ def _num(text: str) -> float:
 
 # -- per-request lines ---------------------------------------------------------------------
 
-_RECEIVED = re.compile(r"Received request (\S+?): (prompt|params|sampling_params): ")
-_PARAM_NUMBER = re.compile(r"None|-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?")
-_PARAM_KEYS = frozenset(("n", "temperature", "top_p", "max_tokens"))
-#: The line's top-level fields, every era (reference b.1); a segment that starts otherwise belongs
-#: to the field before it.
-_FIELDS = ("prompt", "params", "sampling_params", "prompt_token_ids", "lora_request", "prompt_adapter_request",
-           "prompt_embeds shape")
-_STRUCTURE = re.compile(r"['\"()\[\]{}]|, ")
-
-
-def _segments(msg: str, start: int, end: int) -> list[tuple[int, int]]:
-    """`msg[start:end]` cut at its top-level `, ` (outside brackets and quoted literals), as
-    (start, end) pairs; [] when a literal is left open (a cut line): nothing after it is sure."""
-    segments, depth, seg, pos = [], 0, start, start
-    search = _STRUCTURE.search
-    while True:
-        m = search(msg, pos, end)
-        if m is None:
-            break
-        c, i = m[0], m.start()
-        if c == "'" or c == '"':
-            pos = literal_end(msg, i)
-            if pos > end:
-                return []
-        elif c in "([{":
-            depth, pos = depth + 1, i + 1
-        elif c != ", ":
-            depth, pos = max(0, depth - 1), i + 1
-        else:
-            if depth == 0:
-                segments.append((seg, i))
-                seg = i + 2
-            pos = i + 2
-    segments.append((seg, end))
-    return segments
-
-
-def _call_args(msg: str, start: int, end: int, name: str) -> list[tuple[int, int]]:
-    """The top-level arguments of `name(...)` spanning `msg[start:end]` (a trailing `.` allowed)."""
-    head = name + "("
-    if end > start and msg[end - 1] == ".":
-        end -= 1
-    if not msg.startswith(head, start) or end <= start + len(head) or msg[end - 1] != ")":
-        return []
-    return _segments(msg, start + len(head), end - 1)
+_RECEIVED = re.compile(r"Received request (\S+?): (?:prompt|params|sampling_params): ")
+_PARAM = re.compile(r"(?:\(|, )(n|temperature|top_p|max_tokens)=(None|-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)(?=[,)])")
+#: What follows the params repr, every era (reference b.1).
+_AFTER_PARAMS = ("), prompt_token_ids: ", "), lora_request: ", "), prompt_adapter_request: ", "), prompt_embeds")
+_LORA = "lora_request: LoRARequest(lora_name="
 
 
 def _received(msg: str) -> Event | None:
@@ -92,40 +52,29 @@ def _received(msg: str) -> Event | None:
     m = _RECEIVED.match(msg)
     if m is None:
         return None
-    # Parameters come only from their own fields, found by walking the line's top-level
-    # structure: the prompt and the stop strings are quoted literals, stepped over whole, so
-    # text inside them (`n=5, max_tokens=7`, `lora_name='x'`) cannot set anything. Only numbers
-    # and a LoRA name leave here.
-    fields: dict[str, tuple[int, int]] = {}
-    name = m[2]
-    for s, e in _segments(msg, m.end(), len(msg)):
-        if name is None:
-            for field in _FIELDS:
-                if msg.startswith(field, s) and msg.startswith(": ", s + len(field)):
-                    fields.setdefault(field, (s + len(field) + 2, e))
-                    break
-        else:
-            fields.setdefault(name, (s, e))
-            name = None
+    # Parameters come only from their own fields. The prompt, stop strings and any other client
+    # text are quoted literals: blanked out first (positions kept), so text inside them
+    # (`n=5, max_tokens=7`, `lora_name='x'`, `SamplingParams(`) is never read as a field. Only
+    # numbers and a LoRA name leave here.
+    shape = blank_literals(msg)
     values: dict[str, str] = {}
-    params = fields.get("params") or fields.get("sampling_params")
-    if params is not None:
-        for s, e in _call_args(msg, *params, "SamplingParams"):
-            key, eq, value = msg[s:e].partition("=")
-            if eq and key in _PARAM_KEYS and _PARAM_NUMBER.fullmatch(value):
-                values.setdefault(key, value)
+    i = shape.find("SamplingParams(", m.end())
+    if i >= 0:
+        ends = [e for e in (shape.find(a, i) for a in _AFTER_PARAMS) if e >= 0]
+        for key, value in _PARAM.findall(shape, i + 14, min(ends) + 1 if ends else len(shape)):
+            values.setdefault(key, value)
 
     def get(key: str, cast):
         v = values.get(key)
         return None if v is None or v == "None" else cast(float(v)) if cast is int else cast(v)
 
     lora = None
-    if "lora_request" in fields:
-        for s, e in _call_args(msg, *fields["lora_request"], "LoRARequest"):
-            if msg.startswith("lora_name=", s) and e - s >= 12 and msg[s + 10] in "'\"" \
-                    and literal_end(msg, s + 10) == e:
-                lora = msg[s + 11:e - 1]
-                break
+    j = shape.rfind(_LORA, m.end())
+    if j >= 0 and msg[j + len(_LORA):j + len(_LORA) + 1] in ("'", '"'):
+        start = j + len(_LORA)
+        end = literal_end(msg, start)
+        if end < len(msg) and msg[end - 1] == msg[start]:
+            lora = msg[start + 1:end - 1]
     return RequestReceived(m[1], get("max_tokens", int), get("temperature", float), get("top_p", float),
                            get("n", int), lora)
 
