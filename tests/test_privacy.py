@@ -304,3 +304,47 @@ def test_marker_never_leaves_the_node_by_the_agent(marked_log, tmp_path):
     with open(agent.stderr_path, encoding="utf-8", errors="replace") as f:
         logs = f.read()
     assert "agent_started" in logs and MARK not in logs
+
+
+# --- links: the C encoder writes them as wire.py and the reference mapping do ----------------------
+
+def _linked_timeline(kinds_and_occurrences, error: bool):
+    from bridge.assemble.timeline import IncidentEvent, IncidentRef, RequestTimeline, SpanEvent
+    from bridge.decode.source import source_for
+
+    gauge = SpanEvent("vllm.queue_state", 3, {"vllm.queue.running": 2})
+    events = [gauge] + [IncidentEvent("vllm.engine.incident", 5 + i, {"error.type": "oom", "vllm.incident.kind": k},
+                                      IncidentRef(k, occ) if occ is not None else None)
+                        for i, (k, occ) in enumerate(kinds_and_occurrences)]
+    return RequestTimeline(source_for("/var/log/pods/ns_pod_0123/vllm/0.log"), "chatcmpl-a", "1", 1, 10, "observed",
+                           "observed", "failed" if error else "finished", "engine_dead" if error else None,
+                           "engine failed" if error else "", {"vllm.request.id": "chatcmpl-a"}, events, 0, [], 0, 1)
+
+
+@pytest.mark.parametrize("incidents", [
+    [("nccl_timeout", "17.0")],
+    [("cuda_oom", "5.0"), ("engine_dead", "5.1"), ("é", "6.0")],
+    [("cuda_oom", None)],  # an incident event without a reference: no link
+    [],
+])
+@pytest.mark.parametrize("error", [False, True])
+def test_links_are_encoded_alike_by_c_python_and_the_reference(incidents, error):
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    from bridge.export import wire
+    from bridge.export.ids import incident_ids
+    from bridge.export.otlp import request_spans
+    from bridge.export.wire import WireEncoder
+
+    t = _linked_timeline(incidents, error)
+    payloads = []
+    for fast in ([wire.FAST_REQUEST] if wire.FAST_REQUEST is not None else []) + [None]:
+        enc = WireEncoder({"service.name": "vllm"}, fast=fast)
+        enc.add(t)
+        payloads.append(enc.take().payload)
+    assert len(set(payloads)) == 1  # C (when built) and Python: the same bytes
+    (span,) = [s for rs in ExportTraceServiceRequest.FromString(payloads[0]).resource_spans
+               for ss in rs.scope_spans for s in ss.spans]
+    assert span == request_spans(t)[0]
+    want = [incident_ids(t.source.key, k, occ) for k, occ in incidents if occ is not None]
+    assert [(link.trace_id, link.span_id) for link in span.links] == want
