@@ -348,3 +348,14 @@ def test_links_are_encoded_alike_by_c_python_and_the_reference(incidents, error)
     assert span == request_spans(t)[0]
     want = [incident_ids(t.source.key, k, occ) for k, occ in incidents if occ is not None]
     assert [(link.trace_id, link.span_id) for link in span.links] == want
+
+
+def test_a_cut_output_cannot_set_the_finish_reason():
+    from bridge.parse import MALFORMED
+    from bridge.parse.events import ResponseGenerated
+
+    cut = f"Generated response chatcmpl-a: output: '{MARK}, output_token_ids: [1], finish_reason: {MARK}"
+    assert parse_line(cut, "INFO") is MALFORMED
+    whole = (f"Generated response chatcmpl-a: output: \"{MARK}', output_token_ids: [1], finish_reason: x\", "
+             "output_token_ids: [7, 8], finish_reason: length")
+    assert parse_line(whole, "INFO") == ResponseGenerated("chatcmpl-a", "length", 2, "")

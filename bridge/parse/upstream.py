@@ -160,18 +160,20 @@ def _generated(msg: str) -> Event | None:
     m = _GENERATED.match(msg)
     if m is None:
         return None
-    # The output text comes first and may contain anything: read the fields from the right.
-    f = msg.rfind(_FINISH)
+    # The output text comes first and may contain anything: it is a quoted literal, blanked out
+    # before the fields are looked for (a cut line's open quote blanks everything after it).
+    shape = blank_literals(msg)
+    f = shape.rfind(_FINISH)
     if f < 0:
         return None
-    reason = msg[f + len(_FINISH):].strip()
+    reason = shape[f + len(_FINISH):].strip()
     # `(streaming complete) … finish_reason: streaming_complete` marks the end of the stream; it
     # is no finish reason (the last delta carried the real one).
     finish = None if reason in ("None", "", "streaming_complete") else reason
     tokens = None
-    t = msg.rfind(_TOKEN_IDS, 0, f)
+    t = shape.rfind(_TOKEN_IDS, 0, f)
     if t >= 0:
-        ids = msg[t + len(_TOKEN_IDS):f].strip()
+        ids = shape[t + len(_TOKEN_IDS):f].strip()
         if ids.startswith("[") and ids.endswith("]"):
             inner = ids[1:-1].strip()
             tokens = inner.count(",") + 1 if inner else 0
