@@ -29,7 +29,6 @@ from bridge.assemble.startup import Startup
 from bridge.assemble.timeline import IncidentEvent, IncidentRef, SpanEvent, Timeline
 from bridge.decode.record import Record
 from bridge.decode.source import Source
-from bridge.parse.literals import redact_error_text
 from bridge.parse.events import (
     AccessLog,
     AllocationFailed,
@@ -59,6 +58,7 @@ from bridge.parse.events import (
     SequencePreempted,
     StartupFact,
 )
+from bridge.parse.literals import redact_error_text
 
 _NS = 1_000_000_000
 # A stats line is printed from a snapshot taken a little before it: a request added just before
