@@ -19,7 +19,7 @@ from bridge.decode import Decoder
 from bridge.decode.stream import RecordStream
 from bridge.parse import MALFORMED, Parser, parse_line
 from bridge.parse.events import EngineConfig, EngineStats, RequestAdded
-from bridge.parse.literals import _DOTTED_NAME, mask_literals
+from bridge.parse.literals import DOTTED_NAME, mask_literals
 from bridge.tail import read_lines
 
 SEED_KINDS = frozenset({"request_summary", "scheduling", "preemption", "queue_state", "block_alloc", "block_free",
@@ -29,7 +29,7 @@ _MAX_TEMPLATES = 10_000  # distinct templates kept per file: memory stays bounde
 
 _ID = r"\b(?:chatcmpl|cmpl|chat|embd|pool|score|rerank|classify|tokn|trsc)-[\w-]+"
 #: Long runs kept for the masks below to name: dotted names (what failed) and request ids.
-_KEEP_LONG = re.compile(rf"{_DOTTED_NAME.pattern}|{_ID}")
+_KEEP_LONG = re.compile(rf"{DOTTED_NAME.pattern}|{_ID}")
 _MASKS = (
     (re.compile(_ID), "<id>"),
     (re.compile(r"0x[0-9a-fA-F]+"), "<hex>"),

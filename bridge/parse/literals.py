@@ -22,7 +22,7 @@ _QUOTE = re.compile(r"['\"]")
 #: is a dotted name (`vllm.v1.engine.exceptions.EngineDeadError:`), which says what failed.
 LONG = 32
 _TOKEN = re.compile(r"[^\s'\"]{%d,}" % (LONG + 1))
-_DOTTED_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+:?")
+DOTTED_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+:?")
 
 
 def literal_end(text: str, i: int) -> int:
@@ -54,7 +54,7 @@ def opens_literal(text: str, i: int) -> bool:
     return not (text[i] == "'" and i > 0 and text[i - 1].isalpha() and _CONTRACTION.match(text, i + 1))
 
 
-def mask_literals(text: str, mask: str = REDACTED, keep: re.Pattern = _DOTTED_NAME) -> str:
+def mask_literals(text: str, mask: str = REDACTED, keep: re.Pattern = DOTTED_NAME) -> str:
     """`text` with every quoted literal (an unclosed one runs to the end) and every long
     literal (except those `keep` matches whole) replaced by `mask`. Plain words stay."""
     out: list[str] = []
