@@ -86,7 +86,8 @@ class Agent:
         self._dirty = True
         self._memory_pauses = 0
         self._assemble_cfg = AssembleConfig(ttl_s=cfg.ttl, linger_s=cfg.linger,
-                                            context_rule=make_rule(cfg.trace_context))
+                                            context_rule=make_rule(cfg.trace_context),
+                                            export_error_text=cfg.export_error_text)
         self._tz = zone(cfg.timezone)
         self.telemetry_port: int | None = None
         self._join: ContextJoin | None = ContextJoin(cfg.join_window) if cfg.gateway_include else None

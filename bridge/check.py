@@ -19,6 +19,7 @@ from bridge.decode import Decoder
 from bridge.decode.stream import RecordStream
 from bridge.parse import MALFORMED, Parser, parse_line
 from bridge.parse.events import EngineConfig, EngineStats, RequestAdded
+from bridge.parse.literals import DOTTED_NAME, mask_literals
 from bridge.tail import read_lines
 
 SEED_KINDS = frozenset({"request_summary", "scheduling", "preemption", "queue_state", "block_alloc", "block_free",
@@ -26,9 +27,11 @@ SEED_KINDS = frozenset({"request_summary", "scheduling", "preemption", "queue_st
                         "nccl_timeout", "nccl_hint"})
 _MAX_TEMPLATES = 10_000  # distinct templates kept per file: memory stays bounded on any input
 
+_ID = r"\b(?:chatcmpl|cmpl|chat|embd|pool|score|rerank|classify|tokn|trsc)-[\w-]+"
+#: Long runs kept for the masks below to name: dotted names (what failed) and request ids.
+_KEEP_LONG = re.compile(rf"{DOTTED_NAME.pattern}|{_ID}")
 _MASKS = (
-    (re.compile(r"'[^']*'|\"[^\"]*\""), "'…'"),
-    (re.compile(r"\b(?:chatcmpl|cmpl|chat|embd|pool|score|rerank|classify|tokn|trsc)-[\w-]+"), "<id>"),
+    (re.compile(_ID), "<id>"),
     (re.compile(r"0x[0-9a-fA-F]+"), "<hex>"),
     (re.compile(r"\b(?=[0-9a-fA-F-]*\d)[0-9a-fA-F]{8,}(?:-[0-9a-fA-F]{4,})*\b"), "<hex>"),
     (re.compile(r"\d+(?:[.,:]\d+)*"), "<n>"),
@@ -39,8 +42,10 @@ _V1_INTERNAL_ID = re.compile(r"-[0-9a-f]{8}$")
 
 
 def template(message: str) -> str:
-    """A line's shape: first line only, variable parts masked."""
-    line = message.split("\n", 1)[0][:160]
+    """A line's shape: first line only, variable parts masked. Quoted text (to the end of the
+    line when a quote is left open) and long literals are masked over the whole line before it
+    is cut to 160 characters, so a cut cannot leave part of a user's text unmasked."""
+    line = mask_literals(message.split("\n", 1)[0], "'…'", _KEEP_LONG)[:160]
     for pattern, mask in _MASKS:
         line = pattern.sub(mask, line)
     return line

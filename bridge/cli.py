@@ -53,6 +53,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="diagnose memory_pressure below this %% of free KV blocks (10)")
     r.add_argument("--high-gpu-memory-pct", type=float, default=d.gpu_memory_ratio * 100,
                    help="diagnose gpu_memory_high above this %% (90)")
+    r.add_argument("--export-error-text", action="store_true",
+                   help="export error messages and tracebacks as logged (default: quoted text redacted, no "
+                        "tracebacks; they can carry users' prompts)")
     c = sub.add_parser("check", help="report which lines of a log the bridge understands",
                        description="Per file: the vLLM version family, records recognised per kind, "
                                    "%% unrecognised and the top unrecognised line templates.")
@@ -70,6 +73,8 @@ _RUN_HELP = {
     "otlp_endpoint": "OTLP receiver (default: OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT)",
     "otlp_protocol": "grpc|http/protobuf", "listen": "HOST:PORT for /healthz, /readyz, /metrics",
     "trace_context": "w3c|off|REGEX: caller's trace context inside request ids (default w3c)",
+    "export_error_text": "export error messages and tracebacks as logged (default off: quoted text redacted, "
+                         "no tracebacks; they can carry users' prompts)",
 }
 
 
@@ -86,6 +91,9 @@ def _add_run(sub) -> None:
         flag = "--" + name.replace("_", "-")
         if _kind(name) == "list":
             r.add_argument(flag, dest=f"cfg_{name}", action="append", metavar="PATTERN", help=_RUN_HELP.get(name))
+        elif _kind(name) == "bool":  # --flag / --no-flag; absent: the file, environment or default decides
+            r.add_argument(flag, dest=f"cfg_{name}", action=argparse.BooleanOptionalAction, default=None,
+                           help=_RUN_HELP.get(name))
         else:
             r.add_argument(flag, dest=f"cfg_{name}", metavar=name.split("_")[-1].upper(), help=_RUN_HELP.get(name))
 
@@ -151,7 +159,8 @@ def _replay_config(args: argparse.Namespace) -> ReplayConfig:
             raise UsageError(f"{path}: no such file (give the path of a vLLM log file)")
         if not os.access(path, os.R_OK):
             raise UsageError(f"{path}: not readable by this user")
-    return ReplayConfig(tz=tz, year=args.year, assemble=AssembleConfig(thresholds=thresholds, ttl_s=args.ttl))
+    return ReplayConfig(tz=tz, year=args.year, assemble=AssembleConfig(thresholds=thresholds, ttl_s=args.ttl,
+                                                                       export_error_text=args.export_error_text))
 
 
 def _stats_lines(stats: ReplayStats) -> str:

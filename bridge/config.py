@@ -55,6 +55,9 @@ class AgentConfig:
     gateway_request_id_field: str | None = None   # override the preset's request id field
     gateway_traceparent_field: str | None = None  # override the preset's traceparent field
     join_window: float = 30.0              # seconds a request waits for its gateway line (and back)
+    # Export error text as vLLM logged it (messages unredacted, tracebacks as
+    # exception.stacktrace). Off: a user's prompt or values can be quoted in error text.
+    export_error_text: bool = False
 
 
 _CHOICES = {
@@ -68,6 +71,7 @@ _POSITIVE = {"poll_interval", "ttl", "max_queue_spans", "max_batch_spans", "batc
 _NON_NEGATIVE = {"linger"}
 
 FIELDS = {f.name: f for f in dataclasses.fields(AgentConfig)}
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 
 def _kind(name: str) -> str:
@@ -99,6 +103,13 @@ def _coerce(name: str, value: Any, origin: str) -> Any:
             if kind in ("str?", "int?"):
                 return None
             raise ConfigError(f"{where}: a value is required")
+        if kind == "bool":
+            if isinstance(value, bool):
+                return value
+            word = str(value).strip().lower()
+            if word in _TRUE or word in _FALSE:
+                return word in _TRUE
+            raise ValueError
         if kind in ("int", "int?"):
             if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
                 raise ValueError
@@ -109,7 +120,8 @@ def _coerce(name: str, value: Any, origin: str) -> Any:
             return float(value)
         return str(value)
     except (TypeError, ValueError):
-        raise ConfigError(f"{where}: expected {'a number' if kind in ('int', 'float', 'int?') else kind}, "
+        wanted = "a number" if kind in ("int", "float", "int?") else "true or false" if kind == "bool" else kind
+        raise ConfigError(f"{where}: expected {wanted}, "
                           f"got {value!r}") from None
 
 

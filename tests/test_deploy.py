@@ -156,6 +156,7 @@ def test_image_install_steps_give_a_working_agent(tmp_path):
     assert proc.returncode == 0, proc.stderr
     printed = yaml.safe_load(proc.stdout)
     assert printed["containers"] == ["*vllm*"] and printed["listen"] == "[::]:9464"
+    assert printed["export_error_text"] is False  # the chart's default: error text redacted
 
     import socket
     import time
@@ -231,7 +232,8 @@ NON_DEFAULT = {
     "annotations": {"example.com/owner": "platform"},
     "config": {"namespaces": ["inference-*"], "containers": ["vllm", "engine"], "start_at": "end",
                "poll_interval": 0.5, "ttl": 300, "log_format": "console", "shutdown_grace": 20,
-               "gateway_include": ["/var/log/pods/ingress_*/controller/*.log"], "trace_context": "off"},
+               "gateway_include": ["/var/log/pods/ingress_*/controller/*.log"], "trace_context": "off",
+               "export_error_text": True},
     "otlp": {"endpoint": "https://otel-gateway.observability.svc:4317", "protocol": "grpc",
              "compression": "gzip", "headers": "authorization=Bearer abc,x-scope-orgid=gpu",
              "tls": {"secretName": "otlp-tls", "caKey": "ca.crt", "certKey": "tls.crt", "keyKey": "tls.key"}},
@@ -485,6 +487,7 @@ def test_non_default_values_reach_the_pod():
     config = yaml.safe_load(objs["ConfigMap"]["data"]["config.yaml"])
     assert config["listen"] == "[::]:19464" and config["state_dir"] == "/state"
     assert config["start_at"] == "end" and config["namespaces"] == ["inference-*"]
+    assert config["export_error_text"] is True
     assert pod["terminationGracePeriodSeconds"] == 25
     wait, init = pod["initContainers"]
     assert wait["name"] == "wait" and init["command"] == ["chown", "10001:0", "/state"]

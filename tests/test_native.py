@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bridge.assemble import Assembler, build
-from bridge.assemble.timeline import Phase, RequestTimeline, SpanEvent
+from bridge.assemble.timeline import IncidentEvent, IncidentRef, Phase, RequestTimeline, SpanEvent
 from bridge.decode import Decoder, source_for
 from bridge.decode import stream as stream_mod
 from bridge.decode.framing import CRI, PLAIN, CriUnwrapper, DockerUnwrapper, detect
@@ -856,7 +856,10 @@ def timelines(draw):
     phases = st.builds(Phase, st.sampled_from(["queued", "scheduled", "preempted", "generating", "freed"]),
                        st.integers(0, 3), NS, NS, TIMINGS, TIMINGS, ATTRS | st.just({"vllm.timing": 1}),
                        st.lists(events, max_size=3), st.integers(-2, 3))
-    shared = draw(st.lists(events, max_size=3))
+    incidents = st.builds(IncidentEvent, st.just("vllm.engine.incident"), NS, ATTRS,
+                          st.none() | st.builds(IncidentRef, st.sampled_from(["nccl_timeout", "é", "\ud800"]),
+                                                st.sampled_from(["1.0", "17.2"])))
+    shared = draw(st.lists(events | incidents, max_size=3))
     return RequestTimeline(
         source=source_for(draw(st.sampled_from(["/x.log", "/var/log/pods/a_b_0123456789/c/0.log"]))),
         request_id=draw(st.text(max_size=10)), occurrence=draw(st.sampled_from(["1", "1.2", "é"])),

@@ -26,7 +26,7 @@ from bridge.assemble.context import Rule, w3c_rule
 from bridge.assemble.build import EVENT_CAP, _request_timeline, engine_timeline, request_timeline
 from bridge.assemble.diagnosis import Thresholds
 from bridge.assemble.startup import Startup
-from bridge.assemble.timeline import SpanEvent, Timeline
+from bridge.assemble.timeline import IncidentEvent, IncidentRef, SpanEvent, Timeline
 from bridge.decode.record import Record
 from bridge.decode.source import Source
 from bridge.parse.events import (
@@ -58,6 +58,7 @@ from bridge.parse.events import (
     SequencePreempted,
     StartupFact,
 )
+from bridge.parse.literals import redact_error_text
 
 _NS = 1_000_000_000
 # A stats line is printed from a snapshot taken a little before it: a request added just before
@@ -92,6 +93,9 @@ class AssembleConfig:
     linger_s: float = 5.0     # a finished request waits this long for its last block frees
     oom_window_s: float = 2.0  # a CUDA OOM this close before a failed allocation explains it
     context_rule: Rule = w3c_rule  # request id → the caller's trace context (context.make_rule)
+    # Error text from the log goes out as vLLM wrote it, tracebacks included. Off by default: a
+    # user's prompt or values reach error messages (validation, chat template, tracebacks).
+    export_error_text: bool = False
 
 
 @dataclass(slots=True)
@@ -178,6 +182,8 @@ class Assembler:
         self._emit = emit
         self._config = config
         self._ttl_ns = int(config.ttl_s * _NS)
+        # Every error text taken from the log passes here before it joins a timeline.
+        self._text: Callable[[str], str] = str if config.export_error_text else redact_error_text
         self._linger_ns = int(config.linger_s * _NS)
         self._open: dict[str, RequestState] = {}       # every request not yet emitted
         self._in_flight: dict[str, RequestState] = {}  # the subset not yet over
@@ -403,7 +409,7 @@ class Assembler:
             return
         r = self._start(ev.request_id, record)
         r.timeout_after_s = ev.after_s
-        self._fail(r, record.ts_ns, "timeout", "timeout", "RequestTimeout", ev.message)
+        self._fail(r, record.ts_ns, "timeout", "timeout", "RequestTimeout", self._text(ev.message))
 
     def _on_alloc_failed(self, record: Record, ev: AllocationFailed) -> None:
         r = self._start(ev.request_id, record)
@@ -411,7 +417,7 @@ class Assembler:
         oom = self._last_oom
         if oom is not None and record.ts_ns - oom[0] <= self._config.oom_window_s * _NS:
             message = f"{message}: {oom[1].message}"
-        self._fail(r, record.ts_ns, "failed", "oom", "OutOfMemoryError", message)
+        self._fail(r, record.ts_ns, "failed", "oom", "OutOfMemoryError", self._text(message))
 
     def _terminate(self, r: RequestState, ts: int, outcome: str) -> None:
         r.terminal_ns = ts
@@ -419,6 +425,7 @@ class Assembler:
         self._in_flight.pop(r.request_id, None)
 
     def _fail(self, r: RequestState, ts: int, outcome: str, error_type: str, exc_type: str, message: str) -> None:
+        """`message` is already fit to leave the node (`self._text`, or the bridge's own words)."""
         r.error_type = error_type
         r.error_message = message
         r.add_event(SpanEvent("exception", ts, {"exception.type": exc_type, "exception.message": message}), False)
@@ -509,7 +516,7 @@ class Assembler:
             key = ids.canonical(ev.request_id)  # V0's "Failing the request" may be its only line
             r = self._upstream(key, record)
         if r.terminal_ns is None:
-            self._fail(r, record.ts_ns, "failed", ev.error_type, "RequestFailed", ev.reason)
+            self._fail(r, record.ts_ns, "failed", ev.error_type, "RequestFailed", self._text(ev.reason))
 
     def _on_sequence_preempted(self, record: Record, ev: SequencePreempted) -> None:
         r = self._resolve(ev.request_id, record)
@@ -589,7 +596,7 @@ class Assembler:
 
     def _end_startup(self, error_type: str = "", message: str = "") -> None:
         if self._startup is not None:
-            self._emit(self._startup.timeline(self.source, error_type, message))
+            self._emit(self._startup.timeline(self.source, error_type, self._text(message)))
             self._startup = None
 
     def _on_engine_error(self, record: Record, ev: EngineError) -> None:
@@ -599,15 +606,17 @@ class Assembler:
         attrs = {"vllm.incident.fatal": ev.fatal}
         if ev.exception_type:
             attrs["exception.type"] = ev.exception_type
-        if ev.stacktrace:
+        if ev.stacktrace and self._config.export_error_text:
             attrs["exception.stacktrace"] = ev.stacktrace
         if record.process:
             attrs["vllm.process"] = record.process
         self._incident(record, ev.error_type, ev.error_type, record.ts_ns, ev.message, attrs)
         if ev.fatal:  # engine death is the best evidence of when the requests in flight ended
+            # Their own failure names the incident's type, not its text: that is on the incident
+            # span, linked from each of them.
+            message = f"engine failed ({ev.error_type}); see the linked vllm.engine span"
             for r in list(self._in_flight.values()):
-                self._fail(r, record.ts_ns, "failed", ev.error_type, ev.exception_type or "EngineDeadError",
-                           ev.message)
+                self._fail(r, record.ts_ns, "failed", ev.error_type, ev.exception_type or "EngineDeadError", message)
 
     # -- engine-wide lines ---------------------------------------------------------------
 
@@ -676,11 +685,13 @@ class Assembler:
         n = n + 1 if prev_ts == record.ts_ns else 0
         self._last_incident = (record.ts_ns, n)
         affected = list(self._in_flight)
-        event = SpanEvent("vllm.engine.incident", record.ts_ns, {
-            "error.type": error_type, "vllm.incident.kind": kind, "exception.message": message})
+        occurrence = f"{record.ts_ns}.{n}"
+        # Other users' requests get the incident's type, time and a link to it, never its text.
+        event = IncidentEvent("vllm.engine.incident", record.ts_ns, {
+            "error.type": error_type, "vllm.incident.kind": kind}, IncidentRef(kind, occurrence))
         for r in self._in_flight.values():
             r.add_event(event, False)
         self.stats.engine_incidents += 1
         self._emit(engine_timeline(
-            self.source, kind, f"{record.ts_ns}.{n}", start_ns, record.ts_ns,
-            error_type, message, attrs, affected, record.offset, record.end_offset))
+            self.source, kind, occurrence, start_ns, record.ts_ns,
+            error_type, self._text(message), attrs, affected, record.offset, record.end_offset))

@@ -26,6 +26,23 @@ class SpanEvent:
     attrs: Attrs = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class IncidentRef:
+    """Which engine incident: enough for an exporter to name its span (ids derive from these)."""
+
+    kind: str
+    occurrence: str
+
+
+@dataclass(slots=True)
+class IncidentEvent(SpanEvent):
+    """An engine incident as a request in flight saw it: its type and time, and a reference an
+    exporter turns into a span link to the incident's own span. Never the incident's text: that
+    stays on the incident span, where it is redacted by default."""
+
+    incident: IncidentRef | None = None
+
+
 @dataclass(slots=True)
 class Phase:
     """A child span of the request: queued, scheduled, preempted, generating or freed."""

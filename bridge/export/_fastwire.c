@@ -384,6 +384,8 @@ static int attributes(Buf *b, unsigned char tag, PyObject *attrs, PyObject **ove
 /* The dataclasses of bridge/assemble/timeline.py are slotted: attr_get reads their slots. */
 static Attr s_phases, s_parent, s_trace_id, s_span_id, s_start_ns, s_end_ns, s_attrs, s_events, s_dropped_events, s_error_type, s_error_message, s_start_timing, s_end_timing, s_name, s_ts_ns;
 static PyObject *k_timing, *k_timing_start, *k_timing_end, *v_inferred, *v_observed;
+static PyObject *s_incident, *k_incident_kind; /* IncidentEvent's slot; the link's attribute */
+static Attr s_kind = {NULL}, s_incident_occurrence = {NULL};
 
 #define DECLINE 1 /* return code: hand the timeline to the Python encoder */
 
@@ -524,7 +526,65 @@ static PyObject *phase_timing(PyObject *start, PyObject *end) {
 }
 
 /* One span, as ScopeSpans.spans, into b. 0, DECLINE or -1. */
-static int span(Buf *b, PyObject *obj, PyObject *tid, PyObject *sid, PyObject *parent_sid, int root, PyObject *cache) {
+/* Span.links: one per IncidentEvent among the root's events, to that incident's `vllm.engine`
+ * span, ids as ids.incident_ids gives them (source key `k`): wire.WireEncoder._link. */
+static int links(Buf *b, PyObject *evs, const char *k, Py_ssize_t nk) {
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(evs); i++) {
+        PyObject *e = PyList_GET_ITEM(evs, i);
+        if (_PyType_Lookup(Py_TYPE(e), s_incident) == NULL)
+            continue;
+        PyObject *inc = PyObject_GetAttr(e, s_incident);
+        if (inc == NULL)
+            return -1;
+        if (inc == Py_None) {
+            Py_DECREF(inc);
+            continue;
+        }
+        PyObject *kind = attr_get(inc, &s_kind);
+        PyObject *occ = kind ? attr_get(inc, &s_incident_occurrence) : NULL;
+        Py_DECREF(inc);
+        int r = occ == NULL ? -1 : 0;
+        Py_ssize_t nkind = 0, nocc = 0;
+        const char *ukind = NULL, *uocc = NULL;
+        if (r == 0 && (!PyUnicode_CheckExact(kind) || !PyUnicode_CheckExact(occ)))
+            r = DECLINE;
+        if (r == 0 && ((ukind = PyUnicode_AsUTF8AndSize(kind, &nkind)) == NULL ||
+                       (uocc = PyUnicode_AsUTF8AndSize(occ, &nocc)) == NULL)) {
+            PyErr_Clear(); /* not encodable: the Python encoder raises its own error */
+            r = DECLINE;
+        }
+        if (r == 0) {
+            B2 c;
+            uint8_t ids[2 + 16 + 2 + 8] = {0x0a, 0x10};
+            b2_init(&c, 16); /* trace_id(source.key, "engine", kind, occurrence) */
+            b2_update(&c, k, nk);
+            b2_update(&c, "\x1f" "engine\x1f", 8);
+            b2_update(&c, ukind, nkind);
+            b2_update(&c, "\x1f", 1);
+            b2_update(&c, uocc, nocc);
+            b2_final(&c, ids + 2);
+            ids[18] = 0x12;
+            ids[19] = 0x08;
+            b2_init(&c, 8); /* span_id(trace_id, "vllm.engine") */
+            b2_update(&c, ids + 2, 16);
+            b2_update(&c, "vllm.engine\x1f" "0", 13);
+            b2_final(&c, ids + 20);
+            Py_ssize_t at = open_field(b, 0x6a), kv = -1, v = -1;
+            r = at < 0 || put(b, ids, sizeof ids) < 0 || (kv = open_field(b, 0x22)) < 0 ||
+                put_str_field(b, 0x0a, k_incident_kind) < 0 || (v = open_field(b, 0x12)) < 0 ||
+                put_str_field(b, 0x0a, kind) < 0 || close_field(b, v) < 0 || close_field(b, kv) < 0 ||
+                close_field(b, at) < 0 ? -1 : 0;
+        }
+        Py_XDECREF(kind);
+        Py_XDECREF(occ);
+        if (r != 0)
+            return r;
+    }
+    return 0;
+}
+
+static int span(Buf *b, PyObject *obj, PyObject *tid, PyObject *sid, PyObject *parent_sid, int root, PyObject *cache,
+                const char *k, Py_ssize_t nk) {
     uint64_t start, end;
     int r;
     if ((r = get_u64(obj, &s_start_ns, &start)) != 0 || (r = get_u64(obj, &s_end_ns, &end)) != 0)
@@ -579,6 +639,8 @@ static int span(Buf *b, PyObject *obj, PyObject *tid, PyObject *sid, PyObject *p
         r = events(b, evs, root ? cache : NULL);
     if (r == 0)
         r = dropped(b, obj);
+    if (r == 0 && root)
+        r = links(b, evs, k, nk);
     if (r == 0 && root) {
         PyObject *et = attr_get(obj, &s_error_type);
         int truth = et == NULL ? -1 : PyObject_IsTrue(et);
@@ -611,7 +673,8 @@ static int span(Buf *b, PyObject *obj, PyObject *tid, PyObject *sid, PyObject *p
     return r;
 }
 
-static PyObject *encode(PyObject *t, PyObject *tid, PyObject *root_id, PyObject *phase_ids, PyObject *cache) {
+static PyObject *encode(PyObject *t, PyObject *tid, PyObject *root_id, PyObject *phase_ids, PyObject *cache,
+                        const char *key, Py_ssize_t nkey) {
     if (!id_bytes(root_id, 8) || !PyList_CheckExact(phase_ids))
         Py_RETURN_NONE;
     PyObject *parent = attr_get(t, &s_parent);
@@ -649,7 +712,7 @@ static PyObject *encode(PyObject *t, PyObject *tid, PyObject *root_id, PyObject 
     if (r == 0 && !id_bytes(tid, 16))
         r = DECLINE;
     if (r == 0)
-        r = span(&b, t, tid, root_id, psid, 1, cache);
+        r = span(&b, t, tid, root_id, psid, 1, cache, key, nkey);
     for (Py_ssize_t k = 0; r == 0 && k < PyList_GET_SIZE(phases); k++) {
         PyObject *sid = PyList_GET_ITEM(phase_ids, k);
         if (!id_bytes(sid, 8)) {
@@ -658,7 +721,7 @@ static PyObject *encode(PyObject *t, PyObject *tid, PyObject *root_id, PyObject 
         }
         PyObject *p = PyList_GET_ITEM(phases, k);
         Py_INCREF(p);
-        r = span(&b, p, tid, sid, root_id, 0, NULL);
+        r = span(&b, p, tid, sid, root_id, 0, NULL, key, nkey);
         Py_DECREF(p);
     }
     Py_XDECREF(parent);
@@ -766,7 +829,7 @@ static PyObject *spans(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
         if (!ok)
             goto done;
     }
-    out = encode(t, tid, root, ids, args[1]);
+    out = encode(t, tid, root, ids, args[1], k, nk);
 done:
     Py_XDECREF(src);
     Py_XDECREF(key);
@@ -831,5 +894,9 @@ PyMODINIT_FUNC PyInit__fastwire(void) {
     INTERN(k_timing_end, "vllm.timing.end");
     INTERN(v_inferred, "inferred");
     INTERN(v_observed, "observed");
+    INTERN(s_incident, "incident");
+    INTERN(k_incident_kind, "vllm.incident.kind");
+    INTERN(s_kind.name, "kind");
+    INTERN(s_incident_occurrence.name, "occurrence");
     return PyModule_Create(&module);
 }

@@ -33,3 +33,10 @@ def span_id(trace: bytes, name: str, index: int = 0) -> bytes:
     h.update(_suffix(name, index))
     d = h.digest()
     return d if d != _ZERO_SPAN else b"\x00" * 7 + b"\x01"
+
+
+def incident_ids(source_key: str, kind: str, occurrence: str) -> tuple[bytes, bytes]:
+    """(trace id, span id) of an engine incident's `vllm.engine` span, as `otlp.engine_spans`
+    gives it: what a request in flight links to."""
+    tid = trace_id(source_key, "engine", kind, occurrence)
+    return tid, span_id(tid, "vllm.engine")

@@ -15,9 +15,9 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, Instr
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
 
-from bridge.assemble.timeline import EngineTimeline, RequestTimeline, SpanEvent
+from bridge.assemble.timeline import EngineTimeline, IncidentEvent, RequestTimeline, SpanEvent
 from bridge.decode.source import Source
-from bridge.export.ids import span_id, trace_id
+from bridge.export.ids import incident_ids, span_id, trace_id
 
 SCOPE_NAME, SCOPE_VERSION = "vllm-trace-bridge", "0.1.0"
 _SERVER, _INTERNAL = Span.SpanKind.SPAN_KIND_SERVER, Span.SpanKind.SPAN_KIND_INTERNAL
@@ -60,6 +60,18 @@ def _events(events: list[SpanEvent]) -> list[Span.Event]:
     return [Span.Event(time_unix_nano=e.ts_ns, name=e.name, attributes=key_values(e.attrs)) for e in events]
 
 
+def incident_links(t: RequestTimeline) -> list[Span.Link]:
+    """A link from a request to each engine incident it was in flight for (the incident's
+    `vllm.engine` span), in the order of their events."""
+    links = []
+    for e in t.events:
+        if type(e) is IncidentEvent and e.incident is not None:
+            tid, sid = incident_ids(t.source.key, e.incident.kind, e.incident.occurrence)
+            links.append(Span.Link(trace_id=tid, span_id=sid,
+                                   attributes=key_values({"vllm.incident.kind": e.incident.kind})))
+    return links
+
+
 def request_spans(t: RequestTimeline) -> list[Span]:
     """The root `vllm.request` span and one child per phase. With the caller's trace context
     (`t.parent`) the spans go into the caller's trace, the root under the caller's span when
@@ -78,7 +90,7 @@ def request_spans(t: RequestTimeline) -> list[Span]:
         trace_id=tid, span_id=root_id, parent_span_id=parent_id, name="vllm.request", kind=_SERVER,
         start_time_unix_nano=t.start_ns, end_time_unix_nano=t.end_ns,
         attributes=key_values(root_attrs), events=_events(t.events),
-        dropped_events_count=t.dropped_events, status=status,
+        dropped_events_count=t.dropped_events, links=incident_links(t), status=status,
     )]
     for p in t.phases:
         attrs = dict(p.attrs)

@@ -27,9 +27,9 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from bridge.assemble.timeline import EngineTimeline, RequestTimeline, SpanEvent, Timeline
+from bridge.assemble.timeline import EngineTimeline, IncidentEvent, RequestTimeline, SpanEvent, Timeline
 from bridge.decode.source import Source
-from bridge.export.ids import span_id, trace_id
+from bridge.export.ids import incident_ids, span_id, trace_id
 
 SCOPE_NAME, SCOPE_VERSION = "vllm-trace-bridge", "0.1.0"
 
@@ -213,7 +213,8 @@ class KeyValues:
 # Field tags (field number << 3 | wire type) of the messages written here.
 _SPAN_ATTRS, _EVENT_ATTRS, _RESOURCE_ATTRS = 0x4A, 0x1A, 0x0A
 _TRACE_ID, _SPAN_ID, _PARENT_ID = b"\x0a\x10", b"\x12\x08", b"\x22\x08"  # ids: 16 and 8 bytes
-_EVENT, _DROPPED_EVENTS, _STATUS = b"\x5a", b"\x60", b"\x7a"
+_EVENT, _DROPPED_EVENTS, _LINK, _STATUS = b"\x5a", b"\x60", b"\x6a", b"\x7a"
+_LINK_ATTRS = b"\x22"  # Span.Link.attributes
 _KIND_SERVER, _KIND_INTERNAL = b"\x30\x02", b"\x30\x01"
 _STATUS_ERROR = b"\x18\x02"  # Status.code = STATUS_CODE_ERROR
 _SPAN_IN_SCOPE = b"\x12"      # ScopeSpans.spans
@@ -368,6 +369,9 @@ class WireEncoder:
         parts += [cached(id(e)) or shared(e) for e in t.events]
         if t.dropped_events:
             parts += (_DROPPED_EVENTS, varint(t.dropped_events))
+        for e in t.events:  # links to the engine incidents it was in flight for (otlp.incident_links)
+            if type(e) is IncidentEvent and e.incident is not None:
+                parts.append(self._link(t.source.key, e.incident.kind, e.incident.occurrence))
         if t.error_type:
             status = field(b"\x12", t.error_message.encode()) if t.error_message else b""
             parts.append(field(_STATUS, status + _STATUS_ERROR))
@@ -394,6 +398,13 @@ class WireEncoder:
             span = b"".join(parts)
             out += (_SPAN_IN_SCOPE, varint(len(span)), span)
         return 1 + len(t.phases)
+
+    def _link(self, source_key: str, kind: str, occurrence: str) -> bytes:
+        """A Span.links field to an engine incident's span."""
+        tid, sid = incident_ids(source_key, kind, occurrence)
+        attr = field(b"\x0a", b"vllm.incident.kind") + field(b"\x12", any_value(kind))
+        body = _TRACE_ID + tid + _SPAN_ID + sid + field(_LINK_ATTRS, attr)
+        return _LINK + varint(len(body)) + body
 
     def _engine(self, t: EngineTimeline, out: list[bytes]) -> int:
         """Engine incidents are rare (a handful per log): they go through the reference mapping

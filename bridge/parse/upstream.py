@@ -28,6 +28,7 @@ from bridge.parse.events import (
     SequencePreempted,
     StartupFact,
 )
+from bridge.parse.literals import blank_literals, literal_end
 
 _NUM = r"(\d[\d,]*(?:\.\d+)?)"
 
@@ -39,8 +40,10 @@ def _num(text: str) -> float:
 # -- per-request lines ---------------------------------------------------------------------
 
 _RECEIVED = re.compile(r"Received request (\S+?): (?:prompt|params|sampling_params): ")
-_PARAM = re.compile(r"(?:\(|, )(n|temperature|top_p|max_tokens)=(None|-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)")
-_LORA = re.compile(r"lora_name='([^']*)'")
+_PARAM = re.compile(r"(?:\(|, )(n|temperature|top_p|max_tokens)=(None|-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)(?=[,)])")
+#: What follows the params repr, every era (reference b.1).
+_AFTER_PARAMS = ("), prompt_token_ids: ", "), lora_request: ", "), prompt_adapter_request: ", "), prompt_embeds")
+_LORA = "lora_request: LoRARequest(lora_name="
 
 
 def _received(msg: str) -> Event | None:
@@ -49,12 +52,16 @@ def _received(msg: str) -> Event | None:
     m = _RECEIVED.match(msg)
     if m is None:
         return None
-    # The params repr follows the prompt: search from the last one, so a prompt that quotes
-    # "SamplingParams(" cannot steer what is read. Only numbers and a LoRA name leave here.
+    # Parameters come only from their own fields. The prompt, stop strings and any other client
+    # text are quoted literals: blanked out first (positions kept), so text inside them
+    # (`n=5, max_tokens=7`, `lora_name='x'`, `SamplingParams(`) is never read as a field. Only
+    # numbers and a LoRA name leave here.
+    shape = blank_literals(msg)
     values: dict[str, str] = {}
-    i = msg.rfind("SamplingParams(")
+    i = shape.find("SamplingParams(", m.end())
     if i >= 0:
-        for key, value in _PARAM.findall(msg, i + 14):
+        ends = [e for e in (shape.find(a, i) for a in _AFTER_PARAMS) if e >= 0]
+        for key, value in _PARAM.findall(shape, i + 14, min(ends) + 1 if ends else len(shape)):
             values.setdefault(key, value)
 
     def get(key: str, cast):
@@ -62,10 +69,12 @@ def _received(msg: str) -> Event | None:
         return None if v is None or v == "None" else cast(float(v)) if cast is int else cast(v)
 
     lora = None
-    j = msg.rfind("lora_request: LoRARequest(")
-    if j >= 0:
-        lm = _LORA.search(msg, j)
-        lora = lm[1] if lm else None
+    j = shape.rfind(_LORA, m.end())
+    if j >= 0 and msg[j + len(_LORA):j + len(_LORA) + 1] in ("'", '"'):
+        start = j + len(_LORA)
+        end = literal_end(msg, start)
+        if end < len(msg) and msg[end - 1] == msg[start]:
+            lora = msg[start + 1:end - 1]
     return RequestReceived(m[1], get("max_tokens", int), get("temperature", float), get("top_p", float),
                            get("n", int), lora)
 
@@ -151,18 +160,20 @@ def _generated(msg: str) -> Event | None:
     m = _GENERATED.match(msg)
     if m is None:
         return None
-    # The output text comes first and may contain anything: read the fields from the right.
-    f = msg.rfind(_FINISH)
+    # The output text comes first and may contain anything: it is a quoted literal, blanked out
+    # before the fields are looked for (a cut line's open quote blanks everything after it).
+    shape = blank_literals(msg)
+    f = shape.rfind(_FINISH)
     if f < 0:
         return None
-    reason = msg[f + len(_FINISH):].strip()
+    reason = shape[f + len(_FINISH):].strip()
     # `(streaming complete) … finish_reason: streaming_complete` marks the end of the stream; it
     # is no finish reason (the last delta carried the real one).
     finish = None if reason in ("None", "", "streaming_complete") else reason
     tokens = None
-    t = msg.rfind(_TOKEN_IDS, 0, f)
+    t = shape.rfind(_TOKEN_IDS, 0, f)
     if t >= 0:
-        ids = msg[t + len(_TOKEN_IDS):f].strip()
+        ids = shape[t + len(_TOKEN_IDS):f].strip()
         if ids.startswith("[") and ids.endswith("]"):
             inner = ids[1:-1].strip()
             tokens = inner.count(",") + 1 if inner else 0
