@@ -238,6 +238,20 @@ class EngineError:
 
 
 @dataclass(frozen=True, slots=True)
+class ServerStop:
+    """A line of the server's shutdown sequence (vLLM's `[shutdown] …`, uvicorn's `Shutting down`).
+
+    `phase`: `signal`, a stop was asked for (SIGTERM/SIGINT reached the API server or the engine
+    core); `in_flight`, the engine core counts the requests it aborts or drains (`in_flight`);
+    `drained`, every request in flight has finished; `server`, the HTTP server or the process
+    manager winds down, which is a deliberate stop only when no engine death came before it
+    (vLLM also stops the server after its engine died)."""
+
+    phase: str
+    in_flight: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class AccessLog:
     """uvicorn's access line. No request id and no timestamp: recognised, not joined."""
 
@@ -279,6 +293,7 @@ Event = (
     | EngineConfig
     | StartupFact
     | EngineError
+    | ServerStop
     | AccessLog
     | Notice
 )
@@ -310,6 +325,7 @@ KIND = {
     EngineConfig: "engine_config",
     StartupFact: "startup",
     EngineError: "engine_error",
+    ServerStop: "server_stop",
     AccessLog: "http_access",
     # Notice counts under its own `kind`: startup_info, http_server, noise, …
 }
