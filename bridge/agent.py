@@ -339,7 +339,7 @@ class Agent:
                 if stream.joiner.held_position is not None and now - st.quiet_since.get(key, now) >= _JOIN_IDLE_S:
                     for record in stream.release():
                         self._handle(st, record)
-            if st.assembler is not None and st.last_wall:
+            if st.assembler is not None and st.last_wall and self._read_to_end(st, now):
                 st.assembler.tick(st.last_ts + (wall - st.last_wall))
         if self._join is not None:
             dropped = self._join.stats.contexts_dropped
@@ -347,6 +347,24 @@ class Agent:
                 self._batch(t, token)
             if self._join.stats.contexts_dropped != dropped:
                 self._dirty = True  # gateway lines let go: their files' checkpoints may move on
+
+    @staticmethod
+    def _read_to_end(st: SourceState, now: float) -> bool:
+        """Every line written to the source's files has been read and handled: only then may its
+        log clock run on the wall clock. While lines wait, their own stamps move it (as in
+        `replay`), so a file complete when read gives replay's spans."""
+        for key, tf in st.files.items():
+            stream = st.streams.get(key)
+            if stream is not None and stream.joiner.held_position is not None:
+                return False
+            if now - st.quiet_since.get(key, now) < _JOIN_IDLE_S:
+                return False
+            try:
+                if os.fstat(tf.fh.fileno()).st_size > tf.offset + len(tf.partial):
+                    return False
+            except (OSError, ValueError, AttributeError):
+                pass
+        return True
 
     # -- delivery and checkpoints --------------------------------------------------------
 

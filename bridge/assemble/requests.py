@@ -685,12 +685,15 @@ class Assembler:
 
     def _close_unended(self, r: RequestState, reused: bool = False) -> None:
         """A request no line ended, closed on the log's clock (TTL, end of input, a new request
-        under its id): in flight at a deliberate stop, it was stopped; seen idle, or followed by
-        a new request under its id, it ended as `_close_idle` says; else it stays `incomplete`."""
-        if self._stop_ns is not None and r.first_ns <= self._stop_last_ns:
+        under its id). Seen idle after its last line, it ended as `_close_idle` says; else in
+        flight at a deliberate stop, it was stopped; followed by a new request under its id, as
+        `_close_idle` says; else it stays `incomplete`. Its end is inferred either way."""
+        if r.extra is not None and r.idle_at is not None and r.last_ns <= r.idle_at:
+            self._close_idle(r)  # the engine said it was idle after the request's last line
+        elif self._stop_ns is not None and r.first_ns <= self._stop_last_ns:
             self._stopped(r, max(self._stop_last_ns, r.last_ns), False)
             self._finish(r)
-        elif r.extra is not None and (reused or r.idle_at is not None and r.last_ns <= r.idle_at):
+        elif r.extra is not None and reused:
             self._close_idle(r)
         else:
             self._finish(r)
@@ -778,8 +781,11 @@ class Assembler:
                 return
             inc = self._incident_open = _Incident(record, ev)
         upgraded = inc.add(record, ev)
-        for key, r in self._in_flight.items():
-            inc.affected.setdefault(key, r)
+        if upgraded or inc.event is None:
+            self._incident_event(inc)
+        for key, r in self._in_flight.items():  # the event goes on at once: a request may be
+            if inc.affected.setdefault(key, r) is r and (r.events is None or inc.event not in r.events):
+                r.add_event(inc.event, False)  # emitted before the incident closes
         if ev.fatal and self._death is None:
             # The engine died: the best evidence of when the requests in flight ended.
             self._death = inc.error_type
@@ -792,6 +798,19 @@ class Assembler:
             self._death = inc.error_type
             for r in inc.failed:  # later lines told what killed it
                 r.error_type = inc.error_type
+
+    def _incident_event(self, inc: _Incident) -> None:
+        """The incident's event on the requests it hit, replaced on those not emitted yet when
+        a later line tells more (its type is only final once the incident closes)."""
+        old = inc.event
+        record, ev = inc.lead
+        inc.event = SpanEvent("vllm.engine.incident", inc.first.ts_ns, {
+            "error.type": inc.error_type, "vllm.incident.kind": inc.error_type, "exception.message": ev.message})
+        if old is None:
+            return
+        for key, r in inc.affected.items():
+            if self._open.get(key) is r and r.events:
+                r.events = [inc.event if e is old else e for e in r.events]
 
     def _close_incident(self) -> None:
         """Emit the open incident as one `vllm.engine` span, and its event on the requests it hit."""
@@ -873,16 +892,16 @@ class Assembler:
     def _incident(self, record: Record, kind: str, error_type: str, start_ns: int, message: str, attrs: dict,
                   affected: dict[str, RequestState] | None = None, end_ns: int | None = None,
                   end_offset: int | None = None) -> None:
-        """One `vllm.engine` span; its event goes on the requests in flight (or `affected`, those
-        in flight while a multi-line incident lasted, as far as they are not emitted yet)."""
+        """One `vllm.engine` span; its event goes on the requests in flight (`affected`: those in
+        flight while a multi-line incident lasted, which have it already)."""
         prev_ts, n = self._last_incident
         n = n + 1 if prev_ts == record.ts_ns else 0
         self._last_incident = (record.ts_ns, n)
         hit = self._in_flight if affected is None else affected
-        event = SpanEvent("vllm.engine.incident", record.ts_ns, {
-            "error.type": error_type, "vllm.incident.kind": kind, "exception.message": message})
-        for key, r in hit.items():
-            if self._open.get(key) is r:
+        if affected is None:  # a multi-line incident's requests have its event already
+            event = SpanEvent("vllm.engine.incident", record.ts_ns, {
+                "error.type": error_type, "vllm.incident.kind": kind, "exception.message": message})
+            for r in hit.values():
                 r.add_event(event, False)
         self.stats.engine_incidents += 1
         self._emit(engine_timeline(
