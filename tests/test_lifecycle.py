@@ -391,3 +391,20 @@ def test_replay_and_the_agent_give_the_same_spans_for_a_finished_file(tmp_path):
             agent.term()
         got = {s.SerializeToString(deterministic=True) for _, s in rx.spans()}
     assert got == want
+
+
+def test_a_restart_after_a_stop_starts_a_new_engine_life(tmp_path):
+    """Stopped on purpose, started again (a new banner, v1/engine/core.py:133): a death in the
+    new life is a death, and what the stopped engine held ended with the stop."""
+    banner = core("08:01:00", "core.py:133", "Initializing a V1 LLM engine (v0.32.0) with config: model='/m/tiny', "
+                                             "speculative_config=None")
+    lines = [received("08:00:00", "cmpl-before-0"), added("08:00:00", "cmpl-before-0-0b0b0b0b"),
+             *sigterm_abort_mode("08:00:05", 1), *UVICORN_STOP,
+             banner, received("08:01:10", "cmpl-after-0"), added("08:01:10", "cmpl-after-0-0c0c0c0c"),
+             *engine_dead_traceback("08:01:12"), failed_dead("08:01:12", "cmpl-after-0")]
+    out = both(lines, tmp_path)
+    r = by_id(out)
+    assert (r["cmpl-before-0"].outcome, r["cmpl-before-0"].error_type) == ("aborted", "shutdown")
+    assert r["cmpl-before-0"].end_ns == at("08:00:05")
+    assert (r["cmpl-after-0"].outcome, r["cmpl-after-0"].error_type) == ("failed", "engine_dead")
+    assert [i.error_type for i in incidents(out)] == ["engine_dead"]

@@ -118,6 +118,7 @@ class AssembleStats:
     orphan_lines: int = 0  # a line for a request that is no longer known (emitted already)
     orphan_requests: int = 0  # requests whose start was not seen, rebuilt from later lines
     stop_errors: int = 0   # error records during a deliberate stop: part of the stop, no incident
+    death_errors: int = 0  # error records after an engine death's incident went out: part of it
 
 
 class _Incident:
@@ -733,6 +734,8 @@ class Assembler:
             self._startup = Startup(record)
         if self._incident_open is not None:
             self._close_incident()
+        for r in list(self._in_flight.values()):  # the engine that held them is gone
+            self._close_unended(r)
         self._death = self._stop_ns = None  # a new engine life
         self._startup.has_banner = True
         facts = [("vllm.version", ev.version)]
@@ -775,7 +778,7 @@ class Assembler:
             inc = None
         if inc is None:
             if self._death is not None:  # the engine is dead already and its incident went out
-                self.stats.stop_errors += 1
+                self.stats.death_errors += 1
                 for r in list(self._in_flight.values()):  # a request sent to the dead engine
                     self._fail(r, ts, "failed", self._death, ev.exception_type or "EngineDeadError", ev.message)
                 return
