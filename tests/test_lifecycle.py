@@ -78,10 +78,10 @@ def failed_dead(hms: str, rid: str) -> str:  # v1/engine/async_llm.py:789
     return api(hms, "async_llm.py:789", f"Request {rid} failed (engine dead).")
 
 
-def sigterm_abort_mode(hms: str, in_flight: int | None) -> list[str]:
+def sigterm_abort_mode(hms: str, in_flight: int) -> list[str]:
     """SIGTERM with the default shutdown_timeout=0 (abort mode): entrypoints/launchers/launcher.py:254
-    and :271, v1/engine/core_client.py:770, v1/engine/core.py:1455, :1636 and :1645 (only when
-    something is in flight)."""
+    and :271, v1/engine/core_client.py:770, v1/engine/core.py:1455, :1636, :1645 (only when
+    something is in flight: the engine aborts those at once) and :1667."""
     lines = [api(hms, "launcher.py:254", "[shutdown] API server: shutdown triggered"),
              api(hms, "launcher.py:271", "[shutdown] API server: stopping engine client mode=abort timeout=0s"),
              api(hms, "core_client.py:770", "[shutdown] MPClient: start timeout=0s"),
@@ -89,6 +89,8 @@ def sigterm_abort_mode(hms: str, in_flight: int | None) -> list[str]:
              core(hms, "core.py:1636", "[shutdown] EngineCore: start mode=abort timeout=0s")]
     if in_flight:
         lines.append(core(hms, "core.py:1645", f"[shutdown] EngineCore: aborting in-flight requests count={in_flight}"))
+    lines.append(core(hms, "core.py:1667", "[shutdown] EngineCore: request processing complete; starting resource "
+                                           "teardown"))
     return lines
 
 
@@ -142,14 +144,16 @@ def by_id(out) -> dict[str, RequestTimeline]:
 
 # -- 1. graceful stop is no death ----------------------------------------------------------------
 
-def _served_then_stopped(count_line: bool) -> list[str]:
+def _served_then_stopped(vllm_lines: bool) -> list[str]:
+    """Served one chat; a completion (V1 logs no end for it) and a chat in flight; stopped.
+    `vllm_lines`: vLLM 0.32's own `[shutdown]` sequence; else only uvicorn's (older versions)."""
     return [
         received("08:00:00", "chatcmpl-00000000000000a1"), added("08:00:00", "chatcmpl-00000000000000a1-1a2b3c4d"),
         generated("08:00:01", "chatcmpl-00000000000000a1"),                      # finished before the stop
         received("08:00:02", "cmpl-00000000000000b2-0"), added("08:00:02", "cmpl-00000000000000b2-0-5e6f7a8b"),
         received("08:00:03", "chatcmpl-00000000000000c3"), added("08:00:03", "chatcmpl-00000000000000c3-9c0d1e2f"),
         stats("08:00:05", running=2),
-        *sigterm_abort_mode("08:00:06", 1 if count_line else None),
+        *(sigterm_abort_mode("08:00:06", 1) if vllm_lines else ["INFO:     Shutting down"]),
         *engine_dead_traceback("08:00:07"),  # what the API server prints as its engine goes away
         failed_dead("08:00:07", "chatcmpl-00000000000000c3"),
         *UVICORN_STOP,
@@ -157,7 +161,7 @@ def _served_then_stopped(count_line: bool) -> list[str]:
 
 
 def test_sigterm_ends_requests_in_flight_as_shutdown_and_makes_no_incident(tmp_path):
-    out = both(_served_then_stopped(count_line=True), tmp_path)
+    out = both(_served_then_stopped(vllm_lines=True), tmp_path)
     assert incidents(out) == []  # nothing died: the operator stopped the server
     r = by_id(out)
     a1 = r["chatcmpl-00000000000000a1"]
@@ -167,18 +171,48 @@ def test_sigterm_ends_requests_in_flight_as_shutdown_and_makes_no_incident(tmp_p
     b2 = r["cmpl-00000000000000b2-0"]
     assert (b2.outcome, b2.error_type, b2.attrs["vllm.end_inferred"]) == ("finished", None, True)
     assert b2.end_ns == at("08:00:02")
+    # aborted by the engine core as it counted it (08:00:06); its span runs to the API server's
+    # failure line about it (08:00:07), the last evidence of it
     c3 = r["chatcmpl-00000000000000c3"]
     assert (c3.outcome, c3.error_type, c3.end_ns) == ("aborted", "shutdown", at("08:00:07"))
-    assert "vllm.end_inferred" not in c3.attrs  # its own failure line says when
+    assert "vllm.end_inferred" not in c3.attrs
 
 
 def test_a_stop_without_the_engine_count_ends_every_unended_request_as_shutdown(tmp_path):
-    out = both(_served_then_stopped(count_line=False), tmp_path)
+    out = both(_served_then_stopped(vllm_lines=False), tmp_path)
     assert incidents(out) == []
     r = by_id(out)
     assert r["chatcmpl-00000000000000a1"].outcome == "finished"
-    for rid in ("cmpl-00000000000000b2-0", "chatcmpl-00000000000000c3"):
-        assert (r[rid].outcome, r[rid].error_type) == ("aborted", "shutdown"), rid
+    for rid in ("cmpl-00000000000000b2-0", "chatcmpl-00000000000000c3"):  # ended by the EngineDeadError
+        assert (r[rid].outcome, r[rid].error_type, r[rid].end_ns) == ("aborted", "shutdown", at("08:00:07")), rid
+
+
+def test_an_idle_stop_in_abort_mode_aborts_nothing(tmp_path):
+    """No `aborting in-flight requests` line (core.py:1643: only when there are some): the
+    completion no line ended had finished."""
+    lines = [received("08:00:00", "cmpl-done-0"), added("08:00:00", "cmpl-done-0-0d0d0d0d"),
+             *sigterm_abort_mode("08:00:03", 0), *UVICORN_STOP]
+    out = both(lines, tmp_path)
+    (t,) = roots(out)
+    assert (t.outcome, t.error_type, t.end_ns, t.attrs["vllm.end_inferred"]) == ("finished", None, at("08:00:00"), True)
+    assert incidents(out) == []
+
+
+def test_a_stats_line_before_a_death_tells_which_requests_it_killed(tmp_path):
+    """`kill -9` of EngineCore 3 s after a completion finished unlogged: the last stats line
+    (v1/metrics/loggers.py) held 2 requests of the 3 no line ended: the two newest."""
+    lines = [received("08:00:00", "cmpl-early-0"), added("08:00:00", "cmpl-early-0-0e0e0e0e"),
+             received("08:00:00", "cmpl-dying-0"), added("08:00:00", "cmpl-dying-0-0f0f0f0f"),
+             received("08:00:00", "chatcmpl-dying"), added("08:00:00", "chatcmpl-dying-10101010"),
+             stats("08:00:03", running=2),
+             api("08:00:04", "core_client.py:818", "[shutdown] MPClient: engine core exited unexpectedly; "
+                                                    "starting cleanup", "WARNING"),
+             *engine_dead_traceback("08:00:04"), failed_dead("08:00:04", "cmpl-dying-0"),
+             failed_dead("08:00:04", "chatcmpl-dying"), *UVICORN_STOP]
+    r = by_id(both(lines, tmp_path))
+    assert {k: (t.outcome, t.error_type) for k, t in r.items()} == {
+        "cmpl-early-0": ("finished", None), "cmpl-dying-0": ("failed", "engine_dead"),
+        "chatcmpl-dying": ("failed", "engine_dead")}
 
 
 def test_uvicorn_stop_alone_is_a_deliberate_stop_too(tmp_path):

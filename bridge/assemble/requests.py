@@ -251,6 +251,8 @@ class Assembler:
         self._death: str | None = None    # error.type of this engine life's death, once it died
         self._stop_ns: int | None = None  # a deliberate stop began (and the engine had not died)
         self._stop_last_ns = 0            # the stop's latest line
+        self._stop_mode = ""              # abort | drain, when vLLM said
+        self._held: tuple[int, int] | None = None  # (ts, running + waiting) of the last stats line
         self._gone: dict[str, int] = {}   # upstream request ids emitted → their last line
         self._handlers = {
             Scheduled: self._on_scheduled,
@@ -608,7 +610,10 @@ class Assembler:
         if ev.finish_reason is not None and ev.finish_reason not in reasons:
             r.set("gen_ai.response.finish_reasons", [*reasons, ev.finish_reason])
         if r.terminal_ns is None:
-            self._terminate(r, record.ts_ns, "finished")
+            if ev.finish_reason == "abort" and self._stop_ns is not None:
+                self._stopped(r, record.ts_ns, True)  # aborted by the stop (vLLM's abort mode)
+            else:
+                self._terminate(r, record.ts_ns, "finished")
 
     def _on_aborted(self, record: Record, ev: RequestsAborted) -> None:
         for rid in ev.request_ids:
@@ -666,9 +671,26 @@ class Assembler:
                 r.min_free_ratio = free
         if ev.engine is not None:
             self._stats_engines.add(ev.engine)
-        if ev.running == 0 and not ev.waiting and not ev.swapped and (
-                len(self._stats_engines) <= 1 or "Aggregated" in (ev.engine or "")):
-            self._idle(record)
+        if len(self._stats_engines) <= 1 or "Aggregated" in (ev.engine or ""):
+            held = ev.running + (ev.waiting or 0) + (ev.swapped or 0)
+            self._held = (record.ts_ns, held)
+            if held == 0:
+                self._idle(record)
+
+    def _settle(self) -> None:
+        """Before a death or a stop ends what is in flight: the last stats line said how many
+        requests the engine held. Unended requests beyond that many, older than the line by
+        the grace and quiet since, had finished unlogged (V1 completions): the oldest of them,
+        as requests mostly end in the order they came."""
+        if self._held is None:
+            return
+        ts, held = self._held
+        known = sorted((r for r in self._in_flight.values()
+                        if r.extra is not None and r.first_ns <= ts - _IDLE_GRACE_NS),
+                       key=lambda r: (r.first_ns, r.first_offset))
+        for r in known[:max(0, len(known) - held)]:
+            if r.last_ns <= ts:
+                self._close_idle(r)
 
     def _idle(self, record: Record) -> None:
         """The engine says nothing runs or waits: requests with no end line are over, end
@@ -714,16 +736,25 @@ class Assembler:
         if self._stop_ns is None:
             if ev.phase == "drained":
                 return
+            self._settle()
             self._stop_ns = ts
         self._stop_last_ns = max(self._stop_last_ns, ts)
+        if ev.mode:
+            self._stop_mode = ev.mode
         if ev.phase == "in_flight" and ev.in_flight is not None:
-            # The engine core counts what it still holds: of the requests no line ended, the
-            # most recent ones are those; the others had finished unlogged (V1 completions).
+            # The engine core counts what it still holds (core.py:1645): of the requests no line
+            # ended, the most recent ones; the others had finished unlogged (V1 completions).
             unended = sorted(self._in_flight.values(), key=lambda r: (r.first_ns, r.first_offset))
-            for r in unended[:max(0, len(unended) - ev.in_flight)]:
+            cut = max(0, len(unended) - ev.in_flight)
+            for r in unended[:cut]:
                 if r.extra is not None:
                     self._close_idle(r)
-        elif ev.phase == "drained":  # every request the engine held has finished
+            if self._stop_mode == "abort":  # aborted right now (core.py:1648)
+                for r in unended[cut:]:
+                    self._stopped(r, ts, True)
+        elif ev.phase == "drained":
+            # The engine holds nothing any more (core.py:1667): what it aborted was counted above
+            # (no count line: it held nothing, core.py:1643); the rest had finished, or drained.
             for r in list(self._in_flight.values()):
                 if r.extra is not None and r.first_ns <= ts:
                     self._close_idle(r)
@@ -736,7 +767,8 @@ class Assembler:
             self._close_incident()
         for r in list(self._in_flight.values()):  # the engine that held them is gone
             self._close_unended(r)
-        self._death = self._stop_ns = None  # a new engine life
+        self._death = self._stop_ns = self._held = None  # a new engine life
+        self._stop_mode = ""
         self._startup.has_banner = True
         facts = [("vllm.version", ev.version)]
         if ev.engine:
@@ -791,6 +823,7 @@ class Assembler:
                 r.add_event(inc.event, False)  # emitted before the incident closes
         if ev.fatal and self._death is None:
             # The engine died: the best evidence of when the requests in flight ended.
+            self._settle()
             self._death = inc.error_type
             lead_record, lead = inc.lead
             for r in list(self._in_flight.values()):

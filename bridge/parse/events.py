@@ -243,12 +243,13 @@ class ServerStop:
 
     `phase`: `signal`, a stop was asked for (SIGTERM/SIGINT reached the API server or the engine
     core); `in_flight`, the engine core counts the requests it aborts or drains (`in_flight`);
-    `drained`, every request in flight has finished; `server`, the HTTP server or the process
+    `drained`, the engine core holds no request any more (finished, or aborted in `abort` mode); `server`, the HTTP server or the process
     manager winds down, which is a deliberate stop only when no engine death came before it
     (vLLM also stops the server after its engine died)."""
 
     phase: str
     in_flight: int | None = None
+    mode: str = ""  # `abort` or `drain` (vLLM's shutdown_timeout 0 or not), when the line says
 
 
 @dataclass(frozen=True, slots=True)

@@ -212,9 +212,15 @@ _SIGNAL_STARTS = ("[shutdown] API server: shutdown triggered", "[shutdown] Engin
 _IN_FLIGHT = re.compile(r"\[shutdown\] EngineCore: (?:aborting|draining) in-flight requests count=(\d+)")
 
 
+_MODE = re.compile(r" mode=(abort|drain)\b")
+
+
 def _shutdown(msg: str) -> Event | None:
     if not msg.startswith("[shutdown]"):
         return None
+    mode = _MODE.search(msg, 0, 120)
+    if mode is not None:  # launcher.py:271 `stopping engine client mode=…`, core.py:1636 `start mode=…`
+        return ServerStop("signal", None, mode[1])
     if msg.startswith(_SIGNAL_STARTS):
         return _STOP_SIGNAL
     m = _IN_FLIGHT.match(msg)
