@@ -32,6 +32,7 @@ from bridge.export.otlp import base_resource
 from bridge.export.sender import Batch, Batcher, Sender
 from bridge.export.transport import Destination, make_transport
 from bridge.parse import Parser
+from bridge.parse.events import EngineError
 from bridge.parse.gateway import GatewayParser, gateway_format
 from bridge.tail.checkpoint import CheckpointStore, Delivered, FileCheckpoint, SourceCheckpoint
 from bridge.tail.follow import GEN_SHIFT, Filters, Follower, TrackedFile
@@ -266,10 +267,19 @@ class Agent:
             self._skipped += 1
             return dataclasses.replace(event, request_ids=keep) if keep else None
         rid = getattr(event, "request_id", None)
-        if self._delivered(st, rid if rid is not None else f"engine@{record.offset}", record.offset):
+        if self._delivered(st, rid if rid is not None else f"engine@{record.offset}", record.offset) or (
+                rid is None and type(event) is EngineError and self._in_delivered_incident(st, record.offset)):
             self._skipped += 1
             return None
         return event
+
+    @staticmethod
+    def _in_delivered_incident(st: SourceState, offset: int) -> bool:
+        """An error line of a multi-line incident already delivered (keyed by its first line)."""
+        for key, last in st.skip.items():
+            if key.startswith("engine@") and int(key[7:]) <= offset <= last:
+                return True
+        return False
 
     @staticmethod
     def _delivered(st: SourceState, rid: str, offset: int) -> bool:
