@@ -277,7 +277,7 @@ class Agent:
     def _in_delivered_incident(st: SourceState, offset: int) -> bool:
         """An error line of a multi-line incident already delivered (keyed by its first line)."""
         for key, last in st.skip.items():
-            if key.startswith("engine@") and int(key[7:]) <= offset <= last:
+            if key.startswith("engine@") and key[7:].isdigit() and int(key[7:]) <= offset <= last:
                 return True
         return False
 

@@ -452,3 +452,20 @@ def test_a_restarted_agent_skips_every_line_of_an_incident_it_delivered():
     st = SourceState(Source("k", "/p/0.log"))
     st.skip = {"chatcmpl-x": 50, "engine@100": 900}
     assert [Agent._in_delivered_incident(st, o) for o in (99, 100, 500, 900, 901)] == [False, True, True, True, False]
+
+
+def test_any_order_of_these_lines_raises_nothing_and_c_agrees(tmp_path):
+    """Stops, deaths, reuses and orphans shuffled and cut at random (fixed seeds): no exception,
+    and the C paths give Python's timelines."""
+    import random
+    pool = [*_served_then_stopped(True), *_served_then_stopped(False), *engine_dead_traceback("08:00:03"),
+            added("08:00:01", "cmpl-reuse-0-b966c74d"), added("08:00:02", "cmpl-reuse-0-8fa86798"),
+            received("08:00:02", "cmpl-reuse-0"), stats("08:00:04", running=0), stats("08:00:04", running=1),
+            api("08:00:05", "core_client.py:818", "[shutdown] MPClient: engine core exited unexpectedly", "WARNING"),
+            api("08:00:05", "async_llm.py:783", "Request chatcmpl-orphan1 aborted."),
+            core("08:00:06", "core.py:133", "Initializing a V1 LLM engine (v0.32.0) with config: model='/m'")]
+    for seed in range(40):
+        rnd = random.Random(seed)
+        lines = rnd.sample(pool, rnd.randint(1, len(pool)))
+        out = both(lines, tmp_path)
+        assert all(isinstance(t, (RequestTimeline, EngineTimeline)) for t in out)
