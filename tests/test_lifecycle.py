@@ -185,6 +185,16 @@ def test_a_stop_without_the_engine_count_ends_every_unended_request_as_shutdown(
     assert r["chatcmpl-00000000000000a1"].outcome == "finished"
     for rid in ("cmpl-00000000000000b2-0", "chatcmpl-00000000000000c3"):  # ended by the EngineDeadError
         assert (r[rid].outcome, r[rid].error_type, r[rid].end_ns) == ("aborted", "shutdown", at("08:00:07")), rid
+        assert r[rid].end_timing == "observed"
+
+
+def test_a_request_the_log_ends_during_a_stop_has_an_inferred_end(tmp_path):
+    """uvicorn's stop and then nothing: the request was in flight, its end is not in the log."""
+    lines = [received("08:00:00", "chatcmpl-cut"), added("08:00:00", "chatcmpl-cut"), "INFO:     Shutting down",
+             api("08:00:02", "launcher.py:304", "[shutdown] API server: shutting down FastAPI HTTP server")]
+    (t,) = roots(both(lines, tmp_path))
+    assert (t.outcome, t.error_type, t.end_ns, t.end_timing, t.attrs["vllm.timing"], t.attrs["vllm.end_inferred"]) == (
+        "aborted", "shutdown", at("08:00:02"), "inferred", "inferred", True)
 
 
 def test_an_idle_stop_in_abort_mode_aborts_nothing(tmp_path):
@@ -351,7 +361,7 @@ def test_requests_whose_start_was_not_seen_get_a_root(tmp_path):
             "chatcmpl-orphan3": ("failed", at("08:00:02")), "cmpl-orphan4-0": ("finished", at("08:00:03")),
             "cmpl-orphan5-0": ("aborted", at("08:00:04"))}
     assert {k: (t.outcome, t.end_ns) for k, t in r.items()} == want
-    assert all(t.attrs["vllm.start_unknown"] is True for t in r.values())
+    assert all(t.attrs["vllm.start_unknown"] is True and t.start_timing == "inferred" for t in r.values())
     assert r["chatcmpl-orphan2"].attrs["gen_ai.response.finish_reasons"] == ["length"]
 
 

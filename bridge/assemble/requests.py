@@ -26,7 +26,7 @@ from bridge.assemble.context import Rule, w3c_rule
 from bridge.assemble.build import EVENT_CAP, _request_timeline, engine_timeline, request_timeline
 from bridge.assemble.diagnosis import Thresholds
 from bridge.assemble.startup import Startup
-from bridge.assemble.timeline import SpanEvent, Timeline
+from bridge.assemble.timeline import INFERRED, SpanEvent, Timeline
 from bridge.decode.record import Record
 from bridge.decode.source import Source
 from bridge.parse.events import (
@@ -511,7 +511,15 @@ class Assembler:
         if r.terminal_ns is None:  # no line ended it: its end is the last evidence (replay ≡ agent)
             r.set("vllm.end_inferred", True)
         parent = self._config.context_rule(r.request_id)
-        self._emit(self._timeline(r, self.source, self._config.thresholds, parent))
+        t = self._timeline(r, self.source, self._config.thresholds, parent)
+        if r.extra is not None and ("vllm.start_unknown" in r.extra or "vllm.end_inferred" in r.extra):
+            # A bound no line proves: the first line seen is no arrival; a stop's time no end.
+            if "vllm.start_unknown" in r.extra:
+                t.start_timing = INFERRED
+            if "vllm.end_inferred" in r.extra:
+                t.end_timing = INFERRED
+            t.attrs["vllm.timing"] = INFERRED
+        self._emit(t)
 
     # -- upstream request lines ----------------------------------------------------------
 
