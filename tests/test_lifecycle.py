@@ -479,3 +479,24 @@ def test_any_order_of_these_lines_raises_nothing_and_c_agrees(tmp_path):
         lines = rnd.sample(pool, rnd.randint(1, len(pool)))
         out = both(lines, tmp_path)
         assert all(isinstance(t, (RequestTimeline, EngineTimeline)) for t in out)
+
+
+def test_an_engine_that_serves_again_after_a_death_can_die_again(tmp_path):
+    """A death (here a worker restarted by its supervisor), then a request served normally: the
+    engine is alive again, so a later error is judged on its own and a later death is a new one."""
+    lines = [core("08:00:00", "multiproc_executor.py:520", "Worker proc VllmWorker-0 died unexpectedly, shutting "
+                                                             "down executor.", "ERROR"),
+             received("08:00:20", "chatcmpl-served"), added("08:00:20", "chatcmpl-served-0a1b2c3d"),
+             generated("08:00:21", "chatcmpl-served"),
+             received("08:00:30", "chatcmpl-later"), added("08:00:30", "chatcmpl-later-0d1e2f3a"),
+             api("08:00:31", "serving_chat.py:1", "Error in preprocessing prompt inputs", "ERROR"),
+             generated("08:00:32", "chatcmpl-later"),
+             received("08:00:40", "chatcmpl-killed"), added("08:00:40", "chatcmpl-killed-0e0f0a0b"),
+             *engine_dead_traceback("08:00:41")]
+    out = both(lines, tmp_path)
+    assert [(i.error_type, i.attrs["vllm.incident.fatal"]) for i in incidents(out)] == [
+        ("engine_dead", True), ("other", False), ("engine_dead", True)]
+    r = by_id(out)
+    assert {k: (t.outcome, t.error_type) for k, t in r.items()} == {
+        "chatcmpl-served": ("finished", None), "chatcmpl-later": ("finished", None),
+        "chatcmpl-killed": ("failed", "engine_dead")}

@@ -604,6 +604,13 @@ class Assembler:
         r = self._resolve(ev.request_id, record)
         if r is not None and r.terminal_ns is None:
             self._terminate(r, record.ts_ns, "finished")
+            self._alive()
+
+    def _alive(self) -> None:
+        """A request finished normally: whatever died, the engine serves again (a line taken
+        for a death that was none must not fail every later request)."""
+        if self._death is not None and self._incident_open is None:
+            self._death = None
 
     def _on_generated(self, record: Record, ev: ResponseGenerated) -> None:
         r = self._resolve(ev.request_id, record)
@@ -622,6 +629,7 @@ class Assembler:
                 self._stopped(r, record.ts_ns, True)  # aborted by the stop (vLLM's abort mode)
             else:
                 self._terminate(r, record.ts_ns, "finished")
+                self._alive()
 
     def _on_aborted(self, record: Record, ev: RequestsAborted) -> None:
         for rid in ev.request_ids:
@@ -819,8 +827,9 @@ class Assembler:
         if inc is None:
             if self._death is not None:  # the engine is dead already and its incident went out
                 self.stats.death_errors += 1
-                for r in list(self._in_flight.values()):  # a request sent to the dead engine
-                    self._fail(r, ts, "failed", self._death, ev.exception_type or "EngineDeadError", ev.message)
+                if ev.fatal:  # V0's AsyncEngineDeadError for a request sent to the dead engine
+                    for r in list(self._in_flight.values()):
+                        self._fail(r, ts, "failed", self._death, ev.exception_type or "EngineDeadError", ev.message)
                 return
             inc = self._incident_open = _Incident(record, ev)
         upgraded = inc.add(record, ev)
