@@ -32,6 +32,7 @@ from bridge.export.otlp import base_resource
 from bridge.export.sender import Batch, Batcher, Sender
 from bridge.export.transport import Destination, make_transport
 from bridge.parse import Parser
+from bridge.parse.events import EngineError
 from bridge.parse.gateway import GatewayParser, gateway_format
 from bridge.tail.checkpoint import CheckpointStore, Delivered, FileCheckpoint, SourceCheckpoint
 from bridge.tail.follow import GEN_SHIFT, Filters, Follower, TrackedFile
@@ -267,10 +268,19 @@ class Agent:
             self._skipped += 1
             return dataclasses.replace(event, request_ids=keep) if keep else None
         rid = getattr(event, "request_id", None)
-        if self._delivered(st, rid if rid is not None else f"engine@{record.offset}", record.offset):
+        if self._delivered(st, rid if rid is not None else f"engine@{record.offset}", record.offset) or (
+                rid is None and type(event) is EngineError and self._in_delivered_incident(st, record.offset)):
             self._skipped += 1
             return None
         return event
+
+    @staticmethod
+    def _in_delivered_incident(st: SourceState, offset: int) -> bool:
+        """An error line of a multi-line incident already delivered (keyed by its first line)."""
+        for key, last in st.skip.items():
+            if key.startswith("engine@") and key[7:].isdigit() and int(key[7:]) <= offset <= last:
+                return True
+        return False
 
     @staticmethod
     def _delivered(st: SourceState, rid: str, offset: int) -> bool:
@@ -340,7 +350,7 @@ class Agent:
                 if stream.joiner.held_position is not None and now - st.quiet_since.get(key, now) >= _JOIN_IDLE_S:
                     for record in stream.release():
                         self._handle(st, record)
-            if st.assembler is not None and st.last_wall:
+            if st.assembler is not None and st.last_wall and self._read_to_end(st, now):
                 st.assembler.tick(st.last_ts + (wall - st.last_wall))
         if self._join is not None:
             dropped = self._join.stats.contexts_dropped
@@ -348,6 +358,24 @@ class Agent:
                 self._batch(t, token)
             if self._join.stats.contexts_dropped != dropped:
                 self._dirty = True  # gateway lines let go: their files' checkpoints may move on
+
+    @staticmethod
+    def _read_to_end(st: SourceState, now: float) -> bool:
+        """Every line written to the source's files has been read and handled: only then may its
+        log clock run on the wall clock. While lines wait, their own stamps move it (as in
+        `replay`), so a file complete when read gives replay's spans."""
+        for key, tf in st.files.items():
+            stream = st.streams.get(key)
+            if stream is not None and stream.joiner.held_position is not None:
+                return False
+            if now - st.quiet_since.get(key, now) < _JOIN_IDLE_S:
+                return False
+            try:
+                if os.fstat(tf.fh.fileno()).st_size > tf.offset + len(tf.partial):
+                    return False
+            except (OSError, ValueError, AttributeError):
+                pass
+        return True
 
     # -- delivery and checkpoints --------------------------------------------------------
 

@@ -192,6 +192,6 @@ def test_an_idle_stats_line_printed_just_before_a_request_ends_does_not_cut_it_s
     out: list = []
     replay([str(path)], [out.append], ReplayConfig(year=2026))
     got = {t.request_id: (t.outcome, t.end_timing, t.attrs.get("gen_ai.response.finish_reasons"),
-                          t.attrs.get("vllm.end_unknown")) for t in out if hasattr(t, "phases")}
+                          t.attrs.get("vllm.end_inferred")) for t in out if hasattr(t, "phases")}
     assert got == {"chatcmpl-a": ("finished", "observed", ["stop"], None),
                    "cmpl-b-0": ("finished", "inferred", None, True)}

@@ -117,7 +117,7 @@ def check_traces(run: dict, debug: bool) -> None:
             if not s.stream:
                 assert a["gen_ai.response.finish_reasons"] == [s.finish_reason], (s, a)
         else:  # completions log no end: the idle engine closes them, end inferred
-            assert a["vllm.end_unknown"] is True and a["vllm.timing.end"] == "inferred", a
+            assert a["vllm.end_inferred"] is True and a["vllm.timing.end"] == "inferred", a
         if debug and s.completion_tokens is not None and s.kind == "chat":
             assert a["gen_ai.usage.output_tokens"] == s.completion_tokens, a
         if debug:

@@ -118,9 +118,11 @@ def test_v1_engine_death_by_oom_fails_every_request_in_flight(received):
         assert span.end_time_unix_nano == ts("2026-10-22T09:33:52")
         names = [e.name for e in span.events]
         assert "vllm.engine.incident" in names and "exception" in names
+    # One death, one incident: the core's traceback, the process's, and the API server's
+    # EngineDeadError (3 error records in the same second) are one `oom` span.
     engines = spans_named(received, file, "vllm.engine")
-    types = sorted(a["error.type"] for _, a in engines)
-    assert types == ["engine_dead", "oom", "oom"]
+    assert [a["error.type"] for _, a in engines] == ["oom"]
+    assert engines[0][1]["vllm.incident.lines"] == 3
     first = next((s, a) for s, a in engines if a.get("vllm.process") == "EngineCore_DP0 pid=7" and a["vllm.incident.fatal"])
     exc = attrs(first[0].events[0].attributes)
     assert exc["exception.type"] == "OutOfMemoryError"
@@ -154,7 +156,7 @@ def test_v0_lines_preemption_finish_abort_and_model(received):
 def test_v0_multiprocess_request_with_no_end_line_is_incomplete(received):
     span, a = root(received, "v0_6_mq.log", "chatcmpl-1f2e3d4c5b6a79880716253443526170")
     assert (a["vllm.outcome"], a["vllm.timing.end"], a["vllm.timing"]) == ("incomplete", "inferred", "inferred")
-    assert a["vllm.end_unknown"] is True  # closed when a stats line showed the engine idle
+    assert a["vllm.end_inferred"] is True  # closed when a stats line showed the engine idle
     assert span.end_time_unix_nano == ts("2024-12-18T09:01:00")
     span, a = root(received, "v0_6_mq.log", "chatcmpl-aa11bb22cc33dd44ee55ff6677889900")
     assert (a["vllm.outcome"], a["error.type"]) == ("failed", "engine_dead")  # worker died
@@ -172,7 +174,9 @@ def test_nccl_watchdog_is_one_distributed_incident(received):
     span, a = root(received, file, "chatcmpl-1111222233334444")
     assert (a["vllm.outcome"], a["error.type"]) == ("failed", "distributed")
     engines = spans_named(received, file, "vllm.engine")
-    assert len(engines) == 3  # shm broadcast hang, the C++ watchdog block, the heartbeat
+    # The shm broadcast hang, the C++ watchdog block that takes the process down, and the
+    # heartbeat monitor after it are one engine death: one span.
+    assert len(engines) == 1
     assert all(a["error.type"] == "distributed" for _, a in engines)
     watchdog = [a for _, a in engines if a.get("vllm.process") == "RayWorkerWrapper pid=206994, ip=192.168.10.25"
                 and a["vllm.incident.fatal"]]
@@ -192,7 +196,8 @@ def test_model_load_failure_ends_the_startup_with_an_error(received):
     (span, a), = spans_named(received, file, "vllm.startup")
     assert (span.status.code, a["error.type"]) == (ERROR, "model_load")
     assert a["gen_ai.request.model"] == "/models/missing-model"
-    assert [x["error.type"] for _, x in spans_named(received, file, "vllm.engine")] == ["model_load", "model_load"]
+    # The core's traceback and the API server's "Engine core initialization failed": one failure
+    assert [x["error.type"] for _, x in spans_named(received, file, "vllm.engine")] == ["model_load"]
 
 
 def test_colour_and_prefixes_do_not_change_what_is_understood(received):
@@ -212,8 +217,10 @@ def test_early_v1_process_prefixes_name_their_writers(received):
     assert (s["vllm.process"], s["vllm.startup.kv_cache_tokens"], s["vllm.startup.max_concurrency"]) == (
         "EngineCore_0 pid=9", 1234560, 150.7)
     assert s["vllm.startup.load_s"] == 8.120001  # the last worker to report wins
-    processes = sorted(a["vllm.process"] for _, a in spans_named(received, file, "vllm.engine"))
-    assert processes == ["EngineCore pid=104", "VllmWorker TP0 pid=7"]
+    # The worker's death and the core's fatal error a moment later are one death: one span, named
+    # for the first line that said the engine was gone.
+    incidents = [a for _, a in spans_named(received, file, "vllm.engine")]
+    assert [(a["vllm.process"], a["vllm.incident.lines"]) for a in incidents] == [("VllmWorker TP0 pid=7", 2)]
 
 
 SECRET_PROMPT = "my secret prompt: the password is hunter2"

@@ -48,6 +48,12 @@ def canonical(rid: str) -> str:
     return _V1_SUFFIX.sub("", rid[child.end():] if child else rid)
 
 
+def engine_base(rid: str) -> str:
+    """An engine-side id without its n>1 child prefix: `1_chatcmpl-x-a1b2c3d4` → `chatcmpl-x-a1b2c3d4`."""
+    child = _CHILD.match(rid)
+    return rid[child.end():] if child else rid
+
+
 def response_id(key: str) -> str:
     """`gen_ai.response.id`: the id the client saw (a completion's prompt index dropped)."""
     m = _PROMPT_INDEX.match(key)

@@ -26,7 +26,7 @@ from bridge.assemble.context import Rule, w3c_rule
 from bridge.assemble.build import EVENT_CAP, _request_timeline, engine_timeline, request_timeline
 from bridge.assemble.diagnosis import Thresholds
 from bridge.assemble.startup import Startup
-from bridge.assemble.timeline import IncidentEvent, IncidentRef, SpanEvent, Timeline
+from bridge.assemble.timeline import INFERRED, IncidentEvent, IncidentRef, SpanEvent, Timeline
 from bridge.decode.record import Record
 from bridge.decode.source import Source
 from bridge.parse.events import (
@@ -56,6 +56,7 @@ from bridge.parse.events import (
     ResponseGenerated,
     Scheduled,
     SequencePreempted,
+    ServerStop,
     StartupFact,
 )
 from bridge.parse.literals import redact_error_text
@@ -67,6 +68,20 @@ _IDLE_GRACE_NS = 2 * _NS
 _BLOCK_EVENTS_KEPT = 8 * EVENT_CAP  # spread over the phases later, EVENT_CAP per span
 #: Free reasons that mean the request is over (not a preemption): blocks released at its end.
 _RELEASE_REASONS = frozenset({"completed", "finished", "aborted"})
+# Error records this close together are one incident (a traceback per process, the API server's
+# EngineDeadError, the per-request failures): one span, classified on all of them.
+_INCIDENT_WINDOW_NS = 5 * _NS
+#: An incident's `error.type` is the most specific its lines show: a CUDA OOM wrapped in an
+#: EngineDeadError stays `oom`, NCCL/watchdog evidence makes a "Worker died" `distributed`.
+_SPECIFICITY = {t: i for i, t in enumerate(
+    ("oom", "distributed", "timeout", "model_load", "engine_dead", "bad_request", "aborted", "other"))}
+#: Errors while the server is being stopped on purpose are part of the stop, not a death, unless
+#: they show a failure of their own.
+_REAL_FAILURES = frozenset({"oom", "distributed"})
+# Which start lines a request has shown: a second one of the same kind is a new request (a
+# client that resends its X-Request-Id).
+_SEEN_RECEIVED, _SEEN_DETAILS = 1, 2
+_GONE_KEPT = 4096  # ids of emitted upstream requests remembered, so a late line makes no orphan
 
 
 def _load_fast():
@@ -104,7 +119,54 @@ class AssembleStats:
     requests_emitted: int = 0
     requests_evicted: int = 0
     engine_incidents: int = 0
-    orphan_lines: int = 0  # a line for a request that is not (or no longer) known
+    orphan_lines: int = 0  # a line for a request that is no longer known (emitted already)
+    orphan_requests: int = 0  # requests whose start was not seen, rebuilt from later lines
+    stop_errors: int = 0   # error records during a deliberate stop: part of the stop, no incident
+    death_errors: int = 0  # error records after an engine death's incident went out: part of it
+
+
+def _incident_event(kind: str, error_type: str, ts_ns: int, occurrence: str) -> IncidentEvent:
+    """An engine incident as the requests in flight see it: its type, time and a link to its
+    span (the exporter resolves `IncidentRef`), never its text."""
+    return IncidentEvent("vllm.engine.incident", ts_ns, {"error.type": error_type, "vllm.incident.kind": kind},
+                         IncidentRef(kind, occurrence))
+
+
+def _engine_failed(error_type: str) -> str:
+    """A request's own failure when the engine died: the incident's type, not its text (that is
+    on the linked `vllm.engine` span)."""
+    return f"engine failed ({error_type}); see the linked vllm.engine span"
+
+
+class _Incident:
+    """Error records of one engine incident, gathered until none comes for `_INCIDENT_WINDOW_NS`."""
+
+    __slots__ = ("first", "last_ns", "last_offset", "error_type", "lead", "fatal", "lines", "affected",
+                 "failed", "event", "occurrence")
+
+    def __init__(self, record: Record, ev: EngineError) -> None:
+        self.first = record
+        self.last_ns, self.last_offset = record.ts_ns, record.end_offset
+        self.error_type, self.lead, self.fatal = ev.error_type, (record, ev), ev.fatal
+        self.lines = 0
+        self.affected: dict[str, RequestState] = {}  # in flight while it lasted
+        self.failed: list[RequestState] = []          # ended by it
+        self.event: SpanEvent | None = None
+        self.occurrence = ""  # set by the assembler when the incident begins (`_occurrence`)
+
+    def add(self, record: Record, ev: EngineError) -> bool:
+        """Take one more record; True when the incident's type became more specific."""
+        self.lines += 1
+        if record.ts_ns > self.last_ns:
+            self.last_ns = record.ts_ns
+        self.last_offset = max(self.last_offset, record.end_offset)
+        rank = _SPECIFICITY.get(ev.error_type, len(_SPECIFICITY))
+        if rank < _SPECIFICITY.get(self.error_type, len(_SPECIFICITY)):
+            self.error_type, self.lead = ev.error_type, (record, ev)
+            return True
+        if ev.fatal and not self.lead[1].fatal and ev.error_type == self.error_type:
+            self.lead = (record, ev)  # the line that says the engine died, of the same kind
+        return False
 
 
 class RequestState:
@@ -116,6 +178,7 @@ class RequestState:
         "events", "dropped", "summary", "terminal_ns", "outcome", "error_type", "error_message",
         "timeout_after_s", "queue_at_schedule", "gpu_at_schedule", "min_free_ratio",
         "max_gpu_ratio", "last_free_ns", "release_ns", "extra", "sampled_preemptions", "idle_at",
+        "seen", "added",
     )
 
     def __init__(self, request_id: str, occurrence: str, ts: int, offset: int) -> None:
@@ -145,6 +208,8 @@ class RequestState:
         self.extra: dict | None = None      # upstream attributes: gen_ai.*, vllm.process, …
         self.sampled_preemptions = 0        # V0's preemption warning (1st and every 50th only)
         self.idle_at: int | None = None     # when a stats line showed the engine idle with this open
+        self.seen = 0                       # _SEEN_* bits: start lines shown
+        self.added: set[str] | None = None  # the engine-side ids `Added request` named
 
     def set(self, key: str, value) -> None:
         if self.extra is None:
@@ -202,6 +267,13 @@ class Assembler:
         self._startup: Startup | None = None
         self._engine: dict = {}  # what the banner said: gen_ai.request.model, vllm.version
         self._stats_engines: set[str] = set()  # data-parallel engines seen in stats lines
+        self._incident_open: _Incident | None = None
+        self._death: str | None = None    # error.type of this engine life's death, once it died
+        self._stop_ns: int | None = None  # a deliberate stop began (and the engine had not died)
+        self._stop_last_ns = 0            # the stop's latest line
+        self._stop_mode = ""              # abort | drain, when vLLM said
+        self._held: tuple[int, int] | None = None  # (ts, running + waiting) of the last stats line
+        self._gone: dict[str, int] = {}   # upstream request ids emitted → their last line
         self._handlers = {
             Scheduled: self._on_scheduled,
             Preempted: self._on_preempted,
@@ -228,6 +300,7 @@ class Assembler:
             EngineConfig: self._on_config,
             StartupFact: self._on_startup_fact,
             EngineError: self._on_engine_error,
+            ServerStop: self._on_stop,
             AccessLog: self._ignore,
             Notice: self._ignore,
         }
@@ -251,12 +324,17 @@ class Assembler:
         """Emit what is due at `now_ns`: finished requests done lingering, open ones past TTL.
         Replay ticks on log time; the live agent also ticks on the wall clock."""
         self._next_sweep = now_ns + _NS
-        self._recent_starts.clear()
+        if self._recent_starts:  # kept for the log's current second: the agent ticks inside one too
+            self._recent_starts = {k: v for k, v in self._recent_starts.items() if v[0] >= self._now}
         if self._pending_nccl is not None and now_ns - self._pending_nccl[0].ts_ns >= _NS:
             self._flush_nccl(None)
+        if self._incident_open is not None and now_ns - self._incident_open.last_ns >= _INCIDENT_WINDOW_NS:
+            self._close_incident()
         linger_deadline = now_ns - self._linger_ns
         ttl_deadline = now_ns - self._ttl_ns
         idle_deadline = now_ns - _IDLE_GRACE_NS
+        if self._startup is not None and self._startup.end_ns <= ttl_deadline:
+            self._end_startup()
         for r in [r for r in self._in_flight.values()
                   if r.idle_at is not None and r.idle_at <= idle_deadline and r.last_ns <= r.idle_at]:
             self._close_idle(r)
@@ -267,16 +345,23 @@ class Assembler:
         for r in due:
             if r.terminal_ns is None:
                 self.stats.requests_evicted += 1
-            self._finish(r)
+                self._close_unended(r)
+            else:
+                self._finish(r)
+        if len(self._gone) > _GONE_KEPT or (self._gone and next(iter(self._gone.values())) <= ttl_deadline):
+            gone = sorted(self._gone.items(), key=lambda kv: kv[1])[-_GONE_KEPT:]
+            self._gone = {k: v for k, v in gone if v > ttl_deadline}
 
     def flush(self) -> None:
         """End of input: everything still open is emitted, unfinished requests as incomplete."""
         if self._pending_nccl is not None:
             self._flush_nccl(None)
+        if self._incident_open is not None:
+            self._close_incident()
         self._end_startup()
         for r in list(self._open.values()):
-            if r.terminal_ns is None and r.idle_at is not None and r.last_ns <= r.idle_at:
-                self._close_idle(r)
+            if r.terminal_ns is None:
+                self._close_unended(r)
             else:
                 self._finish(r)
 
@@ -291,6 +376,9 @@ class Assembler:
         if self._pending_nccl is not None:
             held = self._pending_nccl[0].offset
             low = held if low is None else min(low, held)
+        if self._incident_open is not None:
+            held = self._incident_open.first.offset
+            low = held if low is None else min(low, held)
         return low
 
     def evict_oldest(self, keep: int) -> int:
@@ -301,7 +389,9 @@ class Assembler:
         for r in list(self._open.values())[:excess]:
             if r.terminal_ns is None:
                 self.stats.requests_evicted += 1
-            self._finish(r)
+                self._close_unended(r)
+            else:
+                self._finish(r)
         return excess
 
     # -- request lines -------------------------------------------------------------------
@@ -435,11 +525,22 @@ class Assembler:
         del self._open[r.request_id]
         self._in_flight.pop(r.request_id, None)
         self.stats.requests_emitted += 1
-        if r.extra is not None and self._engine:  # upstream request: the engine's model and version
+        if r.extra is not None:  # upstream request: the engine's model and version
             for key, value in self._engine.items():
                 r.extra.setdefault(key, value)
+            self._gone[r.request_id] = r.last_ns
+        if r.terminal_ns is None:  # no line ended it: its end is the last evidence (replay ≡ agent)
+            r.set("vllm.end_inferred", True)
         parent = self._config.context_rule(r.request_id)
-        self._emit(self._timeline(r, self.source, self._config.thresholds, parent))
+        t = self._timeline(r, self.source, self._config.thresholds, parent)
+        if r.extra is not None and ("vllm.start_unknown" in r.extra or "vllm.end_inferred" in r.extra):
+            # A bound no line proves: the first line seen is no arrival; a stop's time no end.
+            if "vllm.start_unknown" in r.extra:
+                t.start_timing = INFERRED
+            if "vllm.end_inferred" in r.extra:
+                t.end_timing = INFERRED
+            t.attrs["vllm.timing"] = INFERRED
+        self._emit(t)
 
     # -- upstream request lines ----------------------------------------------------------
 
@@ -460,14 +561,35 @@ class Assembler:
         return r
 
     def _resolve(self, rid: str, record: Record) -> RequestState | None:
+        """The request a line names; one whose start was not seen (an excerpt, an agent started
+        late) is opened here, marked `vllm.start_unknown`. None for a request already emitted."""
         key = ids.resolve(rid, self._open)
-        if key is None:
+        if key is not None:
+            return self._touch(key, record)
+        if ids.resolve(rid, self._gone) is not None:
             self.stats.orphan_lines += 1
             return None
-        return self._touch(key, record)
+        return self._orphan(rid, record)
+
+    def _orphan(self, rid: str, record: Record) -> RequestState:
+        r = self._upstream(ids.canonical(rid), record)
+        r.set("vllm.start_unknown", True)
+        if rid != r.request_id:
+            r.set("vllm.request.internal_id", rid)
+        self.stats.orphan_requests += 1
+        return r
+
+    def _again(self, key: str, bit: int) -> None:
+        """A start line this request has shown already: the id was reused by a new request
+        (occurrence order). The one open under it ends where its lines end."""
+        r = self._open.get(key)
+        if r is not None and r.terminal_ns is None and r.seen & bit:
+            self._close_unended(r, reused=True)
 
     def _on_received(self, record: Record, ev: RequestReceived) -> None:
+        self._again(ev.request_id, _SEEN_RECEIVED)
         r = self._upstream(ev.request_id, record)
+        r.seen |= _SEEN_RECEIVED
         for key, value in (("gen_ai.request.max_tokens", ev.max_tokens), ("gen_ai.request.temperature", ev.temperature),
                            ("gen_ai.request.top_p", ev.top_p), ("gen_ai.request.n", ev.n),
                            ("vllm.lora.name", ev.lora)):
@@ -476,18 +598,40 @@ class Assembler:
 
     def _on_details(self, record: Record, ev: RequestDetails) -> None:
         # DEBUG prints it just before `Received request`: it opens the request like that line.
-        self._upstream(ev.request_id, record).set("gen_ai.usage.input_tokens", ev.prompt_tokens)
+        self._again(ev.request_id, _SEEN_DETAILS)
+        r = self._upstream(ev.request_id, record)
+        r.seen |= _SEEN_DETAILS
+        r.set("gen_ai.usage.input_tokens", ev.prompt_tokens)
 
     def _on_added(self, record: Record, ev: RequestAdded) -> None:
-        key = ids.resolve(ev.request_id, self._in_flight)
-        r = self._upstream(key if key is not None else ids.canonical(ev.request_id), record)
-        if ev.request_id != r.request_id:
-            r.set("vllm.request.internal_id", ev.request_id)
+        rid = ev.request_id
+        key = ids.resolve(rid, self._in_flight)
+        if key is not None:
+            r = self._open[key]
+            # vLLM ≥ 0.14 gives every request its own `-<8 hex>` suffix, n>1 children `<i>_` of
+            # it: an id added before, or another suffix, is another request under a reused id.
+            if r.added is not None and (rid in r.added or ids.engine_base(rid) not in
+                                        {ids.engine_base(a) for a in r.added}):
+                self._close_unended(r, reused=True)
+                key = None
+        r = self._upstream(key if key is not None else ids.canonical(rid), record)
+        if r.added is None:
+            r.added = set()
+            if rid != r.request_id:
+                r.set("vllm.request.internal_id", rid)
+        r.added.add(rid)
 
     def _on_finished(self, record: Record, ev: RequestFinished) -> None:
         r = self._resolve(ev.request_id, record)
         if r is not None and r.terminal_ns is None:
             self._terminate(r, record.ts_ns, "finished")
+            self._alive()
+
+    def _alive(self) -> None:
+        """A request finished normally: whatever died, the engine serves again (a line taken
+        for a death that was none must not fail every later request)."""
+        if self._death is not None and self._incident_open is None:
+            self._death = None
 
     def _on_generated(self, record: Record, ev: ResponseGenerated) -> None:
         r = self._resolve(ev.request_id, record)
@@ -502,20 +646,31 @@ class Assembler:
         if ev.finish_reason is not None and ev.finish_reason not in reasons:
             r.set("gen_ai.response.finish_reasons", [*reasons, ev.finish_reason])
         if r.terminal_ns is None:
-            self._terminate(r, record.ts_ns, "finished")
+            if ev.finish_reason == "abort" and self._stop_ns is not None:
+                self._stopped(r, record.ts_ns, True)  # aborted by the stop (vLLM's abort mode)
+            else:
+                self._terminate(r, record.ts_ns, "finished")
+                self._alive()
 
     def _on_aborted(self, record: Record, ev: RequestsAborted) -> None:
         for rid in ev.request_ids:
             r = self._resolve(rid, record)
             if r is not None and r.terminal_ns is None:
-                self._fail(r, record.ts_ns, "aborted", "aborted", "RequestAborted", f"Request {rid} aborted")
+                if self._stop_ns is not None:  # aborted by the stop (vLLM's abort mode, or cancelled)
+                    self._stopped(r, record.ts_ns, True)
+                else:
+                    self._fail(r, record.ts_ns, "aborted", "aborted", "RequestAborted", f"Request {rid} aborted")
 
     def _on_failed(self, record: Record, ev: RequestFailed) -> None:
+        # V0's "Failing the request" may be its only line: `_resolve` opens it then.
         r = self._resolve(ev.request_id, record)
-        if r is None:
-            key = ids.canonical(ev.request_id)  # V0's "Failing the request" may be its only line
-            r = self._upstream(key, record)
-        if r.terminal_ns is None:
+        if r is None or r.terminal_ns is not None:
+            return
+        if ev.error_type == "engine_dead" and self._death is None and self._stop_ns is not None:
+            self._stopped(r, record.ts_ns, True)  # vLLM fails what is in flight with EngineDeadError on a stop
+        elif ev.error_type == "engine_dead" and self._death is not None:
+            self._fail(r, record.ts_ns, "failed", self._death, "RequestFailed", _engine_failed(self._death))
+        else:
             self._fail(r, record.ts_ns, "failed", ev.error_type, "RequestFailed", self._text(ev.reason))
 
     def _on_sequence_preempted(self, record: Record, ev: SequencePreempted) -> None:
@@ -553,9 +708,26 @@ class Assembler:
                 r.min_free_ratio = free
         if ev.engine is not None:
             self._stats_engines.add(ev.engine)
-        if ev.running == 0 and not ev.waiting and not ev.swapped and (
-                len(self._stats_engines) <= 1 or "Aggregated" in (ev.engine or "")):
-            self._idle(record)
+        if len(self._stats_engines) <= 1 or "Aggregated" in (ev.engine or ""):
+            held = ev.running + (ev.waiting or 0) + (ev.swapped or 0)
+            self._held = (record.ts_ns, held)
+            if held == 0:
+                self._idle(record)
+
+    def _settle(self) -> None:
+        """Before a death or a stop ends what is in flight: the last stats line said how many
+        requests the engine held. Unended requests beyond that many, older than the line by
+        the grace and quiet since, had finished unlogged (V1 completions): the oldest of them,
+        as requests mostly end in the order they came."""
+        if self._held is None:
+            return
+        ts, held = self._held
+        known = sorted((r for r in self._in_flight.values()
+                        if r.extra is not None and r.first_ns <= ts - _IDLE_GRACE_NS),
+                       key=lambda r: (r.first_ns, r.first_offset))
+        for r in known[:max(0, len(known) - held)]:
+            if r.last_ns <= ts:
+                self._close_idle(r)
 
     def _idle(self, record: Record) -> None:
         """The engine says nothing runs or waits: requests with no end line are over, end
@@ -565,17 +737,75 @@ class Assembler:
                 r.idle_at = record.ts_ns
 
     def _close_idle(self, r: RequestState) -> None:
-        r.set("vllm.end_unknown", True)
         if "vllm.request.internal_id" in r.extra:
             # V1 with internal ids (≈ 0.14+) logs every abort and failure: an idle engine and
             # neither line means the request finished (a completion never logs its end).
             r.outcome = "finished"
         self._finish(r)
 
+    def _close_unended(self, r: RequestState, reused: bool = False) -> None:
+        """A request no line ended, closed on the log's clock (TTL, end of input, a new request
+        under its id). Seen idle after its last line, it ended as `_close_idle` says; else in
+        flight at a deliberate stop, it was stopped; followed by a new request under its id, as
+        `_close_idle` says; else it stays `incomplete`. Its end is inferred either way."""
+        if r.extra is not None and r.idle_at is not None and r.last_ns <= r.idle_at:
+            self._close_idle(r)  # the engine said it was idle after the request's last line
+        elif self._stop_ns is not None and r.first_ns <= self._stop_last_ns:
+            self._stopped(r, max(self._stop_last_ns, r.last_ns), False)
+            self._finish(r)
+        elif r.extra is not None and reused:
+            self._close_idle(r)
+        else:
+            self._finish(r)
+
+    def _stopped(self, r: RequestState, ts: int, observed: bool) -> None:
+        """Ended by a deliberate server stop (SIGTERM, a rollout): `error.type=shutdown`."""
+        self._fail(r, ts, "aborted", "shutdown", "ServerShutdown", "the server was stopped while the request was in flight")
+        if not observed:
+            r.set("vllm.end_inferred", True)
+
+    def _on_stop(self, record: Record, ev: ServerStop) -> None:
+        """vLLM's shutdown sequence. After an engine death it is the server winding down (no
+        stop: the death explains the requests); before one, a deliberate stop."""
+        if self._death is not None:
+            return
+        ts = record.ts_ns
+        if self._stop_ns is None:
+            if ev.phase == "drained":
+                return
+            self._settle()
+            self._stop_ns = ts
+        self._stop_last_ns = max(self._stop_last_ns, ts)
+        if ev.mode:
+            self._stop_mode = ev.mode
+        if ev.phase == "in_flight" and ev.in_flight is not None:
+            # The engine core counts what it still holds (core.py:1645): of the requests no line
+            # ended, the most recent ones; the others had finished unlogged (V1 completions).
+            unended = sorted(self._in_flight.values(), key=lambda r: (r.first_ns, r.first_offset))
+            cut = max(0, len(unended) - ev.in_flight)
+            for r in unended[:cut]:
+                if r.extra is not None:
+                    self._close_idle(r)
+            if self._stop_mode == "abort":  # aborted right now (core.py:1648)
+                for r in unended[cut:]:
+                    self._stopped(r, ts, True)
+        elif ev.phase == "drained":
+            # The engine holds nothing any more (core.py:1667): what it aborted was counted above
+            # (no count line: it held nothing, core.py:1643); the rest had finished, or drained.
+            for r in list(self._in_flight.values()):
+                if r.extra is not None and r.first_ns <= ts:
+                    self._close_idle(r)
+
     def _on_config(self, record: Record, ev: EngineConfig) -> None:
         if self._startup is None or self._startup.has_banner:  # a second banner: the engine restarted
             self._end_startup()
             self._startup = Startup(record)
+        if self._incident_open is not None:
+            self._close_incident()
+        for r in list(self._in_flight.values()):  # the engine that held them is gone
+            self._close_unended(r)
+        self._death = self._stop_ns = self._held = None  # a new engine life
+        self._stop_mode = ""
         self._startup.has_banner = True
         facts = [("vllm.version", ev.version)]
         if ev.engine:
@@ -603,20 +833,75 @@ class Assembler:
         if self._startup is not None and (ev.fatal or ev.error_type in ("model_load", "oom")):
             self._startup.add(record, ())
             self._end_startup(ev.error_type, ev.message)
-        attrs = {"vllm.incident.fatal": ev.fatal}
+        ts = record.ts_ns
+        if self._stop_ns is not None and self._death is None and ev.error_type not in _REAL_FAILURES:
+            # vLLM raises EngineDeadError, cancels and kills its workers while it stops on purpose.
+            self.stats.stop_errors += 1
+            if ev.fatal:
+                for r in list(self._in_flight.values()):
+                    self._stopped(r, ts, True)
+            return
+        inc = self._incident_open
+        if inc is not None and self._death is None and ts - inc.last_ns > _INCIDENT_WINDOW_NS:
+            self._close_incident()
+            inc = None
+        if inc is None:
+            if self._death is not None:  # the engine is dead already and its incident went out
+                self.stats.death_errors += 1
+                if ev.fatal:  # V0's AsyncEngineDeadError for a request sent to the dead engine
+                    for r in list(self._in_flight.values()):
+                        self._fail(r, ts, "failed", self._death, ev.exception_type or "EngineDeadError",
+                                   _engine_failed(self._death))
+                return
+            inc = self._incident_open = _Incident(record, ev)
+            inc.occurrence = self._occurrence(record.ts_ns)
+        upgraded = inc.add(record, ev)
+        if upgraded or inc.event is None:
+            self._incident_event(inc)
+        for key, r in self._in_flight.items():  # the event goes on at once: a request may be
+            if inc.affected.setdefault(key, r) is r and (r.events is None or inc.event not in r.events):
+                r.add_event(inc.event, False)  # emitted before the incident closes
+        if ev.fatal and self._death is None:
+            # The engine died: the best evidence of when the requests in flight ended.
+            self._settle()
+            self._death = inc.error_type
+            lead_record, lead = inc.lead
+            for r in list(self._in_flight.values()):
+                self._fail(r, ts, "failed", inc.error_type, lead.exception_type or ev.exception_type or "EngineDeadError",
+                           _engine_failed(inc.error_type))
+                inc.failed.append(r)
+        elif upgraded and self._death is not None:
+            self._death = inc.error_type
+            for r in inc.failed:  # later lines told what killed it
+                r.error_type = inc.error_type
+
+    def _incident_event(self, inc: _Incident) -> None:
+        """The incident's event on the requests it hit, replaced on those not emitted yet when
+        a later line tells more (its type is only final once the incident closes)."""
+        old = inc.event
+        record, ev = inc.lead
+        inc.event = _incident_event(inc.error_type, inc.error_type, inc.first.ts_ns, inc.occurrence)
+        if old is None:
+            return
+        for key, r in inc.affected.items():
+            if self._open.get(key) is r and r.events:
+                r.events = [inc.event if e is old else e for e in r.events]
+
+    def _close_incident(self) -> None:
+        """Emit the open incident as one `vllm.engine` span, and its event on the requests it hit."""
+        inc, self._incident_open = self._incident_open, None
+        record, ev = inc.lead
+        attrs = {"vllm.incident.fatal": inc.fatal or self._death is not None, "vllm.incident.lines": inc.lines}
         if ev.exception_type:
             attrs["exception.type"] = ev.exception_type
         if ev.stacktrace and self._config.export_error_text:
             attrs["exception.stacktrace"] = ev.stacktrace
         if record.process:
             attrs["vllm.process"] = record.process
-        self._incident(record, ev.error_type, ev.error_type, record.ts_ns, ev.message, attrs)
-        if ev.fatal:  # engine death is the best evidence of when the requests in flight ended
-            # Their own failure names the incident's type, not its text: that is on the incident
-            # span, linked from each of them.
-            message = f"engine failed ({ev.error_type}); see the linked vllm.engine span"
-            for r in list(self._in_flight.values()):
-                self._fail(r, record.ts_ns, "failed", ev.error_type, ev.exception_type or "EngineDeadError", message)
+        first = inc.first
+        self._incident(first, inc.error_type, inc.error_type, first.ts_ns, ev.message, attrs,
+                       affected=inc.affected, end_ns=inc.last_ns, end_offset=inc.last_offset,
+                       occurrence=inc.occurrence)
 
     # -- engine-wide lines ---------------------------------------------------------------
 
@@ -680,18 +965,28 @@ class Assembler:
         start = record.ts_ns - int(ev.after_s * _NS)
         self._incident(record, "nccl_timeout", "distributed", start, ev.message, attrs)
 
-    def _incident(self, record: Record, kind: str, error_type: str, start_ns: int, message: str, attrs: dict) -> None:
+    def _occurrence(self, ts_ns: int) -> str:
+        """Which incident of this source: its first line's time, and its rank among incidents
+        that began in the same tick. Reserved when the incident begins, so the link its event
+        carries names the span it will become."""
         prev_ts, n = self._last_incident
-        n = n + 1 if prev_ts == record.ts_ns else 0
-        self._last_incident = (record.ts_ns, n)
-        affected = list(self._in_flight)
-        occurrence = f"{record.ts_ns}.{n}"
-        # Other users' requests get the incident's type, time and a link to it, never its text.
-        event = IncidentEvent("vllm.engine.incident", record.ts_ns, {
-            "error.type": error_type, "vllm.incident.kind": kind}, IncidentRef(kind, occurrence))
-        for r in self._in_flight.values():
-            r.add_event(event, False)
+        n = n + 1 if prev_ts == ts_ns else 0
+        self._last_incident = (ts_ns, n)
+        return f"{ts_ns}.{n}"
+
+    def _incident(self, record: Record, kind: str, error_type: str, start_ns: int, message: str, attrs: dict,
+                  affected: dict[str, RequestState] | None = None, end_ns: int | None = None,
+                  end_offset: int | None = None, occurrence: str | None = None) -> None:
+        """One `vllm.engine` span; its event goes on the requests in flight (`affected`: those in
+        flight while a multi-line incident lasted, which have it already)."""
+        occurrence = occurrence or self._occurrence(record.ts_ns)
+        hit = self._in_flight if affected is None else affected
+        if affected is None:  # a multi-line incident's requests have its event already
+            event = _incident_event(kind, error_type, record.ts_ns, occurrence)
+            for r in hit.values():
+                r.add_event(event, False)
         self.stats.engine_incidents += 1
         self._emit(engine_timeline(
-            self.source, kind, occurrence, start_ns, record.ts_ns,
-            error_type, self._text(message), attrs, affected, record.offset, record.end_offset))
+            self.source, kind, occurrence, start_ns, record.ts_ns if end_ns is None else end_ns,
+            error_type, self._text(message), attrs, list(hit), record.offset,
+            record.end_offset if end_offset is None else end_offset))

@@ -238,6 +238,21 @@ class EngineError:
 
 
 @dataclass(frozen=True, slots=True)
+class ServerStop:
+    """A line of the server's shutdown sequence (vLLM's `[shutdown] …`, uvicorn's `Shutting down`).
+
+    `phase`: `signal`, a stop was asked for (SIGTERM/SIGINT reached the API server or the engine
+    core); `in_flight`, the engine core counts the requests it aborts or drains (`in_flight`);
+    `drained`, the engine core holds no request any more (finished, or aborted in `abort` mode); `server`, the HTTP server or the process
+    manager winds down, which is a deliberate stop only when no engine death came before it
+    (vLLM also stops the server after its engine died)."""
+
+    phase: str
+    in_flight: int | None = None
+    mode: str = ""  # `abort` or `drain` (vLLM's shutdown_timeout 0 or not), when the line says
+
+
+@dataclass(frozen=True, slots=True)
 class AccessLog:
     """uvicorn's access line. No request id and no timestamp: recognised, not joined."""
 
@@ -279,6 +294,7 @@ Event = (
     | EngineConfig
     | StartupFact
     | EngineError
+    | ServerStop
     | AccessLog
     | Notice
 )
@@ -310,6 +326,7 @@ KIND = {
     EngineConfig: "engine_config",
     StartupFact: "startup",
     EngineError: "engine_error",
+    ServerStop: "server_stop",
     AccessLog: "http_access",
     # Notice counts under its own `kind`: startup_info, http_server, noise, …
 }

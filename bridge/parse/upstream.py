@@ -26,6 +26,7 @@ from bridge.parse.events import (
     RequestsAborted,
     ResponseGenerated,
     SequencePreempted,
+    ServerStop,
     StartupFact,
 )
 from bridge.parse.literals import blank_literals, literal_end
@@ -49,6 +50,8 @@ _LORA = "lora_request: LoRARequest(lora_name="
 def _received(msg: str) -> Event | None:
     if msg.startswith("Received a request with trace context"):
         return Notice("request_trace_context")
+    if msg.startswith(_SIGNAL_RECEIVED) or _SIGNAL_DEBUG.match(msg):
+        return _STOP_SIGNAL
     m = _RECEIVED.match(msg)
     if m is None:
         return None
@@ -200,6 +203,58 @@ def _failing(msg: str) -> Event | None:
     if msg.startswith("Failing ") and "request(s)" in msg[:40]:
         return EngineError("other", "KVLoadFailure", msg[:500], False, "")
     return None
+
+
+# -- shutdown --------------------------------------------------------------------------------
+# vLLM 0.32's shutdown sequence (site-packages/vllm): launcher.py:254 `[shutdown] API server:
+# shutdown triggered` (its SIGTERM/SIGINT handler), v1/engine/core.py:1455 `[shutdown] EngineCore:
+# trigger received signal=SIGTERM`, core.py:1636 `… start mode=abort timeout=0s`, core.py:1645/1656
+# `… aborting|draining in-flight requests count=N`, core.py:1667 `… request processing complete;
+# starting resource teardown`; v1/utils.py:597 `Received KeyboardInterrupt, shutting down API
+# servers...`; cli/serve.py:210 DEBUG `Received 15 signal.`; uvicorn/server.py:282 `Shutting down`.
+# core_client.py:818 `[shutdown] MPClient: engine core exited unexpectedly; starting cleanup` is
+# no stop but the engine core's death (killed, OOM-killed): an error.
+
+_STOP_SIGNAL, _STOP_SERVER, _STOP_DRAINED = ServerStop("signal"), ServerStop("server"), ServerStop("drained")
+_SIGNAL_RECEIVED = ("Received KeyboardInterrupt", "Received SIGTERM", "Received SIGINT", "Received shutdown signal")
+_SIGNAL_DEBUG = re.compile(r"Received \d+ signal\.?$")
+_SIGNAL_STARTS = ("[shutdown] API server: shutdown triggered", "[shutdown] EngineCore: trigger received signal",
+                  "[shutdown] EngineCore: start mode=")
+_IN_FLIGHT = re.compile(r"\[shutdown\] EngineCore: (?:aborting|draining) in-flight requests count=(\d+)")
+
+
+_MODE = re.compile(r" mode=(abort|drain)\b")
+
+
+def _shutdown(msg: str) -> Event | None:
+    if not msg.startswith("[shutdown]"):
+        return None
+    mode = _MODE.search(msg, 0, 120)
+    if mode is not None:  # launcher.py:271 `stopping engine client mode=…`, core.py:1636 `start mode=…`
+        return ServerStop("signal", None, mode[1])
+    if msg.startswith(_SIGNAL_STARTS):
+        return _STOP_SIGNAL
+    m = _IN_FLIGHT.match(msg)
+    if m is not None:
+        return ServerStop("in_flight", int(m[1]))
+    if msg.startswith("[shutdown] EngineCore: request processing complete"):
+        return _STOP_DRAINED
+    if msg.startswith("[shutdown] MPClient: engine core exited unexpectedly"):
+        return EngineError("engine_dead", "", msg[:_MAX_MESSAGE], True, "")
+    return _STOP_SERVER
+
+
+def _shutting(msg: str) -> Event | None:
+    """`Shutting down` (uvicorn), `Shutting down.` (headless serve), `Shutting down vLLM …`: the
+    server winds down; other things shutting down (`Shutting down profiler`) are chatter."""
+    if msg.rstrip(". ") == "Shutting down" or msg.startswith("Shutting down vLLM"):
+        return _STOP_SERVER
+    return Notice("startup_info")
+
+
+#: uvicorn's own lines of a stop (server.py, main.py): the HTTP server winds down.
+_UVICORN_STOP = ("Shutting down", "Waiting for application shutdown", "Application shutdown complete",
+                 "Finished server process", "Waiting for connections to close", "Waiting for background tasks")
 
 
 # -- stats -----------------------------------------------------------------------------------
@@ -434,7 +489,10 @@ def _uvicorn(msg: str) -> Event | None:
     m = _UVICORN_ACCESS.match(msg)
     if m is not None:
         return AccessLog(m[1], m[2].split("?", 1)[0], int(m[3]))
-    return Notice("http_server") if _UVICORN.match(msg) else None
+    m = _UVICORN.match(msg)
+    if m is None:
+        return None
+    return _STOP_SERVER if msg.startswith(_UVICORN_STOP, m.end() - 1) else _HTTP_SERVER
 
 
 _PROGRESS = re.compile(r"\d+%(?:\||\s*Completed\s*\|)|\|\s*\d+/\d+ \[[\d:<]+|it/s\]|s/it\]")
@@ -465,14 +523,14 @@ _NOTICES = (
         "Found ", "Model loading", "Loading model", "Initializing", "Chat template", "world_size",
         "vLLM is using", "Ray", "Connected", "Sleep mode", "Prefix caching", "Custom allreduce",
         "NCCL", "pynccl", "Attention", "FlashInfer", "flashinfer", "Registering", "V1 LLM engine",
-        "Initialized", "Local ", "Loaded ", "Dumping ", "Shutting down", "Gracefully", "Stopping",
+        "Initialized", "Local ", "Loaded ", "Dumping ", "Gracefully", "Stopping",
         "Killing local vLLM worker", "Worker ready", "vLLM server version", "Starting vLLM server",
         "Scale-out endpoints", "`--enable-log-requests` is set",
     )),
     ("engine_loop", (  # the engine's own DEBUG heartbeat and IPC set-up and shutdown
         "EngineCore waiting for work", "EngineCore loop active", "Received init message", "HELLO from",
         "Has DP Coordinator", "Poller ", "Binding to ", "Connecting to ", "vLLM message queue communication",
-        "[shutdown]", "Parent process exited", "Waiting for init message", "Core engine process",
+        "Parent process exited", "Waiting for init message", "Core engine process",
         "DP group leader", "Called check_health", "Canceling waiting reads", "WorkerProc handling signal",
     )),
     ("request_rejected", ("create_error_response called with",)),  # DEBUG, no request id
@@ -539,7 +597,9 @@ def fallback(msg: str, level: str, origin: str = "") -> Event | None:
     line's origin) other vLLM modules' chatter."""
     if origin.startswith("uvicorn"):  # JSON records of uvicorn's loggers: no text header to spot them
         m = _UVICORN_JSON_ACCESS.match(msg)
-        return AccessLog(m[1], m[2].split("?", 1)[0], int(m[3])) if m else _HTTP_SERVER
+        if m is not None:
+            return AccessLog(m[1], m[2].split("?", 1)[0], int(m[3]))
+        return _STOP_SERVER if msg.startswith(_UVICORN_STOP) else _HTTP_SERVER
     if not level:
         c = msg[:1]
         if c == "[" and _GLOG.match(msg):
@@ -628,6 +688,8 @@ _ERROR_GUARDED = _starting(tuple(start for start, _ in _ERROR_STARTS), _maybe_er
 #: First four characters of a message → the rule that may match it.
 PREFILTER = {
     "Rece": _received,
+    "[shu": _starting(("[shutdown]",), _shutdown),
+    "Shut": _starting(("Shutting down",), _shutting),
     "Adde": _added,
     "Fini": _finished,
     "Abor": _aborted,
