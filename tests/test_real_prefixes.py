@@ -1,0 +1,137 @@
+"""Prefixes and framing users really have (issue #15 item 5), line by line, expected by hand.
+
+Each expectation is read off the input: the message is what follows the prefixes, the time is
+the stamp the line carries (a runtime's or shipper's exact one first, else the line's own).
+The C decode path must give the same records: it takes none of these lines itself (none starts
+with vLLM's header or V1's process prefix), which is checked here too.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from bridge.assemble.timeline import RequestTimeline
+from bridge.decode import Decoder
+from bridge.decode import stream as stream_mod
+from bridge.decode.stream import RecordStream
+from bridge.pipeline import ReplayConfig, replay
+
+NS = 1_000_000_000
+E = "\x1b"
+HEAD = "INFO 10-22 09:33:49 [logger.py:43] Added request cmpl-abc-0-1234abcd."
+MSG = "Added request cmpl-abc-0-1234abcd."
+
+
+def at(iso: str, frac_ns: int = 0) -> int:
+    return int(datetime.fromisoformat(iso).replace(tzinfo=timezone.utc).timestamp()) * NS + frac_ns
+
+
+def decode(line: str):
+    return Decoder(year=2025)(line.encode() + b"\n", 0)
+
+
+@pytest.mark.parametrize("line, process, level, message, clock, ts", [
+    # the Kubernetes dashboard's log viewer gutter, docker compose's service column
+    ("  | " + HEAD, "", "INFO", MSG, "header", at("2025-10-22T09:33:49")),
+    ("  | (APIServer pid=1) " + HEAD, "APIServer pid=1", "INFO", MSG, "header", at("2025-10-22T09:33:49")),
+    ("vllm-1  | (APIServer pid=1) " + HEAD, "APIServer pid=1", "INFO", MSG, "header", at("2025-10-22T09:33:49")),
+    ("  | Traceback (most recent call last):", "", "", "Traceback (most recent call last):", "anchored", 0),
+    # Ray's colour codes, intact and with the ESC byte dropped by a shipper
+    (f"{E}[36m(RayWorkerVllm pid=123){E}[0m [E ProcessGroupNCCL.cpp:1316] boom", "RayWorkerVllm pid=123", "",
+     "[E ProcessGroupNCCL.cpp:1316] boom", "anchored", 0),
+    ("[36m(RayWorkerVllm pid=123)[0m [E ProcessGroupNCCL.cpp:1316] boom", "RayWorkerVllm pid=123", "",
+     "[E ProcessGroupNCCL.cpp:1316] boom", "anchored", 0),
+    ("[36m(RayWorkerVllm pid=123, ip=10.0.0.7)[0m " + HEAD, "RayWorkerVllm pid=123, ip=10.0.0.7", "INFO", MSG,
+     "header", at("2025-10-22T09:33:49")),
+    ("[1;36m(RayWorkerVllm pid=9)[0m   File \"x.py\", line 3", "RayWorkerVllm pid=9", "", "  File \"x.py\", line 3",
+     "anchored", 0),
+    # V1's data-parallel engine prefix
+    ("(EngineCore_DP0 pid=77) ERROR 10-22 09:33:49 [core.py:1] EngineCore failed", "EngineCore_DP0 pid=77",
+     "ERROR", "EngineCore failed", "header", at("2025-10-22T09:33:49")),
+    # journald (short, short-precise, short-iso) and docker `logs -t`, cloud exports
+    ("Oct 22 09:33:49 gpu-1 vllm[1234]: " + HEAD, "", "INFO", MSG, "header", at("2025-10-22T09:33:49")),
+    ("Oct 22 09:33:50.250000 gpu-1 vllm[1234]: INFO:     127.0.0.1:1 - \"GET /health HTTP/1.1\" 200 OK", "", "",
+     "INFO:     127.0.0.1:1 - \"GET /health HTTP/1.1\" 200 OK", "header", at("2025-10-22T09:33:50", NS // 4)),
+    ("Oct  2 09:33:50 gpu-1 python3[7]: Traceback (most recent call last):", "", "",
+     "Traceback (most recent call last):", "header", at("2025-10-02T09:33:50")),
+    ("2025-10-22T09:33:50+0200 gpu-1 vllm[1234]: Traceback (most recent call last):", "", "",
+     "Traceback (most recent call last):", "shipper", at("2025-10-22T07:33:50")),
+    ("2025-10-22T09:33:50.123456789Z " + HEAD, "", "INFO", MSG, "shipper", at("2025-10-22T09:33:50", 123456789)),
+    ("2025-10-22 09:33:50.5 UTC  (APIServer pid=1) " + HEAD, "APIServer pid=1", "INFO", MSG, "shipper",
+     at("2025-10-22T09:33:50", NS // 2)),
+    ("2025-10-22 09:33:50.5 GMT\t" + HEAD, "", "INFO", MSG, "shipper", at("2025-10-22T09:33:50", NS // 2)),
+    # torch C++ (c10 / glog) lines: their own microsecond time, the text kept whole for parse
+    ("[E1022 09:33:51.123456 1234 ProcessGroupNCCL.cpp:1316] [PG 0 Rank 1] Watchdog caught collective "
+     "operation timeout", "", "", "[E1022 09:33:51.123456 1234 ProcessGroupNCCL.cpp:1316] [PG 0 Rank 1] Watchdog "
+     "caught collective operation timeout", "header", at("2025-10-22T09:33:51", 123456000)),
+    ("[W1022 09:33:52.5 77 socket.cpp:1] x", "", "", "[W1022 09:33:52.5 77 socket.cpp:1] x", "header",
+     at("2025-10-22T09:33:52", NS // 2)),
+    ("[36m(RayWorkerVllm pid=5)[0m [E1022 09:33:53.000001 5 ProcessGroupNCCL.cpp:1] y", "RayWorkerVllm pid=5", "",
+     "[E1022 09:33:53.000001 5 ProcessGroupNCCL.cpp:1] y", "header", at("2025-10-22T09:33:53", 1000)),
+])
+def test_prefix_and_time(line, process, level, message, clock, ts):
+    r = decode(line)
+    assert (r.process, r.level, r.message, r.clock) == (process, level, message, clock)
+    if clock != "anchored":
+        assert r.ts_ns == ts
+
+
+def test_a_runtime_stamp_wins_over_a_torch_line_own_time():
+    """The runtime's stamp is exact and zone-safe; the C++ stamp is local time with no year."""
+    r = decode("2025-10-22T09:33:59.000000001Z stdout F [E1022 09:33:51.123456 1 x.cpp:1] z")
+    assert (r.clock, r.ts_ns) == ("runtime", at("2025-10-22T09:33:59", 1))
+
+
+@pytest.mark.parametrize("line", [
+    "| not a viewer: a table row | a | b |", "Loading safetensors checkpoint shards: 100% Completed | 1/1",
+    "[0m", "[36m", "[36mno process", "Octopus 22 09:33:49 x: y", "[E1022 09:33:51 1234 x.cpp:1] no fraction",
+])
+def test_near_misses_keep_their_text(line):
+    r = decode(line)
+    assert r.message.endswith(line.split("[36m")[-1].split("| ", 1)[-1]) or r.message == line, r
+
+
+def test_rank_prefixed_traceback_is_one_incident(tmp_path):
+    """`[rank0]:` on every line (torch elastic), behind the viewer gutter too: one record, one
+    incident whose type is the last line's exception."""
+    tb = ["Traceback (most recent call last):", '  File "/x/worker.py", line 9, in run',
+          "    self.model_runner.execute()", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"]
+    for prefix in ("[rank0]: ", "  | [rank0]: ", "[36m(RayWorkerVllm pid=3)[0m [rank0]: "):
+        lines = ["(APIServer pid=1) INFO 10-22 09:33:48 [logger.py:43] Received request cmpl-r-0: params: x",
+                 "(APIServer pid=1) INFO 10-22 09:33:48 [async_llm.py:1] Added request cmpl-r-0-1234abcd."]
+        lines += [prefix + t for t in tb]
+        p = tmp_path / "r.log"
+        p.write_text("\n".join(lines) + "\n")
+        out: list = []
+        replay([str(p)], [out.append], ReplayConfig(year=2025))
+        incidents = [t for t in out if not isinstance(t, RequestTimeline) and t.kind != "startup"]
+        assert len(incidents) == 1, (prefix, [(t.kind, t.message[:60]) for t in incidents])
+        assert "OutOfMemoryError" in incidents[0].attrs.get("exception.type", incidents[0].message), incidents[0]
+
+
+LINES = [
+    "  | " + HEAD, "vllm-1  | (APIServer pid=1) " + HEAD, f"{E}[36m(RayWorkerVllm pid=123){E}[0m " + HEAD,
+    "[36m(RayWorkerVllm pid=123)[0m " + HEAD, "[36m(RayWorkerVllm pid=123)[0m [E ProcessGroupNCCL.cpp:1316] x",
+    "(EngineCore_DP0 pid=77) " + HEAD, "Oct 22 09:33:49 gpu-1 vllm[1234]: " + HEAD,
+    "Oct 22 09:33:50.25 gpu-1 vllm[1234]: Traceback (most recent call last):",
+    "[rank0]: Traceback (most recent call last):", '[rank0]:   File "x.py", line 1', "[rank0]: ValueError: x",
+    "[E1022 09:33:51.123456 1234 ProcessGroupNCCL.cpp:1316] Watchdog", "2025-10-22 09:33:50.5 UTC " + HEAD,
+]
+
+
+@pytest.mark.skipif(stream_mod.FAST is None, reason="C decode not built or VLLM_TRACE_BRIDGE_PURE=1")
+@pytest.mark.parametrize("cri", [False, True], ids=["plain", "cri"])
+def test_c_decode_gives_python_records(cri):
+    frame = (lambda t: f"2025-10-22T09:33:49.5Z stdout F {t}") if cri else (lambda t: t)
+    raws = [frame(t).encode() + b"\n" for t in ["(APIServer pid=1) " + HEAD, *LINES, *LINES]]
+    lines, offset = [], 0
+    for raw in raws:
+        lines.append((offset, raw))
+        offset += len(raw)
+    got = []
+    for fast in (stream_mod.FAST, None):
+        s = RecordStream(Decoder(mtime=1.7e9), fast=fast)
+        got.append((list(s.over(lines)), s.decoder.stats, s.joiner.stats))
+    assert got[0] == got[1]
