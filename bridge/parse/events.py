@@ -230,7 +230,7 @@ class StartupFact:
 class EngineError:
     """An error line or a joined traceback / C++ block, classified into `error.type`."""
 
-    error_type: str       # oom | timeout | aborted | engine_dead | bad_request | distributed | model_load | other
+    error_type: str       # oom | timeout | aborted | engine_dead | input | distributed | model_load | other
     exception_type: str
     message: str
     fatal: bool           # the engine (or a worker it needs) is gone: requests in flight are lost

@@ -103,7 +103,7 @@ def _aborted(msg: str) -> Event | None:
 
 
 _REQUEST_V1 = re.compile(r"Request (\S+) (aborted|failed)(?: \(([^)]*)\)| due to (.*?))?(?:: (.*?))?\.?$", re.S)
-_FAILED_REASON = {"engine dead": "engine_dead", "bad request": "bad_request", "input error": "bad_request"}
+_FAILED_REASON = {"engine dead": "engine_dead", "bad request": "input", "input error": "input"}
 
 
 _PROMPT_IDS = ", prompt_token_ids: ["
@@ -347,7 +347,7 @@ _CLASSES = (
     ("engine_dead", ("enginedeaderror", "engine loop is not running", "background loop",
                      "background task failed", "terminating server process", "died", "fatal error",
                      "killing local vllm worker", "output_handler failed", "engine dead")),
-    ("bad_request", ("bad request", "badrequest", "input error", "is too long", "validation error",
+    ("input", ("bad request", "badrequest", "input error", "is too long", "validation error",
                      "maximum context length", "invalid input", "invalid request")),
     ("aborted", ("abort", "cancellederror")),
 )
