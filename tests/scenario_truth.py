@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from itertools import permutations
 
 TOL_NS = 250_000_000
 IDLE_TOL_NS = 3_000_000_000
@@ -75,18 +76,24 @@ def check_roots(truth: dict, roots: list[Root], log_text: str) -> list[str]:
     extra = set(by_id) - set(wanted)
     if extra:
         errors.append(f"roots no client request explains: {sorted(extra)}")
-    # Per request: outcome and times; equal ids are paired with their requests in time order.
-    seen: Counter = Counter()
-    for r in sorted(reqs, key=lambda r: r["t_send_ns"]):
+    # Per request: outcome and times. Requests sharing an id are paired with its roots in the
+    # way that agrees best (concurrent ones may reach vLLM in either order).
+    groups: dict[str, list[dict]] = {}
+    for r in reqs:
         rid = logged_id(r)
-        if rid not in wanted:
-            continue
-        candidates = sorted(by_id.get(rid, []), key=lambda x: x.start_ns)
-        k = seen[rid]
-        seen[rid] += 1
-        if k >= len(candidates):
-            continue
-        errors += _check_one(truth, r, rid, candidates[k])
+        if rid in wanted:
+            groups.setdefault(rid, []).append(r)
+    for rid, rs in groups.items():
+        candidates = by_id.get(rid, [])
+        if len(candidates) != len(rs):
+            candidates = candidates[:len(rs)]
+            rs = rs[:len(candidates)]
+        best = None
+        for order in permutations(candidates):
+            errs = [e for r, root in zip(rs, order) for e in _check_one(truth, r, rid, root)]
+            if best is None or len(errs) < len(best):
+                best = errs
+        errors += best or []
     return errors
 
 

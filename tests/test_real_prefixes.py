@@ -8,6 +8,7 @@ with vLLM's header or V1's process prefix), which is checked here too.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timezone
 
 import pytest
@@ -84,6 +85,20 @@ def test_a_runtime_stamp_wins_over_a_torch_line_own_time():
     assert (r.clock, r.ts_ns) == ("runtime", at("2025-10-22T09:33:59", 1))
 
 
+def test_cloud_logging_export_lines_unwrap_to_their_text_and_time():
+    """A GKE log sink's entries: `textPayload` is the container's line, `timestamp` its time."""
+    d = Decoder(year=2025)
+    lines = ['{"insertId": "a1", "textPayload": "(APIServer pid=1) ' + HEAD + '\\n", "resource": {"type": '
+             '"k8s_container"}, "timestamp": "2025-10-22T09:33:49.250Z", "severity": "INFO"}',
+             '{"textPayload": "Traceback (most recent call last):", "timestamp": "2025-10-22T09:33:50.5Z"}',
+             '{"textPayload": 7, "timestamp": "2025-10-22T09:33:50.5Z"}']
+    a, b, c = (d(line.encode() + b"\n", 0) for line in lines)
+    assert (a.process, a.level, a.message, a.clock, a.ts_ns) == (
+        "APIServer pid=1", "INFO", MSG, "runtime", at("2025-10-22T09:33:49", NS // 4))
+    assert (b.message, b.ts_ns) == ("Traceback (most recent call last):", at("2025-10-22T09:33:50", NS // 2))
+    assert d.stats.framing_errors == 1 and c.message == lines[2]
+
+
 @pytest.mark.parametrize("line", [
     "| not a viewer: a table row | a | b |", "Loading safetensors checkpoint shards: 100% Completed | 1/1",
     "[0m", "[36m", "[36mno process", "Octopus 22 09:33:49 x: y", "[E1022 09:33:51 1234 x.cpp:1] no fraction",
@@ -122,9 +137,10 @@ LINES = [
 
 
 @pytest.mark.skipif(stream_mod.FAST is None, reason="C decode not built or VLLM_TRACE_BRIDGE_PURE=1")
-@pytest.mark.parametrize("cri", [False, True], ids=["plain", "cri"])
-def test_c_decode_gives_python_records(cri):
-    frame = (lambda t: f"2025-10-22T09:33:49.5Z stdout F {t}") if cri else (lambda t: t)
+@pytest.mark.parametrize("framing", ["plain", "cri", "cloud"])
+def test_c_decode_gives_python_records(framing):
+    frame = {"plain": lambda t: t, "cri": lambda t: f"2025-10-22T09:33:49.5Z stdout F {t}",
+             "cloud": lambda t: json.dumps({"textPayload": t, "timestamp": "2025-10-22T09:33:49.5Z"})}[framing]
     raws = [frame(t).encode() + b"\n" for t in ["(APIServer pid=1) " + HEAD, *LINES, *LINES]]
     lines, offset = [], 0
     for raw in raws:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import timezone, tzinfo
 
 from bridge.decode.clock import HeaderClock, Rfc3339
-from bridge.decode.framing import CRI, DOCKER, PLAIN, CriUnwrapper, DockerUnwrapper, detect
+from bridge.decode.framing import CLOUD, CRI, DOCKER, PLAIN, CloudUnwrapper, CriUnwrapper, DockerUnwrapper, detect
 from bridge.decode.jsonline import parse_json_line
 from bridge.decode.prefix import HEADER, split_prefix
 from bridge.decode.record import CLOCK_ANCHORED, CLOCK_HEADER, CLOCK_JSON, CLOCK_RUNTIME, CLOCK_SHIPPER, Record
@@ -78,7 +78,8 @@ class Decoder:
             if not line.rstrip("\r"):
                 return None
             self._framing = detect(line)
-            self._unwrap = {CRI: CriUnwrapper, DOCKER: DockerUnwrapper}.get(self._framing, lambda: None)()
+            unwrappers = {CRI: CriUnwrapper, DOCKER: DockerUnwrapper, CLOUD: CloudUnwrapper}
+            self._unwrap = unwrappers.get(self._framing, lambda: None)()
 
         runtime_ts = None
         if self._unwrap is not None:
