@@ -491,11 +491,16 @@ class Assembler:
             r.set("gen_ai.usage.output_tokens", previous + ev.output_tokens)
         if ev.finish_reason is None and ev.streaming != "complete":
             return
-        reasons = (r.extra or {}).get("gen_ai.response.finish_reasons", [])
-        if ev.finish_reason is not None and ev.finish_reason not in reasons:
+        # One line per choice (n>1 logs each choice's reason): one reason per choice, as the
+        # GenAI convention has it, and the last choice's line ends the request.
+        extra = r.extra or {}
+        reasons = extra.get("gen_ai.response.finish_reasons", [])
+        if ev.finish_reason is not None and len(reasons) < (extra.get("gen_ai.request.n") or 1):
             r.set("gen_ai.response.finish_reasons", [*reasons, ev.finish_reason])
         if r.terminal_ns is None:
             self._terminate(r, record.ts_ns, "finished")
+        elif r.outcome == "finished" and r.error_type is None and record.ts_ns > r.terminal_ns:
+            r.terminal_ns = record.ts_ns
 
     def _on_aborted(self, record: Record, ev: RequestsAborted) -> None:
         for rid in ev.request_ids:
