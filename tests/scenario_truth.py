@@ -9,6 +9,8 @@ Rules, each from vLLM 0.32's behaviour (its source in vllm/entrypoints/openai/):
   where `<id>` is the `X-Request-Id` sent, else the random part of the response's `id`;
 - every request that reached the engine is exactly one `vllm.request` root, even when two
   share an `X-Request-Id`;
+- a request no line names (`--enable-log-requests` off; a 400 refused before it got an id)
+  gets no root: nothing in the log says it happened;
 - outcome: `ok` → finished without error; in flight at a SIGTERM → `error.type=shutdown`; in
   flight when the EngineCore was killed → `error.type=engine_dead`; a 400 → `error.type=input`
   when its id is in the log, else no root at all;
@@ -65,8 +67,11 @@ def check_roots(truth: dict, roots: list[Root], log_text: str) -> list[str]:
     wanted = Counter()
     for r in reqs:
         rid = logged_id(r)
-        if rid is None or (r["expect"] == "input" and not id_in_log(log_text, rid)):
-            continue
+        if rid is not None and r["status"] == 200 and "--enable-log-requests" in truth["server_args"] \
+                and not id_in_log(log_text, rid):
+            errors.append(f"{rid}: vLLM logs every request it serves, but not this one")
+        if rid is None or not id_in_log(log_text, rid):
+            continue   # never named in the log (no --enable-log-requests; a 400 before its id)
         wanted[rid] += 1
     # Count of roots: one per client request that vLLM logged, never merged, never invented.
     for rid, n in wanted.items():

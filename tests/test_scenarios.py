@@ -44,6 +44,28 @@ def test_every_scenario_is_saved():
                           "bad_requests", "no_log_requests", "json_logging", "engine_kill9"}
 
 
+def test_the_truth_check_catches_a_merge_a_wrong_outcome_and_a_late_end():
+    """The checker itself, on a hand-made truth: two requests sent with one X-Request-Id."""
+    s = 1_000_000_000
+    req = dict(kind="completion", stream=False, n=1, max_tokens=8, sent_id="dup", expect="ok", status=200,
+               response_id="cmpl-dup", finish_reasons=["length"], error="", ended="complete")
+    truth = {"server_args": ["--enable-log-requests"], "requests": [
+        {**req, "t_send_ns": 10 * s, "t_first_byte_ns": 11 * s, "t_end_ns": 11 * s},
+        {**req, "t_send_ns": 20 * s, "t_first_byte_ns": 21 * s, "t_end_ns": 21 * s}]}
+    log = "Received request cmpl-dup-0"
+    good = [Root("cmpl-dup-0", "finished", None, 10 * s + 1, 11 * s, "observed", {}),
+            Root("cmpl-dup-0", "finished", None, 20 * s + 1, 21 * s, "observed", {})]
+    assert check_roots(truth, good, log) == []
+    assert any("1 roots, the client sent 2" in e for e in check_roots(truth, good[:1], log))
+    failed = Root("cmpl-dup-0", "failed", "engine_dead", 20 * s + 1, 21 * s, "observed", {})
+    assert any("outcome failed/engine_dead" in e for e in check_roots(truth, [good[0], failed], log))
+    late = Root("cmpl-dup-0", "finished", None, 20 * s + 1, 25 * s, "observed", {})
+    assert any("end" in e for e in check_roots(truth, [good[0], late], log))
+    assert any("not this one" in e for e in check_roots(truth, good, "nothing"))
+    assert check_roots(truth, [*good, Root("cmpl-x-0", "finished", None, 0, 0, "observed", {})], log) == [
+        "roots no client request explains: ['cmpl-x-0']"]
+
+
 def test_roots_agree_with_the_client(scenario):
     truth, log = scenario
     roots, _ = spans_of(log)
