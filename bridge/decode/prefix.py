@@ -3,7 +3,8 @@
 Only lines that do not start with a header come here, so the common case never pays for it.
 Order on a line, each part optional:
 
-    <viewer bar> <shipper stamp> <syslog tag> <junk> (EngineCore_DP0 pid=7) <VLLM_LOGGING_PREFIX>INFO 10-22 09:33:49 [f.py:1] msg
+    <viewer bar> <shipper stamp> <syslog tag> <junk> (EngineCore_DP0 pid=7) [rank0]: <VLLM_LOGGING_PREFIX>
+        INFO 10-22 09:33:49 [f.py:1] msg
 
 where a viewer bar is what log viewers put before each line (`  | `, docker compose's
 `vllm-1  | `), a shipper stamp is an ISO stamp (docker `logs -t`, Fluent Bit, cloud exports:
