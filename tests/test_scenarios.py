@@ -41,7 +41,7 @@ def scenario(request):
 
 def test_every_scenario_is_saved():
     assert set(NAMES) >= {"sigterm_inflight", "idle_shutdown", "reused_id", "queue_pressure", "n_gt_1",
-                          "bad_requests", "no_log_requests", "json_logging", "engine_kill9"}
+                          "bad_requests", "no_log_requests", "json_logging", "engine_kill9", "api_server_count_2"}
 
 
 def test_the_truth_check_catches_a_merge_a_wrong_outcome_and_a_late_end():

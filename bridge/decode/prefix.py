@@ -19,7 +19,7 @@ prefix and shipper stamp removed too, so a traceback printed by a worker still k
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 # LEVEL MM-DD HH:MM:SS file.py:LINE] message   (v0.8+ writes [file.py:LINE]; DEBUG a relative path)
 HEADER = re.compile(
@@ -45,9 +45,10 @@ _RANK = re.compile(r"\[rank(\d+)\]: ")
 _TORCH = re.compile(r"\[?[EWIF](\d\d)(\d\d) (\d\d:\d\d:\d\d)\.(\d{1,9}) +\d+ [^\s\]]+:\d+\]")
 
 
-@dataclass(frozen=True, slots=True)
-class Split:
-    """A line taken apart. `header` is the match object over `line`, or None."""
+class Split(NamedTuple):
+    """A line taken apart. `header` is the match object over `line`, or None. A named tuple:
+    built for every line that does not start with a header, where a frozen dataclass's
+    construction cost more than the rest of the split."""
 
     header: re.Match[str] | None
     message_start: int   # where the message begins in `line` when there is no header
@@ -55,7 +56,7 @@ class Split:
     shipper_stamp: str   # RFC 3339 text ready for `Rfc3339`, "" when there was none
     own_stamp: str = ""  # a year-less local `MM-DD HH:MM:SS` the line carries (journald, torch C++)
     own_frac_ns: int = 0  # its fraction of a second
-    line: str = ""       # the line `message_start` points into, when split_prefix rewrote it
+    line: str = ""       # the line `header` and `message_start` point into (split_prefix may rewrite it)
 
 
 def split_prefix(line: str) -> Split:
@@ -63,7 +64,7 @@ def split_prefix(line: str) -> Split:
     pos = 0
     stamp = ""
     own, own_ns = "", 0
-    if line[:1] in " |" or "| " in line[:40]:
+    if line.find("| ", 0, 48) >= 0:
         m = _VIEWER.match(line)
         if m is not None:
             pos = m.end()
@@ -95,7 +96,7 @@ def split_prefix(line: str) -> Split:
         pos = m.end()
         h = HEADER.match(line, pos)
         if h is not None:
-            return Split(h, h.end(), process, stamp, line=line)
+            return Split(h, h.end(), process, stamp, "", 0, line)
     if line.startswith("[rank", pos):
         m = _RANK.match(line, pos)
         if m is not None:   # the rank joins the writer's name: a rank's traceback is one record
@@ -113,7 +114,7 @@ def split_prefix(line: str) -> Split:
         m = _PROCESS.search(line, pos, h.start())
         if m is not None:
             process = m[1]
-    return Split(h, h.end(), process, stamp, line=line)
+    return Split(h, h.end(), process, stamp, "", 0, line)
 
 
 def _strip_bare_sgr(line: str, pos: int) -> str:
