@@ -26,6 +26,10 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from itertools import permutations
+from pathlib import Path
+
+from bridge.assemble.timeline import RequestTimeline
+from bridge.pipeline import replay
 
 TOL_NS = 250_000_000
 IDLE_TOL_NS = 3_000_000_000
@@ -40,6 +44,16 @@ class Root:
     end_ns: int
     end_timing: str
     attrs: dict
+
+
+def spans_of(log: Path) -> tuple[list[Root], Counter]:
+    """Replay one log: its request roots, and its engine incidents counted by error type."""
+    out: list = []
+    replay([str(log)], [out.append])
+    roots = [Root(t.request_id, t.outcome, t.error_type, t.start_ns, t.end_ns, t.end_timing, dict(t.attrs))
+             for t in out if isinstance(t, RequestTimeline)]
+    incidents = Counter(t.error_type for t in out if not isinstance(t, RequestTimeline) and t.kind != "startup")
+    return roots, incidents
 
 
 def logged_id(r: dict) -> str | None:
@@ -95,15 +109,20 @@ def check_roots(truth: dict, roots: list[Root], log_text: str) -> list[str]:
             rs = rs[:len(candidates)]
         best = None
         for order in permutations(candidates):
-            errs = [e for r, root in zip(rs, order) for e in _check_one(truth, r, rid, root)]
+            errs = [e for r, root in zip(rs, order) for e in _check_one(truth, r, rid, root, log_text)]
             if best is None or len(errs) < len(best):
                 best = errs
         errors += best or []
     return errors
 
 
-def _check_one(truth: dict, r: dict, rid: str, root: Root) -> list[str]:
+def _check_one(truth: dict, r: dict, rid: str, root: Root, log_text: str = "") -> list[str]:
     out = []
+    # A stream's reason is on its last delta's line, which vLLM skips when the delta is empty.
+    streamed_reason_logged = r["stream"] and r["n"] == 1 and bool(r["finish_reasons"]) and \
+        f"{rid} (streaming delta): output: " in log_text and \
+        any(f"{rid} (streaming delta)" in line and f"finish_reason: {r['finish_reasons'][0]}" in line
+            for line in log_text.splitlines() if rid in line)
     expect = r["expect"]
     if expect == "ok":
         if root.outcome != "finished" or root.error_type:
@@ -126,7 +145,7 @@ def _check_one(truth: dict, r: dict, rid: str, root: Root) -> list[str]:
     logs_outputs = "--enable-log-outputs" in truth["server_args"]
     # One reason per choice (n>1 logs a line per choice); their order in the log is the order
     # the choices finished, the response's is the choices' index: compared as multisets.
-    if expect == "ok" and logs_outputs and r["kind"] == "chat" and not r["stream"]:
+    if expect == "ok" and logs_outputs and r["kind"] == "chat" and (not r["stream"] or streamed_reason_logged):
         got = root.attrs.get("gen_ai.response.finish_reasons")
         if got is None or sorted(got) != sorted(r["finish_reasons"]):
             out.append(f"{rid}: finish reasons {got}, the client got {r['finish_reasons']}")

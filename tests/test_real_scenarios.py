@@ -15,15 +15,13 @@ import sys
 
 import pytest
 from agentkit import free_port
-from scenario_truth import check_roots
+from scenario_truth import check_roots, expect_incidents, spans_of
 from vllm_server import ensure_vllm
 
 from bridge.check import check_file, render
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "scenarios"))
 from driver import SERVER, run  # noqa: E402
-from test_scenarios import spans_of  # noqa: E402
-from scenario_truth import expect_incidents  # noqa: E402
 
 pytestmark = pytest.mark.real_vllm
 CI_SCENARIOS = ["sigterm_inflight", "engine_kill9", "reused_id", "json_logging"]

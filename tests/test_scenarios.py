@@ -10,27 +10,15 @@ checks the same against live servers.
 from __future__ import annotations
 
 import json
-from collections import Counter
 from pathlib import Path
 
 import pytest
-from scenario_truth import Root, check_roots, expect_incidents
+from scenario_truth import Root, check_roots, expect_incidents, spans_of
 
-from bridge.assemble.timeline import RequestTimeline
 from bridge.check import check_file, render
-from bridge.pipeline import replay
 
 SCENARIOS = Path(__file__).parent / "fixtures" / "scenarios"
 NAMES = sorted(p.name for p in SCENARIOS.iterdir() if (p / "truth.json").exists())
-
-
-def spans_of(log: Path) -> tuple[list[Root], Counter]:
-    out: list = []
-    replay([str(log)], [out.append])
-    roots = [Root(t.request_id, t.outcome, t.error_type, t.start_ns, t.end_ns, t.end_timing, dict(t.attrs))
-             for t in out if isinstance(t, RequestTimeline)]
-    incidents = Counter(t.error_type for t in out if not isinstance(t, RequestTimeline) and t.kind != "startup")
-    return roots, incidents
 
 
 @pytest.fixture(params=NAMES)
