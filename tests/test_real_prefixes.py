@@ -151,3 +151,25 @@ def test_c_decode_gives_python_records(framing):
         s = RecordStream(Decoder(mtime=1.7e9), fast=fast)
         got.append((list(s.over(lines)), s.decoder.stats, s.joiner.stats))
     assert got[0] == got[1]
+
+
+@pytest.mark.parametrize("line, kind", [
+    ("E1022 09:33:51.123456  1234 ProcessGroupNCCL.cpp:1316] [PG 0 Rank 1] Watchdog caught collective operation "
+     "timeout", "distributed"),
+    ("F1022 09:33:51.123456 1234 ProcessGroupNCCL.cpp:1316] [PG 0 Rank 1] Heartbeat monitor timed out",
+     "distributed"),
+    ("E1022 09:33:51.1 9 cuda.cpp:1] CUDA error: out of memory", "oom"),
+    ("W1022 09:33:51.5 77 socket.cpp:752] [c10d] The client socket has failed to connect", "torch_log"),
+    ("I1022 09:33:51.5 77 ProcessGroupNCCL.cpp:1] NCCL_DEBUG: N/A", "torch_log"),
+])
+def test_glog_lines_without_brackets_are_torch_lines_timed_by_their_stamp(line, kind):
+    """The bracket-less glog form of a torch C++ line: recognised like the bracketed one (an
+    error for E/F, a torch notice for W/I), and timed by its own stamp."""
+    from bridge.parse import parse_line
+    r = decode(line)
+    assert (r.clock, r.ts_ns // NS) == ("header", at("2025-10-22T09:33:51") // NS)
+    ev = parse_line(r.message, r.level, r.origin)
+    if kind == "torch_log":
+        assert type(ev).__name__ == "Notice" and ev.kind == "torch_log"
+    else:
+        assert type(ev).__name__ == "EngineError" and ev.error_type == kind

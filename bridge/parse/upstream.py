@@ -439,6 +439,8 @@ _PY_WARNING = re.compile(r"\S+\.py:\d+: \w*Warning: ")
 _LIBRARY_NOISE = ("nanobind: ", " - leaked ", " - ... skipped remainder", "Triton is installed",
                   "See https://nanobind", "  ")
 _GLOG = re.compile(r"(?:\[rank\d+\]:)?\[[EFW][\d ].*?\] |(?:\[rank\d+\]:)?\[PG \d+")
+# glog without brackets (older torch, absl): `E1022 09:33:49.123456  1234 ProcessGroupNCCL.cpp:1316] …`
+_GLOG_BARE = re.compile(r"[EFWI]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [^\s\]]+:\d+\] ")
 
 #: Known vLLM lines with nothing to assemble, by prefix: counted as recognised, under a kind.
 _NOTICES = (
@@ -536,6 +538,8 @@ def fallback(msg: str, level: str, origin: str = "") -> Event | None:
             head = msg[:40]
             return engine_error(msg) if "[E" in head or "[F" in head or "[PG " in head or "\n" in msg \
                 else _TORCH_LOG
+        if c in "EFWI" and _GLOG_BARE.match(msg):
+            return engine_error(msg) if c in "EF" else _TORCH_LOG
         if _progress(msg) or _PY_WARNING.match(msg) or msg.startswith(_LIBRARY_NOISE):
             return _NOISE
         if c.isdigit() and " Engines Aggregated: " in msg[:24]:
