@@ -192,6 +192,7 @@ def _wait_exit(server: VllmServer, timeout: float = 60) -> bool:
         return False
 
 
+IDLE_S = 2.5     # > VLLM_LOG_STATS_INTERVAL (1 s): a stats line shows the engine idle
 GRACE_S = 10.0   # kubelet's grace period, shortened: then SIGKILL to the whole pod
 
 
@@ -231,6 +232,7 @@ def _drive(name: str, server: VllmServer, rec: Recorder, events: dict) -> None:
     if name == "sigterm_inflight":
         rec.send("completion")
         rec.send("chat")
+        time.sleep(IDLE_S)   # the engine reports itself idle: V1 logs no end for the completion
         rec.background(kind="completion", stream=True, sent_id="inflight-cmpl", expect="shutdown", **LONG)
         rec.background(kind="chat", stream=True, sent_id="inflight-chat", expect="shutdown", **LONG)
         rec.wait_streaming(2)
@@ -292,10 +294,11 @@ def _drive(name: str, server: VllmServer, rec: Recorder, events: dict) -> None:
     elif name == "engine_kill9":
         rec.send("completion")
         rec.send("chat")
+        time.sleep(IDLE_S)   # the engine reports itself idle: V1 logs no end for the completion
         rec.background(kind="completion", stream=True, sent_id="dying-cmpl", expect="engine_dead", **LONG)
         rec.background(kind="chat", stream=True, sent_id="dying-chat", expect="engine_dead", **LONG)
         rec.wait_streaming(2)
-        time.sleep(1.0)
+        time.sleep(0.5)   # (each streamed token of a chat is a log line: keep the log small)
         pid = engine_core_pid(server.proc.pid)
         events["kill9_ns"] = time.time_ns()
         events["kill9_pid"] = pid
