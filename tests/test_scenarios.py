@@ -71,3 +71,32 @@ def test_check_understands_every_line(scenario):
     _, log = scenario
     report = check_file(str(log))
     assert report.unrecognised_lines == 0 and report.malformed_lines == 0, render(report, 40)
+
+
+def _pipeline(log: Path, fast: bool):
+    """Records, events and timelines of one log, with every stage's C path or with none."""
+    from bridge.assemble import Assembler
+    from bridge.decode import Decoder, source_for
+    from bridge.decode import stream as stream_mod
+    from bridge.decode.stream import RecordStream
+    from bridge.parse import FAST_PARSE, Parser
+    from bridge.tail import read_lines
+
+    stream = RecordStream(Decoder(mtime=1.8e9), fast=stream_mod.FAST if fast else None)
+    parser = Parser(fast=FAST_PARSE if fast else None)
+    records = list(stream.over(read_lines(str(log))))
+    events = [parser.parse(r.message, r.level, r.origin) for r in records]
+    out: list = []
+    assembler = Assembler(source_for(str(log)), out.append, fast=fast)
+    for r, e in zip(records, events):
+        if e is not None:
+            assembler.feed(r, e)
+    assembler.flush()
+    return records, events, out, stream.decoder.stats, parser.snapshot()
+
+
+def test_c_paths_agree_with_python_on_real_logs(scenario):
+    """Whole real vLLM logs (CRI-framed, V1 process prefixes, JSON records, tracebacks): the C
+    decode, parse and assemble paths give what the pure-Python stages give."""
+    _, log = scenario
+    assert _pipeline(log, True) == _pipeline(log, False)
