@@ -108,6 +108,11 @@ def test_near_misses_keep_their_text(line):
     assert r.message.endswith(line.split("[36m")[-1].split("| ", 1)[-1]) or r.message == line, r
 
 
+@pytest.mark.parametrize("line", ["    flags = flags | mask", "        mask | flags", "      x |= y | z"])
+def test_a_traceback_code_line_with_a_bar_is_no_viewer_gutter(line):
+    assert decode(line).message == line
+
+
 def test_rank_prefixed_traceback_is_one_incident(tmp_path):
     """`[rank0]:` on every line (torch elastic), behind the viewer gutter too: one record, one
     incident whose type is the last line's exception."""

@@ -32,7 +32,8 @@ _ISO = re.compile(
     r"(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d:\d\d)([.,]\d{1,9})?\s?(Z|z|[+-]\d\d:?\d\d| ?UTC| ?GMT)?\b[\s|,;\]]*"
 )
 # `  | ` (a log viewer's gutter), `vllm-1  | ` (docker compose): at most a name, then the bar
-_VIEWER = re.compile(r" *[\w.-]* *\| ")
+# (a name starts the line; spaces then a bar would also be a traceback's code line `    a | b`)
+_VIEWER = re.compile(r"(?: {0,4}|[\w.-]+ +)\| ")
 # journald / syslog short formats: `Oct 22 09:33:49[.123456] host ident[pid]: `, year-less local time
 _SYSLOG = re.compile(r"(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) ([ \d]\d) (\d\d:\d\d:\d\d)(\.\d{1,9})? ")
 _SYSLOG_TAG = re.compile(r"[\w.-]+ [\w.@/-]+\[\d+\]: ")   # `host ident[pid]: `; the pid is required
