@@ -29,7 +29,8 @@ def scenario(request):
 
 def test_every_scenario_is_saved():
     assert set(NAMES) >= {"sigterm_inflight", "idle_shutdown", "reused_id", "queue_pressure", "n_gt_1",
-                          "bad_requests", "no_log_requests", "json_logging", "engine_kill9", "api_server_count_2"}
+                          "bad_requests", "no_log_requests", "json_logging", "engine_kill9", "api_server_count_2",
+                          "json_debug_400"}
 
 
 def test_the_truth_check_catches_a_merge_a_wrong_outcome_and_a_late_end():

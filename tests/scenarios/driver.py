@@ -225,6 +225,8 @@ SERVER = {
     "json_logging": (("--logging-config.formatter", "json"), None, False),
     "engine_kill9": ((), None, False),
     "api_server_count_2": (("--api-server-count", "2"), None, False),
+    "json_debug_400": (("--log-level", "DEBUG", "--logging-config.formatter", "json"), {"VLLM_LOGGING_LEVEL": "DEBUG"},
+                       False),
 }
 
 
@@ -304,6 +306,12 @@ def _drive(name: str, server: VllmServer, rec: Recorder, events: dict) -> None:
         events["kill9_pid"] = pid
         os.kill(pid, signal.SIGKILL)
         rec.join(30)
+    elif name == "json_debug_400":   # what DEBUG adds to a 400: does any line name the request?
+        rec.send("chat")
+        rec.send("chat", max_tokens=100_000, sent_id="dbg-max-tokens", expect="input")
+        rec.send("completion", temperature=-1.0, sent_id="dbg-temperature", expect="input")
+        rec.send("completion", logprobs=1000, sent_id="dbg-logprobs", expect="input")
+        rec.send("completion")
     elif name == "api_server_count_2":
         for i in range(4):
             rec.background(kind=("completion", "chat")[i % 2], max_tokens=16)
