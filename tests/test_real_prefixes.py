@@ -114,11 +114,13 @@ def test_a_traceback_code_line_with_a_bar_is_no_viewer_gutter(line):
 
 
 def test_rank_prefixed_traceback_is_one_incident(tmp_path):
-    """`[rank0]:` on every line (torch elastic), behind the viewer gutter too: one record, one
-    incident whose type is the last line's exception."""
+    """`[rank0]:` on every line (torch elastic), a viewer gutter, journald's or a shipper's stamp:
+    one record, one incident whose type is the last line's exception."""
     tb = ["Traceback (most recent call last):", '  File "/x/worker.py", line 9, in run',
           "    self.model_runner.execute()", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"]
-    for prefix in ("[rank0]: ", "  | [rank0]: ", "[36m(RayWorkerVllm pid=3)[0m [rank0]: "):
+    for prefix in ("[rank0]: ", "  | [rank0]: ", "[36m(RayWorkerVllm pid=3)[0m [rank0]: ", "  | ",
+                   "vllm-1  | ", "Oct 22 09:33:50 gpu-1 vllm[1234]: ", "2025-10-22T09:33:50.5Z ",
+                   "Oct 22 09:33:50 gpu-1 vllm[1234]: [rank1]: "):
         lines = ["(APIServer pid=1) INFO 10-22 09:33:48 [logger.py:43] Received request cmpl-r-0: params: x",
                  "(APIServer pid=1) INFO 10-22 09:33:48 [async_llm.py:1] Added request cmpl-r-0-1234abcd."]
         lines += [prefix + t for t in tb]

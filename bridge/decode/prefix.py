@@ -27,9 +27,10 @@ HEADER = re.compile(
 )
 # (APIServer pid=1) (VllmWorker rank=0 pid=5) (VllmWorker TP0 pid=5) (RayWorkerWrapper pid=206994, ip=10.0.0.1)
 _PROCESS = re.compile(r"\(([A-Za-z_][\w.-]*(?: [A-Za-z_][\w.=-]*)*? pid=\d+(?:, ip=[0-9A-Fa-f.:]+)?)\) ?")
-# 2025-10-22T09:33:49.123Z, 2025-10-22 09:33:49,123 +02:00 … (Fluent Bit, Vector, Promtail, journald exports)
+# 2025-10-22T09:33:49.123Z, 2025-10-22 09:33:49,123 +02:00 … (Fluent Bit, Vector, Promtail, journald exports),
+# then one separator: what follows may be a traceback line whose indentation is its meaning
 _ISO = re.compile(
-    r"(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d:\d\d)([.,]\d{1,9})?\s?(Z|z|[+-]\d\d:?\d\d| ?UTC| ?GMT)?\b[\s|,;\]]*"
+    r"(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d:\d\d)([.,]\d{1,9})?\s?(Z|z|[+-]\d\d:?\d\d| ?UTC| ?GMT)?\b(?:\s?[|,;\]])?\s?"
 )
 # `  | ` (a log viewer's gutter), `vllm-1  | ` (docker compose): at most a name, then the bar
 # (a name starts the line; spaces then a bar would also be a traceback's code line `    a | b`)
