@@ -83,7 +83,7 @@ def test_v1_completion_children_and_failures(received):
     assert a["gen_ai.response.finish_reasons"] == ["length"]
     assert roots["chatcmpl-deadbeefcafef00d"][1]["vllm.outcome"] == "aborted"
     _, a = roots["chatcmpl-0123456789abcdef"]
-    assert (a["vllm.outcome"], a["error.type"]) == ("failed", "bad_request")
+    assert (a["vllm.outcome"], a["error.type"]) == ("failed", "input")
 
 
 def test_no_phase_is_invented_from_thin_logs(received):

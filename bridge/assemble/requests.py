@@ -30,6 +30,7 @@ from bridge.assemble.timeline import INFERRED, IncidentEvent, IncidentRef, SpanE
 from bridge.decode.record import Record
 from bridge.decode.source import Source
 from bridge.parse.events import (
+    ENGINE_EXITED,
     AccessLog,
     AllocationFailed,
     BlockAllocated,
@@ -74,7 +75,7 @@ _INCIDENT_WINDOW_NS = 5 * _NS
 #: An incident's `error.type` is the most specific its lines show: a CUDA OOM wrapped in an
 #: EngineDeadError stays `oom`, NCCL/watchdog evidence makes a "Worker died" `distributed`.
 _SPECIFICITY = {t: i for i, t in enumerate(
-    ("oom", "distributed", "timeout", "model_load", "engine_dead", "bad_request", "aborted", "other"))}
+    ("oom", "distributed", "timeout", "model_load", "engine_dead", "input", "aborted", "other"))}
 #: Errors while the server is being stopped on purpose are part of the stop, not a death, unless
 #: they show a failure of their own.
 _REAL_FAILURES = frozenset({"oom", "distributed"})
@@ -642,8 +643,11 @@ class Assembler:
             r.set("gen_ai.usage.output_tokens", previous + ev.output_tokens)
         if ev.finish_reason is None and ev.streaming != "complete":
             return
-        reasons = (r.extra or {}).get("gen_ai.response.finish_reasons", [])
-        if ev.finish_reason is not None and ev.finish_reason not in reasons:
+        # One line per choice (n>1 logs each choice's reason): one reason per choice, as the
+        # GenAI convention has it, and the last choice's line ends the request.
+        extra = r.extra or {}
+        reasons = extra.get("gen_ai.response.finish_reasons", [])
+        if ev.finish_reason is not None and len(reasons) < (extra.get("gen_ai.request.n") or 1):
             r.set("gen_ai.response.finish_reasons", [*reasons, ev.finish_reason])
         if r.terminal_ns is None:
             if ev.finish_reason == "abort" and self._stop_ns is not None:
@@ -651,6 +655,8 @@ class Assembler:
             else:
                 self._terminate(r, record.ts_ns, "finished")
                 self._alive()
+        elif r.outcome == "finished" and r.error_type is None and record.ts_ns > r.terminal_ns:
+            r.terminal_ns = record.ts_ns
 
     def _on_aborted(self, record: Record, ev: RequestsAborted) -> None:
         for rid in ev.request_ids:
@@ -834,7 +840,8 @@ class Assembler:
             self._startup.add(record, ())
             self._end_startup(ev.error_type, ev.message)
         ts = record.ts_ns
-        if self._stop_ns is not None and self._death is None and ev.error_type not in _REAL_FAILURES:
+        if (self._stop_ns is not None and self._death is None and ev.error_type not in _REAL_FAILURES
+                and not ev.message.startswith(ENGINE_EXITED)):
             # vLLM raises EngineDeadError, cancels and kills its workers while it stops on purpose.
             self.stats.stop_errors += 1
             if ev.fatal:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import timezone, tzinfo
 
 from bridge.decode.clock import HeaderClock, Rfc3339
-from bridge.decode.framing import CRI, DOCKER, PLAIN, CriUnwrapper, DockerUnwrapper, detect
+from bridge.decode.framing import CLOUD, CRI, DOCKER, PLAIN, CloudUnwrapper, CriUnwrapper, DockerUnwrapper, detect
 from bridge.decode.jsonline import parse_json_line
 from bridge.decode.prefix import HEADER, split_prefix
 from bridge.decode.record import CLOCK_ANCHORED, CLOCK_HEADER, CLOCK_JSON, CLOCK_RUNTIME, CLOCK_SHIPPER, Record
@@ -78,7 +78,8 @@ class Decoder:
             if not line.rstrip("\r"):
                 return None
             self._framing = detect(line)
-            self._unwrap = {CRI: CriUnwrapper, DOCKER: DockerUnwrapper}.get(self._framing, lambda: None)()
+            unwrappers = {CRI: CriUnwrapper, DOCKER: DockerUnwrapper, CLOUD: CloudUnwrapper}
+            self._unwrap = unwrappers.get(self._framing, lambda: None)()
 
         runtime_ts = None
         if self._unwrap is not None:
@@ -115,6 +116,7 @@ class Decoder:
             if not line:
                 return None
         process = ""
+        own = None
         if line[:1] == "{":  # vLLM's JSON format: one record per line, year and milliseconds
             js = parse_json_line(line, self._tz)
             if js is not None:
@@ -130,7 +132,7 @@ class Decoder:
         m = self._header(line)
         if m is None:  # the slow path: prefixes, shipper stamps, lines with no header
             split = split_prefix(line)
-            m, process = split.header, split.process
+            m, process, line = split.header, split.process, split.line or line
             if split.shipper_stamp and runtime_ts is None:
                 runtime_ts = self._shipper(split.shipper_stamp)
                 shipper = runtime_ts is not None
@@ -142,6 +144,8 @@ class Decoder:
                 line = line[split.message_start:]
                 if not line:
                     return None
+                if split.own_stamp:
+                    own = split
         else:
             shipper = False
         if m is not None:
@@ -159,6 +163,9 @@ class Decoder:
             stats.no_header += 1
             if runtime_ts is not None:
                 ts, clock = runtime_ts, (CLOCK_SHIPPER if shipper else CLOCK_RUNTIME)
+            elif own is not None and (ts := self._clock(own.own_stamp)) is not None:
+                # torch C++ / journald: the line's own local time, after a zone-exact stamp
+                ts, clock = ts + own.own_frac_ns, CLOCK_HEADER
             else:
                 ts, clock = self._last_ts, CLOCK_ANCHORED
         self._last_ts = ts

@@ -11,13 +11,15 @@ import re
 
 from bridge.decode.clock import Rfc3339
 
-PLAIN, CRI, DOCKER = "plain", "cri", "docker"
+PLAIN, CRI, DOCKER, CLOUD = "plain", "cri", "docker", "cloud"
 
 _CRI_SHAPE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S* (?:stdout|stderr) [PF]")
 
 
 def detect(first_line: str) -> str:
     """The framing of a file, judged by its first non-empty line."""
+    if first_line.startswith("{") and '"textPayload"' in first_line:
+        return CLOUD
     if first_line.startswith("{") and '"log"' in first_line:
         return DOCKER
     if _CRI_SHAPE.match(first_line):
@@ -68,3 +70,27 @@ class DockerUnwrapper:
         if text.endswith("\n"):
             return ts, False, text[:-1]
         return ts, True, text
+
+
+class CloudUnwrapper:
+    """Google Cloud Logging's exported entries, one JSON object a line (a GKE log sink, or
+    `gcloud logging read --format=json` flattened): the container's line is `textPayload`, the
+    time the runtime stamped it `timestamp`. Always whole lines: the runtime joined its parts."""
+
+    __slots__ = ("_stamp",)
+
+    def __init__(self) -> None:
+        self._stamp = Rfc3339()
+
+    def __call__(self, line: str) -> tuple[int, bool, str] | None:
+        try:
+            obj = json.loads(line)
+            text, stamp = obj["textPayload"], obj["timestamp"]
+        except (ValueError, KeyError, TypeError):
+            return None
+        if not isinstance(text, str) or not isinstance(stamp, str):
+            return None
+        ts = self._stamp(stamp)
+        if ts is None:
+            return None
+        return ts, False, text.rstrip("\n")

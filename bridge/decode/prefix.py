@@ -3,7 +3,14 @@
 Only lines that do not start with a header come here, so the common case never pays for it.
 Order on a line, each part optional:
 
-    <shipper ISO stamp> <junk> (EngineCore_DP0 pid=7) <VLLM_LOGGING_PREFIX>INFO 10-22 09:33:49 [f.py:1] msg
+    <viewer bar> <shipper stamp> <syslog tag> <junk> (EngineCore_DP0 pid=7) [rank0]: <VLLM_LOGGING_PREFIX>
+        INFO 10-22 09:33:49 [f.py:1] msg
+
+where a viewer bar is what log viewers put before each line (`  | `, docker compose's
+`vllm-1  | `), a shipper stamp is an ISO stamp (docker `logs -t`, Fluent Bit, cloud exports:
+`2025-10-22 09:33:49.123 UTC`) or journald's `Oct 22 09:33:49`, and a syslog tag is journald's
+`host vllm[1234]: `. Ray's colour codes whose ESC byte a shipper dropped (`[36m(RayWorker
+pid=1)[0m `) are read as the colour they were.
 
 Lines with no header at all (uvicorn, torch C++, raw tracebacks, tqdm) keep their process
 prefix and shipper stamp removed too, so a traceback printed by a worker still knows its writer.
@@ -12,7 +19,7 @@ prefix and shipper stamp removed too, so a traceback printed by a worker still k
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 # LEVEL MM-DD HH:MM:SS file.py:LINE] message   (v0.8+ writes [file.py:LINE]; DEBUG a relative path)
 HEADER = re.compile(
@@ -20,32 +27,70 @@ HEADER = re.compile(
 )
 # (APIServer pid=1) (VllmWorker rank=0 pid=5) (VllmWorker TP0 pid=5) (RayWorkerWrapper pid=206994, ip=10.0.0.1)
 _PROCESS = re.compile(r"\(([A-Za-z_][\w.-]*(?: [A-Za-z_][\w.=-]*)*? pid=\d+(?:, ip=[0-9A-Fa-f.:]+)?)\) ?")
-# 2025-10-22T09:33:49.123Z, 2025-10-22 09:33:49,123 +02:00 … (Fluent Bit, Vector, Promtail, journald exports)
+# 2025-10-22T09:33:49.123Z, 2025-10-22 09:33:49,123 +02:00 … (Fluent Bit, Vector, Promtail, journald exports),
+# then one separator: what follows may be a traceback line whose indentation is its meaning
 _ISO = re.compile(
-    r"(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d:\d\d)([.,]\d{1,9})?\s?(Z|z|[+-]\d\d:?\d\d)?\b[\s|,;\]]*"
+    r"(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d:\d\d)([.,]\d{1,9})?\s?(Z|z|[+-]\d\d:?\d\d| ?UTC| ?GMT)?\b(?:\s?[|,;\]])?\s?"
 )
+# `  | ` (a log viewer's gutter), `vllm-1  | ` (docker compose): at most a name, then the bar
+# (a name starts the line; spaces then a bar would also be a traceback's code line `    a | b`)
+_VIEWER = re.compile(r"(?: {0,4}|[\w.-]+ +)\| ")
+# journald / syslog short formats: `Oct 22 09:33:49[.123456] host ident[pid]: `, year-less local time
+_SYSLOG = re.compile(r"(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) ([ \d]\d) (\d\d:\d\d:\d\d)(\.\d{1,9})? ")
+_SYSLOG_TAG = re.compile(r"[\w.-]+ [\w.@/-]+\[\d+\]: ")   # `host ident[pid]: `; the pid is required
+_MONTHS = {m: i + 1 for i, m in enumerate("Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split())}
+# Colour codes that lost their ESC byte to a shipper: `[36m`, `[0m`, `[1;36m`
+_BARE_SGR = re.compile(r"\[[0-9;]{0,8}m")
+# torch elastic's `[rank3]: ` before every line a rank prints (`[rank1]:[E…` is torch C++'s own, kept)
+_RANK = re.compile(r"\[rank(\d+)\]: ")
+# torch C++ (c10 / glog) lines: `[E1022 09:33:49.123456 1234 ProcessGroupNCCL.cpp:1316] …`, also without `[`
+_TORCH = re.compile(r"\[?[EWIF](\d\d)(\d\d) (\d\d:\d\d:\d\d)\.(\d{1,9}) +\d+ [^\s\]]+:\d+\]")
 
 
-@dataclass(frozen=True, slots=True)
-class Split:
-    """A line taken apart. `header` is the match object over `line`, or None."""
+class Split(NamedTuple):
+    """A line taken apart. `header` is the match object over `line`, or None. A named tuple:
+    built for every line that does not start with a header, where a frozen dataclass's
+    construction cost more than the rest of the split."""
 
     header: re.Match[str] | None
     message_start: int   # where the message begins in `line` when there is no header
     process: str
     shipper_stamp: str   # RFC 3339 text ready for `Rfc3339`, "" when there was none
+    own_stamp: str = ""  # a year-less local `MM-DD HH:MM:SS` the line carries (journald, torch C++)
+    own_frac_ns: int = 0  # its fraction of a second
+    line: str = ""       # the line `header` and `message_start` point into (split_prefix may rewrite it)
 
 
 def split_prefix(line: str) -> Split:
     """Find the header after whatever precedes it. Never raises."""
     pos = 0
     stamp = ""
-    if line[:1].isdigit():
-        m = _ISO.match(line)
+    own, own_ns = "", 0
+    if line.find("| ", 0, 48) >= 0:
+        m = _VIEWER.match(line)
+        if m is not None:
+            pos = m.end()
+    c = line[pos:pos + 1]
+    if c.isdigit():
+        m = _ISO.match(line, pos)
         if m is not None:
             date, hms, frac, tz = m.groups()
-            stamp = f"{date}T{hms}{'.' + frac[1:] if frac else ''}{tz or 'Z'}"
+            tz = (tz or "Z").strip()
+            stamp = f"{date}T{hms}{'.' + frac[1:] if frac else ''}{'Z' if tz in ('UTC', 'GMT') else tz}"
             pos = m.end()
+    elif c in "JFMASOND":
+        m = _SYSLOG.match(line, pos)
+        if m is not None:
+            mon, day, hms, frac = m.groups()
+            own = f"{_MONTHS[mon]:02d}-{int(day):02d} {hms}"
+            own_ns = int(frac[1:10].ljust(9, "0")) if frac else 0
+            pos = m.end()
+    if stamp or own:
+        m = _SYSLOG_TAG.match(line, pos)
+        if m is not None:
+            pos = m.end()
+    if line.startswith("[", pos) and _BARE_SGR.match(line, pos) is not None:
+        line = _strip_bare_sgr(line, pos)
     process = ""
     m = _PROCESS.match(line, pos)
     if m is not None:
@@ -53,12 +98,35 @@ def split_prefix(line: str) -> Split:
         pos = m.end()
         h = HEADER.match(line, pos)
         if h is not None:
-            return Split(h, h.end(), process, stamp)
+            return Split(h, h.end(), process, stamp, "", 0, line)
+    if line.startswith("[rank", pos):
+        m = _RANK.match(line, pos)
+        if m is not None:   # the rank joins the writer's name: a rank's traceback is one record
+            process = f"{process} rank={m[1]}" if process else f"rank={m[1]}"
+            pos = m.end()
     h = HEADER.search(line, pos)
     if h is None:
-        return Split(None, pos, process, stamp)
+        if line.startswith(("[", "E", "W", "I", "F"), pos):
+            t = _TORCH.match(line, pos)
+            if t is not None:   # a torch C++ line: its own stamp, the message kept whole
+                mm, dd, hms, frac = t.groups()
+                own, own_ns = f"{mm}-{dd} {hms}", int(frac[:9].ljust(9, "0"))
+        return Split(None, pos, process, stamp, own, own_ns, line)
     if not process and h.start() > pos:  # junk, then the process prefix, then the header
         m = _PROCESS.search(line, pos, h.start())
         if m is not None:
             process = m[1]
-    return Split(h, h.end(), process, stamp)
+    return Split(h, h.end(), process, stamp, "", 0, line)
+
+
+def _strip_bare_sgr(line: str, pos: int) -> str:
+    """`[36m(RayWorker pid=1)[0m …` → `(RayWorker pid=1) …`, as the ESC-intact line decodes: the
+    colour code at `pos` and the one right after the process prefix, nowhere else (a message may
+    hold `[0m`)."""
+    m = _BARE_SGR.match(line, pos)
+    p = _PROCESS.match(line, m.end())
+    if p is None:
+        return line[:pos] + line[m.end():]
+    close = p.end(1) + 1   # just past `)`
+    s = _BARE_SGR.match(line, close)
+    return line[:pos] + line[m.end():close] + line[s.end() if s is not None else close:]

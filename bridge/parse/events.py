@@ -230,11 +230,17 @@ class StartupFact:
 class EngineError:
     """An error line or a joined traceback / C++ block, classified into `error.type`."""
 
-    error_type: str       # oom | timeout | aborted | engine_dead | bad_request | distributed | model_load | other
+    error_type: str       # oom | timeout | aborted | engine_dead | input | distributed | model_load | other
     exception_type: str
     message: str
     fatal: bool           # the engine (or a worker it needs) is gone: requests in flight are lost
     stacktrace: str
+
+
+#: What vLLM's API server logs when its engine core process died under it (core_client.py:818):
+#: a death even when a `[shutdown]` line came first (the process manager's clean-up can print
+#: before the monitor's warning), never part of a deliberate stop.
+ENGINE_EXITED = "[shutdown] MPClient: engine core exited unexpectedly"
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ from bridge.parse.events import (
     RequestsAborted,
     ResponseGenerated,
     SequencePreempted,
+    ENGINE_EXITED,
     ServerStop,
     StartupFact,
 )
@@ -115,7 +116,7 @@ def _aborted(msg: str) -> Event | None:
 
 
 _REQUEST_V1 = re.compile(r"Request (\S+) (aborted|failed)(?: \(([^)]*)\)| due to (.*?))?(?:: (.*?))?\.?$", re.S)
-_FAILED_REASON = {"engine dead": "engine_dead", "bad request": "bad_request", "input error": "bad_request"}
+_FAILED_REASON = {"engine dead": "engine_dead", "bad request": "input", "input error": "input"}
 
 
 _PROMPT_IDS = ", prompt_token_ids: ["
@@ -239,7 +240,7 @@ def _shutdown(msg: str) -> Event | None:
         return ServerStop("in_flight", int(m[1]))
     if msg.startswith("[shutdown] EngineCore: request processing complete"):
         return _STOP_DRAINED
-    if msg.startswith("[shutdown] MPClient: engine core exited unexpectedly"):
+    if msg.startswith(ENGINE_EXITED):
         return EngineError("engine_dead", "", msg[:_MAX_MESSAGE], True, "")
     return _STOP_SERVER
 
@@ -413,7 +414,7 @@ _CLASSES = (
     ("engine_dead", ("enginedeaderror", "engine loop is not running", "background loop",
                      "background task failed", "terminating server process", "died", "fatal error",
                      "killing local vllm worker", "output_handler failed", "engine dead")),
-    ("bad_request", ("bad request", "badrequest", "input error", "is too long", "validation error",
+    ("input", ("bad request", "badrequest", "input error", "is too long", "validation error",
                      "maximum context length", "invalid input", "invalid request")),
     ("aborted", ("abort", "cancellederror")),
 )
@@ -508,6 +509,8 @@ _PY_WARNING = re.compile(r"\S+\.py:\d+: \w*Warning: ")
 _LIBRARY_NOISE = ("nanobind: ", " - leaked ", " - ... skipped remainder", "Triton is installed",
                   "See https://nanobind", "  ")
 _GLOG = re.compile(r"(?:\[rank\d+\]:)?\[[EFW][\d ].*?\] |(?:\[rank\d+\]:)?\[PG \d+")
+# glog without brackets (older torch, absl): `E1022 09:33:49.123456  1234 ProcessGroupNCCL.cpp:1316] …`
+_GLOG_BARE = re.compile(r"[EFWI]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [^\s\]]+:\d+\] ")
 
 #: Known vLLM lines with nothing to assemble, by prefix: counted as recognised, under a kind.
 _NOTICES = (
@@ -518,7 +521,8 @@ _NOTICES = (
         "Default sampling parameters", "non-default args", "This model's", "Starting vLLM API server",
         "Available routes are", "Route: ", "Waiting for ", "Dynamo bytecode transform", "Directly load",
         "Cache the graph", "Graph capturing", "Setting max_num_batched_tokens", "Disabling", "Enabling",
-        "CUDA graph", "Asynchronous scheduling", "Started engine process", "Multiprocessing frontend",
+        "CUDA graph", "Asynchronous scheduling", "AsyncLLM created with", "Started engine process",
+        "Multiprocessing frontend",
         "Downcasting", "Casting", "Defaulting", "Overriding", "Possible", "Reducing", "Detected",
         "Found ", "Model loading", "Loading model", "Initializing", "Chat template", "world_size",
         "vLLM is using", "Ray", "Connected", "Sleep mode", "Prefix caching", "Custom allreduce",
@@ -606,6 +610,8 @@ def fallback(msg: str, level: str, origin: str = "") -> Event | None:
             head = msg[:40]
             return engine_error(msg) if "[E" in head or "[F" in head or "[PG " in head or "\n" in msg \
                 else _TORCH_LOG
+        if c in "EFWI" and _GLOG_BARE.match(msg):
+            return engine_error(msg) if c in "EF" else _TORCH_LOG
         if _progress(msg) or _PY_WARNING.match(msg) or msg.startswith(_LIBRARY_NOISE):
             return _NOISE
         if c.isdigit() and " Engines Aggregated: " in msg[:24]:

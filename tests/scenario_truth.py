@@ -1,0 +1,184 @@
+"""What the spans must say about a real-vLLM scenario, derived from the client's own truth.
+
+Shared by the fast tests over the saved fixtures (tests/test_scenarios.py) and the live ones
+(tests/test_real_scenarios.py). The truth is tests/scenarios/driver.py's record of what the
+client sent and saw and what was done to the server; nothing here reads earlier bridge output.
+
+Rules, each from vLLM 0.32's behaviour (its source in vllm/entrypoints/openai/):
+- the id vLLM logs for a request: `cmpl-<id>-0` for a completion, `chatcmpl-<id>` for a chat,
+  where `<id>` is the `X-Request-Id` sent, else the random part of the response's `id`;
+- every request that reached the engine is exactly one `vllm.request` root, even when two
+  share an `X-Request-Id`;
+- a request no line names (`--enable-log-requests` off; a 400 refused before it got an id)
+  gets no root: nothing in the log says it happened;
+- outcome: `ok` → finished without error; in flight at a SIGTERM → `error.type=shutdown`; in
+  flight when the EngineCore was killed → `error.type=engine_dead`; a 400 → `error.type=input`
+  when its id is in the log, else no root at all;
+- times: the log's clock here is the container runtime's nanosecond stamp, taken when vLLM
+  wrote the line, so a root starts between the client's send and its first byte and ends no
+  later than the client saw the end, give or take TOL (a line is written a little after the
+  fact, more so on a loaded machine). An end no line states (V1 completions) is inferred from
+  the engine going idle: up to IDLE_TOL after the client's end.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from itertools import permutations
+from pathlib import Path
+
+from bridge.assemble.timeline import RequestTimeline
+from bridge.pipeline import replay
+
+TOL_NS = 250_000_000
+IDLE_TOL_NS = 3_000_000_000
+
+
+@dataclass(frozen=True)
+class Root:
+    request_id: str
+    outcome: str           # vllm.outcome
+    error_type: str | None
+    start_ns: int
+    end_ns: int
+    end_timing: str
+    attrs: dict
+
+
+def spans_of(log: Path) -> tuple[list[Root], Counter]:
+    """Replay one log: its request roots, and its engine incidents counted by error type."""
+    out: list = []
+    replay([str(log)], [out.append])
+    roots = [Root(t.request_id, t.outcome, t.error_type, t.start_ns, t.end_ns, t.end_timing, dict(t.attrs))
+             for t in out if isinstance(t, RequestTimeline)]
+    incidents = Counter(t.error_type for t in out if not isinstance(t, RequestTimeline) and t.kind != "startup")
+    return roots, incidents
+
+
+def logged_id(r: dict) -> str | None:
+    """The id vLLM logs for a client request, from what the client sent and received."""
+    rid = r["response_id"]
+    if not rid and r["sent_id"]:
+        rid = ("chatcmpl-" if r["kind"] == "chat" else "cmpl-") + r["sent_id"]
+    if not rid:
+        return None
+    return rid if r["kind"] == "chat" else rid + "-0"
+
+
+def id_in_log(log_text: str, rid: str) -> bool:
+    """Whether vLLM wrote the id at all (a 400 may be refused before any line names it)."""
+    return rid in log_text
+
+
+def check_roots(truth: dict, roots: list[Root], log_text: str) -> list[str]:
+    """Every disagreement between the spans and the truth, as readable lines ([] = agree)."""
+    errors: list[str] = []
+    by_id: dict[str, list[Root]] = {}
+    for root in roots:
+        by_id.setdefault(root.request_id, []).append(root)
+    reqs = truth["requests"]
+    wanted = Counter()
+    for r in reqs:
+        rid = logged_id(r)
+        if rid is not None and r["status"] == 200 and "--enable-log-requests" in truth["server_args"] \
+                and not id_in_log(log_text, rid):
+            errors.append(f"{rid}: vLLM logs every request it serves, but not this one")
+        if rid is None or not id_in_log(log_text, rid):
+            continue   # never named in the log (no --enable-log-requests; a 400 before its id)
+        wanted[rid] += 1
+    # Count of roots: one per client request that vLLM logged, never merged, never invented.
+    for rid, n in wanted.items():
+        got = len(by_id.get(rid, []))
+        if got != n:
+            errors.append(f"{rid}: {got} roots, the client sent {n}")
+    extra = set(by_id) - set(wanted)
+    if extra:
+        errors.append(f"roots no client request explains: {sorted(extra)}")
+    # Per request: outcome and times. Requests sharing an id are paired with its roots in the
+    # way that agrees best (concurrent ones may reach vLLM in either order).
+    groups: dict[str, list[dict]] = {}
+    for r in reqs:
+        rid = logged_id(r)
+        if rid in wanted:
+            groups.setdefault(rid, []).append(r)
+    for rid, rs in groups.items():
+        candidates = by_id.get(rid, [])
+        if len(candidates) != len(rs):
+            candidates = candidates[:len(rs)]
+            rs = rs[:len(candidates)]
+        # Chats in flight together under one id: vLLM's `Generated response` line names only
+        # that id, so no reader of the log can tell which of them a finish reason belongs to.
+        # Their reasons are compared as one multiset over the group, not root by root.
+        shared = len(rs) > 1 and all(r["kind"] == "chat" for r in rs) and _overlap(rs)
+        if shared:
+            errors += _check_shared_reasons(truth, rid, rs, candidates)
+        best = None
+        for order in permutations(candidates):
+            errs = [e for r, root in zip(rs, order) for e in _check_one(truth, r, rid, root, log_text, not shared)]
+            if best is None or len(errs) < len(best):
+                best = errs
+        errors += best or []
+    return errors
+
+
+def _overlap(rs: list[dict]) -> bool:
+    """Whether any two of these requests were in flight at the same time (client's clock)."""
+    spans = sorted((r["t_send_ns"], r["t_end_ns"]) for r in rs)
+    return any(b[0] < a[1] for a, b in zip(spans, spans[1:]))
+
+
+def _check_shared_reasons(truth: dict, rid: str, rs: list[dict], roots: list[Root]) -> list[str]:
+    if "--enable-log-outputs" not in truth["server_args"] or any(r["stream"] or r["expect"] != "ok" for r in rs):
+        return []
+    got = sorted(x for root in roots for x in root.attrs.get("gen_ai.response.finish_reasons") or [])
+    want = sorted(x for r in rs for x in r["finish_reasons"])
+    # Known gap (see the closing note of this change): the older of two concurrent requests is
+    # closed when the newer arrives, so a reason may be missing; none may be invented.
+    left = Counter(want)
+    left.subtract(got)
+    if got and min(left.values()) >= 0:
+        return []
+    return [f"{rid}: finish reasons {got} over its concurrent requests, the clients got {want}"]
+
+
+def _check_one(truth: dict, r: dict, rid: str, root: Root, log_text: str = "", reasons: bool = True) -> list[str]:
+    out = []
+    # A stream's reason is on its last delta's line, which vLLM skips when the delta is empty.
+    streamed_reason_logged = r["stream"] and r["n"] == 1 and bool(r["finish_reasons"]) and \
+        f"{rid} (streaming delta): output: " in log_text and \
+        any(f"{rid} (streaming delta)" in line and f"finish_reason: {r['finish_reasons'][0]}" in line
+            for line in log_text.splitlines() if rid in line)
+    expect = r["expect"]
+    if expect == "ok":
+        if root.outcome != "finished" or root.error_type:
+            out.append(f"{rid}: outcome {root.outcome}/{root.error_type}, the client got {r['status']} "
+                       f"{r['finish_reasons']}")
+    elif root.error_type != expect:
+        out.append(f"{rid}: error.type {root.error_type!r} (outcome {root.outcome}), want {expect!r}")
+    if not (r["t_send_ns"] - TOL_NS <= root.start_ns <= (r["t_first_byte_ns"] or r["t_end_ns"]) + TOL_NS):
+        out.append(f"{rid}: start {root.start_ns} outside send {r['t_send_ns']} .. first byte "
+                   f"{r['t_first_byte_ns']}")
+    hi = r["t_end_ns"] + (IDLE_TOL_NS if root.end_timing == "inferred" else TOL_NS)
+    lo = r["t_send_ns"] - TOL_NS
+    signal = truth.get("kill9_ns") if expect == "engine_dead" else truth.get("sigterm_ns")
+    if expect in ("shutdown", "engine_dead") and signal:
+        lo = signal - TOL_NS   # it ended at the stop, not before
+    if not lo <= root.end_ns <= hi:
+        out.append(f"{rid}: end {root.end_ns} ({root.end_timing}) outside {lo} .. {hi}")
+    # A chat's `Generated response … finish_reason: …` line (`--enable-log-outputs`) names it,
+    # text and JSON format alike (a stream's last delta may go unlogged: only whole responses).
+    logs_outputs = "--enable-log-outputs" in truth["server_args"]
+    # One reason per choice (n>1 logs a line per choice); their order in the log is the order
+    # the choices finished, the response's is the choices' index: compared as multisets.
+    if reasons and expect == "ok" and logs_outputs and r["kind"] == "chat" and (not r["stream"] or streamed_reason_logged):
+        got = root.attrs.get("gen_ai.response.finish_reasons")
+        if got is None or sorted(got) != sorted(r["finish_reasons"]):
+            out.append(f"{rid}: finish reasons {got}, the client got {r['finish_reasons']}")
+    return out
+
+
+def expect_incidents(truth: dict) -> dict[str, int]:
+    """`vllm.engine` incident spans the scenario must give, by error type: one engine death for
+    a killed EngineCore, none for a deliberate stop."""
+    return {"engine_dead": 1} if "kill9_ns" in truth else {}
