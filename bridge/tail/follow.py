@@ -488,6 +488,10 @@ class Follower:
                 out[tf.path] = max(0, size - tf.offset)
         return out
 
+    def awaiting_resume(self) -> list[FileCheckpoint]:
+        """Checkpoints of files not found at their path again yet (kept as they were)."""
+        return list(self._resume.values())
+
     def next_generations(self) -> dict[str, int]:
         return dict(self._next_gen)
 
