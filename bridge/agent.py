@@ -50,8 +50,9 @@ class InjectedFault(RuntimeError):
 
 def injected_faults(env) -> dict[str, str]:
     """`VLLM_TRACE_BRIDGE_INJECT_FAULT=decode:MARK,parse:MARK,assemble:MARK`: that stage raises
-    on a line containing MARK. For the fault-injection tests of a real agent process; unset
-    (always, in production) it costs one attribute test per line."""
+    on a line containing MARK (assemble: a line whose origin, `file.py:LINE`, does). For the
+    fault-injection tests of a real agent process; unset (always, in production) it costs one
+    truth test per line."""
     out = {}
     for item in (env.get("VLLM_TRACE_BRIDGE_INJECT_FAULT") or "").split(","):
         stage, _, marker = item.partition(":")
@@ -108,6 +109,7 @@ class Agent:
         self._lines_read = 0
         self._dirty = True
         self._memory_pauses = 0
+        self._memory_paused = False
         self._checkpoint_failures = 0
         self._checkpoint_failing = False
         self.line_errors: dict[str, int] = {}  # stage → lines skipped because the stage raised
@@ -185,18 +187,21 @@ class Agent:
                 next_discovery = now + cfg.poll_interval
                 self._ready = True
             got = 0
-            if not self._over_memory():
+            self._memory_paused = self._over_memory()
+            if not self._memory_paused:
                 for tf, lines in self._follower.poll():
                     got += len(lines)
                     self._process(tf, lines)
                 for tf in self._follower.just_retired:
                     self._retire(tf)
+                for ck in self._follower.just_truncated:
+                    self._state(ck.source_key, None).retired.append(ck)
             if now >= next_tick:
                 self._tick()
                 next_tick = now + _TICK_S
             if self._batcher.due(cfg.batch_delay):
                 self._sender.submit(self._batcher.take(), self._stop.is_set)
-            if got or self._follower.just_retired:
+            if got or self._follower.just_retired or self._follower.just_truncated:
                 self._dirty = True
             # Right after an ack (keeps what a crash would re-send small), else once a second
             # if anything moved; an idle agent writes nothing.
@@ -308,7 +313,7 @@ class Agent:
                 if event is None:
                     return
             if faults:
-                _maybe_fail(faults, "assemble", record.message)
+                _maybe_fail(faults, "assemble", record.origin)
             st.assembler.feed(record, event)
         except Exception as exc:
             self._line_error("assemble", st.source.path, record.offset & _MASK, exc)
@@ -406,12 +411,17 @@ class Agent:
         and release a multi-line record held for a continuation that has not come."""
         wall = time.time_ns()
         now = time.monotonic()
+        paused = self._memory_paused
         for st in self._sources.values():
             for key, stream in st.streams.items():
                 if stream.joiner.held_position is not None and now - st.quiet_since.get(key, now) >= _JOIN_IDLE_S:
                     for record in stream.release():
                         self._handle(st, record)
-            if st.assembler is not None and st.last_wall:
+            # The wall clock stands in for the log's only while every file of the source is read
+            # to its end: behind (backlog, a memory pause) the lines still to come are the clock,
+            # so a request closes at the same line as when the log is read after a restart.
+            if st.assembler is not None and st.last_wall and not paused and all(
+                    tf.at_eof for tf in st.files.values()):
                 try:
                     st.assembler.tick(st.last_ts + (wall - st.last_wall))
                 except Exception as exc:

@@ -17,6 +17,7 @@ from bridge.decode.joiner import JoinStats
 from bridge.decode.stream import RecordStream
 from bridge.parse import Parser, ParseStats
 from bridge.tail import read_lines
+from bridge.tail.follow import GEN_SHIFT
 
 Sink = Callable[[Timeline], None]
 
@@ -58,11 +59,12 @@ class LineErrors:
                               note="line skipped; further errors of this kind in this file are only counted")
 
 
-def _positions(lines: Iterable[tuple[int, bytes]], at: list[int]) -> Iterator[tuple[int, bytes]]:
-    """The lines, remembering where the last one handed out starts (for a decode error's offset)."""
-    for item in lines:
-        at[0] = item[0]
-        yield item
+def _positions(lines: Iterable[tuple[int, bytes]], base: int, at: list[int]) -> Iterator[tuple[int, bytes]]:
+    """The lines at positions `base + offset` (files of one source are generations, as the agent
+    numbers them), remembering the last offset handed out (for a decode error's offset)."""
+    for offset, raw in lines:
+        at[0] = offset
+        yield base + offset, raw
 
 
 def _add_into(total, part) -> None:
@@ -86,13 +88,16 @@ def replay(paths: Iterable[str], sinks: list[Sink], config: ReplayConfig = Repla
             for sink in sinks:
                 sink(t)
 
+    generations: dict[str, int] = {}  # source key → files of it so far
     for path in paths:
         stats.files += 1
+        source = source_for(path)
+        gen = generations[source.key] = generations.get(source.key, -1) + 1
         stream = RecordStream(Decoder(tz=config.tz, year=config.year, mtime=os.stat(path).st_mtime))
-        assembler = Assembler(source_for(path), emit, config.assemble)
+        assembler = Assembler(source, emit, config.assemble)
         feed, parse = assembler.feed, parser.parse  # the per-line calls, C fast paths when built
         at = [-1]
-        lines = _positions(read_lines(path), at)
+        lines = _positions(read_lines(path), gen << GEN_SHIFT, at)
         failed_at = None
         while True:  # once more after a line the decoder raised on, from the line after it
             try:

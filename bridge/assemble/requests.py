@@ -181,7 +181,6 @@ class Assembler:
         self._linger_ns = int(config.linger_s * _NS)
         self._open: dict[str, RequestState] = {}       # every request not yet emitted
         self._in_flight: dict[str, RequestState] = {}  # the subset not yet over
-        self._recent_starts: dict[str, tuple[int, int]] = {}  # id → (first_ns, n) for reuse within a tick
         self._queue: QueueState | None = None
         self._gpu: GpuMemory | None = None
         # Where the gauges a new request snapshots were read: a request depends on those
@@ -190,7 +189,6 @@ class Assembler:
         self._gpu_offset: int | None = None
         self._last_oom: tuple[int, CudaOom] | None = None
         self._pending_nccl: tuple[Record, NcclTimeout] | None = None
-        self._last_incident = (0, 0)  # (ts, n): occurrence of incidents within one timestamp
         self._now = 0
         self._next_sweep = 0
         self._startup: Startup | None = None
@@ -245,7 +243,6 @@ class Assembler:
         """Emit what is due at `now_ns`: finished requests done lingering, open ones past TTL.
         Replay ticks on log time; the live agent also ticks on the wall clock."""
         self._next_sweep = now_ns + _NS
-        self._recent_starts.clear()
         if self._pending_nccl is not None and now_ns - self._pending_nccl[0].ts_ns >= _NS:
             self._flush_nccl(None)
         linger_deadline = now_ns - self._linger_ns
@@ -310,11 +307,10 @@ class Assembler:
                 r.last_offset = record.offset
                 return r
             self._finish(r)  # over already: the id has been reused
-        ts = record.ts_ns
-        prev = self._recent_starts.get(rid)
-        n = prev[1] + 1 if prev is not None and prev[0] == ts else 0
-        self._recent_starts[rid] = (ts, n)
-        r = RequestState(rid, str(ts) if n == 0 else f"{ts}.{n}", ts, record.offset)
+        # The occurrence is where its first line is (source-wide, generation-qualified): the
+        # same in every run that reads that line, whatever was read before it, so a request
+        # rebuilt after a restart or rotation keeps its ids and a reused id never shares them.
+        r = RequestState(rid, str(record.offset), record.ts_ns, record.offset)
         for dep in (self._queue_offset, self._gpu_offset):
             if dep is not None and dep < r.first_offset:
                 r.first_offset = dep
@@ -672,9 +668,6 @@ class Assembler:
         self._incident(record, "nccl_timeout", "distributed", start, ev.message, attrs)
 
     def _incident(self, record: Record, kind: str, error_type: str, start_ns: int, message: str, attrs: dict) -> None:
-        prev_ts, n = self._last_incident
-        n = n + 1 if prev_ts == record.ts_ns else 0
-        self._last_incident = (record.ts_ns, n)
         affected = list(self._in_flight)
         event = SpanEvent("vllm.engine.incident", record.ts_ns, {
             "error.type": error_type, "vllm.incident.kind": kind, "exception.message": message})
@@ -682,5 +675,5 @@ class Assembler:
             r.add_event(event, False)
         self.stats.engine_incidents += 1
         self._emit(engine_timeline(
-            self.source, kind, f"{record.ts_ns}.{n}", start_ns, record.ts_ns,
+            self.source, kind, str(record.offset), start_ns, record.ts_ns,
             error_type, message, attrs, affected, record.offset, record.end_offset))

@@ -245,6 +245,9 @@ class Follower:
         self._last_look: float | None = None  # wall time of the last discovery
         self._judged: dict[str, tuple[Source, bool]] = {}     # path → (source, passes the filters)
         self.just_retired: list[TrackedFile] = []  # closed during the last poll
+        # Generations that ended in a copytruncate during the last poll: their lines now live
+        # in the copy, where a resume finds them (by fingerprint) while a request needs them.
+        self.just_truncated: list[FileCheckpoint] = []
 
     # -- restore -------------------------------------------------------------------------
 
@@ -435,6 +438,8 @@ class Follower:
             finally:
                 tf.fh = live
             self.stats.count(self.stats.rotations, "copytruncate")
+            self.just_truncated.append(FileCheckpoint(tf.path, tf.source.key, tf.generation, 0, tf.fp, tf.fp_len,
+                                                      tf.offset))
         else:
             self.stats.count(self.stats.rotations, "truncate")
         tf.generation = self._new_generation(tf.source)
@@ -447,6 +452,7 @@ class Follower:
         """One fair round: up to `read_chunk` bytes from each file."""
         out = []
         now = self._clock()
+        self.just_truncated = []
         for tf in self.files:
             sig = tf.signature()
             if sig is not None and sig == tf.seen:
