@@ -329,7 +329,9 @@ class Agent:
             self._skipped += 1
             return dataclasses.replace(event, request_ids=keep) if keep else None
         rid = getattr(event, "request_id", None)
-        if self._delivered(st, rid if rid is not None else f"engine@{record.offset}", record.offset):
+        # An engine-wide line is always fed: the requests in flight then carry its event, as
+        # they did the first time. Only its own span, if delivered, is not sent again (_emit).
+        if rid is not None and self._delivered(st, rid, record.offset):
             self._skipped += 1
             return None
         return event
@@ -343,9 +345,12 @@ class Agent:
         return False
 
     def _emit(self, st: SourceState, t: Timeline) -> None:
+        key = f"engine@{t.first_offset}" if isinstance(t, EngineTimeline) else t.request_id
+        if isinstance(t, EngineTimeline) and st.skip and st.skip.get(key, -1) >= t.first_offset:
+            self._skipped += 1  # delivered before the restart
+            return
         st.seq += 1
         self._dirty = True
-        key = f"engine@{t.first_offset}" if isinstance(t, EngineTimeline) else t.request_id
         st.pending[st.seq] = _Pending(t.first_offset, key, t.last_offset)  # held back until acked
         token = (st.source.key, st.seq)
         if self._join is not None and isinstance(t, RequestTimeline) and (t.parent is None or t.parent.span_id is None):

@@ -257,7 +257,10 @@ class Follower:
         self._next_gen.update(next_generation)
         for ck in files:
             if self._matches(ck.path, ck):
-                self._resume[ck.path] = ck
+                if any(fnmatch.fnmatch(ck.path, p) for p in self.filters.include):
+                    self._resume[ck.path] = ck  # opened when discovery finds it there
+                else:  # a rotated file, read from where it was (discovery never lists it)
+                    self._open(ck.path, source_for(ck.path), ck.generation, ck.offset, detached=True)
                 continue
             for sibling in sorted(glob.glob(glob.escape(ck.path) + ".*")):
                 if self._matches(sibling, ck):
