@@ -290,7 +290,10 @@ class Agent:
         if record is not None and record.ts_ns > st.last_ts:
             st.last_ts, st.last_wall = record.ts_ns, time.time_ns()
         if st.assembler is not None and st.assembler.open_requests > self.cfg.max_open_requests:
-            st.assembler.evict_oldest(self.cfg.max_open_requests)
+            try:
+                st.assembler.evict_oldest(self.cfg.max_open_requests)
+            except Exception as exc:
+                self._line_error("assemble", tf.path, None, exc)
 
     def _handle(self, st: SourceState, record) -> None:
         """One record through parse and assemble; a stage that raises costs this line only."""
