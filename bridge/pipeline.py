@@ -7,7 +7,7 @@ sinks (OTLP, waterfall, summary) are plain callables taking a timeline.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from datetime import timezone, tzinfo
 
@@ -59,14 +59,6 @@ class LineErrors:
                               note="line skipped; further errors of this kind in this file are only counted")
 
 
-def _positions(lines: Iterable[tuple[int, bytes]], base: int, at: list[int]) -> Iterator[tuple[int, bytes]]:
-    """The lines at positions `base + offset` (files of one source are generations, as the agent
-    numbers them), remembering the last offset handed out (for a decode error's offset)."""
-    for offset, raw in lines:
-        at[0] = offset
-        yield base + offset, raw
-
-
 def _add_into(total, part) -> None:
     for f in fields(part):
         v = getattr(part, f.name)
@@ -97,7 +89,7 @@ def replay(paths: Iterable[str], sinks: list[Sink], config: ReplayConfig = Repla
         assembler = Assembler(source, emit, config.assemble)
         feed, parse = assembler.feed, parser.parse  # the per-line calls, C fast paths when built
         at = [-1]
-        lines = _positions(read_lines(path), gen << GEN_SHIFT, at)
+        lines = read_lines(path, gen << GEN_SHIFT, at)  # files of one source are its generations
         failed_at = None
         while True:  # once more after a line the decoder raised on, from the line after it
             try:
