@@ -367,3 +367,36 @@ def test_damaged_checkpoints_at_start_are_one_log_line_and_the_agent_runs(tmp_pa
         assert agent.term()[0] == 0
     finally:
         pass
+
+
+def test_resume_reads_a_rotated_file_to_its_end_before_the_newer_one(tmp_path):
+    """A checkpoint naming a rotated file (`0.log.1`, which discovery never lists) is read
+    from where it was, and wholly before the file that replaced it: the lines reach assemble
+    in the order they were written (interleaved, a request open across the rotation got
+    gauge events from after its end)."""
+    from bridge.tail.checkpoint import FileCheckpoint
+    from bridge.tail.follow import GEN_SHIFT, Filters, Follower, fingerprint, read_head
+
+    live = pod_log(tmp_path)
+    old = live + ".1"
+    with open(old, "w") as f:
+        f.writelines(f"old {i:05d} " + "x" * 80 + "\n" for i in range(2000))
+    with open(live, "w") as f:
+        f.writelines(f"new {i:05d} " + "y" * 80 + "\n" for i in range(2000))
+    key = "k8s/llm/vllm-0/3f2a9c1e-1111-2222-3333-444455556666/vllm"
+    cks = []
+    for path, gen, offset in ((old, 0, 91 * 5), (live, 1, 0)):  # from the 6th line (91 bytes each)
+        head = read_head(path)
+        cks.append(FileCheckpoint(path, key, gen, os.stat(path).st_ino, fingerprint(head), len(head), offset))
+    follower = Follower(Filters((str(tmp_path / "pods/*/*/*.log"),)), read_chunk=16 << 10)
+    follower.restore(cks, {key: 2})
+    follower.discover()
+    got = []
+    for _ in range(200):
+        for tf, lines in follower.poll():
+            got.extend((pos >> GEN_SHIFT, raw[:3]) for pos, raw in lines)
+    assert follower.stats.errors.get("lost", 0) == 0
+    assert [g for g, _ in got] == sorted(g for g, _ in got)  # never a newer generation first
+    assert got[0][0] == 0 and sum(1 for _, k in got if k == b"old") == 1995
+    assert sum(1 for _, k in got if k == b"new") == 2000
+    follower.close()
