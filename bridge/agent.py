@@ -32,8 +32,8 @@ from bridge.export.otlp import base_resource
 from bridge.export.sender import Batch, Batcher, Sender
 from bridge.export.transport import Destination, make_transport
 from bridge.parse import Parser
-from bridge.parse.events import EngineError
 from bridge.parse.gateway import GatewayParser, gateway_format
+from bridge.pipeline import LineErrors
 from bridge.tail.checkpoint import CheckpointStore, Delivered, FileCheckpoint, SourceCheckpoint
 from bridge.tail.follow import GEN_SHIFT, Filters, Follower, TrackedFile
 
@@ -42,6 +42,29 @@ _NS = 1_000_000_000
 _CHECKPOINT_EVERY_S = 1.0
 _TICK_S = 0.25
 _JOIN_IDLE_S = 0.25  # a held traceback or error line is released after this long with no new line
+
+
+class InjectedFault(RuntimeError):
+    """Raised by the fault-injection hook (tests): stands for any bug a line could trigger."""
+
+
+def injected_faults(env) -> dict[str, str]:
+    """`VLLM_TRACE_BRIDGE_INJECT_FAULT=decode:MARK,parse:MARK,assemble:MARK`: that stage raises
+    on a line containing MARK (assemble: a line whose origin, `file.py:LINE`, does). For the
+    fault-injection tests of a real agent process; unset (always, in production) it costs one
+    truth test per line."""
+    out = {}
+    for item in (env.get("VLLM_TRACE_BRIDGE_INJECT_FAULT") or "").split(","):
+        stage, _, marker = item.partition(":")
+        if stage.strip() in ("decode", "parse", "assemble") and marker:
+            out[stage.strip()] = marker
+    return out
+
+
+def _maybe_fail(faults: dict[str, str], stage: str, text) -> None:
+    marker = faults.get(stage)
+    if marker is not None and (marker.encode() if isinstance(text, bytes) else marker) in text:
+        raise InjectedFault(stage)
 
 
 @dataclass(slots=True)
@@ -86,6 +109,12 @@ class Agent:
         self._lines_read = 0
         self._dirty = True
         self._memory_pauses = 0
+        self._memory_paused = False
+        self._checkpoint_failures = 0
+        self._checkpoint_failing = False
+        self.line_errors: dict[str, int] = {}  # stage → lines skipped because the stage raised
+        self._line_error = LineErrors(self.line_errors, log)
+        self._faults = injected_faults(env)
         self._assemble_cfg = AssembleConfig(ttl_s=cfg.ttl, linger_s=cfg.linger,
                                             context_rule=make_rule(cfg.trace_context),
                                             export_error_text=cfg.export_error_text)
@@ -104,9 +133,19 @@ class Agent:
         from bridge.telemetry import TelemetryServer
 
         os.makedirs(self.cfg.state_dir, exist_ok=True)
-        first_run = not self._store.exists()
-        files, sources = self._store.load()
         cfg = self.cfg
+        loaded = self._store.load()
+        if loaded.damaged:
+            if loaded.used == "previous":
+                action = f"resuming from the previous good checkpoint {self._store.prev_path}"
+            else:
+                action = (f"no good checkpoint left: starting as on a first run, start_at={cfg.start_at} "
+                          + ("(files already there are read from the beginning; what was sent is sent "
+                             "again, with the same ids)" if cfg.start_at == "beginning"
+                             else "(lines already in the files are skipped)"))
+            self.log.error("checkpoint_damaged", file=self._store.path, problems=loaded.damaged, action=action)
+        first_run = loaded.files is None
+        files, sources = loaded.files or [], loaded.sources
         self._follower = Follower(
             Filters(cfg.include + cfg.gateway_include, cfg.exclude, cfg.namespaces, cfg.pods, cfg.containers,
                     cfg.gateway_include),
@@ -121,7 +160,7 @@ class Agent:
         self._sender = Sender(make_transport(self._dest), cfg.max_queue_spans, cfg.export_give_up,
                               lambda b, ok: self._acks.append((b, ok)), self.log)
         self._sender.start()
-        telemetry = TelemetryServer(cfg.listen, self.snapshot, lambda: self._ready)
+        telemetry = TelemetryServer(cfg.listen, self.snapshot, self.readiness)
         telemetry.start()
         self.telemetry_port = telemetry.port
         self.log.info("agent_started", include=list(cfg.include), state_dir=cfg.state_dir,
@@ -149,24 +188,26 @@ class Agent:
                 next_discovery = now + cfg.poll_interval
                 self._ready = True
             got = 0
-            if not self._over_memory():
+            self._memory_paused = self._over_memory()
+            if not self._memory_paused:
                 for tf, lines in self._follower.poll():
                     got += len(lines)
                     self._process(tf, lines)
                 for tf in self._follower.just_retired:
                     self._retire(tf)
+                for ck in self._follower.just_truncated:
+                    self._state(ck.source_key, None).retired.append(ck)
             if now >= next_tick:
                 self._tick()
                 next_tick = now + _TICK_S
             if self._batcher.due(cfg.batch_delay):
                 self._sender.submit(self._batcher.take(), self._stop.is_set)
-            if got or self._follower.just_retired:
+            if got or self._follower.just_retired or self._follower.just_truncated:
                 self._dirty = True
             # Right after an ack (keeps what a crash would re-send small), else once a second
             # if anything moved; an idle agent writes nothing.
-            if self._drain_acks() or (now >= next_checkpoint and self._dirty):
-                self._checkpoint()
-                self._dirty = False
+            if (self._drain_acks() and not self._checkpoint_failing) or (now >= next_checkpoint and self._dirty):
+                self._dirty = not self._checkpoint()  # a failed save is tried again in a second
                 next_checkpoint = now + _CHECKPOINT_EVERY_S
             elif now >= next_checkpoint:
                 self._store.written_at = time.time()  # nothing to record: still current
@@ -235,27 +276,51 @@ class Agent:
         st.quiet_since[key] = time.monotonic()
         self._lines_read += len(lines)
         handle = self._handle
+        faults = self._faults
         record = None
         for pos, raw in lines:
-            for record in stream(raw, pos):
+            try:
+                if faults:
+                    _maybe_fail(faults, "decode", raw)
+                records = stream(raw, pos)
+            except Exception as exc:  # one line never stops the agent: skipped and counted
+                self._line_error("decode", tf.path, pos & _MASK, exc)
+                continue
+            for record in records:
                 handle(st, record)
         if record is not None and record.ts_ns > st.last_ts:
             st.last_ts, st.last_wall = record.ts_ns, time.time_ns()
         if st.assembler is not None and st.assembler.open_requests > self.cfg.max_open_requests:
-            st.assembler.evict_oldest(self.cfg.max_open_requests)
+            try:
+                st.assembler.evict_oldest(self.cfg.max_open_requests)
+            except Exception as exc:
+                self._line_error("assemble", tf.path, None, exc)
 
     def _handle(self, st: SourceState, record) -> None:
-        if st.gateway:
-            self._on_gateway(st, record)
+        """One record through parse and assemble; a stage that raises costs this line only."""
+        faults = self._faults
+        try:
+            if st.gateway:
+                self._on_gateway(st, record)
+                return
+            if faults:
+                _maybe_fail(faults, "parse", record.message)
+            event = self._parser.parse(record.message, record.level, record.origin)  # C when built
+        except Exception as exc:
+            self._line_error("parse", st.source.path, record.offset & _MASK, exc)
             return
-        event = self._parser.parse(record.message, record.level, record.origin)  # C when built
         if event is None:
             return
-        if st.skip:
-            event = self._not_delivered(st, record, event)
-            if event is None:
-                return
-        st.assembler.feed(record, event)
+        try:
+            if st.skip:
+                event = self._not_delivered(st, record, event)
+                if event is None:
+                    return
+            if faults:
+                _maybe_fail(faults, "assemble", record.origin)
+            st.assembler.feed(record, event)
+        except Exception as exc:
+            self._line_error("assemble", st.source.path, record.offset & _MASK, exc)
 
     def _not_delivered(self, st: SourceState, record, event):
         """The event, minus what belongs to requests already delivered before a restart
@@ -268,19 +333,12 @@ class Agent:
             self._skipped += 1
             return dataclasses.replace(event, request_ids=keep) if keep else None
         rid = getattr(event, "request_id", None)
-        if self._delivered(st, rid if rid is not None else f"engine@{record.offset}", record.offset) or (
-                rid is None and type(event) is EngineError and self._in_delivered_incident(st, record.offset)):
+        # An engine-wide line is always fed: the requests in flight then carry its event, as
+        # they did the first time. Only its own span, if delivered, is not sent again (_emit).
+        if rid is not None and self._delivered(st, rid, record.offset):
             self._skipped += 1
             return None
         return event
-
-    @staticmethod
-    def _in_delivered_incident(st: SourceState, offset: int) -> bool:
-        """An error line of a multi-line incident already delivered (keyed by its first line)."""
-        for key, last in st.skip.items():
-            if key.startswith("engine@") and key[7:].isdigit() and int(key[7:]) <= offset <= last:
-                return True
-        return False
 
     @staticmethod
     def _delivered(st: SourceState, rid: str, offset: int) -> bool:
@@ -291,9 +349,12 @@ class Agent:
         return False
 
     def _emit(self, st: SourceState, t: Timeline) -> None:
+        key = f"engine@{t.first_offset}" if isinstance(t, EngineTimeline) else t.request_id
+        if isinstance(t, EngineTimeline) and st.skip and st.skip.get(key, -1) >= t.first_offset:
+            self._skipped += 1  # delivered before the restart
+            return
         st.seq += 1
         self._dirty = True
-        key = f"engine@{t.first_offset}" if isinstance(t, EngineTimeline) else t.request_id
         st.pending[st.seq] = _Pending(t.first_offset, key, t.last_offset)  # held back until acked
         token = (st.source.key, st.seq)
         if self._join is not None and isinstance(t, RequestTimeline) and (t.parent is None or t.parent.span_id is None):
@@ -307,7 +368,16 @@ class Agent:
         self._batch(t, token)
 
     def _batch(self, t: Timeline, token) -> None:
-        self._batcher.add(t, token)
+        try:
+            self._batcher.add(t, token)
+        except Exception as exc:  # cannot be encoded: it would fail again after a restart, so let it go
+            self._line_error("export", t.source.path, t.first_offset & _MASK, exc)
+            st = self._sources.get(token[0])
+            if st is not None:
+                p = st.pending.pop(token[1], None)
+                if p is not None:
+                    st.delivered.append(Delivered(p.key, p.last))
+            return
         if self._batcher.full:
             self._sender.submit(self._batcher.take(), self._stop.is_set)
 
@@ -336,7 +406,12 @@ class Agent:
         st.files.pop(id(tf), None)
         st.quiet_since.pop(id(tf), None)
         if stream is not None:
-            for record in stream.flush():
+            try:
+                records = stream.flush()
+            except Exception as exc:
+                self._line_error("decode", tf.path, tf.offset, exc)
+                records = []
+            for record in records:
                 self._handle(st, record)
         st.retired.append(self._file_checkpoint(tf, tf.offset))
 
@@ -345,13 +420,20 @@ class Agent:
         and release a multi-line record held for a continuation that has not come."""
         wall = time.time_ns()
         now = time.monotonic()
+        paused = self._memory_paused
         for st in self._sources.values():
             for key, stream in st.streams.items():
                 if stream.joiner.held_position is not None and now - st.quiet_since.get(key, now) >= _JOIN_IDLE_S:
                     for record in stream.release():
                         self._handle(st, record)
-            if st.assembler is not None and st.last_wall and self._read_to_end(st, now):
-                st.assembler.tick(st.last_ts + (wall - st.last_wall))
+            # The wall clock stands in for the log's only while every file of the source is read
+            # to its end: behind (backlog, a memory pause) the lines still to come are the clock,
+            # so a request closes at the same line as when the log is read after a restart.
+            if st.assembler is not None and st.last_wall and not paused and self._read_to_end(st, now):
+                try:
+                    st.assembler.tick(st.last_ts + (wall - st.last_wall))
+                except Exception as exc:
+                    self._line_error("assemble", st.source.path, None, exc)
         if self._join is not None:
             dropped = self._join.stats.contexts_dropped
             for t, token in self._join.expire(time.monotonic_ns()):
@@ -395,13 +477,21 @@ class Agent:
     def _file_checkpoint(tf: TrackedFile, offset: int) -> FileCheckpoint:
         return FileCheckpoint(tf.path, tf.source.key, tf.generation, tf.inode, tf.fp, tf.fp_len, offset)
 
-    def _checkpoint(self) -> None:
-        files: list[FileCheckpoint] = []
+    def _checkpoint(self) -> bool:
+        """Save where each file may resume: before every line of a request not yet acked.
+        Every tracked file is written, read since the start or not, so a quiet restart
+        saves what it loaded. False when the save failed (counted; retried by the caller)."""
+        files: list[FileCheckpoint] = list(self._follower.awaiting_resume())  # not found again yet: kept
         sources: list[SourceCheckpoint] = []
         next_gen = self._follower.next_generations()
         gateway_held: dict[str, int] = {}  # a gateway file: its lines still waiting in the join
         for key, position in self._join.holds() if self._join is not None else ():
             gateway_held[key] = min(position, gateway_held.get(key, position))
+        tracked: dict[str, list[TrackedFile]] = {}
+        for tf in self._follower.files:
+            tracked.setdefault(tf.source.key, []).append(tf)
+        for key in tracked.keys() - self._sources.keys():
+            self._state(key, None)
         for key, st in self._sources.items():
             held = [gateway_held[key]] if key in gateway_held else []
             if st.assembler is not None and st.assembler.min_open_offset is not None:
@@ -410,7 +500,7 @@ class Agent:
             held.extend(s.held_position for s in st.streams.values() if s.held_position is not None)
             low = min(held) if held else None
             safe_positions = []
-            for tf in st.files.values():
+            for tf in tracked.get(key, ()):
                 offset = tf.offset
                 if low is not None:
                     gen = low >> GEN_SHIFT
@@ -437,10 +527,31 @@ class Agent:
         try:
             self._store.save(files, sources)
         except OSError as exc:
-            self.log.error("checkpoint_failed", error=str(exc), state_dir=self.cfg.state_dir,
-                           fix="make the state directory writable")
+            self._checkpoint_failures += 1
+            if not self._checkpoint_failing:
+                self.log.error("checkpoint_failed", file=self._store.path, error=exc.strerror or str(exc),
+                               action="retrying each second; lines stay in the log files meanwhile",
+                               fix="make the state directory (state_dir) writable and give it free space")
+            self._checkpoint_failing = True
+            return False
+        if self._checkpoint_failing:
+            self.log.info("checkpoint_recovered", file=self._store.path, failures=self._checkpoint_failures)
+        self._checkpoint_failing = False
+        return True
 
     # -- telemetry -----------------------------------------------------------------------
+
+    def readiness(self) -> bool | str:
+        """/readyz: True, or the trouble. Only export and checkpoint trouble count: a line a
+        stage could not use is counted in /metrics, and the agent stays ready."""
+        if not self._ready:
+            return "starting"
+        trouble = []
+        if self._sender.failing:
+            trouble.append(f"export failing: {self._dest.endpoint} does not accept spans (retrying)")
+        if self._checkpoint_failing:
+            trouble.append(f"checkpoint not saved: {self._store.path} (retrying each second)")
+        return "; ".join(trouble) or True
 
     def snapshot(self) -> dict:
         decode = {"lines": 0, "invalid_utf8": 0, "partials_joined": 0, "framing_errors": 0}
@@ -472,6 +583,9 @@ class Agent:
             "rotations": dict(f.rotations), "file_errors": dict(f.errors),
             "checkpoint_age": (time.time() - written) if written else 0.0,
             "memory_pauses": self._memory_pauses,
+            "line_errors": dict(self.line_errors),
+            "checkpoint_failures": self._checkpoint_failures,
+            "checkpoint_recoveries": dict(self._store.recoveries),
             "join": None if self._join is None else {
                 "gateway_entries": self._gateway_parser.entries, "gateway_skipped": self._gateway_parser.skipped,
                 "joined": self._join.stats.joined, "expired": self._join.stats.expired,

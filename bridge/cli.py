@@ -170,6 +170,8 @@ def _stats_lines(stats: ReplayStats) -> str:
     return (f"lines        {d.lines} in {stats.files} file(s): {p.recognised} recognised, "
             f"{p.unrecognised} unrecognised, {malformed} malformed"
             + (f", {d.invalid_utf8} invalid UTF-8" if d.invalid_utf8 else "")
+            + (", errors skipped: " + ", ".join(f"{k} {v}" for k, v in sorted(stats.line_errors.items()))
+               if stats.line_errors else "")
             + f"\nkinds        {kinds or 'none'}")
 
 
@@ -190,7 +192,7 @@ def run_replay(args: argparse.Namespace, env: Mapping[str, str], out: TextIO, lo
         sink = OtlpSink(make_transport(dest), base_resource(env))
         sinks.append(sink)
 
-    stats = replay(args.paths, sinks, config)
+    stats = replay(args.paths, sinks, config, log)
     delivered = sink.close() if sink is not None else True
 
     if waterfall is not None and waterfall.skipped:

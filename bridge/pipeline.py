@@ -17,6 +17,7 @@ from bridge.decode.joiner import JoinStats
 from bridge.decode.stream import RecordStream
 from bridge.parse import Parser, ParseStats
 from bridge.tail import read_lines
+from bridge.tail.follow import GEN_SHIFT
 
 Sink = Callable[[Timeline], None]
 
@@ -35,6 +36,27 @@ class ReplayStats:
     join: JoinStats = field(default_factory=JoinStats)
     parse: ParseStats = field(default_factory=ParseStats)
     assemble: AssembleStats = field(default_factory=AssembleStats)
+    line_errors: dict[str, int] = field(default_factory=dict)  # stage → lines a stage raised on (skipped)
+
+
+class LineErrors:
+    """One line a stage raises on is skipped, counted by stage and logged once per file and
+    error kind, with its byte offset and never its content (it may hold what a user typed)."""
+
+    def __init__(self, counts: dict[str, int], log=None) -> None:
+        self.counts = counts
+        self._log = log
+        self._seen: set[tuple[str, str, str]] = set()
+
+    def __call__(self, stage: str, path: str, offset: int | None, exc: BaseException) -> None:
+        self.counts[stage] = self.counts.get(stage, 0) + 1
+        kind = type(exc).__name__
+        if self._log is not None and (path, stage, kind) not in self._seen:
+            if len(self._seen) > 10_000:
+                self._seen.clear()
+            self._seen.add((path, stage, kind))
+            self._log.warning("line_error", stage=stage, file=path, offset=offset, error=kind,
+                              note="line skipped; further errors of this kind in this file are only counted")
 
 
 def _add_into(total, part) -> None:
@@ -44,9 +66,12 @@ def _add_into(total, part) -> None:
             setattr(total, f.name, getattr(total, f.name) + v)
 
 
-def replay(paths: Iterable[str], sinks: list[Sink], config: ReplayConfig = ReplayConfig()) -> ReplayStats:
-    """Run every file through the pipeline, in order, each with its own decoder and assembler."""
+def replay(paths: Iterable[str], sinks: list[Sink], config: ReplayConfig = ReplayConfig(),
+           log=None) -> ReplayStats:
+    """Run every file through the pipeline, in order, each with its own decoder and assembler.
+    A line that makes a stage raise is skipped and counted (`stats.line_errors`), never fatal."""
     stats = ReplayStats()
+    errors = LineErrors(stats.line_errors, log)
     parser = Parser()
     if len(sinks) == 1:
         emit = sinks[0]
@@ -55,16 +80,40 @@ def replay(paths: Iterable[str], sinks: list[Sink], config: ReplayConfig = Repla
             for sink in sinks:
                 sink(t)
 
+    generations: dict[str, int] = {}  # source key → files of it so far
     for path in paths:
         stats.files += 1
+        source = source_for(path)
+        gen = generations[source.key] = generations.get(source.key, -1) + 1
         stream = RecordStream(Decoder(tz=config.tz, year=config.year, mtime=os.stat(path).st_mtime))
-        assembler = Assembler(source_for(path), emit, config.assemble)
+        assembler = Assembler(source, emit, config.assemble)
         feed, parse = assembler.feed, parser.parse  # the per-line calls, C fast paths when built
-        for record in stream.over(read_lines(path)):
-            event = parse(record.message, record.level, record.origin)
-            if event is not None:
-                feed(record, event)
-        assembler.flush()
+        at = [-1]
+        lines = read_lines(path, gen << GEN_SHIFT, at)  # files of one source are its generations
+        failed_at = None
+        while True:  # once more after a line the decoder raised on, from the line after it
+            try:
+                for record in stream.over(lines):
+                    try:
+                        event = parse(record.message, record.level, record.origin)
+                    except Exception as exc:
+                        errors("parse", path, record.offset, exc)
+                        continue
+                    if event is not None:
+                        try:
+                            feed(record, event)
+                        except Exception as exc:
+                            errors("assemble", path, record.offset, exc)
+                break
+            except Exception as exc:
+                errors("decode", path, max(at[0], 0), exc)
+                if at[0] == failed_at:  # no line read since the last one: it is the end that fails
+                    break
+                failed_at = at[0]
+        try:
+            assembler.flush()
+        except Exception as exc:
+            errors("assemble", path, None, exc)
         _add_into(stats.decode, stream.decoder.stats)
         _add_into(stats.join, stream.joiner.stats)
         _add_into(stats.assemble, assembler.stats)

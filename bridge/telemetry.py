@@ -75,6 +75,12 @@ class AgentCollector:
         yield counter("file_rotations", "Rotations seen, by kind.", s["rotations"], "kind")
         yield counter("file_errors", "File and directory errors, by reason.", s["file_errors"], "reason")
         yield gauge("checkpoint_age_seconds", "Seconds since the checkpoint was last written.", s["checkpoint_age"])
+        yield counter("line_errors", "Lines skipped because a stage raised on them, by stage.",
+                      {"decode": 0, "parse": 0, "assemble": 0, "export": 0, **s.get("line_errors", {})}, "stage")
+        yield counter("checkpoint_failures", "Checkpoint saves that failed (retried each second).",
+                      s.get("checkpoint_failures", 0))
+        yield counter("checkpoint_recoveries", "Damaged checkpoints found at start, by what was used instead.",
+                      s.get("checkpoint_recoveries", {}), "used")
         yield counter("memory_pauses", "Times reading paused because memory was over its limit.",
                       s["memory_pauses"])
         join = s.get("join")
@@ -117,7 +123,8 @@ def _bind(host: str, port: int, handler) -> ThreadingHTTPServer:
 
 
 class TelemetryServer:
-    def __init__(self, listen: str, snapshot: Callable[[], dict], ready: Callable[[], bool]) -> None:
+    def __init__(self, listen: str, snapshot: Callable[[], dict], ready: Callable[[], bool | str]) -> None:
+        """`ready()`: True, or what is wrong (a short text: "starting", export or checkpoint trouble)."""
         host, _, port = listen.rpartition(":")
         registry = CollectorRegistry(auto_describe=False)
         registry.register(AgentCollector(snapshot))
@@ -131,8 +138,10 @@ class TelemetryServer:
                 elif path == "/healthz":
                     body, ctype, code = b"ok\n", "text/plain", 200
                 elif path == "/readyz":
-                    ok = ready()
-                    body, ctype, code = (b"ready\n" if ok else b"starting\n"), "text/plain", 200 if ok else 503
+                    state = ready()
+                    ok = state is True
+                    body = b"ready\n" if ok else (f"{state or 'starting'}\n").encode()
+                    ctype, code = "text/plain", 200 if ok else 503
                 else:
                     body, ctype, code = b"not found: try /metrics, /healthz or /readyz\n", "text/plain", 404
                 self.send_response(code)

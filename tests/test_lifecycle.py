@@ -454,16 +454,6 @@ def test_a_restart_after_a_stop_starts_a_new_engine_life(tmp_path):
     assert [i.error_type for i in incidents(out)] == ["engine_dead"]
 
 
-def test_a_restarted_agent_skips_every_line_of_an_incident_it_delivered():
-    """The agent keys a delivered incident by its first line and remembers its last: every
-    error line in between is skipped on a resume, not rebuilt into a second, partial incident."""
-    from bridge.agent import Agent, SourceState
-    from bridge.decode.source import Source
-    st = SourceState(Source("k", "/p/0.log"))
-    st.skip = {"chatcmpl-x": 50, "engine@100": 900}
-    assert [Agent._in_delivered_incident(st, o) for o in (99, 100, 500, 900, 901)] == [False, True, True, True, False]
-
-
 def test_any_order_of_these_lines_raises_nothing_and_c_agrees(tmp_path):
     """Stops, deaths, reuses and orphans shuffled and cut at random (fixed seeds): no exception,
     and the C paths give Python's timelines."""

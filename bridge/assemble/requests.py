@@ -153,7 +153,7 @@ class _Incident:
         self.affected: dict[str, RequestState] = {}  # in flight while it lasted
         self.failed: list[RequestState] = []          # ended by it
         self.event: SpanEvent | None = None
-        self.occurrence = ""  # set by the assembler when the incident begins (`_occurrence`)
+        self.occurrence = ""  # set by the assembler when the incident begins: its first line's offset
 
     def add(self, record: Record, ev: EngineError) -> bool:
         """Take one more record; True when the incident's type became more specific."""
@@ -253,7 +253,6 @@ class Assembler:
         self._linger_ns = int(config.linger_s * _NS)
         self._open: dict[str, RequestState] = {}       # every request not yet emitted
         self._in_flight: dict[str, RequestState] = {}  # the subset not yet over
-        self._recent_starts: dict[str, tuple[int, int]] = {}  # id → (first_ns, n) for reuse within a tick
         self._queue: QueueState | None = None
         self._gpu: GpuMemory | None = None
         # Where the gauges a new request snapshots were read: a request depends on those
@@ -262,7 +261,6 @@ class Assembler:
         self._gpu_offset: int | None = None
         self._last_oom: tuple[int, CudaOom] | None = None
         self._pending_nccl: tuple[Record, NcclTimeout] | None = None
-        self._last_incident = (0, 0)  # (ts, n): occurrence of incidents within one timestamp
         self._now = 0
         self._next_sweep = 0
         self._startup: Startup | None = None
@@ -325,8 +323,6 @@ class Assembler:
         """Emit what is due at `now_ns`: finished requests done lingering, open ones past TTL.
         Replay ticks on log time; the live agent also ticks on the wall clock."""
         self._next_sweep = now_ns + _NS
-        if self._recent_starts:  # kept for the log's current second: the agent ticks inside one too
-            self._recent_starts = {k: v for k, v in self._recent_starts.items() if v[0] >= self._now}
         if self._pending_nccl is not None and now_ns - self._pending_nccl[0].ts_ns >= _NS:
             self._flush_nccl(None)
         if self._incident_open is not None and now_ns - self._incident_open.last_ns >= _INCIDENT_WINDOW_NS:
@@ -407,11 +403,10 @@ class Assembler:
                 r.last_offset = record.offset
                 return r
             self._finish(r)  # over already: the id has been reused
-        ts = record.ts_ns
-        prev = self._recent_starts.get(rid)
-        n = prev[1] + 1 if prev is not None and prev[0] == ts else 0
-        self._recent_starts[rid] = (ts, n)
-        r = RequestState(rid, str(ts) if n == 0 else f"{ts}.{n}", ts, record.offset)
+        # The occurrence is where its first line is (source-wide, generation-qualified): the
+        # same in every run that reads that line, whatever was read before it, so a request
+        # rebuilt after a restart or rotation keeps its ids and a reused id never shares them.
+        r = RequestState(rid, str(record.offset), record.ts_ns, record.offset)
         for dep in (self._queue_offset, self._gpu_offset):
             if dep is not None and dep < r.first_offset:
                 r.first_offset = dep
@@ -861,7 +856,7 @@ class Assembler:
                                    _engine_failed(self._death))
                 return
             inc = self._incident_open = _Incident(record, ev)
-            inc.occurrence = self._occurrence(record.ts_ns)
+            inc.occurrence = str(record.offset)  # reserved now: the link its event carries names its span
         upgraded = inc.add(record, ev)
         if upgraded or inc.event is None:
             self._incident_event(inc)
@@ -972,21 +967,12 @@ class Assembler:
         start = record.ts_ns - int(ev.after_s * _NS)
         self._incident(record, "nccl_timeout", "distributed", start, ev.message, attrs)
 
-    def _occurrence(self, ts_ns: int) -> str:
-        """Which incident of this source: its first line's time, and its rank among incidents
-        that began in the same tick. Reserved when the incident begins, so the link its event
-        carries names the span it will become."""
-        prev_ts, n = self._last_incident
-        n = n + 1 if prev_ts == ts_ns else 0
-        self._last_incident = (ts_ns, n)
-        return f"{ts_ns}.{n}"
-
     def _incident(self, record: Record, kind: str, error_type: str, start_ns: int, message: str, attrs: dict,
                   affected: dict[str, RequestState] | None = None, end_ns: int | None = None,
                   end_offset: int | None = None, occurrence: str | None = None) -> None:
         """One `vllm.engine` span; its event goes on the requests in flight (`affected`: those in
         flight while a multi-line incident lasted, which have it already)."""
-        occurrence = occurrence or self._occurrence(record.ts_ns)
+        occurrence = occurrence or str(record.offset)  # where its first line is: the same after a restart
         hit = self._in_flight if affected is None else affected
         if affected is None:  # a multi-line incident's requests have its event already
             event = _incident_event(kind, error_type, record.ts_ns, occurrence)

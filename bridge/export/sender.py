@@ -72,6 +72,11 @@ class Sender:
             self._cond.notify_all()
 
     @property
+    def failing(self) -> bool:
+        """The last export attempt failed and none has succeeded since (the receiver is down)."""
+        return self._warned
+
+    @property
     def full(self) -> bool:
         return self.stats.queued_spans >= self._max
 

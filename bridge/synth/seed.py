@@ -75,6 +75,7 @@ class SynthConfig:
     noise_ratio: float = 0.02           # unrelated lines (uvicorn access lines) mixed in
     total_blocks: int = 512
     timeout_s: int = 30
+    reuse_ratio: float = 0.5            # chance a new request takes a freed address (when one is free)
 
 
 class _Lines:
@@ -124,7 +125,7 @@ def generate(cfg: SynthConfig) -> tuple[list[tuple[int, int, str, str, str]], Tr
         pending_release.sort()
         while pending_release and pending_release[0][0] < arrival:
             free_ids.append(pending_release.pop(0)[1])
-        if free_ids and rng.random() < 0.5:
+        if free_ids and rng.random() < cfg.reuse_ratio:
             rid = free_ids.pop()  # an address reused, as CPython reuses freed objects
         else:
             rid = f"0x7f8c4a{0x001000 + 0x10 * next_id:06x}"

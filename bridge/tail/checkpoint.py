@@ -41,35 +41,93 @@ class SourceCheckpoint:
     delivered: list[Delivered] = field(default_factory=list)  # positions are source-wide
 
 
+@dataclass(slots=True)
+class Loaded:
+    """What `load` found: the checkpoint to resume from (None: none usable), and why not the
+    current file when it was damaged (`damaged`: one reason per file tried)."""
+
+    files: list[FileCheckpoint] | None
+    sources: list[SourceCheckpoint]
+    used: str                      # "current" | "previous" | "none"
+    damaged: list[str] = field(default_factory=list)
+    written_at: float | None = None
+
+
+def _parse(doc) -> tuple[list[FileCheckpoint], list[SourceCheckpoint], float | None]:
+    """The document as typed records, or ValueError saying what is wrong with it."""
+    if not isinstance(doc, dict):
+        raise ValueError("not a JSON object")
+    if doc.get("version") != _VERSION:
+        raise ValueError(f"version {doc.get('version')!r}, this agent reads version {_VERSION}")
+    files_raw, sources_raw = doc.get("files"), doc.get("sources")
+    if not isinstance(files_raw, list) or not isinstance(sources_raw, list):
+        raise ValueError("'files' and 'sources' must be lists")
+    try:
+        files = [FileCheckpoint(**e) for e in files_raw]
+        sources = []
+        for e in sources_raw:
+            e = dict(e)
+            delivered = [Delivered(**d) for d in e.pop("delivered", [])]
+            sources.append(SourceCheckpoint(**e, delivered=delivered))
+    except TypeError as exc:
+        raise ValueError(f"unexpected shape ({exc})") from None
+    for f in files:
+        if not (isinstance(f.path, str) and isinstance(f.source_key, str) and isinstance(f.fingerprint, str)
+                and all(isinstance(v, int) and v >= 0
+                        for v in (f.generation, f.inode, f.fingerprint_len, f.offset))):
+            raise ValueError(f"a file entry has fields of the wrong type: {f.path!r}")
+    for src in sources:
+        if not (isinstance(src.key, str) and isinstance(src.next_generation, int)
+                and all(isinstance(d.key, str) and isinstance(d.last_offset, int) for d in src.delivered)):
+            raise ValueError(f"a source entry has fields of the wrong type: {src.key!r}")
+    written = doc.get("written_at")
+    return files, sources, written if isinstance(written, (int, float)) else None
+
+
 class CheckpointStore:
+    """`checkpoints.json`, and `checkpoints.json.prev`: the one it replaced, kept so that a
+    damaged current file (disk, hand edit, a tool) still leaves a good place to resume."""
+
     def __init__(self, state_dir: str) -> None:
         self.state_dir = state_dir
         self.path = os.path.join(state_dir, "checkpoints.json")
+        self.prev_path = self.path + ".prev"
         self.written_at: float | None = None
+        self.recoveries: dict[str, int] = {}  # what a damaged checkpoint was replaced with → times
         self._last_body: dict | None = None
+        self._current_good = False  # the file at `path` is one we read whole or wrote: worth keeping
 
     def exists(self) -> bool:
-        return os.path.exists(self.path)
+        return os.path.exists(self.path) or os.path.exists(self.prev_path)
 
-    def load(self) -> tuple[list[FileCheckpoint], list[SourceCheckpoint]]:
-        try:
-            with open(self.path, encoding="utf-8") as f:
-                doc = json.load(f)
-        except FileNotFoundError:
-            return [], []
-        if doc.get("version") != _VERSION:
-            return [], []
-        files = [FileCheckpoint(**entry) for entry in doc.get("files", [])]
-        sources = []
-        for entry in doc.get("sources", []):
-            delivered = [Delivered(**d) for d in entry.pop("delivered", [])]
-            sources.append(SourceCheckpoint(**entry, delivered=delivered))
-        self.written_at = doc.get("written_at")
-        return files, sources
+    def load(self) -> Loaded:
+        """The current checkpoint; if it is damaged (unreadable, not JSON, an unknown version
+        or shape), the previous good one; else none (the caller says what it does then)."""
+        damaged: list[str] = []
+        for name, path in (("current", self.path), ("previous", self.prev_path)):
+            try:
+                with open(path, "rb") as f:
+                    raw = f.read()
+                files, sources, written = _parse(json.loads(raw))
+            except FileNotFoundError:
+                continue
+            except (OSError, ValueError, UnicodeDecodeError) as exc:
+                damaged.append(f"{path}: {exc.strerror if isinstance(exc, OSError) else exc}")
+                continue
+            self._current_good = name == "current"
+            self.written_at = written
+            if damaged:
+                self.recoveries[name] = self.recoveries.get(name, 0) + 1
+            return Loaded(files, sources, name, damaged, written)
+        if damaged:
+            self.recoveries["none"] = self.recoveries.get("none", 0) + 1
+        return Loaded(None, [], "none", damaged)
 
     def save(self, files: list[FileCheckpoint], sources: list[SourceCheckpoint]) -> None:
-        """Write the checkpoint, unless it says exactly what the file already says (an idle
-        agent then costs no writes and no fsyncs); either way it is current as of now."""
+        """Write the checkpoint atomically (temporary file, fsync, rename, fsync the directory),
+        the one it replaces kept as `.prev`; skipped when it says what the file already says
+        (an idle agent then costs no writes and no fsyncs); either way it is current as of now.
+        Raises OSError when it cannot be written (the caller retries)."""
         body = {"files": [asdict(f) for f in files], "sources": [asdict(s) for s in sources]}
         if body == self._last_body:
             self.written_at = time.time()
@@ -80,11 +138,17 @@ class CheckpointStore:
             json.dump(doc, f, separators=(",", ":"))
             f.flush()
             os.fsync(f.fileno())
+        if self._current_good:
+            try:  # a crash right after this leaves only `.prev`, which load then uses
+                os.replace(self.path, self.prev_path)
+            except FileNotFoundError:
+                pass
         os.replace(tmp, self.path)
         dir_fd = os.open(self.state_dir, os.O_RDONLY)
         try:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+        self._current_good = True
         self.written_at = doc["written_at"]
         self._last_body = body

@@ -36,6 +36,10 @@ LONG_LINE_BYTES = 64 << 10  # lines longer than this are counted: a sign of a st
 RETIRE_AFTER_S = 5.0       # a detached file quiet this long at its end is closed
 
 
+def _generation(tf: TrackedFile) -> int:
+    return tf.generation
+
+
 def fingerprint(head: bytes) -> str:
     return blake2b(head, digest_size=12).hexdigest()
 
@@ -245,6 +249,9 @@ class Follower:
         self._last_look: float | None = None  # wall time of the last discovery
         self._judged: dict[str, tuple[Source, bool]] = {}     # path → (source, passes the filters)
         self.just_retired: list[TrackedFile] = []  # closed during the last poll
+        # Generations that ended in a copytruncate during the last poll: their lines now live
+        # in the copy, where a resume finds them (by fingerprint) while a request needs them.
+        self.just_truncated: list[FileCheckpoint] = []
 
     # -- restore -------------------------------------------------------------------------
 
@@ -254,14 +261,20 @@ class Follower:
         self._next_gen.update(next_generation)
         for ck in files:
             if self._matches(ck.path, ck):
-                self._resume[ck.path] = ck
+                if any(fnmatch.fnmatch(ck.path, p) for p in self.filters.include):
+                    self._resume[ck.path] = ck  # opened when discovery finds it there
+                else:  # a rotated file, read from where it was (discovery never lists it)
+                    self._open(ck.path, source_for(ck.path), ck.generation, ck.offset, detached=True)
                 continue
-            for sibling in sorted(glob.glob(glob.escape(ck.path) + ".*")):
-                if self._matches(sibling, ck):
-                    self._open(sibling, source_for(ck.path), ck.generation, ck.offset, detached=True)
-                    break
-            else:
-                self.stats.count(self.stats.errors, "lost")  # rotated away and gone while we were down
+            self._find_rotated(ck)
+
+    def _find_rotated(self, ck: FileCheckpoint) -> None:
+        """Open the file a checkpoint names among its rotated siblings (by fingerprint)."""
+        for sibling in sorted(glob.glob(glob.escape(ck.path) + ".*")):
+            if self._matches(sibling, ck):
+                self._open(sibling, source_for(ck.path), ck.generation, ck.offset, detached=True)
+                return
+        self.stats.count(self.stats.errors, "lost")  # rotated away and gone while we were down
 
     @staticmethod
     def _matches(path: str, ck: FileCheckpoint) -> bool:
@@ -321,10 +334,13 @@ class Follower:
             except (OSError, ValueError):
                 pass
         ck = self._resume.pop(path, None)
-        if ck is not None and ck.inode == st.st_ino:
-            offset = ck.offset if st.st_size >= ck.offset else 0
-            self._by_path_open(path, source, ck.generation, offset)
-            return
+        if ck is not None:
+            if ck.inode == st.st_ino and st.st_size >= ck.offset and self._matches(path, ck):
+                self._by_path_open(path, source, ck.generation, ck.offset)
+                return
+            # Rotated (renamed or copied and truncated) between the restore and this look:
+            # the checkpointed file is a sibling now; what is at the path is a new generation.
+            self._find_rotated(ck)
         if ck is None and not first_round and self._last_look is not None:
             self._catch_missed(path, source, self._last_look)  # a name we never saw: anything before it?
         offset = st.st_size if (first_round and self._start_at_end and ck is None) else 0
@@ -435,6 +451,8 @@ class Follower:
             finally:
                 tf.fh = live
             self.stats.count(self.stats.rotations, "copytruncate")
+            self.just_truncated.append(FileCheckpoint(tf.path, tf.source.key, tf.generation, 0, tf.fp, tf.fp_len,
+                                                      tf.offset))
         else:
             self.stats.count(self.stats.rotations, "truncate")
         tf.generation = self._new_generation(tf.source)
@@ -444,10 +462,16 @@ class Follower:
         return lines
 
     def poll(self) -> list[tuple[TrackedFile, list[tuple[int, bytes]]]]:
-        """One fair round: up to `read_chunk` bytes from each file."""
+        """One fair round: up to `read_chunk` bytes from each file. A source's files are read
+        in generation order, a newer one only once the older (rotated) ones are read to their
+        end: its lines reach assemble in the order they were written, as on any other run."""
         out = []
         now = self._clock()
-        for tf in self.files:
+        self.just_truncated = []
+        behind: set[str] = set()  # sources with an older generation still being read
+        for tf in self.files if len(self.files) < 2 else sorted(self.files, key=_generation):
+            if tf.source.key in behind:
+                continue
             sig = tf.signature()
             if sig is not None and sig == tf.seen:
                 lines = []  # unchanged since we read it to the end: one fstat, nothing more
@@ -463,6 +487,8 @@ class Follower:
                 tf.refresh_fingerprint()
                 if tf.fp_len >= FINGERPRINT_BYTES:
                     self._remember(tf)
+            if tf.detached and not tf.at_eof and not tf.done:
+                behind.add(tf.source.key)
             if lines:
                 tf.quiet_since = None
             elif tf.detached:
@@ -487,6 +513,10 @@ class Follower:
             if size is not None:
                 out[tf.path] = max(0, size - tf.offset)
         return out
+
+    def awaiting_resume(self) -> list[FileCheckpoint]:
+        """Checkpoints of files not found at their path again yet (kept as they were)."""
+        return list(self._resume.values())
 
     def next_generations(self) -> dict[str, int]:
         return dict(self._next_gen)
