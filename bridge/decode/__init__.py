@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from datetime import timezone, tzinfo
 
-from bridge.decode.clock import HeaderClock, Rfc3339
+from bridge.decode.clock import MAX_NS, HeaderClock, Rfc3339
 from bridge.decode.framing import CRI, DOCKER, PLAIN, CriUnwrapper, DockerUnwrapper, detect
 from bridge.decode.jsonline import parse_json_line
 from bridge.decode.prefix import HEADER, split_prefix
@@ -32,6 +32,7 @@ class DecodeStats:
     no_header: int = 0        # records with no vLLM header (timed from the last one)
     prefixed: int = 0         # records with a process prefix, shipper stamp or literal prefix
     truncated: int = 0
+    times_out_of_range: int = 0  # before 1970 or after 2500: the stream's last good time instead
 
 
 class Decoder:
@@ -43,7 +44,7 @@ class Decoder:
         self._framing: str | None = None
         self._unwrap = None
         self._clock = HeaderClock(tz, year, mtime)
-        self._last_ts = int(mtime * 1e9) if mtime else 0
+        self._last_ts = int(mtime * 1e9) if mtime and 0 < mtime * 1e9 <= MAX_NS else 0
         self._parts: list[str] = []
         self._part_offset = 0
         self._part_chars = 0
@@ -124,6 +125,9 @@ class Decoder:
                     ts, clock = js.ts_ns, CLOCK_JSON
                 else:
                     ts, clock = self._last_ts, CLOCK_ANCHORED
+                if not 0 <= ts <= MAX_NS:
+                    stats.times_out_of_range += 1
+                    ts, clock = self._last_ts, CLOCK_ANCHORED
                 self._last_ts = ts
                 stats.records += 1
                 return Record(ts, clock, js.level, js.origin, js.message, offset, end, js.process)
@@ -161,6 +165,9 @@ class Decoder:
                 ts, clock = runtime_ts, (CLOCK_SHIPPER if shipper else CLOCK_RUNTIME)
             else:
                 ts, clock = self._last_ts, CLOCK_ANCHORED
+        if not 0 <= ts <= MAX_NS:  # what OTLP cannot carry (1900, 9999)
+            stats.times_out_of_range += 1
+            ts, clock = self._last_ts, CLOCK_ANCHORED
         self._last_ts = ts
         stats.records += 1
         return Record(ts, clock, level, origin, message, offset, end, process, continued)

@@ -430,6 +430,8 @@ static int cri_frame(PyObject *decoder, const char *s, Py_ssize_t n, Py_ssize_t 
     if (overflow || b > BASE_NS_LIMIT || b < -BASE_NS_LIMIT)
         return 0;
     *ns = b + frac - shift;
+    if (*ns < 0) /* before 1970: Decoder replaces it (2^62 ns, the upper limit, is before 2500) */
+        return 0;
     *text = e + 10;
     return 1;
 }
