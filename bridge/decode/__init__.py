@@ -37,7 +37,7 @@ class DecodeStats:
 
 class Decoder:
     __slots__ = ("stats", "_framing", "_unwrap", "_clock", "_last_ts", "_parts", "_part_offset",
-                 "_part_chars", "_part_end", "_part_ts", "_header", "_shipper", "_tz")
+                 "_part_chars", "_part_end", "_part_ts", "_header", "_shipper", "_tz", "_cut")
 
     def __init__(self, *, tz: tzinfo = timezone.utc, year: int | None = None, mtime: float | None = None):
         self.stats = DecodeStats()
@@ -53,6 +53,7 @@ class Decoder:
         self._header = HEADER.match
         self._shipper = Rfc3339()
         self._tz = tz
+        self._cut = False  # dropping the rest of a partial line cut at _MAX_PARTIAL_CHARS
 
     @property
     def framing(self) -> str | None:
@@ -60,8 +61,9 @@ class Decoder:
 
     @property
     def held_position(self) -> int | None:
-        """Where a partial line this decoder still holds began (a resume must re-read it)."""
-        return self._part_offset if self._parts else None
+        """Where a partial line this decoder still holds began (a resume must re-read it), or
+        the line it is cutting: a resume from inside it would read its rest as a line."""
+        return self._part_offset if self._parts or self._cut else None
 
     def __call__(self, raw: bytes, offset: int) -> Record | None:
         """One physical line (with its newline) starting at `offset` → a Record, or None while a
@@ -88,6 +90,9 @@ class Decoder:
                 stats.framing_errors += 1
             else:
                 runtime_ts, partial, line = framed
+                if self._cut:  # the rest of a line cut below: never a line of its own (forged lines)
+                    self._cut = partial
+                    return None
                 if partial or self._parts:
                     if not self._parts:
                         self._part_offset = offset
@@ -100,6 +105,7 @@ class Decoder:
                         return None
                     if partial:
                         stats.truncated += 1
+                        self._cut = True
                     line, offset = self._take_parts()
                     runtime_ts = self._part_ts
         if not line:

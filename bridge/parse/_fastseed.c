@@ -368,13 +368,16 @@ static PyObject *scheduling(Cur *c) {
         !digits(c, &remaining, 0))
         return DECLINE;
     PyObject *q;
-    if (LIT(c, ", queued=") && number(c, &queued)) {
+    int has_queued = LIT(c, ", queued=");
+    if (has_queued && number(c, &queued)) {
         double div = duration_unit(c);
         int ok = 1;
         double v = seconds_of(c, queued, div, &ok);
         if (!ok)
             return DECLINE;
         q = PyFloat_FromDouble(v);
+    } else if (has_queued && c->i < c->n && is_digit(c->s[c->i])) {
+        return DECLINE; /* more digits than `digits` takes: the regex reads them, Python decides */
     } else {
         q = Py_NewRef(Py_None);
     }
