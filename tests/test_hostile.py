@@ -224,3 +224,35 @@ def test_every_parse_and_decode_regex_is_linear(name, pattern, ops):
     small = _worst(pattern, ops, 500)
     large = _worst(pattern, ops, 4_000)
     assert large < 0.02 or large < 24 * max(small, 2e-5), (name, small, large)
+
+
+# -- the wire: an int beyond int64 (a sum of bounded counts) is never wrapped --------------------
+
+
+@pytest.mark.parametrize("value", [2**64 + 12345, 2**63, -(2**63) - 1, 10**30 - 1, 10**400, -(10**400)])
+def test_an_int_beyond_int64_is_encoded_as_its_double_on_both_paths(value):
+    from opentelemetry.proto.common.v1.common_pb2 import KeyValue
+
+    from bridge.export.wire import FAST_REQUEST, KeyValues
+
+    encoded = [b"".join(KeyValues(0x4A).all({"n": value}))]
+    if FAST_REQUEST is not None:
+        from bridge.export import _fastwire
+
+        encoded.append(_fastwire.key_values(0x4A, {"n": value}))
+    expected = float("inf") if value > 10**308 else float("-inf") if value < -10**308 else float(value)
+    for raw in encoded:
+        assert raw[:1] == b"\x4a"
+        kv = KeyValue.FromString(raw[2:])
+        assert kv.value.WhichOneof("value") == "double_value" and kv.value.double_value == expected
+    assert len(set(encoded)) == 1
+
+
+@pytest.mark.parametrize("value", [2**63 - 1, -(2**63), 0, -1, 12345])
+def test_an_int64_stays_an_int(value):
+    from opentelemetry.proto.common.v1.common_pb2 import KeyValue
+
+    from bridge.export.wire import KeyValues
+
+    kv = KeyValue.FromString(b"".join(KeyValues(0x4A).all({"n": value}))[2:])
+    assert kv.value.WhichOneof("value") == "int_value" and kv.value.int_value == value
