@@ -89,7 +89,7 @@ def mutated_message(draw) -> str:
             msg = msg * draw(st.sampled_from([2, 50, 2000]))
         else:
             msg += draw(st.text(max_size=20))
-    return msg
+    return msg.replace("\n", " ")
 
 
 @st.composite
@@ -113,17 +113,24 @@ def hostile_line(draw, framing: str) -> bytes:
                     draw(st.sampled_from(["1", "1" + "0" * 5000, "null", "[]"])), name, nest)).encode("utf-8", "surrogatepass")
     line = draw(st.sampled_from(HEADS)) + msg
     if kind == "cri" or (kind == "text" and framing == "cri"):
-        line = f"{draw(st.sampled_from(STAMPS))} stdout {draw(st.sampled_from(['F', 'F', 'P']))} {line}"
+        # A `P` part is closed by an `F` one: an unclosed part would, by CRI's rule, take the
+        # good line after it as its rest.
+        stamp = draw(st.sampled_from(STAMPS))
+        if draw(st.booleans()):
+            line = f"{stamp} stdout P {line}\n{stamp} stdout F {draw(mutated_message())}"
+        else:
+            line = f"{stamp} stdout F {line}"
     elif kind == "docker" or (kind == "text" and framing == "docker"):
         body = line.replace("\\", "\\\\").replace('"', '\\"')
         line = '{"log": "%s\\n", "stream": "stdout", "time": "%s"}' % (body, draw(st.sampled_from(STAMPS)))
-    return line.encode("utf-8", "surrogatepass").replace(b"\n", b" ") + b"\n"
+    return line.encode("utf-8", "surrogatepass") + b"\n"  # one line, or a P part and its F
 
 
 @st.composite
 def hostile_files(draw):
     framing = draw(st.sampled_from(["plain", "plain", "cri", "docker"]))
-    hostile = draw(st.lists(hostile_line(framing), min_size=1, max_size=8))
+    hostile = [line + b"\n" for item in draw(st.lists(hostile_line(framing), min_size=1, max_size=8))
+               for line in item[:-1].split(b"\n")]  # a P part and its F are two physical lines
     before = _lifecycle(GOOD[0], 0) + _lifecycle(GOOD[1], 2)
     after = _lifecycle(GOOD[2], 20) + _lifecycle(GOOD[3], 22)
     lines = [_frame(framing, s, header(s) + m) for s, m in before] + hostile
