@@ -256,3 +256,49 @@ def test_an_int64_stays_an_int(value):
 
     kv = KeyValue.FromString(b"".join(KeyValues(0x4A).all({"n": value}))[2:])
     assert kv.value.WhichOneof("value") == "int_value" and kv.value.int_value == value
+
+
+# -- other doors: a year given by flag, a gateway's access log, a file name that is not UTF-8 ----
+
+
+@pytest.mark.parametrize("year", [1900, 1969, 2554, 9999])
+def test_a_header_year_otlp_cannot_carry_is_replaced_on_both_paths(year):
+    from bridge.decode import Decoder
+    from bridge.decode import stream as stream_mod
+    from bridge.decode.record import CLOCK_ANCHORED
+    from bridge.decode.stream import RecordStream
+
+    lines, offset = [], 0
+    for raw in [b"INFO 02-15 10:23:03 x.py:1] Added request q1.\n"] * 3:
+        lines.append((offset, raw))
+        offset += len(raw)
+    got = []
+    for fast in {stream_mod.FAST, None}:
+        s = RecordStream(Decoder(year=year, mtime=1.74e9), fast=fast)
+        records = list(s.over(lines))
+        assert [(r.ts_ns, r.clock) for r in records] == [(1_740_000_000 * 10**9, CLOCK_ANCHORED)] * 3
+        assert s.decoder.stats.times_out_of_range == 3
+        got.append((records, s.decoder.stats))
+    assert got[0] == got[-1]
+
+
+def test_a_gateway_line_that_would_crash_is_skipped_or_cleaned():
+    from bridge.parse.gateway import GatewayParser, gateway_format
+
+    parse = GatewayParser(gateway_format("nginx"))
+    assert parse('{"request_id": "a", "x": ' + "[" * 100_000 + "]" * 100_000 + "}") is None  # RecursionError
+    entry = parse('{"request_id": "r\\ud800", "time_iso8601": "1900-01-01T00:00:00+00:00"}')
+    assert entry.request_id == "r\ufffd" and entry.ts_ns is None
+    entry.request_id.encode()
+    assert parse('{"request_id": "b", "time_iso8601": "2025-02-15T10:23:03+00:00"}').ts_ns == 1_739_614_983 * 10**9
+
+
+def test_a_file_name_that_is_not_utf8_replays_on_both_paths(tmp_path):
+    name = os.path.join(os.fsencode(str(tmp_path)), b"vllm-\xff\xfe.log")
+    with open(name, "wb") as f:
+        f.write(b"".join(CASES[0].lines()))
+    fast, pure = _replay_both([os.fsdecode(name)])
+    (fast,), (pure,) = fast.values(), pure.values()
+    assert fast["error"] is None and pure["error"] is None, (fast["error"], pure["error"])
+    assert fast["wire"] == pure["wire"] and fast["spans_bytes"] > 0
+    assert sorted(r[0] for r in fast["requests"] if r[0].startswith("0xa")) == [g.rid for g in GOOD]
