@@ -181,10 +181,13 @@ def run(lines: list[bytes], fast: bool) -> dict:
 
 
 def check(framing: str, lines: list[bytes]) -> None:
-    fast, pure = run(lines, True), run(lines, False)
-    for key in pure:
-        assert fast[key] == pure[key], f"{key} differs between the C and the pure path"
-    assert [type(e) for e in fast["events"]] == [type(e) for e in pure["events"]]
+    """Without the C (not built, or VLLM_TRACE_BRIDGE_PURE=1) the pure path is still checked."""
+    pure = run(lines, False)
+    if NATIVE:
+        fast = run(lines, True)
+        for key in pure:
+            assert fast[key] == pure[key], f"{key} differs between the C and the pure path"
+        assert [type(e) for e in fast["events"]] == [type(e) for e in pure["events"]]
     for g in GOOD:
         got = [t for t in pure["timelines"] if getattr(t, "request_id", None) == g.rid]
         assert len(got) == 1, (g.rid, framing)
@@ -194,11 +197,9 @@ def check(framing: str, lines: list[bytes]) -> None:
         assert 0 <= t.start_ns <= t.end_ns < 2**64
 
 
-native = pytest.mark.skipif(not NATIVE, reason="C extensions not built or VLLM_TRACE_BRIDGE_PURE=1")
 _SETTINGS = dict(deadline=None, suppress_health_check=list(HealthCheck), derandomize=False)
 
 
-@native
 @settings(max_examples=500, **_SETTINGS)
 @given(hostile_files())
 def test_hostile_lines_crash_neither_path_and_both_agree(file):
@@ -208,7 +209,6 @@ def test_hostile_lines_crash_neither_path_and_both_agree(file):
 FUZZ_EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "3000"))
 
 
-@native
 @pytest.mark.fuzz
 @settings(max_examples=FUZZ_EXAMPLES, **_SETTINGS)
 @given(hostile_files())
