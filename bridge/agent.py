@@ -554,7 +554,7 @@ class Agent:
         return "; ".join(trouble) or True
 
     def snapshot(self) -> dict:
-        decode = {"lines": 0, "invalid_utf8": 0, "partials_joined": 0, "framing_errors": 0}
+        decode = {"lines": 0, "invalid_utf8": 0, "partials_joined": 0, "framing_errors": 0, "times_out_of_range": 0}
         assemble = {"requests_emitted": 0, "requests_evicted": 0, "engine_incidents": 0}
         open_requests = 0
         for st in list(self._sources.values()):
@@ -574,7 +574,8 @@ class Agent:
             "lines_by_kind": dict(p.by_kind), "lines_unrecognised": p.unrecognised,
             "lines_malformed": sum(p.malformed.values()), "invalid_utf8": decode["invalid_utf8"],
             "lines_oversized": f.lines_oversized, "lines_long": f.lines_long, "partials_joined": decode["partials_joined"],
-            "framing_errors": decode["framing_errors"],
+            "framing_errors": decode["framing_errors"], "times_out_of_range": decode["times_out_of_range"],
+            "bytes_cut": f.bytes_cut,
             "requests_open": open_requests, **assemble,
             "spans_sent": s.spans_sent, "spans_retried": s.spans_retried, "spans_dropped": s.spans_dropped,
             "queued_spans": s.queued_spans, "latencies": list(s.latencies),

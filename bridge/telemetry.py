@@ -48,7 +48,12 @@ class AgentCollector:
                       s["lines_malformed"])
         yield counter("lines_invalid_utf8", "Lines that were not valid UTF-8 (decoded with replacement).",
                       s["invalid_utf8"])
-        yield counter("lines_oversized", "Lines longer than the line limit, cut into pieces.", s["lines_oversized"])
+        yield counter("lines_oversized", "Lines longer than the line limit: their head read, their rest dropped.",
+                      s["lines_oversized"])
+        yield counter("bytes_cut", "Bytes of oversized lines past the line limit (dropped, never parsed).",
+                      s.get("bytes_cut", 0))
+        yield counter("timestamps_out_of_range", "Line times before 1970 or after 2500, replaced by the "
+                      "stream's last good time.", s.get("times_out_of_range", 0))
         yield counter("lines_long", "Lines over 64 KiB (read whole).", s["lines_long"])
         yield counter("partial_lines_joined", "CRI/docker partial lines joined into a line.", s["partials_joined"])
         yield counter("framing_errors", "Lines that did not fit their file's container framing.",

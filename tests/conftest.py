@@ -30,6 +30,17 @@ def _build_extensions_in_place() -> None:
 _build_extensions_in_place()
 
 
+def pytest_collection_modifyitems(config, items):
+    """`fuzz` tests (the long differential fuzz run) run only when selected: `-m fuzz`."""
+    expr = config.getoption("markexpr", "") or ""
+    if "fuzz" in expr and "not fuzz" not in expr:
+        return
+    skip = pytest.mark.skip(reason="long fuzz run: select it with -m fuzz")
+    for item in items:
+        if item.get_closest_marker("fuzz") is not None:
+            item.add_marker(skip)
+
+
 @pytest.fixture(autouse=True)
 def _stop_spawned_processes():
     """A failing test must not leave its agent, writer or receiver running."""

@@ -964,7 +964,7 @@ class Assembler:
         attrs = {"vllm.nccl.rank": ev.rank, "vllm.nccl.timeout_s": ev.after_s}
         if hint is not None:
             attrs["vllm.incident.causes"] = hint.causes
-        start = record.ts_ns - int(ev.after_s * _NS)
+        start = max(0, record.ts_ns - int(ev.after_s * _NS))  # as build does: never before 1970
         self._incident(record, "nccl_timeout", "distributed", start, ev.message, attrs)
 
     def _incident(self, record: Record, kind: str, error_type: str, start_ns: int, message: str, attrs: dict,

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from datetime import timezone, tzinfo
 
-from bridge.decode.clock import HeaderClock, Rfc3339
+from bridge.decode.clock import MAX_NS, HeaderClock, Rfc3339
 from bridge.decode.framing import CLOUD, CRI, DOCKER, PLAIN, CloudUnwrapper, CriUnwrapper, DockerUnwrapper, detect
 from bridge.decode.jsonline import parse_json_line
 from bridge.decode.prefix import HEADER, split_prefix
@@ -32,18 +32,19 @@ class DecodeStats:
     no_header: int = 0        # records with no vLLM header (timed from the last one)
     prefixed: int = 0         # records with a process prefix, shipper stamp or literal prefix
     truncated: int = 0
+    times_out_of_range: int = 0  # before 1970 or after 2500: the stream's last good time instead
 
 
 class Decoder:
     __slots__ = ("stats", "_framing", "_unwrap", "_clock", "_last_ts", "_parts", "_part_offset",
-                 "_part_chars", "_part_end", "_part_ts", "_header", "_shipper", "_tz")
+                 "_part_chars", "_part_end", "_part_ts", "_header", "_shipper", "_tz", "_cut")
 
     def __init__(self, *, tz: tzinfo = timezone.utc, year: int | None = None, mtime: float | None = None):
         self.stats = DecodeStats()
         self._framing: str | None = None
         self._unwrap = None
         self._clock = HeaderClock(tz, year, mtime)
-        self._last_ts = int(mtime * 1e9) if mtime else 0
+        self._last_ts = int(mtime * 1e9) if mtime and 0 < mtime * 1e9 <= MAX_NS else 0
         self._parts: list[str] = []
         self._part_offset = 0
         self._part_chars = 0
@@ -52,6 +53,7 @@ class Decoder:
         self._header = HEADER.match
         self._shipper = Rfc3339()
         self._tz = tz
+        self._cut = False  # dropping the rest of a partial line cut at _MAX_PARTIAL_CHARS
 
     @property
     def framing(self) -> str | None:
@@ -59,8 +61,9 @@ class Decoder:
 
     @property
     def held_position(self) -> int | None:
-        """Where a partial line this decoder still holds began (a resume must re-read it)."""
-        return self._part_offset if self._parts else None
+        """Where a partial line this decoder still holds began (a resume must re-read it), or
+        the line it is cutting: a resume from inside it would read its rest as a line."""
+        return self._part_offset if self._parts or self._cut else None
 
     def __call__(self, raw: bytes, offset: int) -> Record | None:
         """One physical line (with its newline) starting at `offset` → a Record, or None while a
@@ -88,6 +91,9 @@ class Decoder:
                 stats.framing_errors += 1
             else:
                 runtime_ts, partial, line = framed
+                if self._cut:  # the rest of a line cut below: never a line of its own (forged lines)
+                    self._cut = partial
+                    return None
                 if partial or self._parts:
                     if not self._parts:
                         self._part_offset = offset
@@ -100,6 +106,7 @@ class Decoder:
                         return None
                     if partial:
                         stats.truncated += 1
+                        self._cut = True
                     line, offset = self._take_parts()
                     runtime_ts = self._part_ts
         if not line:
@@ -125,6 +132,9 @@ class Decoder:
                 elif js.ts_ns is not None:
                     ts, clock = js.ts_ns, CLOCK_JSON
                 else:
+                    ts, clock = self._last_ts, CLOCK_ANCHORED
+                if not 0 <= ts <= MAX_NS:
+                    stats.times_out_of_range += 1
                     ts, clock = self._last_ts, CLOCK_ANCHORED
                 self._last_ts = ts
                 stats.records += 1
@@ -168,6 +178,9 @@ class Decoder:
                 ts, clock = ts + own.own_frac_ns, CLOCK_HEADER
             else:
                 ts, clock = self._last_ts, CLOCK_ANCHORED
+        if not 0 <= ts <= MAX_NS:  # what OTLP cannot carry (1900, 9999)
+            stats.times_out_of_range += 1
+            ts, clock = self._last_ts, CLOCK_ANCHORED
         self._last_ts = ts
         stats.records += 1
         return Record(ts, clock, level, origin, message, offset, end, process, continued)

@@ -52,7 +52,7 @@ typedef struct {
 } Slot;
 
 enum {
-    DEC_STATS, DEC_FRAMING, DEC_PARTS, DEC_LAST_TS, DEC_CLOCK, DEC_UNWRAP,
+    DEC_STATS, DEC_FRAMING, DEC_PARTS, DEC_LAST_TS, DEC_CLOCK, DEC_UNWRAP, DEC_CUT,
     CLK_KEY, CLK_NS,
     CRI_STAMP, RFC_BASE, RFC_BASE_NS,
     ST_LINES, ST_RECORDS, ST_PREFIXED,
@@ -62,7 +62,7 @@ enum {
 };
 static Slot slots[N_SLOTS] = {
     {"Decoder", "stats"}, {"Decoder", "_framing"}, {"Decoder", "_parts"}, {"Decoder", "_last_ts"},
-    {"Decoder", "_clock"}, {"Decoder", "_unwrap"},
+    {"Decoder", "_clock"}, {"Decoder", "_unwrap"}, {"Decoder", "_cut"},
     {"HeaderClock", "_cache_key"}, {"HeaderClock", "_cache_ns"},
     {"CriUnwrapper", "_stamp"}, {"Rfc3339", "_base"}, {"Rfc3339", "_base_ns"},
     {"DecodeStats", "lines"}, {"DecodeStats", "records"}, {"DecodeStats", "prefixed"},
@@ -430,6 +430,8 @@ static int cri_frame(PyObject *decoder, const char *s, Py_ssize_t n, Py_ssize_t 
     if (overflow || b > BASE_NS_LIMIT || b < -BASE_NS_LIMIT)
         return 0;
     *ns = b + frac - shift;
+    if (*ns < 0) /* before 1970: Decoder replaces it (2^62 ns, the upper limit, is before 2500) */
+        return 0;
     *text = e + 10;
     return 1;
 }
@@ -469,7 +471,8 @@ static PyObject *fast_line(PyObject *decoder, PyObject *joiner, PyObject *raw, P
     if (!PyBytes_CheckExact(raw) || !PyLong_CheckExact(offset))
         return Py_None;
     PyObject *framing = SLOT(decoder, DEC_FRAMING), *parts = SLOT(decoder, DEC_PARTS), *stats = SLOT(decoder, DEC_STATS);
-    if (parts == NULL || !PyList_CheckExact(parts) || PyList_GET_SIZE(parts) != 0 ||
+    /* the rest of a cut partial line (Decoder._cut) is for Python to drop */
+    if (parts == NULL || !PyList_CheckExact(parts) || PyList_GET_SIZE(parts) != 0 || SLOT(decoder, DEC_CUT) != Py_False ||
         SLOT(joiner, JN_PENDING) != Py_None || stats == NULL || Py_TYPE(stats) != stats_type)
         return Py_None;
     Py_ssize_t lines = count(stats, ST_LINES), records = count(stats, ST_RECORDS);

@@ -8,6 +8,10 @@ from datetime import datetime, timezone, tzinfo
 from zoneinfo import ZoneInfo
 
 _NS = 1_000_000_000
+# The times a record may carry: OTLP's fixed64 nanoseconds run from 1970 to 2554; the end is
+# kept to 2500 so that a reported duration (at most a month, parse.numbers) added to a time
+# still fits. A stamp outside is replaced by its stream's last good time (Decoder, counted).
+MAX_NS = 16_725_225_600 * _NS  # 2500-01-01T00:00:00Z
 _RFC3339_TAIL = re.compile(r"(?:\.(\d{1,9})\d*)?(Z|z|[+-]\d\d:?\d\d)?$")
 
 
@@ -91,9 +95,10 @@ class HeaderClock:
                 secs = datetime(self._year, month, day, hour, minute, second, tzinfo=self._tz).timestamp()
         except ValueError:
             return None
-        self._cache_key = stamp
-        self._cache_ns = int(secs) * _NS
-        return self._cache_ns
+        ns = int(secs) * _NS
+        if 0 <= ns <= MAX_NS:  # an out-of-range second is not cached: the C fast path reads the cache
+            self._cache_key, self._cache_ns = stamp, ns
+        return ns
 
     def _infer_year(self, month: int, day: int) -> int:
         ref = datetime.fromtimestamp(self._reference, self._tz) if self._reference else datetime.now(self._tz)

@@ -6,10 +6,10 @@ Each unwrapper takes one physical line (newline removed) and returns
 
 from __future__ import annotations
 
-import json
 import re
 
 from bridge.decode.clock import Rfc3339
+from bridge.decode.jsonline import loads, text as json_text
 
 PLAIN, CRI, DOCKER, CLOUD = "plain", "cri", "docker", "cloud"
 
@@ -57,13 +57,14 @@ class DockerUnwrapper:
         self._stamp = Rfc3339()
 
     def __call__(self, line: str) -> tuple[int, bool, str] | None:
+        obj = loads(line)
         try:
-            obj = json.loads(line)
             text, stamp = obj["log"], obj["time"]
-        except (ValueError, KeyError, TypeError):
+        except (KeyError, TypeError, IndexError):
             return None
         if not isinstance(text, str) or not isinstance(stamp, str):
             return None
+        text = json_text(text, line)
         ts = self._stamp(stamp)
         if ts is None:
             return None

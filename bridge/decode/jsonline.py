@@ -11,11 +11,28 @@ from __future__ import annotations
 
 import calendar
 import json
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone, tzinfo
 
 _NS = 1_000_000_000
 _MARK = '"levelname"'
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def loads(line: str):
+    """json.loads, or None for what is not JSON, nesting too deep for the parser included
+    (RecursionError: a line of 100,000 `[`)."""
+    try:
+        return json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+
+
+def text(value: str, line: str) -> str:
+    """A string json.loads gave, each lone UTF-16 surrogate (`"\\ud800"`, which no encoder
+    takes) replaced by U+FFFD, as invalid UTF-8 is. Only a line with a `\\u` escape can hold one."""
+    return _SURROGATE.sub("\ufffd", value) if "\\u" in line else value
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,10 +48,7 @@ def parse_json_line(line: str, tz: tzinfo = timezone.utc) -> JsonLine | None:
     """The record, or None when the line is not a JSON log record (cheap check first)."""
     if not line.startswith("{") or _MARK not in line:
         return None
-    try:
-        obj = json.loads(line)
-    except ValueError:
-        return None
+    obj = loads(line)
     if not isinstance(obj, dict) or not isinstance(obj.get("message"), str):
         return None
     message = obj["message"]
@@ -45,8 +59,8 @@ def parse_json_line(line: str, tz: tzinfo = timezone.utc) -> JsonLine | None:
     pid = obj.get("process")
     process = f"{name} pid={pid}" if name and pid is not None else str(name)
     level = obj.get("levelname")
-    return JsonLine(_stamp(obj.get("asctime"), tz), level if isinstance(level, str) else "",
-                    str(obj.get("name") or ""), message, process)
+    return JsonLine(_stamp(obj.get("asctime"), tz), text(level, line) if isinstance(level, str) else "",
+                    text(str(obj.get("name") or ""), line), text(message, line), text(process, line))
 
 
 def _stamp(text, tz: tzinfo) -> int | None:

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass, field
 
 # /var/log/pods/<namespace>_<pod>_<uid>/<container>/<restart>.log[.<rotation stamp>][.gz]
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _POD_PATH = re.compile(
     r"/pods/(?P<ns>[^/_]+)_(?P<pod>[^/_]+)_(?P<uid>[0-9a-fA-F-]{8,})/(?P<container>[^/]+)/(?P<restart>\d+)\.log"
 )
@@ -26,8 +27,11 @@ class Source:
 def source_for(path: str) -> Source:
     """Source identity from a path, with the Kubernetes identity kubelet encodes in it."""
     abspath = os.path.abspath(path)
-    resource: dict[str, str | int] = {"log.file.path": abspath}
-    m = _POD_PATH.search(abspath)
+    # A name that is not UTF-8 comes from the OS with surrogates, which no encoder takes: the
+    # identity (ids are hashed from it) and the resource use its text with U+FFFD instead.
+    text = abspath if abspath.isascii() else _SURROGATE.sub("\ufffd", abspath)
+    resource: dict[str, str | int] = {"log.file.path": text}
+    m = _POD_PATH.search(text)
     if m:
         resource.update({
             "k8s.namespace.name": m["ns"],
@@ -37,7 +41,7 @@ def source_for(path: str) -> Source:
             "k8s.container.restart_count": int(m["restart"]),
         })
         return Source(f"k8s/{m['ns']}/{m['pod']}/{m['uid']}/{m['container']}", abspath, resource)
-    m = _CONTAINERS_PATH.search(abspath)
+    m = _CONTAINERS_PATH.search(text)
     if m:
         resource.update({
             "k8s.namespace.name": m["ns"],
@@ -45,4 +49,4 @@ def source_for(path: str) -> Source:
             "k8s.container.name": m["container"],
         })
         return Source(f"k8s/{m['ns']}/{m['pod']}/{m['container']}", abspath, resource)
-    return Source(f"file/{abspath}", abspath, resource)
+    return Source(f"file/{text}", abspath, resource)

@@ -16,6 +16,7 @@
  * 64 bits), float (double), list/tuple (ArrayValue), else str(value).
  */
 #include "_native.h"
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -286,10 +287,21 @@ static int any_value_body(Buf *b, PyObject *v, int depth) {
         return put(b, t, 2);
     }
     if (PyLong_Check(v)) {
-        unsigned long long x = PyLong_AsUnsignedLongLongMask(v);
-        if (x == (unsigned long long)-1 && PyErr_Occurred())
+        int overflow = 0;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (x == -1 && PyErr_Occurred())
             return -1;
-        return put1(b, 0x18) < 0 ? -1 : varint(b, x);
+        if (overflow) { /* beyond int64: the nearest double, as wire._big_float, never the low 64 bits */
+            double d = PyLong_AsDouble(v);
+            if (d == -1.0 && PyErr_Occurred()) {
+                PyErr_Clear();
+                d = overflow > 0 ? HUGE_VAL : -HUGE_VAL;
+            }
+            uint64_t bits;
+            memcpy(&bits, &d, 8);
+            return fixed64(b, 0x21, bits);
+        }
+        return put1(b, 0x18) < 0 ? -1 : varint(b, (uint64_t)x);
     }
     if (PyFloat_Check(v)) {
         double d = PyFloat_AS_DOUBLE(v);

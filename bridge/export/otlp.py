@@ -18,6 +18,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 from bridge.assemble.timeline import EngineTimeline, IncidentEvent, RequestTimeline, SpanEvent
 from bridge.decode.source import Source
 from bridge.export.ids import incident_ids, span_id, trace_id
+from bridge.export.wire import _big_float
 
 SCOPE_NAME, SCOPE_VERSION = "vllm-trace-bridge", "0.1.0"
 _SERVER, _INTERNAL = Span.SpanKind.SPAN_KIND_SERVER, Span.SpanKind.SPAN_KIND_INTERNAL
@@ -43,8 +44,8 @@ def any_value(v) -> AnyValue:
         return AnyValue(string_value=v)
     if isinstance(v, bool):
         return AnyValue(bool_value=v)
-    if isinstance(v, int):
-        return AnyValue(int_value=v)
+    if isinstance(v, int):  # beyond int64: the nearest double, as the wire encoder
+        return AnyValue(int_value=v) if -(1 << 63) <= v < (1 << 63) else AnyValue(double_value=_big_float(v))
     if isinstance(v, float):
         return AnyValue(double_value=v)
     if isinstance(v, (list, tuple)):

@@ -22,6 +22,7 @@ tests decode these bytes with the proto stubs and compare them with the referenc
 
 from __future__ import annotations
 
+import math
 import os
 import struct
 from collections.abc import Mapping
@@ -55,6 +56,7 @@ _pack_fixed64 = struct.Struct("<BQ").pack  # tag byte, then a fixed64
 _pack_times = struct.Struct("<BQBQ").pack  # Span fields 7 and 8: start and end, fixed64
 _ONE_BYTE = [bytes((i,)) for i in range(128)]
 _INT64 = (1 << 64) - 1
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,12 +97,23 @@ def any_value(v) -> bytes:
     if isinstance(v, bool):
         return b"\x10\x01" if v else b"\x10\x00"
     if isinstance(v, int):
-        return b"\x18" + varint(v & _INT64)  # int64: negatives as 64-bit two's complement
+        if _I64_MIN <= v <= _I64_MAX:
+            return b"\x18" + varint(v & _INT64)  # int64: negatives as 64-bit two's complement
+        # Beyond int64 (a sum of bounded counts): the nearest double, never the low 64 bits
+        # (2^64+12345 is not 12345).
+        return b"\x21" + _pack_double(_big_float(v))
     if isinstance(v, float):
         return b"\x21" + _pack_double(v)
     if isinstance(v, (list, tuple)):
         return field(b"\x2a", b"".join([field(b"\x0a", any_value(x)) for x in v]))
     return field(b"\x0a", str(v).encode())
+
+
+def _big_float(v: int) -> float:
+    try:
+        return float(v)
+    except OverflowError:
+        return math.inf if v > 0 else -math.inf
 
 
 class KeyValues:

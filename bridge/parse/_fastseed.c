@@ -136,7 +136,13 @@ static int nonspace(Cur *c, Span *sp) {
     return 1;
 }
 
-/* `(\d+)`, with an optional leading '-' when `sign` */
+/* The bounds of bridge/parse/numbers.py: a number near one is declined (the line goes to the
+ * Python rules, which count it malformed when it is out). 18 digits always fit int64. */
+#define MAX_DIGITS 18
+#define MAX_DURATION_S (30 * 86400.0)
+#define INT64_LIMIT 9223372036854775808.0 /* 2^63 */
+
+/* `(\d+)`, with an optional leading '-' when `sign`; no match beyond MAX_DIGITS digits */
 static int digits(Cur *c, Span *sp, int sign) {
     Py_ssize_t i = c->i;
     if (sign && i < c->n && c->s[i] == '-')
@@ -144,7 +150,7 @@ static int digits(Cur *c, Span *sp, int sign) {
     Py_ssize_t d = i;
     while (i < c->n && is_digit(c->s[i]))
         i++;
-    if (i == d)
+    if (i == d || i - d > MAX_DIGITS)
         return 0;
     sp->a = c->i;
     sp->b = c->i = i;
@@ -235,29 +241,20 @@ static PyObject *str_of(Cur *c, Span sp) { /* the message is ASCII: no UTF-8 dec
     return o;
 }
 
+/* int() of a span `digits` took: at most MAX_DIGITS digits, so it fits a long long */
 static PyObject *int_of(Cur *c, Span sp) {
     Py_ssize_t len = sp.b - sp.a;
-    if (len <= 18) {
-        const char *p = c->s + sp.a;
-        long long v = 0;
-        int neg = 0;
-        if (*p == '-') {
-            neg = 1;
-            p++;
-            len--;
-        }
-        for (Py_ssize_t k = 0; k < len; k++)
-            v = v * 10 + (p[k] - '0');
-        return PyLong_FromLongLong(neg ? -v : v);
+    const char *p = c->s + sp.a;
+    long long v = 0;
+    int neg = 0;
+    if (*p == '-') {
+        neg = 1;
+        p++;
+        len--;
     }
-    char *buf = PyMem_Malloc(len + 1);
-    if (buf == NULL)
-        return PyErr_NoMemory();
-    memcpy(buf, c->s + sp.a, len);
-    buf[len] = 0;
-    PyObject *r = PyLong_FromString(buf, NULL, 10);
-    PyMem_Free(buf);
-    return r;
+    for (Py_ssize_t k = 0; k < len; k++)
+        v = v * 10 + (p[k] - '0');
+    return PyLong_FromLongLong(neg ? -v : v);
 }
 
 /* float(text), or -1.0 with *ok = 0 when it is not finite (the caller then declines). */
@@ -307,17 +304,28 @@ static double double_of(Cur *c, Span sp, int *ok) {
     return v;
 }
 
-/* int(float(number) * factor), as size_bytes; declines (ok = 0) when not finite */
+/* int(float(number) * factor), as size_bytes; declines (ok = 0) when not finite or beyond int64 */
 static PyObject *size_of(Cur *c, Span sp, double factor, int *ok) {
     double v = double_of(c, sp, ok);
     if (!*ok)
         return NULL;
     v = v * factor;
-    if (!isfinite(v)) {
+    if (!(v < INT64_LIMIT)) {
         *ok = 0;
         return NULL;
     }
     return PyLong_FromDouble(v);
+}
+
+/* value / divisor in seconds, as duration_s; ok = 0 (decline) beyond numbers.seconds' bounds */
+static double seconds_of(Cur *c, Span sp, double divisor, int *ok) {
+    double v = double_of(c, sp, ok);
+    if (!*ok)
+        return -1.0;
+    v = v / divisor;
+    if (!(v >= 0.0 && v <= MAX_DURATION_S))
+        *ok = 0;
+    return v;
 }
 
 #define DECLINE ((PyObject *)Py_None)
@@ -360,13 +368,16 @@ static PyObject *scheduling(Cur *c) {
         !digits(c, &remaining, 0))
         return DECLINE;
     PyObject *q;
-    if (LIT(c, ", queued=") && number(c, &queued)) {
+    int has_queued = LIT(c, ", queued=");
+    if (has_queued && number(c, &queued)) {
         double div = duration_unit(c);
         int ok = 1;
-        double v = double_of(c, queued, &ok);
+        double v = seconds_of(c, queued, div, &ok);
         if (!ok)
             return DECLINE;
-        q = PyFloat_FromDouble(v / div);
+        q = PyFloat_FromDouble(v);
+    } else if (has_queued && c->i < c->n && is_digit(c->s[c->i])) {
+        return DECLINE; /* more digits than `digits` takes: the regex reads them, Python decides */
     } else {
         q = Py_NewRef(Py_None);
     }
@@ -389,12 +400,12 @@ static PyObject *summary(Cur *c) {
     double secs[3];
     for (int k = 0; k < 3; k++) {
         int ok = 1;
-        secs[k] = double_of(c, t[k], &ok);
+        secs[k] = seconds_of(c, t[k], div[k], &ok);
         if (!ok)
             return DECLINE;
     }
-    PyObject *v[6] = {str_of(c, rid), int_of(c, prompt), int_of(c, generated), PyFloat_FromDouble(secs[0] / div[0]),
-                      PyFloat_FromDouble(secs[1] / div[1]), PyFloat_FromDouble(secs[2] / div[2])};
+    PyObject *v[6] = {str_of(c, rid), int_of(c, prompt), int_of(c, generated), PyFloat_FromDouble(secs[0]),
+                      PyFloat_FromDouble(secs[1]), PyFloat_FromDouble(secs[2])};
     return MAKE(&classes[SUMMARY], v);
 }
 

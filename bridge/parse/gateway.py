@@ -8,11 +8,11 @@ README recommends; each field can be overridden.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from bridge.assemble.context import TraceContext, w3c_rule
-from bridge.decode.clock import Rfc3339
+from bridge.decode.clock import MAX_NS, Rfc3339
+from bridge.decode.jsonline import loads, text
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,12 +77,7 @@ class GatewayParser:
         self._clock = Rfc3339()
 
     def __call__(self, message: str) -> GatewayEntry | None:
-        obj = None
-        if message[:1] == "{":
-            try:
-                obj = json.loads(message)
-            except ValueError:
-                obj = None
+        obj = loads(message) if message[:1] == "{" else None
         if not isinstance(obj, dict):
             self.skipped += 1
             return None
@@ -92,8 +87,9 @@ class GatewayParser:
             self.skipped += 1
             return None
         stamp = _field(obj, self.fmt.time)
+        ts = self._clock(stamp) if stamp and len(stamp) >= 19 else None
         self.entries += 1
-        return GatewayEntry(rid, ctx, self._clock(stamp) if stamp and len(stamp) >= 19 else None)
+        return GatewayEntry(text(rid, message), ctx, ts if ts is not None and 0 <= ts <= MAX_NS else None)
 
 
 def _traceparent(value: str) -> TraceContext | None:

@@ -8,7 +8,6 @@ line meets a regex. A candidate whose regex fails is *malformed*; anything else 
 
 from __future__ import annotations
 
-import math
 import re
 
 from bridge.parse.events import (
@@ -27,6 +26,7 @@ from bridge.parse.events import (
     RequestTimedOut,
     Scheduled,
 )
+from bridge.parse.numbers import count, fits, seconds
 
 _ID = r"([^\s:,]+)"
 _NUM = r"(\d+(?:\.\d+)?)"
@@ -41,8 +41,9 @@ _DURATION_DIVISORS = {"ns": 1e9, "us": 1e6, "µs": 1e6, "ms": 1e3, "s": 1.0, "":
 
 
 def size_bytes(number: str, unit: str) -> int:
-    """`16`, `KB` → 16000. The seed writes KB/MB/GB; binary units are accepted too."""
-    return int(float(number) * _SIZE_UNITS[unit.lower()])
+    """`16`, `KB` → 16000. The seed writes KB/MB/GB; binary units are accepted too. ValueError
+    beyond int64 (`numbers`), OverflowError when not finite."""
+    return fits(int(float(number) * _SIZE_UNITS[unit.lower()]))
 
 
 _SIZE_MEMO: dict[tuple[str, str], int] = {}  # a log repeats a handful of block sizes
@@ -60,11 +61,8 @@ def _size(number: str, unit: str | None) -> int:
 
 
 def duration_s(number: str, unit: str) -> float:
-    """Seconds; a number too long for a float (hundreds of digits) is not a duration."""
-    seconds = float(number) / _DURATION_DIVISORS[unit]
-    if not math.isfinite(seconds):
-        raise ValueError(f"not a finite duration: {number[:20]}…{unit}")
-    return seconds
+    """Seconds; ValueError beyond `numbers.MAX_DURATION_S` (hundreds of digits: not finite)."""
+    return seconds(float(number) / _DURATION_DIVISORS[unit])
 
 
 _DUR = _NUM + r"\s*(ns|us|µs|ms|min|s|m)?"
@@ -101,7 +99,7 @@ _HINT = re.compile(r"Possible causes: (.*)")
 def _summary(m: re.Match[str], msg: str) -> Event:
     rid, prompt, generated, ttft, ttft_unit, itl, itl_unit, e2e, e2e_unit = m.groups()
     return RequestSummary(
-        rid, int(prompt), int(generated),
+        rid, count(prompt), count(generated),
         duration_s(ttft, ttft_unit or "s"), duration_s(itl, itl_unit or "s"), duration_s(e2e, e2e_unit or "s"),
     )
 
@@ -126,18 +124,18 @@ def _scheduling(msg: str) -> Event | None:
     if m is None:
         return None
     rid, priority, blocks, remaining, queued, unit = m.groups()
-    return Scheduled(rid, int(priority), int(blocks), int(remaining),
+    return Scheduled(rid, count(priority), count(blocks), count(remaining),
                      duration_s(queued, unit or "s") if queued is not None else None)
 
 
 def _preempting(msg: str) -> Event | None:
     m = _PREEMPTING.match(msg)
-    return Preempted(m[1], m[2], int(m[3])) if m else None
+    return Preempted(m[1], m[2], count(m[3])) if m else None
 
 
 def _queue(msg: str) -> Event | None:
     m = _QUEUE.match(msg)
-    return QueueState(int(m[1]), int(m[2]), int(m[3]), int(m[4])) if m else None
+    return QueueState(count(m[1]), count(m[2]), count(m[3]), count(m[4])) if m else None
 
 
 def _allocated(msg: str) -> Event | None:
@@ -154,8 +152,8 @@ def _freed(msg: str) -> Event | None:
         m = _FREED_MANY.match(msg)
         if m is None:
             return None
-        count, rid, reason = m.groups()
-        return BlockFreed("", rid, reason or "", int(count))
+        n, rid, reason = m.groups()
+        return BlockFreed("", rid, reason or "", count(n))
     block, rid, reason = m.groups()
     return BlockFreed(block, rid, reason or "")
 
@@ -166,7 +164,7 @@ def _gpu(msg: str) -> Event | None:
         return None
     return GpuMemory(
         size_bytes(m[1], m[2] or ""), size_bytes(m[3], m[4] or ""), float(m[5]) / 100.0,
-        size_bytes(m[6], m[7] or ""), int(m[8]), int(m[9]),
+        size_bytes(m[6], m[7] or ""), count(m[8]), count(m[9]),
     )
 
 
@@ -189,7 +187,7 @@ def _failed(msg: str) -> Event | None:
 
 def _nccl(msg: str) -> Event | None:
     m = _NCCL.match(msg)
-    return NcclTimeout(int(m[1]), duration_s(m[2], m[3] or "s"), msg) if m else None
+    return NcclTimeout(count(m[1]), duration_s(m[2], m[3] or "s"), msg) if m else None
 
 
 def _hint(msg: str) -> Event | None:

@@ -31,6 +31,7 @@ from bridge.parse.events import (
     StartupFact,
 )
 from bridge.parse.literals import blank_literals, literal_end
+from bridge.parse.numbers import count, fits
 
 _NUM = r"(\d[\d,]*(?:\.\d+)?)"
 
@@ -70,7 +71,7 @@ def _received(msg: str) -> Event | None:
 
     def get(key: str, cast):
         v = values.get(key)
-        return None if v is None or v == "None" else cast(float(v)) if cast is int else cast(v)
+        return None if v is None or v == "None" else fits(int(float(v))) if cast is int else cast(v)
 
     lora = None
     j = shape.rfind(_LORA, m.end())
@@ -191,7 +192,7 @@ _PREEMPTED_V0 = re.compile(
 
 def _sequence(msg: str) -> Event | None:
     m = _PREEMPTED_V0.match(msg)
-    return SequencePreempted(m[1], m[2], int(m[3])) if m else None
+    return SequencePreempted(m[1], m[2], count(m[3])) if m else None
 
 
 _FAILING_V0 = re.compile(r"Failing the request (\S+) because (.*?)\.?$")
@@ -294,7 +295,7 @@ def _stats(msg: str) -> Event | None:
         if v is None:
             continue
         if key in _INT_FIELDS:
-            values[_INT_FIELDS[key]] = int(_num(v[1]))
+            values[_INT_FIELDS[key]] = fits(int(_num(v[1])))
         elif key in _FLOAT_FIELDS:
             values[_FLOAT_FIELDS[key]] = _num(v[1])
         elif key in _PCT_FIELDS:
@@ -357,7 +358,7 @@ def _fact_rule(pattern: re.Pattern[str], names: tuple[str, ...]):
 
 def _number(text: str) -> int | float:
     v = _num(text)
-    return int(v) if "." not in text and v.is_integer() else v
+    return fits(int(v)) if "." not in text and v.is_integer() else v
 
 
 def _memory_profile(msg: str) -> Event | None:
@@ -391,7 +392,7 @@ def _blocks(msg: str) -> Event | None:
     m = _BLOCKS.match(msg)
     if m is None:
         return None
-    return StartupFact((("vllm.startup.gpu_blocks", int(m[2])), ("vllm.startup.cpu_blocks", int(m[3]))))
+    return StartupFact((("vllm.startup.gpu_blocks", count(m[2])), ("vllm.startup.cpu_blocks", count(m[3]))))
 
 
 _FACT_RULES = {key: _fact_rule(p, names) for key, p, names in _FACTS}
@@ -496,7 +497,10 @@ def _uvicorn(msg: str) -> Event | None:
     return _STOP_SERVER if msg.startswith(_UVICORN_STOP, m.end() - 1) else _HTTP_SERVER
 
 
-_PROGRESS = re.compile(r"\d+%(?:\||\s*Completed\s*\|)|\|\s*\d+/\d+ \[[\d:<]+|it/s\]|s/it\]")
+# `(?<!\d)`: a run of digits is tried from its first digit only. Without it `search` tried
+# `\d+%` from every digit of the run, each scanning to its end: 100,000 digits and no `%|`
+# took a minute. A match inside a run implies one from its start, so nothing else changes.
+_PROGRESS = re.compile(r"(?<!\d)\d+%(?:\||\s*Completed\s*\|)|\|\s*\d+/\d+ \[[\d:<]+|it/s\]|s/it\]")
 
 
 def _progress(msg: str) -> bool:

@@ -82,6 +82,7 @@ class TailStats:
     rotations: dict[str, int] = field(default_factory=dict)  # rename | copytruncate | truncate | deleted
     errors: dict[str, int] = field(default_factory=dict)     # permission | vanished | lost | io
     lines_oversized: int = 0
+    bytes_cut: int = 0        # the rest of an oversized line past its first MAX_LINE_BYTES: dropped
     lines_long: int = 0       # over LONG_LINE_BYTES, still read whole
     bytes_read: int = 0
 
@@ -93,7 +94,7 @@ class TrackedFile:
     """One open file being read. `offset` is where the next unread line starts."""
 
     __slots__ = ("path", "source", "generation", "base", "fh", "inode", "fp", "fp_len", "offset",
-                 "partial", "detached", "quiet_since", "done", "seen", "at_eof")
+                 "partial", "detached", "quiet_since", "done", "seen", "at_eof", "cut")
 
     def __init__(self, path: str, source: Source, generation: int, fh, inode: int, offset: int) -> None:
         self.path = path
@@ -111,6 +112,10 @@ class TrackedFile:
         self.done = False
         self.seen: tuple[int, int] | None = None  # (size, mtime_ns) when last read to the end
         self.at_eof = False
+        # Inside a line cut at MAX_LINE_BYTES: its rest, to the next newline, is dropped, never
+        # read as a line of its own (a client whose prompt vLLM logs could forge lines). A resume
+        # at an offset that follows no newline is inside such a line.
+        self.cut = offset > 0 and not path.endswith(".gz") and _mid_line(fh, offset)
 
     def refresh_fingerprint(self) -> None:
         if self.fp_len >= FINGERPRINT_BYTES:
@@ -157,11 +162,17 @@ class TrackedFile:
             budget -= n
             stats.bytes_read += n
             pos += n
+            if self.cut:  # the rest of an oversized line
+                self.cut = raw[-1] != 10
+                stats.bytes_cut += n
+                self.offset = pos
+                continue
             if raw[-1] != 10:  # no b"\n": the writer is mid-line, or the line is oversized
                 if n + len(self.partial) < MAX_LINE_BYTES:
                     self.partial += raw
                     continue
                 stats.lines_oversized += 1
+                self.cut = True
             if self.partial:
                 raw = self.partial + raw
                 self.partial = b""
@@ -185,6 +196,14 @@ class TrackedFile:
         except OSError:
             pass
         self.done = True
+
+
+def _mid_line(fh, offset: int) -> bool:
+    """Whether the byte before `offset` is not a newline."""
+    try:
+        return os.pread(fh.fileno(), 1, offset - 1) not in (b"\n", b"")
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def expand(pattern: str, errors: TailStats, listings: dict[str, tuple[int, list[str]]] | None = None
