@@ -30,17 +30,6 @@ def _build_extensions_in_place() -> None:
 _build_extensions_in_place()
 
 
-def pytest_collection_modifyitems(config, items):
-    """`fuzz` tests (the long differential fuzz run) run only when selected: `-m fuzz`."""
-    expr = config.getoption("markexpr", "") or ""
-    if "fuzz" in expr and "not fuzz" not in expr:
-        return
-    skip = pytest.mark.skip(reason="long fuzz run: select it with -m fuzz")
-    for item in items:
-        if item.get_closest_marker("fuzz") is not None:
-            item.add_marker(skip)
-
-
 @pytest.fixture(autouse=True)
 def _stop_spawned_processes():
     """A failing test must not leave its agent, writer or receiver running."""
@@ -56,12 +45,19 @@ def _stop_spawned_processes():
             proc.wait(10)
 
 
+#: The long runs, each behind its marker: skipped in a plain local `python -m pytest`, run in CI
+#: (CI=true, as .ci/run has it) or when selected (`-m faults`, `-m fuzz`).
+LONG_RUNS = {"faults": "long fault-injection run", "fuzz": "long differential fuzz run"}
+
+
 def pytest_collection_modifyitems(config, items):
-    """The long fault-injection runs (marker `faults`, a few minutes) are skipped in a plain
-    local run; CI (CI=true) runs them, and so does `pytest -m faults`."""
-    if os.environ.get("CI", "") not in ("", "0", "false") or "faults" in (config.getoption("markexpr") or ""):
+    if os.environ.get("CI", "") not in ("", "0", "false"):
         return
-    skip = pytest.mark.skip(reason="long fault-injection run: pytest -m faults (CI runs it)")
-    for item in items:
-        if "faults" in item.keywords:
-            item.add_marker(skip)
+    expr = config.getoption("markexpr", "") or ""
+    for marker, what in LONG_RUNS.items():
+        if marker in expr and f"not {marker}" not in expr:
+            continue
+        skip = pytest.mark.skip(reason=f"{what}: pytest -m {marker} (CI runs it)")
+        for item in items:
+            if item.get_closest_marker(marker) is not None:
+                item.add_marker(skip)
