@@ -20,7 +20,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from bridge.assemble import AssembleConfig, Assembler, EngineTimeline, RequestTimeline, Timeline, ids
+from bridge.assemble import AssembleConfig, Assembler, EngineTimeline, RequestTimeline, Thresholds, Timeline, ids
 from bridge.assemble.context import TraceContext, make_rule
 from bridge.assemble.join import ContextJoin, upstream_id
 from bridge.config import AgentConfig
@@ -115,7 +115,10 @@ class Agent:
         self.line_errors: dict[str, int] = {}  # stage → lines skipped because the stage raised
         self._line_error = LineErrors(self.line_errors, log)
         self._faults = injected_faults(env)
-        self._assemble_cfg = AssembleConfig(ttl_s=cfg.ttl, linger_s=cfg.linger,
+        self._assemble_cfg = AssembleConfig(thresholds=Thresholds(cfg.slow_ttft_ms / 1000, cfg.slow_itl_ms / 1000,
+                                                                  cfg.low_free_blocks_pct / 100,
+                                                                  cfg.high_gpu_memory_pct / 100),
+                                            ttl_s=cfg.ttl, linger_s=cfg.linger,
                                             context_rule=make_rule(cfg.trace_context),
                                             export_error_text=cfg.export_error_text)
         self._tz = zone(cfg.timezone)
