@@ -31,11 +31,13 @@ from bridge.decode.source import Source
 from bridge.export.otlp import base_resource
 from bridge.export.sender import Batch, Batcher, Sender
 from bridge.export.transport import Destination, make_transport
+from bridge.logs import ExportProgress
 from bridge.parse import Parser
 from bridge.parse.gateway import GatewayParser, gateway_format
 from bridge.pipeline import LineErrors
 from bridge.tail.checkpoint import CheckpointStore, Delivered, FileCheckpoint, SourceCheckpoint
 from bridge.tail.follow import GEN_SHIFT, Filters, Follower, TrackedFile
+from bridge.tail.report import log_changes, warn_if_nothing
 
 _MASK = (1 << GEN_SHIFT) - 1
 _NS = 1_000_000_000
@@ -123,6 +125,8 @@ class Agent:
                                             export_error_text=cfg.export_error_text)
         self._tz = zone(cfg.timezone)
         self.telemetry_port: int | None = None
+        self._followed_last = 0
+        self._progress = ExportProgress(log, cfg.progress_interval, time.monotonic)
         self._join: ContextJoin | None = ContextJoin(cfg.join_window) if cfg.gateway_include else None
         self._gateway_parser = GatewayParser(gateway_format(
             cfg.gateway_format, cfg.gateway_request_id_field, cfg.gateway_traceparent_field))
@@ -187,6 +191,7 @@ class Agent:
             now = time.monotonic()
             if now >= next_discovery:
                 self._follower.discover(first_round=first_round and first_run)
+                self._report_discovery(first_round)
                 first_round = False
                 next_discovery = now + cfg.poll_interval
                 self._ready = True
@@ -202,6 +207,7 @@ class Agent:
                     self._state(ck.source_key, None).retired.append(ck)
             if now >= next_tick:
                 self._tick()
+                self._progress(self._progress_counts)
                 next_tick = now + _TICK_S
             if self._batcher.due(cfg.batch_delay):
                 self._sender.submit(self._batcher.take(), self._stop.is_set)
@@ -222,6 +228,18 @@ class Agent:
                 # poll_interval (what an idle node pays for each watched file).
                 busy = now - last_lines < 1.0 or not self._batcher.empty
                 self._stop.wait(min(cfg.poll_interval, cfg.batch_delay) if busy else cfg.poll_interval)
+
+    def _report_discovery(self, first_round: bool) -> None:
+        """What is followed and skipped, logged at start and on each change (bridge.tail.report)."""
+        changes = self._follower.take_changes()
+        log_changes(self.log, changes)
+        followed = len(self._follower.files)
+        if first_round or (changes and followed != self._followed_last):
+            if not followed:
+                warn_if_nothing(self.log, followed, self.cfg.include, self._follower.skipped_by_kind())
+            elif first_round or not self._followed_last:
+                self.log.info("following", files=followed, skipped=len(self._follower.skipped))
+        self._followed_last = followed
 
     def _shutdown(self) -> None:
         deadline = time.monotonic() + self.cfg.shutdown_grace - 1.0
@@ -556,6 +574,17 @@ class Agent:
             trouble.append(f"checkpoint not saved: {self._store.path} (retrying each second)")
         return "; ".join(trouble) or True
 
+    def _progress_counts(self) -> dict[str, int]:
+        s = self._sender.stats
+        emitted = open_ = 0
+        for st in list(self._sources.values()):
+            if st.assembler is not None:
+                emitted += st.assembler.stats.requests_emitted
+                open_ += st.assembler.open_requests
+        return {"spans_sent": s.spans_sent, "spans_retried": s.spans_retried, "spans_dropped": s.spans_dropped,
+                "queued_spans": s.queued_spans, "requests_finished": emitted, "requests_open": open_,
+                "files_followed": len(self._follower.files)}
+
     def snapshot(self) -> dict:
         decode = {"lines": 0, "invalid_utf8": 0, "partials_joined": 0, "framing_errors": 0}
         assemble = {"requests_emitted": 0, "requests_evicted": 0, "engine_incidents": 0}
@@ -583,6 +612,7 @@ class Agent:
             "queued_spans": s.queued_spans, "latencies": list(s.latencies),
             "skipped_delivered": self._skipped,
             "behind": self._follower.behind(), "files_watched": len(self._follower.files),
+            "files_skipped": self._follower.skipped_by_kind(),
             "rotations": dict(f.rotations), "file_errors": dict(f.errors),
             "checkpoint_age": (time.time() - written) if written else 0.0,
             "memory_pauses": self._memory_pauses,
