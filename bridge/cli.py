@@ -190,6 +190,10 @@ def run_agent(args: argparse.Namespace, env: Mapping[str, str], out: TextIO) -> 
         dest = destination(env, cfg.otlp_endpoint, cfg.otlp_protocol)
     except (ConfigError, ValueError) as exc:
         raise UsageError(str(exc)) from None
+    json_logs = {"json": True, "console": False}.get(cfg.log_format)
+    log = make_logger(json=json_logs)
+    for problem in unknown_env(env):
+        log.warning("unknown_environment_variable", problem=problem)
     if args.print_config:
         out.write(yaml.safe_dump(as_dict(cfg), sort_keys=False))
         return EXIT_OK
@@ -205,10 +209,6 @@ def run_agent(args: argparse.Namespace, env: Mapping[str, str], out: TextIO) -> 
     except OSError as exc:
         raise UsageError(f"state_dir {cfg.state_dir}: not writable ({exc.strerror}); give a writable directory "
                          "with --state-dir") from None
-    json_logs = {"json": True, "console": False}.get(cfg.log_format)
-    log = make_logger(json=json_logs)
-    for problem in unknown_env(env):
-        log.warning("unknown_environment_variable", problem=problem)
     agent = Agent(cfg, dest, env, log)
     install_signal_handlers(agent)
     with route_library_logs(log):  # the SDK's and gRPC's own lines as the agent's JSON, not plain text
