@@ -337,3 +337,11 @@ def test_agent_warns_when_it_follows_nothing(tmp_path):
     assert warning["level"] == "warning"
     assert warning["include"] == {str(tmp_path / "nowhere/*/*.log"): f"{tmp_path / 'nowhere'} does not exist"}
     assert "vllm_trace_bridge_files_watched 0.0" in metrics
+
+
+def test_the_summary_says_why_some_requests_have_no_e2e():
+    p = bridge("replay", str(SAMPLE), "--waterfalls", "0")
+    total = int(re.search(r"^requests     (\d+) ", p.stdout, re.M)[1])
+    with_latency = len(reported())  # the sample's own total_latency lines
+    assert re.search(rf"^e2e .* {with_latency}$", p.stdout, re.M)
+    assert f"note         {total - with_latency} of {total} requests have no duration reported by vLLM" in p.stdout
