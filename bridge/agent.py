@@ -252,7 +252,11 @@ class Agent:
         self._drain_acks()
         self._checkpoint()
         self._follower.close()
-        self.log.info("agent_stopped", all_sent=drained, spans_sent=self._sender.stats.spans_sent)
+        counts = self._progress_counts()
+        extra = {"note": "requests still open are not exported by this run; the checkpoint stays before them, so "
+                         "the next start sends them"} if counts["requests_open"] else {}
+        self.log.info("agent_stopped", all_sent=drained, spans_sent=self._sender.stats.spans_sent,
+                      requests_finished=counts["requests_finished"], requests_open=counts["requests_open"], **extra)
 
     def _over_memory(self) -> bool:
         try:

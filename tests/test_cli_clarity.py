@@ -329,6 +329,9 @@ def test_agent_logs_what_it_follows_and_why_not_the_rest(tmp_path):
     # export trouble and progress: their own JSON lines, the SDK's too (no plain text on stderr)
     assert by.get("export_progress"), list(by)
     assert by.get("opentelemetry_log") or by.get("export_retrying"), list(by)
+    (stopped,) = by["agent_stopped"]
+    assert stopped["requests_finished"] > 0
+    assert ("note" in stopped) == (stopped["requests_open"] > 0)  # open requests at stop are explained
 
 
 def test_agent_warns_when_it_follows_nothing(tmp_path):
