@@ -348,3 +348,29 @@ def test_the_summary_says_why_some_requests_have_no_e2e():
     with_latency = len(reported())  # the sample's own total_latency lines
     assert re.search(rf"^e2e .* {with_latency}$", p.stdout, re.M)
     assert f"note         {total - with_latency} of {total} requests have no duration reported by vLLM" in p.stdout
+
+
+def test_an_inferred_queued_scheduled_boundary_is_drawn_one_way():
+    """With one-second stamps the split of ttft between queued and scheduled is not known; the
+    issue's two requests drew it two ways (all queued / all scheduled). Now both phases show the
+    range they lie in, which is arrival → first token: the log's own ttft."""
+    ttft = {}
+    for line in SAMPLE.read_text().splitlines():
+        m = re.search(r"Request (0x[0-9a-f]+): .*ttft=([\d.]+)ms, .*total_latency=([\d.]+)s", line)
+        if m:
+            ttft[(m[1], round(float(m[3]), 3))] = float(m[2])
+    p = bridge("replay", str(SAMPLE), "--waterfalls", "1000")
+    checked = 0
+    for rid, head, phases in _waterfalls(p.stdout):
+        e2e = re.search(r"e2e ([\d.]+)(ms|s)", head)  # None when not reported (≈): no ttft either
+        if e2e is None:
+            continue
+        key = (rid, round(float(e2e[1]) / (1000 if e2e[2] == "ms" else 1), 3))
+        named = {ph.split("|")[0].strip(): ph for ph in phases}
+        if key not in ttft or "queued" not in named or "scheduled" not in named:
+            continue
+        q, s = named["queued"].split("|")[2], named["scheduled"].split("|")[2]
+        if "~" in q or "~" in s:
+            assert q == s == f"~{'≤' + format(ttft[key], '.1f') + 'ms':>9}", (rid, q, s, ttft[key])
+            checked += 1
+    assert checked >= 2  # the issue's 0x7f8c4a0010b0 and 0x7f8c4a001080 among them

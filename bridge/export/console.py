@@ -7,11 +7,11 @@ shown as reported; a duration that rests on one-second log stamps is marked `≈
 
 from __future__ import annotations
 
-from bridge.assemble.timeline import INFERRED, EngineTimeline, RequestTimeline, Timeline
+from bridge.assemble.timeline import INFERRED, EngineTimeline, Phase, RequestTimeline, Timeline
 
 _BAR = {"queued": "░", "scheduled": "▓", "preempted": "▒", "generating": "█", "freed": "·"}
 LEGEND = ("legend: ░ queued  ▓ scheduled (prefill)  ▒ preempted  █ generating (decode)  · freed  "
-          "¦ inferred boundary  ~ phase with an inferred boundary  ≈ e2e from one-second log stamps")
+          "¦…¦ ~≤ a boundary inferred: the phase lies within that range  ≈ e2e from one-second log stamps")
 SCREEN = 8  # requests per shared time axis: one terminal screen
 
 
@@ -26,6 +26,22 @@ def _e2e(t: RequestTimeline) -> tuple[int, bool]:
     if isinstance(reported, (int, float)) and not isinstance(reported, bool) and reported >= 0:
         return round(reported * 1e9), True
     return t.end_ns - t.start_ns, False
+
+
+def _extent(i: int, phases: list[Phase]) -> tuple[int, int]:
+    """Where the lines place phase `i`. One rule for every inferred boundary: a boundary it
+    shares with the phase next to it (in lifecycle order) can lie anywhere between their far
+    ends (their sum is known, the split is not), so both are drawn over that whole range. A
+    phase with no inferred boundary is drawn where it is."""
+    p = phases[i]
+    start, end = p.start_ns, p.end_ns
+    before = phases[i - 1] if i > 0 else None
+    after = phases[i + 1] if i + 1 < len(phases) else None
+    if before is not None and before.end_ns == start and INFERRED in (before.end_timing, p.start_timing):
+        start = before.start_ns
+    if after is not None and after.start_ns == end and INFERRED in (after.start_timing, p.end_timing):
+        end = after.end_ns
+    return start, end
 
 
 class Waterfall:
@@ -104,22 +120,20 @@ class Waterfall:
             head.append("[" + ", ".join(a["vllm.diagnosis"]) + "]")
         lines = ["  ".join(head)]
         w = self._width
-        for p in t.phases:
-            lo = min(int((p.start_ns - t.start_ns) * w / span), w - 1)
-            hi = min(max(lo + 1, int(round((p.end_ns - t.start_ns) * w / span))), w)
+        for i, p in enumerate(t.phases):
+            start, end = _extent(i, t.phases)
+            lo = min(int((start - t.start_ns) * w / span), w - 1)
+            hi = min(max(lo + 1, int(round((end - t.start_ns) * w / span))), w)
             cells = [" "] * w
             for i in range(lo, hi):
                 cells[i] = _BAR.get(p.name, "#")
-            # One rule for every inferred boundary: its cell is drawn ¦, whichever phase it bounds.
-            if p.start_timing == INFERRED:
-                cells[lo] = "¦"
-            if p.end_timing == INFERRED:
-                cells[hi - 1] = "¦"
-            inferred = INFERRED in (p.start_timing, p.end_timing)
-            mark = "~" if inferred else " "
+            inferred = (start, end) != (p.start_ns, p.end_ns) or INFERRED in (p.start_timing, p.end_timing)
+            if inferred:  # the phase lies somewhere in this range: its ends are drawn ¦
+                cells[lo] = cells[hi - 1] = "¦"
             rough = rough or inferred
             label = p.name if p.name != "preempted" else f"preempted#{p.index}"
-            lines.append(f"  {label:13}|{''.join(cells)}|{mark}{_secs(p.end_ns - p.start_ns):>9}")
+            shown = f"≤{_secs(end - start)}" if inferred else _secs(p.end_ns - p.start_ns)
+            lines.append(f"  {label:13}|{''.join(cells)}|{'~' if inferred else ' '}{shown:>9}")
         if t.error_type:
             lines.append(f"  ✗ {t.error_type}: {t.error_message}")
         for e in t.events:
