@@ -374,3 +374,37 @@ def test_an_inferred_queued_scheduled_boundary_is_drawn_one_way():
             assert q == s == f"~{'≤' + format(ttft[key], '.1f') + 'ms':>9}", (rid, q, s, ttft[key])
             checked += 1
     assert checked >= 2  # the issue's 0x7f8c4a0010b0 and 0x7f8c4a001080 among them
+
+
+def test_the_follower_says_why_it_skips_unreadable_files_and_directories(tmp_path, monkeypatch):
+    """Unit level (tests run as root, who may read anything): an open refused with EACCES and a
+    directory matching the glob are skipped with their reasons, once, and counted by kind."""
+    from bridge.tail import follow
+
+    (tmp_path / "a.log").write_text("x\n")
+    (tmp_path / "b.log").write_text("y\n")
+    (tmp_path / "dir.log").mkdir()
+    real_open = follow._open
+
+    def refuse(path):
+        if path.endswith("b.log"):
+            raise PermissionError(13, "Permission denied", path)
+        return real_open(path)
+
+    monkeypatch.setattr(follow, "_open", refuse)
+    f = follow.Follower(follow.Filters((str(tmp_path / "*.log"),)))
+    f.discover(first_round=True)
+    changes = {(c.action, os.path.basename(c.path), c.kind) for c in f.take_changes()}
+    assert changes == {("followed", "a.log", ""), ("skipped", "b.log", "unreadable"),
+                       ("skipped", "dir.log", "not_a_file")}
+    assert "permission denied" in f.skipped[str(tmp_path / "b.log")][1]
+    f.discover()
+    assert f.take_changes() == []  # said once, not on every look
+    assert f.skipped_by_kind() == {"filter": 0, "unreadable": 1, "not_a_file": 1}
+    monkeypatch.setattr(follow, "_open", real_open)  # made readable: followed, no longer skipped
+    (tmp_path / "b.log").write_text("y2\n")
+    f._listings.clear()
+    f.discover()
+    assert [(c.action, os.path.basename(c.path)) for c in f.take_changes()] == [("followed", "b.log")]
+    assert f.skipped_by_kind()["unreadable"] == 0
+    f.close()
