@@ -18,7 +18,7 @@ from bridge.export.batch import OtlpSink
 from bridge.export.console import Waterfall
 from bridge.export.otlp import base_resource
 from bridge.export.summary import Summary
-from bridge.export.transport import PROTOCOLS, destination, make_transport
+from bridge.export.transport import destination, make_transport
 from bridge.logs import make_logger, route_library_logs
 from bridge.pipeline import ReplayConfig, ReplayStats, replay
 
@@ -56,7 +56,8 @@ def _add_shared(p: argparse.ArgumentParser, *, run: bool) -> None:
     p.add_argument("--otlp-protocol", dest=dest("otlp_protocol"), metavar="PROTOCOL",
                    help=_with_default("grpc, or http/protobuf (http for short)",
                                       "OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL, else grpc"))
-    p.add_argument("--protocol", dest=dest("otlp_protocol"), help=argparse.SUPPRESS)  # the old spelling of --otlp-protocol
+    # The old spelling of --otlp-protocol (replay's): still taken, no longer shown.
+    p.add_argument("--protocol", dest=dest("otlp_protocol"), help=argparse.SUPPRESS)
     p.add_argument("--year", dest=dest("year"), type=int, metavar="YYYY",
                    help=_with_default("year of the first line (vLLM headers have none)",
                                       "from the file's modification time"))
@@ -65,8 +66,9 @@ def _add_shared(p: argparse.ArgumentParser, *, run: bool) -> None:
     p.add_argument("--ttl", dest=dest("ttl"), type=float, default=unset(d.ttl), metavar="SECONDS",
                    help=_with_default("end a request with no new line for this long, as incomplete", f"{d.ttl:g}"))
     for name, text in _THRESHOLDS.items():
-        p.add_argument("--" + name.replace("_", "-"), dest=dest(name), type=float, metavar=name.rsplit("_", 1)[1].upper(),
-                       default=unset(getattr(d, name)), help=_with_default(text, f"{getattr(d, name):g}"))
+        p.add_argument("--" + name.replace("_", "-"), dest=dest(name), type=float,
+                       metavar=name.rsplit("_", 1)[1].upper(), default=unset(getattr(d, name)),
+                       help=_with_default(text, f"{getattr(d, name):g}"))
     bool_kw = {"action": argparse.BooleanOptionalAction, "default": None} if run else {"action": "store_true"}
     p.add_argument("--export-error-text", dest=dest("export_error_text"), **bool_kw,
                    help=_with_default("export error messages and tracebacks as logged; they can carry users' "
