@@ -150,7 +150,7 @@ def _check(cfg: AgentConfig, origins: Mapping[str, str]) -> None:
             raise ConfigError(f"{name} (from {origins.get(name, 'default')}): must be greater than 0, "
                               f"got {getattr(cfg, name)!r}")
     for name in _NON_NEGATIVE:
-        if getattr(cfg, name) < 0:
+        if not getattr(cfg, name) >= 0:  # NaN too
             raise ConfigError(f"{name} (from {origins.get(name, 'default')}): must be 0 or more")
     if not cfg.include:
         raise ConfigError("include: give at least one glob, e.g. /var/log/pods/*/*/*.log")
