@@ -20,7 +20,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from bridge.assemble import AssembleConfig, Assembler, EngineTimeline, RequestTimeline, Timeline, ids
+from bridge.assemble import AssembleConfig, Assembler, EngineTimeline, RequestTimeline, Thresholds, Timeline, ids
 from bridge.assemble.context import TraceContext, make_rule
 from bridge.assemble.join import ContextJoin, upstream_id
 from bridge.config import AgentConfig
@@ -31,11 +31,13 @@ from bridge.decode.source import Source
 from bridge.export.otlp import base_resource
 from bridge.export.sender import Batch, Batcher, Sender
 from bridge.export.transport import Destination, make_transport
+from bridge.logs import ExportProgress
 from bridge.parse import Parser
 from bridge.parse.gateway import GatewayParser, gateway_format
 from bridge.pipeline import LineErrors
 from bridge.tail.checkpoint import CheckpointStore, Delivered, FileCheckpoint, SourceCheckpoint
 from bridge.tail.follow import GEN_SHIFT, Filters, Follower, TrackedFile
+from bridge.tail.report import log_changes, warn_if_nothing
 
 _MASK = (1 << GEN_SHIFT) - 1
 _NS = 1_000_000_000
@@ -115,11 +117,16 @@ class Agent:
         self.line_errors: dict[str, int] = {}  # stage → lines skipped because the stage raised
         self._line_error = LineErrors(self.line_errors, log)
         self._faults = injected_faults(env)
-        self._assemble_cfg = AssembleConfig(ttl_s=cfg.ttl, linger_s=cfg.linger,
+        self._assemble_cfg = AssembleConfig(thresholds=Thresholds(cfg.slow_ttft_ms / 1000, cfg.slow_itl_ms / 1000,
+                                                                  cfg.low_free_blocks_pct / 100,
+                                                                  cfg.high_gpu_memory_pct / 100),
+                                            ttl_s=cfg.ttl, linger_s=cfg.linger,
                                             context_rule=make_rule(cfg.trace_context),
                                             export_error_text=cfg.export_error_text)
         self._tz = zone(cfg.timezone)
         self.telemetry_port: int | None = None
+        self._followed_last = 0
+        self._progress = ExportProgress(log, cfg.progress_interval, time.monotonic)
         self._join: ContextJoin | None = ContextJoin(cfg.join_window) if cfg.gateway_include else None
         self._gateway_parser = GatewayParser(gateway_format(
             cfg.gateway_format, cfg.gateway_request_id_field, cfg.gateway_traceparent_field))
@@ -184,6 +191,7 @@ class Agent:
             now = time.monotonic()
             if now >= next_discovery:
                 self._follower.discover(first_round=first_round and first_run)
+                self._report_discovery(first_round)
                 first_round = False
                 next_discovery = now + cfg.poll_interval
                 self._ready = True
@@ -199,6 +207,7 @@ class Agent:
                     self._state(ck.source_key, None).retired.append(ck)
             if now >= next_tick:
                 self._tick()
+                self._progress(self._progress_counts)
                 next_tick = now + _TICK_S
             if self._batcher.due(cfg.batch_delay):
                 self._sender.submit(self._batcher.take(), self._stop.is_set)
@@ -220,6 +229,18 @@ class Agent:
                 busy = now - last_lines < 1.0 or not self._batcher.empty
                 self._stop.wait(min(cfg.poll_interval, cfg.batch_delay) if busy else cfg.poll_interval)
 
+    def _report_discovery(self, first_round: bool) -> None:
+        """What is followed and skipped, logged at start and on each change (bridge.tail.report)."""
+        changes = self._follower.take_changes()
+        log_changes(self.log, changes)
+        followed = len(self._follower.files)
+        if first_round or (changes and followed != self._followed_last):
+            if not followed:
+                warn_if_nothing(self.log, followed, self.cfg.include, self._follower.skipped_by_kind())
+            elif first_round or not self._followed_last:
+                self.log.info("following", files=followed, skipped=len(self._follower.skipped))
+        self._followed_last = followed
+
     def _shutdown(self) -> None:
         deadline = time.monotonic() + self.cfg.shutdown_grace - 1.0
         if self._join is not None:  # nothing more will come: send the waiting with what they have
@@ -231,7 +252,11 @@ class Agent:
         self._drain_acks()
         self._checkpoint()
         self._follower.close()
-        self.log.info("agent_stopped", all_sent=drained, spans_sent=self._sender.stats.spans_sent)
+        counts = self._progress_counts()
+        extra = {"note": "requests still open are not exported by this run; the checkpoint stays before them, so "
+                         "the next start sends them"} if counts["requests_open"] else {}
+        self.log.info("agent_stopped", all_sent=drained, spans_sent=self._sender.stats.spans_sent,
+                      requests_finished=counts["requests_finished"], requests_open=counts["requests_open"], **extra)
 
     def _over_memory(self) -> bool:
         try:
@@ -553,6 +578,17 @@ class Agent:
             trouble.append(f"checkpoint not saved: {self._store.path} (retrying each second)")
         return "; ".join(trouble) or True
 
+    def _progress_counts(self) -> dict[str, int]:
+        s = self._sender.stats
+        emitted = open_ = 0
+        for st in list(self._sources.values()):
+            if st.assembler is not None:
+                emitted += st.assembler.stats.requests_emitted
+                open_ += st.assembler.open_requests
+        return {"spans_sent": s.spans_sent, "spans_retried": s.spans_retried, "spans_dropped": s.spans_dropped,
+                "queued_spans": s.queued_spans, "requests_finished": emitted, "requests_open": open_,
+                "files_followed": len(self._follower.files)}
+
     def snapshot(self) -> dict:
         decode = {"lines": 0, "invalid_utf8": 0, "partials_joined": 0, "framing_errors": 0, "times_out_of_range": 0}
         assemble = {"requests_emitted": 0, "requests_evicted": 0, "engine_incidents": 0}
@@ -581,6 +617,7 @@ class Agent:
             "queued_spans": s.queued_spans, "latencies": list(s.latencies),
             "skipped_delivered": self._skipped,
             "behind": self._follower.behind(), "files_watched": len(self._follower.files),
+            "files_skipped": self._follower.skipped_by_kind(),
             "rotations": dict(f.rotations), "file_errors": dict(f.errors),
             "checkpoint_age": (time.time() - written) if written else 0.0,
             "memory_pauses": self._memory_pauses,

@@ -18,8 +18,8 @@ from bridge.export.batch import OtlpSink
 from bridge.export.console import Waterfall
 from bridge.export.otlp import base_resource
 from bridge.export.summary import Summary
-from bridge.export.transport import PROTOCOLS, destination, make_transport
-from bridge.logs import make_logger
+from bridge.export.transport import destination, make_transport
+from bridge.logs import make_logger, route_library_logs
 from bridge.pipeline import ReplayConfig, ReplayStats, replay
 
 EXIT_OK, EXIT_EXPORT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -29,53 +29,122 @@ class UsageError(Exception):
     """A bad flag value or input; the message says what to fix."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """Errors as one line naming the fix, like every other usage error (not usage + error)."""
+
+    def error(self, message: str):  # noqa: D102 - argparse's hook
+        self.exit(EXIT_USAGE, f"{self.prog}: {message}; see `{self.prog} --help`\n")
+
+
+def _with_default(text: str, default) -> str:
+    return f"{text} (default: {default})"
+
+
+def _add_shared(p: argparse.ArgumentParser, *, run: bool) -> None:
+    """Flags `replay` and `run` share, with one spelling and one set of accepted values. For
+    `run` a flag only overrides (default None): the file, the environment or the config default
+    decide otherwise, and `run --help` shows that default."""
+    from bridge.config import AgentConfig
+
+    d = AgentConfig()
+    dest = (lambda name: f"cfg_{name}") if run else (lambda name: name)
+    unset = (lambda v: None) if run else (lambda v: v)
+    p.add_argument("--otlp-endpoint", dest=dest("otlp_endpoint"), metavar="URL",
+                   help=_with_default("OTLP receiver, e.g. http://127.0.0.1:4317 (gRPC) or http://127.0.0.1:4318 "
+                                      "(HTTP)", "OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT"
+                                      + ("" if run else "; none: waterfalls in the terminal")))
+    p.add_argument("--otlp-protocol", dest=dest("otlp_protocol"), metavar="PROTOCOL",
+                   help=_with_default("grpc, or http/protobuf (http for short)",
+                                      "OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL, else grpc"))
+    # The old spelling of --otlp-protocol (replay's): still taken, no longer shown.
+    p.add_argument("--protocol", dest=dest("otlp_protocol"), help=argparse.SUPPRESS)
+    p.add_argument("--year", dest=dest("year"), type=int, metavar="YYYY",
+                   help=_with_default("year of the first line (vLLM headers have none)",
+                                      "from the file's modification time"))
+    p.add_argument("--timezone", dest=dest("timezone"), default=unset(d.timezone), metavar="ZONE",
+                   help=_with_default("timezone of vLLM's header stamps, e.g. Europe/Paris", d.timezone))
+    p.add_argument("--ttl", dest=dest("ttl"), type=float, default=unset(d.ttl), metavar="SECONDS",
+                   help=_with_default("end a request with no new line for this long, as incomplete", f"{d.ttl:g}"))
+    for name, text in _THRESHOLDS.items():
+        p.add_argument("--" + name.replace("_", "-"), dest=dest(name), type=float,
+                       metavar=name.rsplit("_", 1)[1].upper(), default=unset(getattr(d, name)),
+                       help=_with_default(text, f"{getattr(d, name):g}"))
+    bool_kw = {"action": argparse.BooleanOptionalAction, "default": None} if run else {"action": "store_true"}
+    p.add_argument("--export-error-text", dest=dest("export_error_text"), **bool_kw,
+                   help=_with_default("export error messages and tracebacks as logged; they can carry users' "
+                                      "prompts", "off: quoted text redacted, no tracebacks"))
+
+
+_THRESHOLDS = {
+    "slow_ttft_ms": "diagnose slow_ttft above this time to first token",
+    "slow_itl_ms": "diagnose slow_itl above this inter-token latency",
+    "low_free_blocks_pct": "diagnose memory_pressure below this percentage of free KV blocks",
+    "high_gpu_memory_pct": "diagnose gpu_memory_high above this percentage of GPU memory used",
+}
+_SHARED = ("otlp_endpoint", "otlp_protocol", "year", "timezone", "ttl", "export_error_text", *_THRESHOLDS)
+_PATHS_HELP = ("log files, or directories of them (their *.log files and rotated siblings, .gz too): plain, "
+               "CRI or docker json-file")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="vllm-trace-bridge", description="vLLM logs → OpenTelemetry traces")
-    sub = p.add_subparsers(dest="command", required=True)
+    p = _Parser(prog="vllm-trace-bridge", description="vLLM logs → OpenTelemetry traces")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{replay,check,run}")
     r = sub.add_parser("replay", help="run finished log files through the pipeline once, then exit",
                        description="Without an OTLP endpoint (flag or OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT) "
-                                   "each request is drawn as a waterfall in the terminal.")
-    r.add_argument("paths", nargs="+", metavar="PATH", help="log files: plain, CRI or docker json-file; .gz too")
-    r.add_argument("--otlp-endpoint", help="OTLP receiver, e.g. http://127.0.0.1:4317 (gRPC) or "
-                                           "http://127.0.0.1:4318 (HTTP)")
-    r.add_argument("--protocol", choices=PROTOCOLS + ("http",), help="default: OTEL_EXPORTER_OTLP_PROTOCOL or grpc")
-    r.add_argument("--year", type=int, help="year of the first line (vLLM headers have none); "
-                                            "default: inferred from the file's modification time")
-    r.add_argument("--timezone", default="UTC", help="timezone of vLLM's header stamps (default UTC)")
-    r.add_argument("--ttl", type=float, default=600.0, metavar="SECONDS",
-                   help="evict a request with no new line for this long, as incomplete (default 600)")
-    r.add_argument("--waterfalls", type=int, default=100, metavar="N",
-                   help="draw at most N requests in the terminal (default 100; 0: summary only)")
-    d = Thresholds()
-    r.add_argument("--slow-ttft-ms", type=float, default=d.ttft_s * 1000, help="diagnose slow_ttft above (200)")
-    r.add_argument("--slow-itl-ms", type=float, default=d.itl_s * 1000, help="diagnose slow_itl above (50)")
-    r.add_argument("--low-free-blocks-pct", type=float, default=d.free_blocks_ratio * 100,
-                   help="diagnose memory_pressure below this %% of free KV blocks (10)")
-    r.add_argument("--high-gpu-memory-pct", type=float, default=d.gpu_memory_ratio * 100,
-                   help="diagnose gpu_memory_high above this %% (90)")
-    r.add_argument("--export-error-text", action="store_true",
-                   help="export error messages and tracebacks as logged (default: quoted text redacted, no "
-                        "tracebacks; they can carry users' prompts)")
+                                   "the summary is printed, then each request as a waterfall.")
+    r.add_argument("paths", nargs="+", metavar="PATH", help=_PATHS_HELP)
+    _add_shared(r, run=False)
+    r.add_argument("--waterfalls", type=int, default=10, metavar="N",
+                   help=_with_default("draw at most N requests in the terminal, after the summary (0: summary "
+                                      "only)", 10))
     c = sub.add_parser("check", help="report which lines of a log the bridge understands",
-                       description="Per file: the vLLM version family, records recognised per kind, "
-                                   "%% unrecognised and the top unrecognised line templates.")
-    c.add_argument("paths", nargs="+", metavar="PATH", help="log files: plain, CRI or docker json-file; .gz too")
-    c.add_argument("--top", type=int, default=10, metavar="N", help="unrecognised templates to list (default 10)")
+                       description="Per file: the vLLM version family, records recognised per kind, the "
+                                   "percentage unrecognised and the top unrecognised line templates.")
+    c.add_argument("paths", nargs="+", metavar="PATH", help=_PATHS_HELP)
+    c.add_argument("--top", type=int, default=10, metavar="N", help=_with_default("unrecognised templates to list", 10))
     _add_run(sub)
     return p
 
 
 _RUN_HELP = {
-    "include": "glob of files to follow (repeatable)", "exclude": "glob of files to skip (repeatable)",
-    "namespaces": "namespace patterns (repeatable)", "pods": "pod name patterns (repeatable)",
-    "containers": "container name patterns (repeatable)", "state_dir": "directory for checkpoints",
-    "start_at": "beginning|end: where to start files that existed before the first run",
-    "otlp_endpoint": "OTLP receiver (default: OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT)",
-    "otlp_protocol": "grpc|http/protobuf", "listen": "HOST:PORT for /healthz, /readyz, /metrics",
-    "trace_context": "w3c|off|REGEX: caller's trace context inside request ids (default w3c)",
-    "export_error_text": "export error messages and tracebacks as logged (default off: quoted text redacted, "
-                         "no tracebacks; they can carry users' prompts)",
+    "include": ("glob of log files to follow (repeatable)", "PATTERN"),
+    "exclude": ("glob of files not to follow (repeatable)", "PATTERN"),
+    "namespaces": ("Kubernetes namespace patterns to follow (repeatable; kubelet paths only)", "PATTERN"),
+    "pods": ("pod name patterns to follow (repeatable; kubelet paths only)", "PATTERN"),
+    "containers": ("container name patterns to follow (repeatable; kubelet paths only)", "PATTERN"),
+    "state_dir": ("directory for checkpoints", "DIR"),
+    "start_at": ("where to start files that existed before the first run: beginning or end", "WHERE"),
+    "poll_interval": ("seconds between looks for new or rotated files, and at quiet ones", "SECONDS"),
+    "linger": ("seconds a finished request waits for its last block frees", "SECONDS"),
+    "listen": ("HOST:PORT for /healthz, /readyz, /metrics (port 0: any free one)", "HOST:PORT"),
+    "max_queue_spans": ("spans waiting for export before reading pauses", "N"),
+    "max_batch_spans": ("spans per export request", "N"),
+    "batch_delay": ("seconds before a partial batch is sent", "SECONDS"),
+    "max_open_requests": ("open requests kept; beyond, the oldest ends as incomplete", "N"),
+    "memory_limit_mb": ("resident memory above which reading pauses", "MB"),
+    "shutdown_grace": ("seconds to deliver what is queued after SIGTERM", "SECONDS"),
+    "export_give_up": ("seconds a refused batch is retried before it is dropped (counted, logged)", "SECONDS"),
+    "read_chunk_bytes": ("bytes read per file per round (fairness across files)", "BYTES"),
+    "log_format": ("the agent's own logs: auto (JSON unless stderr is a terminal), json or console", "FORMAT"),
+    "trace_context": ("caller's trace context inside request ids: w3c, off, or a regex with a (?P<trace>…) "
+                      "group", "RULE"),
+    "gateway_include": ("glob of a gateway's JSON access logs to join on the request id (repeatable)", "PATTERN"),
+    "gateway_format": ("access-log field names: nginx or envoy", "FORMAT"),
+    "gateway_request_id_field": ("access-log field holding the request id (overrides the preset)", "FIELD"),
+    "gateway_traceparent_field": ("access-log field holding the traceparent (overrides the preset)", "FIELD"),
+    "join_window": ("seconds a request waits for its gateway line (and back)", "SECONDS"),
+    "progress_interval": ("seconds between export_progress log lines (only when something changed)", "SECONDS"),
 }
+
+
+def _shown_default(name: str, value) -> str:
+    if isinstance(value, tuple):
+        return ", ".join(value) or "none"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if value is None:
+        return "unset"
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _add_run(sub) -> None:
@@ -84,25 +153,29 @@ def _add_run(sub) -> None:
     r = sub.add_parser("run", help="follow live vLLM logs and export traces until SIGTERM",
                        description="Settings: flag > VLLM_TRACE_BRIDGE_<KEY> environment > --config file "
                                    "> default. OTLP delivery also honours the standard OTEL_EXPORTER_OTLP_* "
-                                   "variables.")
+                                   "variables. docs/cli.md describes every setting.")
     r.add_argument("--config", metavar="FILE", help="YAML file of settings (keys as the flags, with _)")
     r.add_argument("--print-config", action="store_true", help="print the effective settings as YAML and exit")
-    for name in FIELDS:
+    _add_shared(r, run=True)
+    for name, f in FIELDS.items():
+        if name in _SHARED:
+            continue
         flag = "--" + name.replace("_", "-")
+        text, metavar = _RUN_HELP[name]
+        text = _with_default(text, _shown_default(name, f.default))
         if _kind(name) == "list":
-            r.add_argument(flag, dest=f"cfg_{name}", action="append", metavar="PATTERN", help=_RUN_HELP.get(name))
+            r.add_argument(flag, dest=f"cfg_{name}", action="append", metavar=metavar, help=text)
         elif _kind(name) == "bool":  # --flag / --no-flag; absent: the file, environment or default decides
-            r.add_argument(flag, dest=f"cfg_{name}", action=argparse.BooleanOptionalAction, default=None,
-                           help=_RUN_HELP.get(name))
+            r.add_argument(flag, dest=f"cfg_{name}", action=argparse.BooleanOptionalAction, default=None, help=text)
         else:
-            r.add_argument(flag, dest=f"cfg_{name}", metavar=name.split("_")[-1].upper(), help=_RUN_HELP.get(name))
+            r.add_argument(flag, dest=f"cfg_{name}", metavar=metavar, help=text)
 
 
 def run_agent(args: argparse.Namespace, env: Mapping[str, str], out: TextIO) -> int:
     import yaml
 
     from bridge.agent import Agent, install_signal_handlers
-    from bridge.config import FIELDS, ConfigError, as_dict, load
+    from bridge.config import FIELDS, ConfigError, as_dict, load, unknown_env
 
     file_data = None
     if args.config:
@@ -112,13 +185,17 @@ def run_agent(args: argparse.Namespace, env: Mapping[str, str], out: TextIO) -> 
         except OSError as exc:
             raise UsageError(f"--config {args.config}: {exc.strerror or exc}") from None
         except yaml.YAMLError as exc:
-            raise UsageError(f"--config {args.config}: not valid YAML: {exc}") from None
+            raise UsageError(f"--config {args.config}: not valid YAML: {' '.join(str(exc).split())}") from None
     flags = {name: getattr(args, f"cfg_{name}") for name in FIELDS}
     try:
         cfg, _origins = load(file_data, env, flags, file_name=args.config or "config file")
         dest = destination(env, cfg.otlp_endpoint, cfg.otlp_protocol)
     except (ConfigError, ValueError) as exc:
         raise UsageError(str(exc)) from None
+    json_logs = {"json": True, "console": False}.get(cfg.log_format)
+    log = make_logger(json=json_logs)
+    for problem in unknown_env(env):
+        log.warning("unknown_environment_variable", problem=problem)
     if args.print_config:
         out.write(yaml.safe_dump(as_dict(cfg), sort_keys=False))
         return EXIT_OK
@@ -134,10 +211,10 @@ def run_agent(args: argparse.Namespace, env: Mapping[str, str], out: TextIO) -> 
     except OSError as exc:
         raise UsageError(f"state_dir {cfg.state_dir}: not writable ({exc.strerror}); give a writable directory "
                          "with --state-dir") from None
-    json_logs = {"json": True, "console": False}.get(cfg.log_format)
-    agent = Agent(cfg, dest, env, make_logger(json=json_logs))
+    agent = Agent(cfg, dest, env, log)
     install_signal_handlers(agent)
-    return agent.run()
+    with route_library_logs(log):  # the SDK's and gRPC's own lines as the agent's JSON, not plain text
+        return agent.run()
 
 
 def _replay_config(args: argparse.Namespace) -> ReplayConfig:
@@ -148,19 +225,48 @@ def _replay_config(args: argparse.Namespace) -> ReplayConfig:
     if args.year is not None and not 1970 <= args.year <= 9999:
         raise UsageError(f"--year {args.year}: give a four-digit year such as 2025")
     if not args.ttl > 0:
-        raise UsageError(f"--ttl {args.ttl}: give a number of seconds greater than 0")
-    try:
-        thresholds = Thresholds(args.slow_ttft_ms / 1000, args.slow_itl_ms / 1000,
-                                args.low_free_blocks_pct / 100, args.high_gpu_memory_pct / 100)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    for path in args.paths:
-        if not os.path.isfile(path):
-            raise UsageError(f"{path}: no such file (give the path of a vLLM log file)")
-        if not os.access(path, os.R_OK):
-            raise UsageError(f"{path}: not readable by this user")
+        raise UsageError(f"--ttl {args.ttl:g}: give a number of seconds greater than 0")
+    for name in _THRESHOLDS:
+        if not getattr(args, name) >= 0:
+            raise UsageError(f"--{name.replace('_', '-')} {getattr(args, name):g}: give a number of 0 or more")
+    thresholds = Thresholds(args.slow_ttft_ms / 1000, args.slow_itl_ms / 1000,
+                            args.low_free_blocks_pct / 100, args.high_gpu_memory_pct / 100)
     return ReplayConfig(tz=tz, year=args.year, assemble=AssembleConfig(thresholds=thresholds, ttl_s=args.ttl,
                                                                        export_error_text=args.export_error_text))
+
+
+def log_files(paths: Sequence[str]) -> list[str]:
+    """The files to read for the paths given: a file as it is; a directory as its `*.log`
+    files, each after its rotated siblings (`0.log.<stamp>`, `.gz` too: older, oldest first),
+    so a container's stream is read in the order it was written."""
+    files: list[str] = []
+    for path in paths:
+        if os.path.isdir(path):
+            try:
+                names = sorted(os.listdir(path))
+            except OSError as exc:
+                raise UsageError(f"{path}: directory not readable ({exc.strerror})") from None
+            found = []
+            for name in names:
+                if name.endswith(".log") and os.path.isfile(os.path.join(path, name)):
+                    rotated = [n for n in names if n.startswith(name + ".")
+                               and os.path.isfile(os.path.join(path, n))]
+                    rotated.sort(key=lambda n: (os.stat(os.path.join(path, n)).st_mtime, n))
+                    found += [os.path.join(path, n) for n in rotated] + [os.path.join(path, name)]
+            if not found:
+                raise UsageError(f"{path}: a directory with no *.log file in it; give log files, or the directory "
+                                 "holding them (e.g. /var/log/pods/<ns>_<pod>_<uid>/<container>)")
+            files += found
+        elif not os.path.exists(path):
+            raise UsageError(f"{path}: no such file or directory (give vLLM log files or a directory of them)")
+        elif not os.path.isfile(path):
+            raise UsageError(f"{path}: not a regular file (give vLLM log files or a directory of them)")
+        else:
+            files.append(path)
+    for path in files:
+        if not os.access(path, os.R_OK):
+            raise UsageError(f"{path}: not readable by this user (run as a user that may read it)")
+    return files
 
 
 def _stats_lines(stats: ReplayStats) -> str:
@@ -177,27 +283,29 @@ def _stats_lines(stats: ReplayStats) -> str:
 
 def run_replay(args: argparse.Namespace, env: Mapping[str, str], out: TextIO, log) -> int:
     config = _replay_config(args)
+    if args.waterfalls < 0:
+        raise UsageError(f"--waterfalls {args.waterfalls}: give 0 (summary only) or more")
+    paths = log_files(args.paths)
     try:
-        dest = destination(env, args.otlp_endpoint, args.protocol)
+        dest = destination(env, args.otlp_endpoint, args.otlp_protocol)
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(f"--otlp-protocol / --otlp-endpoint: {exc}") from None
     summary = Summary()
     sinks = [summary]
     waterfall = sink = None
     if dest.endpoint is None:
         if args.waterfalls:
-            waterfall = Waterfall(out, limit=args.waterfalls)
+            waterfall = Waterfall(limit=args.waterfalls)
             sinks.append(waterfall)
     else:
         sink = OtlpSink(make_transport(dest), base_resource(env))
         sinks.append(sink)
 
-    stats = replay(args.paths, sinks, config, log)
-    delivered = sink.close() if sink is not None else True
+    with route_library_logs(log, on_export_trouble=_say_once(log, dest)):
+        stats = replay(paths, sinks, config, log)
+        delivered = sink.close() if sink is not None else True
 
-    if waterfall is not None and waterfall.skipped:
-        out.write(f"(+{waterfall.skipped} more not drawn; --waterfalls N draws more)\n")
-    out.write(("\n" if waterfall is not None and waterfall.drawn else "") + summary.render() + "\n")
+    out.write(summary.render() + "\n")
     out.write(_stats_lines(stats) + "\n")
     if sink is not None:
         s = sink.stats
@@ -208,16 +316,29 @@ def run_replay(args: argparse.Namespace, env: Mapping[str, str], out: TextIO, lo
                       spans_sent=s.spans_sent, spans_not_delivered=s.spans_failed,
                       fix="check that an OTLP receiver listens there and accepts this protocol")
             return EXIT_EXPORT_FAILED
+    if waterfall is not None and waterfall.drawn:
+        out.write("\n" + waterfall.render())
     return EXIT_OK
+
+
+def _say_once(log, dest):
+    """The first failed export attempt, said at once in one line (the SDK then retries with
+    backoff for seconds per batch); the SDK's own retry lines after it are left out."""
+    said = []
+
+    def on_trouble(message: str) -> None:
+        if not said:
+            said.append(True)
+            log.warning("export_retrying", endpoint=dest.endpoint, protocol=dest.protocol, error=message[:200],
+                        fix="start an OTLP receiver there, or fix --otlp-endpoint / --otlp-protocol; each batch "
+                            "is retried for about 10 s before replay gives up")
+    return on_trouble
 
 
 def run_check_command(args: argparse.Namespace, out: TextIO) -> int:
     from bridge.check import run_check
 
-    for path in args.paths:
-        if not os.path.isfile(path):
-            raise UsageError(f"{path}: no such file (give the path of a vLLM log file)")
-    run_check(args.paths, out, args.top)
+    run_check(log_files(args.paths), out, args.top)
     return EXIT_OK
 
 
@@ -239,6 +360,11 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     env = os.environ if env is None else env
     out = out or sys.stdout
     log = make_logger()
+    if args.command != "run":  # run logs them in its own format
+        from bridge.config import unknown_env
+
+        for problem in unknown_env(env):
+            log.warning("unknown_environment_variable", problem=problem)
     try:
         if args.command == "run":
             return run_agent(args, env, out)

@@ -9,11 +9,17 @@ allowed.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 ENV_PREFIX = "VLLM_TRACE_BRIDGE_"
+#: Variables the project reads on purpose outside the settings (C paths off, the vLLM plugin,
+#: fault injection and test/figure switches): never reported as unknown.
+OTHER_ENV = frozenset(ENV_PREFIX + n for n in (
+    "PURE", "PLUGIN", "PLUGIN_BLOCKS", "PLUGIN_QUEUE_INTERVAL_S", "INJECT_FAULT", "FIGURES", "SCENARIOS",
+    "CACHE"))
 
 
 class ConfigError(ValueError):
@@ -58,6 +64,13 @@ class AgentConfig:
     # Export error text as vLLM logged it (messages unredacted, tracebacks as
     # exception.stacktrace). Off: a user's prompt or values can be quoted in error text.
     export_error_text: bool = False
+    # Diagnosis thresholds (the seed's rules of thumb), the same flags as `replay`.
+    slow_ttft_ms: float = 200.0
+    slow_itl_ms: float = 50.0
+    low_free_blocks_pct: float = 10.0
+    high_gpu_memory_pct: float = 90.0
+    # Seconds between the agent's `export_progress` log lines (only when something changed).
+    progress_interval: float = 60.0
 
 
 _CHOICES = {
@@ -67,8 +80,9 @@ _CHOICES = {
     "gateway_format": ("nginx", "envoy"),
 }
 _POSITIVE = {"poll_interval", "ttl", "max_queue_spans", "max_batch_spans", "batch_delay", "max_open_requests",
-             "memory_limit_mb", "shutdown_grace", "export_give_up", "read_chunk_bytes", "join_window"}
-_NON_NEGATIVE = {"linger"}
+             "memory_limit_mb", "shutdown_grace", "export_give_up", "read_chunk_bytes", "join_window",
+             "progress_interval"}
+_NON_NEGATIVE = {"linger", "slow_ttft_ms", "slow_itl_ms", "low_free_blocks_pct", "high_gpu_memory_pct"}
 
 FIELDS = {f.name: f for f in dataclasses.fields(AgentConfig)}
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
@@ -136,7 +150,7 @@ def _check(cfg: AgentConfig, origins: Mapping[str, str]) -> None:
             raise ConfigError(f"{name} (from {origins.get(name, 'default')}): must be greater than 0, "
                               f"got {getattr(cfg, name)!r}")
     for name in _NON_NEGATIVE:
-        if getattr(cfg, name) < 0:
+        if not getattr(cfg, name) >= 0:  # NaN too
             raise ConfigError(f"{name} (from {origins.get(name, 'default')}): must be 0 or more")
     if not cfg.include:
         raise ConfigError("include: give at least one glob, e.g. /var/log/pods/*/*/*.log")
@@ -169,7 +183,7 @@ def load(file_data: Mapping[str, Any] | None, env: Mapping[str, str], flags: Map
             raise ConfigError(f"{file_name}: expected a mapping of key: value, got {type(file_data).__name__}")
         for key, value in file_data.items():
             if key not in FIELDS:
-                raise ConfigError(f"{file_name}: unknown key {key!r}; known keys: {', '.join(sorted(FIELDS))}")
+                raise ConfigError(f"{file_name}: unknown key {key!r}; {did_you_mean(str(key))}")
             values[key] = _coerce(key, value, file_name)
             origins[key] = file_name
     for key in FIELDS:
@@ -182,6 +196,8 @@ def load(file_data: Mapping[str, Any] | None, env: Mapping[str, str], flags: Map
             flag = "--" + key.replace("_", "-")
             values[key] = _coerce(key, value, flag)
             origins[key] = flag
+    if values.get("otlp_protocol") == "http":  # the same spelling `replay` takes
+        values["otlp_protocol"] = "http/protobuf"
     cfg = AgentConfig(**values)
     _check(cfg, origins)
     return cfg, origins
@@ -189,3 +205,23 @@ def load(file_data: Mapping[str, Any] | None, env: Mapping[str, str], flags: Map
 
 def as_dict(cfg: AgentConfig) -> dict[str, Any]:
     return {name: (list(v) if isinstance(v, tuple) else v) for name in FIELDS for v in [getattr(cfg, name)]}
+
+
+def did_you_mean(key: str) -> str:
+    """The fix for an unknown key: the nearest known ones, else where the list is."""
+    close = difflib.get_close_matches(key.lower().replace("-", "_"), FIELDS, n=3, cutoff=0.6)
+    if close:
+        return "did you mean " + " or ".join(repr(c) for c in close) + "?"
+    return "`vllm-trace-bridge run --help` lists the keys (as flags, with - for _)"
+
+
+def unknown_env(env: Mapping[str, str]) -> list[str]:
+    """One message per `VLLM_TRACE_BRIDGE_*` variable that no setting reads (a typo is
+    otherwise silently ignored), with the nearest known name."""
+    known = {ENV_PREFIX + name.upper() for name in FIELDS} | OTHER_ENV
+    out = []
+    for name in sorted(k for k in env if k.startswith(ENV_PREFIX) and k not in known):
+        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+        out.append(f"{name} is not a setting and is ignored"
+                   + (f"; did you mean {close[0]}?" if close else "; `vllm-trace-bridge run --help` lists them"))
+    return out

@@ -417,6 +417,9 @@ static PyObject *request_timeline(PyObject *self, PyObject *const *args, Py_ssiz
             goto done;
     }
 
+    /* A first line stamped in the whole second before the reported arrival: that second truncated. */
+    if (has_arrival && first_ns % 1000000000LL == 0 && arrival - 1000000000LL < first_ns && first_ns < arrival)
+        first_ns = arrival;
     int64_t start = low < first_ns ? low : first_ns, stop = end > last_ns ? end : last_ns;
     for (int i = 0; i < np; i++) {
         if (ph[i].start < start)

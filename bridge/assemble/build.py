@@ -126,7 +126,12 @@ def _request_timeline(r: RequestState, source: Source, thresholds: Thresholds,
         free_start = r.release_ns if r.release_ns is not None and r.release_ns < r.terminal_ns else r.terminal_ns
         phases.append(Phase("freed", 0, free_start, r.last_free_ns, OBSERVED, OBSERVED))
 
-    start, stop = min(low, r.first_ns), max(end, r.last_ns)
+    # A first line stamped in the whole second before the reported arrival is that second
+    # truncated, not evidence of an earlier start: the root keeps vLLM's total_latency.
+    first_ns = r.first_ns
+    if arrival is not None and first_ns % _NS == 0 and arrival - _NS < first_ns < arrival:
+        first_ns = arrival
+    start, stop = min(low, first_ns), max(end, r.last_ns)
     for p in phases:
         if p.start_ns < start:
             start = p.start_ns
@@ -149,7 +154,7 @@ def _request_timeline(r: RequestState, source: Source, thresholds: Thresholds,
     return RequestTimeline(
         source=source, request_id=r.request_id, occurrence=r.occurrence,
         start_ns=start, end_ns=stop,
-        start_timing=REPORTED if arrival is not None and arrival <= r.first_ns else OBSERVED,
+        start_timing=REPORTED if arrival is not None and arrival <= first_ns else OBSERVED,
         end_timing=end_timing, outcome=r.outcome, error_type=r.error_type,
         error_message=r.error_message, attrs=attrs, events=root_events, dropped_events=dropped,
         phases=phases, first_offset=r.first_offset, last_offset=r.last_offset, parent=parent,

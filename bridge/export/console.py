@@ -1,12 +1,18 @@
-"""The embedded default: each request as a waterfall in the terminal, no collector needed."""
+"""The embedded default: each request as a waterfall in the terminal, no collector needed.
+
+Drawn after the run (the summary comes first), in screens of `SCREEN` requests that share one
+time axis, so bars compare across requests. Durations vLLM reported (total_latency, ttft) are
+shown as reported; a duration that rests on one-second log stamps is marked `≈` and said once.
+"""
 
 from __future__ import annotations
 
-from typing import TextIO
-
-from bridge.assemble.timeline import EngineTimeline, RequestTimeline, Timeline
+from bridge.assemble.timeline import INFERRED, EngineTimeline, Phase, RequestTimeline, Timeline
 
 _BAR = {"queued": "░", "scheduled": "▓", "preempted": "▒", "generating": "█", "freed": "·"}
+LEGEND = ("legend: ░ queued  ▓ scheduled (prefill)  ▒ preempted  █ generating (decode)  · freed  "
+          "¦…¦ ~≤ a boundary inferred: the phase lies within that range  ≈ e2e from one-second log stamps")
+SCREEN = 8  # requests per shared time axis: one terminal screen
 
 
 def _secs(ns: int) -> str:
@@ -14,27 +20,98 @@ def _secs(ns: int) -> str:
     return f"{s * 1000:.1f}ms" if s < 1 else f"{s:.3f}s"
 
 
-class Waterfall:
-    """Draws up to `limit` requests (phases as bars on the request's own time axis) and
-    engine incidents; counts the rest so the summary can say what was not drawn."""
+def _e2e(t: RequestTimeline) -> tuple[int, bool]:
+    """The request's duration in ns, and whether vLLM reported it (else: the span's, on stamps)."""
+    reported = t.attrs.get("vllm.e2e_s")
+    if isinstance(reported, (int, float)) and not isinstance(reported, bool) and reported >= 0:
+        return round(reported * 1e9), True
+    return t.end_ns - t.start_ns, False
 
-    def __init__(self, out: TextIO, width: int = 48, limit: int | None = 100):
-        self._out = out
+
+def _extent(i: int, phases: list[Phase]) -> tuple[int, int]:
+    """Where the lines place phase `i`. One rule for every inferred boundary: a boundary it
+    shares with the phase next to it (in lifecycle order) can lie anywhere between their far
+    ends (their sum is known, the split is not), so both are drawn over that whole range. A
+    phase with no inferred boundary is drawn where it is."""
+    p = phases[i]
+    start, end = p.start_ns, p.end_ns
+    before = phases[i - 1] if i > 0 else None
+    after = phases[i + 1] if i + 1 < len(phases) else None
+    if before is not None and before.end_ns == start and INFERRED in (before.end_timing, p.start_timing):
+        start = before.start_ns
+    if after is not None and after.start_ns == end and INFERRED in (after.start_timing, p.end_timing):
+        end = after.end_ns
+    return start, end
+
+
+class Waterfall:
+    """Keeps up to `limit` timelines (requests and engine incidents) and counts the rest;
+    `render()` draws them."""
+
+    def __init__(self, width: int = 48, limit: int | None = 10):
         self._width = width
         self._limit = limit
-        self.drawn = 0
+        self._kept: list[Timeline] = []
         self.skipped = 0
 
+    @property
+    def drawn(self) -> int:
+        return len(self._kept)
+
     def __call__(self, t: Timeline) -> None:
-        if self._limit is not None and self.drawn >= self._limit:
+        if self._limit is not None and len(self._kept) >= self._limit:
             self.skipped += 1
             return
-        self.drawn += 1
-        self._out.write(self._engine(t) if isinstance(t, EngineTimeline) else self._request(t))
+        self._kept.append(t)
 
-    def _request(self, t: RequestTimeline) -> str:
+    def render(self) -> str:
+        out = [LEGEND]
+        stamped = False
+        requests: list[RequestTimeline] = []
+
+        def flush() -> None:
+            nonlocal stamped
+            if requests:
+                text, rough = self._screen(requests)
+                out.append(text)
+                stamped = stamped or rough
+                requests.clear()
+
+        for t in self._kept:
+            if isinstance(t, EngineTimeline):
+                flush()
+                out.append(self._engine(t))
+            else:
+                requests.append(t)
+                if len(requests) == SCREEN:
+                    flush()
+        flush()
+        if stamped:
+            out.append("≈ vLLM's log stamps have one-second precision: durations marked ≈ (no total_latency "
+                       "reported, no plugin) and boundaries marked ¦ are only as exact as that")
+        if self.skipped:
+            out.append(f"(+{self.skipped} more not drawn; --waterfalls N draws more)")
+        return "\n".join(out) + "\n"
+
+    def _screen(self, requests: list[RequestTimeline]) -> tuple[str, bool]:
+        """One screen of requests on one time axis: each bar starts at its request's start."""
+        span = max(1, max(max(t.end_ns - t.start_ns, _e2e(t)[0]) for t in requests))
+        w = self._width
+        axis = f"  {'':13}0{'':{w - 1 - len(_secs(span))}}{_secs(span)}"
+        lines = [axis, f"  {'':13}|{'-' * w}|"]
+        rough = False
+        for t in requests:
+            text, r = self._request(t, span)
+            lines.append(text)
+            rough = rough or r
+        return "\n".join(lines), rough
+
+    def _request(self, t: RequestTimeline, span: int) -> tuple[str, bool]:
         a = t.attrs
-        head = [t.request_id, t.outcome.upper() if t.error_type else t.outcome, f"e2e {_secs(t.end_ns - t.start_ns)}"]
+        e2e, reported = _e2e(t)
+        rough = not reported
+        head = [t.request_id, t.outcome.upper() if t.error_type else t.outcome,
+                f"e2e {'' if reported else '≈'}{_secs(e2e)}"]
         if "vllm.ttft_s" in a:
             head.append(f"ttft {a['vllm.ttft_s'] * 1000:.1f}ms")
         if a.get("vllm.preemptions"):
@@ -42,23 +119,27 @@ class Waterfall:
         if a.get("vllm.diagnosis"):
             head.append("[" + ", ".join(a["vllm.diagnosis"]) + "]")
         lines = ["  ".join(head)]
-        span = max(t.end_ns - t.start_ns, 1)
         w = self._width
-        for p in t.phases:
-            lo = int((p.start_ns - t.start_ns) * w / span)
-            hi = max(lo + 1, int(round((p.end_ns - t.start_ns) * w / span)))
-            hi = min(hi, w)
-            lo = min(lo, w - 1)
-            bar = " " * lo + _BAR.get(p.name, "#") * (hi - lo) + " " * (w - hi)
-            mark = "~" if "inferred" in (p.start_timing, p.end_timing) else " "
+        for i, p in enumerate(t.phases):
+            start, end = _extent(i, t.phases)
+            lo = min(int((start - t.start_ns) * w / span), w - 1)
+            hi = min(max(lo + 1, int(round((end - t.start_ns) * w / span))), w)
+            cells = [" "] * w
+            for i in range(lo, hi):
+                cells[i] = _BAR.get(p.name, "#")
+            inferred = (start, end) != (p.start_ns, p.end_ns) or INFERRED in (p.start_timing, p.end_timing)
+            if inferred:  # the phase lies somewhere in this range: its ends are drawn ¦
+                cells[lo] = cells[hi - 1] = "¦"
+            rough = rough or inferred
             label = p.name if p.name != "preempted" else f"preempted#{p.index}"
-            lines.append(f"  {label:13}|{bar}|{mark}{_secs(p.end_ns - p.start_ns):>9}")
+            shown = f"≤{_secs(end - start)}" if inferred else _secs(p.end_ns - p.start_ns)
+            lines.append(f"  {label:13}|{''.join(cells)}|{'~' if inferred else ' '}{shown:>9}")
         if t.error_type:
             lines.append(f"  ✗ {t.error_type}: {t.error_message}")
         for e in t.events:
             if e.name == "vllm.engine.incident":
                 lines.append(f"  ! engine {e.attrs.get('vllm.incident.kind')}: {e.attrs.get('exception.message')}")
-        return "\n".join(lines) + "\n"
+        return "\n".join(lines), rough
 
     @staticmethod
     def _engine(t: EngineTimeline) -> str:
@@ -68,6 +149,6 @@ class Waterfall:
                 "gen_ai.request.model", "vllm.version", "vllm.startup.kv_cache_tokens",
                 "vllm.startup.gpu_blocks", "vllm.startup.max_concurrency") if k in a)
             tail = f"\n  ✗ {t.error_type}: {t.message}" if t.error_type else ""
-            return f"STARTUP  {_secs(t.end_ns - t.start_ns)}  {what}{tail}\n"
+            return f"STARTUP  {_secs(t.end_ns - t.start_ns)}  {what}{tail}"
         return (f"ENGINE {t.kind}  {_secs(t.end_ns - t.start_ns)}  affected {len(t.affected)} requests\n"
-                f"  ✗ {t.error_type}: {t.message}\n")
+                f"  ✗ {t.error_type}: {t.message}")

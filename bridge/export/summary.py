@@ -78,4 +78,9 @@ class Summary:
         ]
         if self.startups:
             lines.append(f"startups     {counts(self.startups)}")
+        unreported = self.requests - len(self.e2e_s)
+        if unreported:  # why e2e shows fewer requests (or `-`): said once, not left to guess
+            lines.append(f"note         {unreported} of {self.requests} requests have no duration reported by vLLM "
+                         "(no total_latency line: timed out, failed, or upstream vLLM without the plugin); they "
+                         "are not in the e2e row, and their spans rest on one-second log stamps")
         return "\n".join(lines)

@@ -63,16 +63,39 @@ class Filters:
     gateway: tuple[str, ...] = ()  # access logs: followed whatever pod or container wrote them
 
     def accepts(self, path: str, source: Source) -> bool:
-        if any(fnmatch.fnmatch(path, p) for p in self.exclude):
-            return False
+        return self.refusal(path, source) is None
+
+    def refusal(self, path: str, source: Source) -> str | None:
+        """Why the filters turn this file away (a sentence naming the setting), or None."""
+        for p in self.exclude:
+            if fnmatch.fnmatch(path, p):
+                return f"matches exclude {p!r}"
         if any(fnmatch.fnmatch(path, p) for p in self.gateway):
-            return True
+            return None
         r = source.resource
-        for key, patterns in (("k8s.namespace.name", self.namespaces), ("k8s.pod.name", self.pods),
-                              ("k8s.container.name", self.containers)):
+        for key, setting, patterns in (("k8s.namespace.name", "namespaces", self.namespaces),
+                                       ("k8s.pod.name", "pods", self.pods),
+                                       ("k8s.container.name", "containers", self.containers)):
             if key in r and not any(fnmatch.fnmatch(str(r[key]), p) for p in patterns):
-                return False
-        return True
+                return f"{key.split('.')[1]} {r[key]!r} matches none of {setting} {list(patterns)}"
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Discovery:
+    """A change in what the follower follows, for the agent's log: `followed` (with whether the
+    path gave a Kubernetes identity), `skipped` (with why: filter, exclude, unreadable, not a
+    regular file) or `released` (gone from its path: read to its end, then closed)."""
+
+    action: str          # followed | skipped | released
+    path: str
+    reason: str = ""     # skipped: why; followed: a note (e.g. not a kubelet path)
+    kind: str = ""       # skipped: filter | unreadable | not_a_file (the files_skipped label)
+    source: str = ""
+
+
+_NOT_KUBELET = ("not a kubelet path (/var/log/pods/<ns>_<pod>_<uid>/<container>/N.log): no k8s.* attributes, "
+                "namespace/pod/container filters do not apply")
 
 
 @dataclass(slots=True)
@@ -206,8 +229,8 @@ def _mid_line(fh, offset: int) -> bool:
         return False
 
 
-def expand(pattern: str, errors: TailStats, listings: dict[str, tuple[int, list[str]]] | None = None
-           ) -> list[tuple[str, bool]]:
+def expand(pattern: str, errors: TailStats, listings: dict[str, tuple[int, list[str]]] | None = None,
+           denied: list[str] | None = None) -> list[tuple[str, bool]]:
     """`glob`, but a directory we may not read is counted instead of silently skipped, and a
     directory whose mtime has not changed is not listed again (`listings` caches them).
 
@@ -235,6 +258,8 @@ def expand(pattern: str, errors: TailStats, listings: dict[str, tuple[int, list[
                         names = cached[1]
                 except PermissionError:
                     errors.count(errors.errors, "permission")
+                    if denied is not None:
+                        denied.append(d)
                     continue
                 except (FileNotFoundError, NotADirectoryError):
                     continue
@@ -267,6 +292,8 @@ class Follower:
         self._listings: dict[str, tuple[int, list[str]]] = {}  # directory → (mtime, names)
         self._last_look: float | None = None  # wall time of the last discovery
         self._judged: dict[str, tuple[Source, bool]] = {}     # path → (source, passes the filters)
+        self.skipped: dict[str, tuple[str, str]] = {}  # path → (kind, why) of candidates not followed
+        self.changes: list[Discovery] = []  # since the caller last took them (take_changes)
         self.just_retired: list[TrackedFile] = []  # closed during the last poll
         # Generations that ended in a copytruncate during the last poll: their lines now live
         # in the copy, where a resume finds them (by fingerprint) while a request needs them.
@@ -308,8 +335,9 @@ class Follower:
     def discover(self, first_round: bool = False) -> None:
         looked_at = time.time()
         found: set[str] = set()
+        denied: list[str] = []
         for pattern in self.filters.include:
-            for path, changed in expand(pattern, self.stats, self._listings):
+            for path, changed in expand(pattern, self.stats, self._listings, denied):
                 path = os.path.abspath(path)
                 if path in found:
                     continue
@@ -326,12 +354,40 @@ class Follower:
                 if accepted:
                     found.add(path)
                     self._see(path, source, first_round)
+                else:
+                    self._skip(path, "filter", self.filters.refusal(path, source) or "filtered", source)
+        for d in denied:
+            self._skip(os.path.abspath(d), "unreadable", "directory not readable by this user (permission denied)")
         for path, tf in list(self._by_path.items()):
             if path not in found:  # deleted or renamed away: read what is left, then retire
                 tf.detached = True
                 del self._by_path[path]
-                self.stats.count(self.stats.rotations, "deleted" if not os.path.exists(path) else "excluded")
+                gone = not os.path.exists(path)
+                self.stats.count(self.stats.rotations, "deleted" if gone else "excluded")
+                self.changes.append(Discovery("released", path, "deleted or renamed away: read to its end, then "
+                                              "closed" if gone else "no longer matches the filters",
+                                              source=tf.source.key))
         self._last_look = looked_at
+
+    def _skip(self, path: str, kind: str, why: str, source: Source | None = None) -> None:
+        """Remember (and report once) a candidate not followed, and why."""
+        if self.skipped.get(path) == (kind, why):
+            return
+        if len(self.skipped) > 100_000:
+            self.skipped.clear()
+        self.skipped[path] = (kind, why)
+        self.changes.append(Discovery("skipped", path, why, kind, source.key if source else ""))
+
+    def take_changes(self) -> list[Discovery]:
+        """What was followed, skipped or released since the last call (the agent logs it)."""
+        out, self.changes = self.changes, []
+        return out
+
+    def skipped_by_kind(self) -> dict[str, int]:
+        out: dict[str, int] = {"filter": 0, "unreadable": 0, "not_a_file": 0}
+        for kind, _ in self.skipped.values():
+            out[kind] = out.get(kind, 0) + 1
+        return out
 
     def _see(self, path: str, source: Source, first_round: bool) -> None:
         try:
@@ -340,6 +396,7 @@ class Follower:
             self.stats.count(self.stats.errors, "vanished")
             return
         if not stat.S_ISREG(st.st_mode):
+            self._skip(path, "not_a_file", "not a regular file (a directory matched the include glob?)", source)
             return
         tf = self._by_path.get(path)
         if tf is not None:
@@ -394,6 +451,9 @@ class Follower:
         tf = self._open(path, source, generation, offset, detached=False)
         if tf is not None:
             self._by_path[path] = tf
+            note = "" if "k8s.pod.name" in source.resource or any(
+                fnmatch.fnmatch(path, p) for p in self.filters.gateway) else _NOT_KUBELET
+            self.changes.append(Discovery("followed", path, note, source=source.key))
 
     def _open(self, path: str, source: Source, generation: int, offset: int, detached: bool) -> TrackedFile | None:
         try:
@@ -405,6 +465,7 @@ class Follower:
             if path not in self._denied:
                 self._denied.add(path)
                 self.stats.count(self.stats.errors, "permission")
+                self._skip(path, "unreadable", "not readable by this user (permission denied); retried on each look")
             return None
         except FileNotFoundError:
             self.stats.count(self.stats.errors, "vanished")
@@ -413,6 +474,7 @@ class Follower:
             self.stats.count(self.stats.errors, "io")
             return None
         self._denied.discard(path)
+        self.skipped.pop(path, None)
         self._next_gen[source.key] = max(self._next_gen.get(source.key, 0), generation + 1)
         tf = TrackedFile(path, source, generation, fh, inode, offset)
         tf.detached = detached
