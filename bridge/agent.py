@@ -33,6 +33,7 @@ from bridge.export.sender import Batch, Batcher, Sender
 from bridge.export.transport import Destination, make_transport
 from bridge.parse import Parser
 from bridge.parse.gateway import GatewayParser, gateway_format
+from bridge.parse.rules import load_rules
 from bridge.pipeline import LineErrors
 from bridge.tail.checkpoint import CheckpointStore, Delivered, FileCheckpoint, SourceCheckpoint
 from bridge.tail.follow import GEN_SHIFT, Filters, Follower, TrackedFile
@@ -101,7 +102,7 @@ class Agent:
         self._env = env
         self._stop = threading.Event()
         self._ready = False
-        self._parser = Parser()
+        self._parser = Parser(rules=load_rules(cfg.rules) if cfg.rules else None)  # checked by config.load
         self._sources: dict[str, SourceState] = {}
         self._acks: deque[tuple[Batch, bool]] = deque()
         self._store = CheckpointStore(cfg.state_dir)

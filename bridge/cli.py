@@ -53,6 +53,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="diagnose memory_pressure below this %% of free KV blocks (10)")
     r.add_argument("--high-gpu-memory-pct", type=float, default=d.gpu_memory_ratio * 100,
                    help="diagnose gpu_memory_high above this %% (90)")
+    r.add_argument("--rules", metavar="FILE", help="YAML file of your own line rules (docs/rules.md)")
     r.add_argument("--export-error-text", action="store_true",
                    help="export error messages and tracebacks as logged (default: quoted text redacted, no "
                         "tracebacks; they can carry users' prompts)")
@@ -61,6 +62,8 @@ def _parser() -> argparse.ArgumentParser:
                                    "%% unrecognised and the top unrecognised line templates.")
     c.add_argument("paths", nargs="+", metavar="PATH", help="log files: plain, CRI or docker json-file; .gz too")
     c.add_argument("--top", type=int, default=10, metavar="N", help="unrecognised templates to list (default 10)")
+    c.add_argument("--rules", metavar="FILE", help="YAML file of your own line rules (docs/rules.md): coverage "
+                                                   "with them, and the lines each took")
     _add_run(sub)
     return p
 
@@ -73,6 +76,7 @@ _RUN_HELP = {
     "otlp_endpoint": "OTLP receiver (default: OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT)",
     "otlp_protocol": "grpc|http/protobuf", "listen": "HOST:PORT for /healthz, /readyz, /metrics",
     "trace_context": "w3c|off|REGEX: caller's trace context inside request ids (default w3c)",
+    "rules": "YAML file of your own line rules (docs/rules.md)",
     "export_error_text": "export error messages and tracebacks as logged (default off: quoted text redacted, "
                          "no tracebacks; they can carry users' prompts)",
 }
@@ -160,7 +164,19 @@ def _replay_config(args: argparse.Namespace) -> ReplayConfig:
         if not os.access(path, os.R_OK):
             raise UsageError(f"{path}: not readable by this user")
     return ReplayConfig(tz=tz, year=args.year, assemble=AssembleConfig(thresholds=thresholds, ttl_s=args.ttl,
-                                                                       export_error_text=args.export_error_text))
+                                                                       export_error_text=args.export_error_text),
+                        rules=_rules(args.rules))
+
+
+def _rules(path: str | None):
+    """The user rule file, validated; a bad one stops here (exit 2) with the rule, field and fix."""
+    if path is None:
+        return None
+    from bridge.parse.rules import RuleError, load_rules
+    try:
+        return load_rules(path)
+    except RuleError as exc:
+        raise UsageError(f"--rules {exc}") from None
 
 
 def _stats_lines(stats: ReplayStats) -> str:
@@ -172,7 +188,8 @@ def _stats_lines(stats: ReplayStats) -> str:
             + (f", {d.invalid_utf8} invalid UTF-8" if d.invalid_utf8 else "")
             + (", errors skipped: " + ", ".join(f"{k} {v}" for k, v in sorted(stats.line_errors.items()))
                if stats.line_errors else "")
-            + f"\nkinds        {kinds or 'none'}")
+            + f"\nkinds        {kinds or 'none'}"
+            + (f"\nrules        " + ", ".join(f"{k} {v}" for k, v in sorted(p.by_rule.items())) if p.by_rule else ""))
 
 
 def run_replay(args: argparse.Namespace, env: Mapping[str, str], out: TextIO, log) -> int:
@@ -217,7 +234,7 @@ def run_check_command(args: argparse.Namespace, out: TextIO) -> int:
     for path in args.paths:
         if not os.path.isfile(path):
             raise UsageError(f"{path}: no such file (give the path of a vLLM log file)")
-    run_check(args.paths, out, args.top)
+    run_check(args.paths, out, args.top, _rules(args.rules))
     return EXIT_OK
 
 

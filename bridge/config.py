@@ -58,6 +58,8 @@ class AgentConfig:
     # Export error text as vLLM logged it (messages unredacted, tracebacks as
     # exception.stacktrace). Off: a user's prompt or values can be quoted in error text.
     export_error_text: bool = False
+    # A YAML file of user line rules (docs/rules.md): formats the built-in grammar does not know.
+    rules: str | None = None
 
 
 _CHOICES = {
@@ -159,6 +161,16 @@ def _check(cfg: AgentConfig, origins: Mapping[str, str]) -> None:
                           "or a regular expression with a (?P<trace>…) group") from None
 
 
+def _check_rules(cfg: AgentConfig, origins: Mapping[str, str]) -> None:
+    if cfg.rules is None:
+        return
+    from bridge.parse.rules import RuleError, load_rules
+    try:
+        load_rules(cfg.rules)
+    except RuleError as exc:
+        raise ConfigError(f"rules (from {origins.get('rules', 'default')}): {exc}") from None
+
+
 def load(file_data: Mapping[str, Any] | None, env: Mapping[str, str], flags: Mapping[str, Any],
          file_name: str = "config file") -> tuple[AgentConfig, dict[str, str]]:
     """The effective config and where each non-default value came from."""
@@ -184,6 +196,7 @@ def load(file_data: Mapping[str, Any] | None, env: Mapping[str, str], flags: Map
             origins[key] = flag
     cfg = AgentConfig(**values)
     _check(cfg, origins)
+    _check_rules(cfg, origins)
     return cfg, origins
 
 
