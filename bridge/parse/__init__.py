@@ -124,7 +124,8 @@ class Parser:
 
     def _with_rules(self, builtin, rules):
         """`builtin` with user rules around it: override rules first, the others on the lines the
-        built-in grammar left unrecognised or malformed (their counts then move to the rule)."""
+        built-in grammar left unrecognised or malformed, or took as a `Notice` (a line it knows
+        carries nothing, e.g. a vLLM module's chatter); their counts then move to the rule."""
         stats, counts, by_rule = self.stats, self._counts, self.stats.by_rule
         first, rest, has_override = rules.first, rules.rest, rules.has_override
 
@@ -144,7 +145,17 @@ class Parser:
             unrecognised = stats.unrecognised
             event = builtin(message, level, origin)
             if event is not None:
-                return event
+                if type(event) is not Notice:
+                    return event
+                hit = rest(message)
+                if hit is None:
+                    return event
+                left = counts[event.kind] - 1
+                if left:
+                    counts[event.kind] = left
+                else:
+                    del counts[event.kind]
+                return took(*hit)
             hit = rest(message)
             if hit is None:
                 return None
