@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from bridge.parse.events import (
@@ -175,7 +176,7 @@ class Rule:
                 if text is not None:
                     return Stamped(_time(text, self.time_format), event)
             return event
-        except (ValueError, TypeError, KeyError, OverflowError, ZeroDivisionError):
+        except (ValueError, TypeError, KeyError, OverflowError, ZeroDivisionError, ArithmeticError, InvalidOperation):
             return None
 
 
@@ -189,10 +190,15 @@ def _attrs(m, spec) -> tuple:
 
 
 def _time(text: str, fmt: str) -> int:
-    if fmt == "epoch":
-        return int(float(text) * 1_000_000_000)
-    if fmt == "epoch_ms":
-        return int(float(text) * 1_000_000)
+    ts = _parse_time(text, fmt)
+    if not 0 <= ts < 1 << 63:  # what a span's nanosecond stamp can hold
+        raise ValueError(text)
+    return ts
+
+
+def _parse_time(text: str, fmt: str) -> int:
+    if fmt in ("epoch", "epoch_ms"):  # exact in decimal: a float loses nanoseconds at today's epoch
+        return int(Decimal(text).scaleb(9 if fmt == "epoch" else 6))
     if fmt == "iso":
         t = datetime.fromisoformat(text.replace("Z", "+00:00").replace(" ", "T", 1))
     else:
