@@ -395,3 +395,12 @@ def test_the_setting_reaches_the_agent_from_file_env_and_flag(tmp_path):
     assert load(None, {"VLLM_TRACE_BRIDGE_RULES": str(rules)}, {})[0].rules == str(rules)
     assert load(None, {}, {"rules": str(rules)})[0].rules == str(rules)
     assert load(None, {}, {})[0].rules is None
+
+
+@pytest.mark.parametrize("line", ["\udcff\udc80 EVICT q1 swap", "EVICT \ud800 swap", "EVICT q1 \x00swap", "EVICT é swap"])
+def test_odd_text_never_raises_and_groups_come_back_as_text(line):
+    rules = rules_of(r"- {name: r, fact: preempted, match: 'EVICT (?P<rid>\S+) (?P<reason>\S+)', request_id: rid}")
+    for parser in parsers(rules):
+        event = parser.parse(line, "", "")
+        assert event is None or (isinstance(event, Preempted) and isinstance(event.request_id, str))
+    assert parsers(rules)[0].parse("EVICT é swap", "", "") == Preempted("é", "swap", 0)
