@@ -33,6 +33,7 @@ from bridge.export.sender import Batch, Batcher, Sender
 from bridge.export.transport import Destination, make_transport
 from bridge.parse import Parser
 from bridge.parse.gateway import GatewayParser, gateway_format
+from bridge.parse.events import Stamped
 from bridge.parse.rules import load_rules
 from bridge.pipeline import LineErrors
 from bridge.tail.checkpoint import CheckpointStore, Delivered, FileCheckpoint, SourceCheckpoint
@@ -326,6 +327,9 @@ class Agent:
     def _not_delivered(self, st: SourceState, record, event):
         """The event, minus what belongs to requests already delivered before a restart
         (their lines up to the recorded position are skipped, so they are not rebuilt)."""
+        if type(event) is Stamped:  # a user rule's event with its line's own time
+            inner = self._not_delivered(st, record, event.event)
+            return None if inner is None else dataclasses.replace(event, event=inner)
         ids_ = getattr(event, "request_ids", None)
         if ids_ is not None:
             keep = tuple(i for i in ids_ if not self._delivered(st, i, record.offset))

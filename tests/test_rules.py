@@ -404,3 +404,77 @@ def test_odd_text_never_raises_and_groups_come_back_as_text(line):
         event = parser.parse(line, "", "")
         assert event is None or (isinstance(event, Preempted) and isinstance(event.request_id, str))
     assert parsers(rules)[0].parse("EVICT é swap", "", "") == Preempted("é", "swap", 0)
+
+
+def test_run_takes_rules_and_refuses_a_bad_file_at_start(tmp_path, capsys):
+    good = tmp_path / "good.yaml"
+    good.write_text("- {name: a, match: 'x', fact: queue}\n")
+    out = io.StringIO()
+    assert main(["run", "--print-config", "--rules", str(good)], env={}, out=out) == 0
+    assert yaml.safe_load(out.getvalue())["rules"] == str(good)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- {name: a, match: 'x', fact: queue, request_id: nope}\n")
+    assert main(["run", "--print-config", "--rules", str(bad)], env={}, out=io.StringIO()) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "rules (from --rules)" in err and "rule 'a' (#1): field 'request_id'" in err
+
+
+def test_the_agent_skips_a_stamped_event_of_a_request_delivered_before_a_restart():
+    """After a restart, lines of requests already delivered (up to offset 500 here) are not fed
+    again: a rule's event with its own time is filtered like the event inside it."""
+    from types import SimpleNamespace
+
+    from bridge.agent import Agent
+
+    agent = Agent.__new__(Agent)
+    agent._skipped = 0
+    st = SimpleNamespace(skip={"chatcmpl-r1": 500})
+    mine = Stamped(1, RuleEvent("chatcmpl-r1", "router.forwarded", ()))
+    other = Stamped(1, RuleEvent("chatcmpl-r2", "router.forwarded", ()))
+    assert agent._not_delivered(st, SimpleNamespace(offset=400), mine) is None
+    assert agent._not_delivered(st, SimpleNamespace(offset=600), mine) == mine  # a later line: a new request
+    assert agent._not_delivered(st, SimpleNamespace(offset=400), other) == other
+    aborted = Stamped(1, RequestsAborted(("chatcmpl-r1", "chatcmpl-r2")))
+    assert agent._not_delivered(st, SimpleNamespace(offset=400), aborted) == Stamped(1, RequestsAborted(("chatcmpl-r2",)))
+    assert agent._skipped == 2
+
+
+def test_replay_and_the_agent_export_the_same_spans_with_rules(tmp_path):
+    """The router example through `replay --rules` and `run --rules` into an OTLP receiver:
+    the same spans, and the root carries the router's event and attribute on the wire."""
+    import os
+
+    from agentkit import AgentProc, wait_for
+    from receivers import GrpcReceiver, attrs
+
+    lines, _ = doc_example("router")
+    blocks = {(lang, tag): body for lang, tag, body in
+              re.findall(r"^```(\w+) (\w+)\n(.*?)^```", DOC.read_text(), re.S | re.M)}
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(blocks[("yaml", "router")])
+    log = tmp_path / "pods" / "llm_vllm-0_3f2a9c1e-1111-2222-3333-444455556666" / "vllm" / "0.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("\n".join(lines) + "\n")
+    stamp = ns("2025-01-15T09:00:00") / 1e9
+    os.utime(log, (stamp, stamp))  # the year both infer from the file's time: 2025, as the router's stamp
+    with GrpcReceiver() as rx:
+        out = io.StringIO()
+        assert main(["replay", str(log), "--rules", str(rules), "--otlp-endpoint", rx.endpoint], env={}, out=out) == 0
+        assert "rules        edge-router-access 1" in out.getvalue()
+        spans = [s for _, s in rx.spans()]
+    want = {s.SerializeToString(deterministic=True) for s in spans}
+    (root,) = [s for s in spans if s.name == "vllm.request"]
+    assert attrs(root.attributes)["http.response.status_code"] == 200
+    (ev,) = [e for e in root.events if e.name == "router.forwarded"]
+    assert ev.time_unix_nano == ns("2025-01-15T08:01:02.250")
+    assert attrs(ev.attributes) == {"router.backend": "vllm-0", "router.upstream_ms": 2150}
+    with GrpcReceiver() as rx:
+        agent = AgentProc(str(tmp_path / "pods" / "*" / "*" / "*.log"), str(tmp_path / "state"), rx.endpoint,
+                          "--rules", str(rules), "--ttl", "3", "--linger", "1", "--poll-interval", "0.2").start()
+        try:
+            wait_for(lambda: len(rx.spans()) >= len(want), 30)
+            time.sleep(1.0)
+        finally:
+            agent.term()
+        got = {s.SerializeToString(deterministic=True) for _, s in rx.spans()}
+    assert got == want
