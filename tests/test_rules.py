@@ -360,6 +360,10 @@ INVALID = [
      "its own name"),
     ("- {name: a, match: 'x(?P<t>y)', fact: queue, time: t, time_format: rfc}", "field 'time_format'", "strptime"),
     ("- {name: a, match: 'x', fact: queue, override: maybe}", "field 'override'", "true"),
+    ("- {name: a, match: 'x(?P<r>y)', fact: queue, request_id: r}", "field 'request_id': fact 'queue' is engine-wide",
+     "fact: event"),
+    ("- {name: a, match: \"x\\ud800\", fact: queue}", "field 'match'", "fix:"),
+    ("- {name: a, match: 'x', fact: startup}", "field 'attributes'", "vendor.driver"),
     ("name: a", "expected a non-empty YAML list", "fact"),
     ("- [a, b", "not valid YAML at line", "fix the syntax"),
 ]

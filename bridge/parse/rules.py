@@ -327,6 +327,9 @@ def _one(spec: Any, i: int, origin: str, re2) -> Rule:
     opts.log_errors = False
     try:
         compiled = re2.compile(pattern, opts)
+        re2.Set.SearchSet(opts).Add(pattern.encode())  # the form every line meets it in
+    except UnicodeEncodeError:
+        raise bad("match", "holds a lone surrogate escape", "write the character itself or a \\x{…} escape") from None
     except re2.error as exc:
         msg = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
         raise bad("match", f"not a valid RE2 pattern ({msg})",
@@ -347,6 +350,8 @@ def _one(spec: Any, i: int, origin: str, re2) -> Rule:
     rid = spec.get("request_id")
     if rid is None and needs_id:
         raise bad("request_id", f"fact {fact!r} needs the request it is about", "name the group holding the request id")
+    if rid is not None and fact in ("queue", "memory", "startup"):
+        raise bad("request_id", f"fact {fact!r} is engine-wide", "remove request_id, or use fact: event for one request")
     if rid is not None:
         rid = group("request_id", rid)
     rid_format = spec.get("request_id_format")
