@@ -34,6 +34,8 @@ from bridge.export.transport import Destination, make_transport
 from bridge.logs import ExportProgress
 from bridge.parse import Parser
 from bridge.parse.gateway import GatewayParser, gateway_format
+from bridge.parse.events import Stamped
+from bridge.parse.rules import load_rules
 from bridge.pipeline import LineErrors
 from bridge.tail.checkpoint import CheckpointStore, Delivered, FileCheckpoint, SourceCheckpoint
 from bridge.tail.follow import GEN_SHIFT, Filters, Follower, TrackedFile
@@ -103,7 +105,7 @@ class Agent:
         self._env = env
         self._stop = threading.Event()
         self._ready = False
-        self._parser = Parser()
+        self._parser = Parser(rules=load_rules(cfg.rules) if cfg.rules else None)  # checked by config.load
         self._sources: dict[str, SourceState] = {}
         self._acks: deque[tuple[Batch, bool]] = deque()
         self._store = CheckpointStore(cfg.state_dir)
@@ -350,6 +352,9 @@ class Agent:
     def _not_delivered(self, st: SourceState, record, event):
         """The event, minus what belongs to requests already delivered before a restart
         (their lines up to the recorded position are skipped, so they are not rebuilt)."""
+        if type(event) is Stamped:  # a user rule's event with its line's own time
+            inner = self._not_delivered(st, record, event.event)
+            return None if inner is None else dataclasses.replace(event, event=inner)
         ids_ = getattr(event, "request_ids", None)
         if ids_ is not None:
             keep = tuple(i for i in ids_ if not self._delivered(st, i, record.offset))

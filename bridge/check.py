@@ -4,7 +4,8 @@ Runs decode and parse (no assembly, no export) and reports, per file: the vLLM v
 the file looks like and why, the records recognised per kind, the share not recognised, and the
 most frequent unrecognised line *templates* (ids, hex, numbers and quoted text masked, so the
 report shows shapes, not data). Progress bars and Python warnings are recognised as kind
-`noise`: understood to carry nothing, not unknown.
+`noise`: understood to carry nothing, not unknown. With `--rules FILE` the user's line rules
+apply as in replay: coverage counts what they take, and each rule's line count is listed.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import TextIO
 
 from bridge.decode import Decoder
 from bridge.decode.stream import RecordStream
-from bridge.parse import MALFORMED, Parser, parse_line
+from bridge.parse import Parser
 from bridge.parse.events import EngineConfig, EngineStats, RequestAdded
 from bridge.parse.literals import DOTTED_NAME, mask_literals
 from bridge.tail import read_lines
@@ -63,6 +64,7 @@ class FileReport:
     unrecognised_lines: int = 0
     malformed_lines: int = 0
     evidence: Counter = field(default_factory=Counter)
+    by_rule: Counter = field(default_factory=Counter)  # user rule → lines it took (every rule, 0 too)
     version: str = ""
     engine: str = ""
 
@@ -104,9 +106,13 @@ def _older_than_0_8(version: str) -> bool:
     return bool(m) and (int(m[1]), int(m[2])) < (0, 8)
 
 
-def check_file(path: str) -> FileReport:
+def check_file(path: str, rules=None) -> FileReport:
+    """`rules`: user rules (`bridge.parse.rules.Rules`), applied as replay applies them."""
     report = FileReport(path)
-    stream, parser = RecordStream(Decoder(mtime=os.stat(path).st_mtime)), Parser()
+    stream, parser = RecordStream(Decoder(mtime=os.stat(path).st_mtime)), Parser(rules=rules)
+    stats = parser.stats
+    if rules is not None:
+        report.by_rule.update(dict.fromkeys(rules.names, 0))
     ev = report.evidence
 
     def handle(record) -> None:
@@ -114,14 +120,15 @@ def check_file(path: str) -> FileReport:
         if record.process:
             ev["v1" if record.process.startswith(_V1_PROCESS) else "v0" if "VllmWorkerProcess" in record.process
                else "process"] += 1
-        event = parse_line(record.message, record.level, record.origin)
-        parser(record.message, record.level, record.origin)  # same counters as replay's
+        unrecognised = stats.unrecognised
+        event = parser.parse(record.message, record.level, record.origin)  # replay's call and counters
         if event is None:
-            _count(report.unrecognised, record.message)
-            report.unrecognised_lines += 1
-        elif event is MALFORMED:
-            _count(report.malformed, record.message)
-            report.malformed_lines += 1
+            if stats.unrecognised != unrecognised:
+                _count(report.unrecognised, record.message)
+                report.unrecognised_lines += 1
+            else:
+                _count(report.malformed, record.message)
+                report.malformed_lines += 1
         elif isinstance(event, EngineConfig):
             report.version, report.engine = report.version or event.version, report.engine or event.engine
         elif isinstance(event, EngineStats):
@@ -140,7 +147,9 @@ def check_file(path: str) -> FileReport:
             handle(record)
     for record in stream.flush():
         handle(record)
-    report.by_kind.update(parser.snapshot().by_kind)
+    snapshot = parser.snapshot()
+    report.by_kind.update(snapshot.by_kind)
+    report.by_rule.update(snapshot.by_rule)
     report.joined = stream.joiner.stats.lines_joined
     return report
 
@@ -163,6 +172,8 @@ def render(r: FileReport, top: int = 10) -> str:
         + (f", malformed {r.malformed_lines}" if r.malformed_lines else ""),
         "  kinds         " + (", ".join(f"{k} {n}" for k, n in sorted(r.by_kind.items())) or "none"),
     ]
+    if r.by_rule:
+        lines.append("  rules         " + ", ".join(f"{k} {n}" for k, n in r.by_rule.items()))
     for title, counter in (("top unrecognised templates", r.unrecognised), ("malformed (a known start, an unknown rest)", r.malformed)):
         if counter:
             lines.append(f"  {title}:")
@@ -174,8 +185,8 @@ def _pct(n: int, total: int) -> str:
     return f"{100.0 * n / total:.1f} %" if total else "0.0 %"
 
 
-def run_check(paths: list[str], out: TextIO, top: int = 10) -> list[FileReport]:
-    reports = [check_file(p) for p in paths]
+def run_check(paths: list[str], out: TextIO, top: int = 10, rules=None) -> list[FileReport]:
+    reports = [check_file(p, rules) for p in paths]
     out.write("\n\n".join(render(r, top) for r in reports) + "\n")
     if len(reports) > 1:
         total = sum(r.records for r in reports)

@@ -97,11 +97,16 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--waterfalls", type=int, default=10, metavar="N",
                    help=_with_default("draw at most N requests in the terminal, after the summary (0: summary "
                                       "only)", 10))
+    r.add_argument("--rules", metavar="FILE",
+                   help=_with_default("YAML file of your own line rules (docs/rules.md)", "none"))
     c = sub.add_parser("check", help="report which lines of a log the bridge understands",
                        description="Per file: the vLLM version family, records recognised per kind, the "
                                    "percentage unrecognised and the top unrecognised line templates.")
     c.add_argument("paths", nargs="+", metavar="PATH", help=_PATHS_HELP)
     c.add_argument("--top", type=int, default=10, metavar="N", help=_with_default("unrecognised templates to list", 10))
+    c.add_argument("--rules", metavar="FILE",
+                   help=_with_default("YAML file of your own line rules (docs/rules.md): coverage with them, and "
+                                      "the lines each took", "none"))
     _add_run(sub)
     return p
 
@@ -134,6 +139,7 @@ _RUN_HELP = {
     "gateway_traceparent_field": ("access-log field holding the traceparent (overrides the preset)", "FIELD"),
     "join_window": ("seconds a request waits for its gateway line (and back)", "SECONDS"),
     "progress_interval": ("seconds between export_progress log lines (only when something changed)", "SECONDS"),
+    "rules": ("YAML file of your own line rules (docs/rules.md)", "FILE"),
 }
 
 
@@ -232,7 +238,19 @@ def _replay_config(args: argparse.Namespace) -> ReplayConfig:
     thresholds = Thresholds(args.slow_ttft_ms / 1000, args.slow_itl_ms / 1000,
                             args.low_free_blocks_pct / 100, args.high_gpu_memory_pct / 100)
     return ReplayConfig(tz=tz, year=args.year, assemble=AssembleConfig(thresholds=thresholds, ttl_s=args.ttl,
-                                                                       export_error_text=args.export_error_text))
+                                                                       export_error_text=args.export_error_text),
+                        rules=_rules(args.rules))
+
+
+def _rules(path: str | None):
+    """The user rule file, validated; a bad one stops here (exit 2) with the rule, field and fix."""
+    if path is None:
+        return None
+    from bridge.parse.rules import RuleError, load_rules
+    try:
+        return load_rules(path)
+    except RuleError as exc:
+        raise UsageError(f"--rules {exc}") from None
 
 
 def log_files(paths: Sequence[str]) -> list[str]:
@@ -278,7 +296,8 @@ def _stats_lines(stats: ReplayStats) -> str:
             + (f", {d.invalid_utf8} invalid UTF-8" if d.invalid_utf8 else "")
             + (", errors skipped: " + ", ".join(f"{k} {v}" for k, v in sorted(stats.line_errors.items()))
                if stats.line_errors else "")
-            + f"\nkinds        {kinds or 'none'}")
+            + f"\nkinds        {kinds or 'none'}"
+            + (f"\nrules        " + ", ".join(f"{k} {v}" for k, v in sorted(p.by_rule.items())) if p.by_rule else ""))
 
 
 def run_replay(args: argparse.Namespace, env: Mapping[str, str], out: TextIO, log) -> int:
@@ -338,7 +357,7 @@ def _say_once(log, dest):
 def run_check_command(args: argparse.Namespace, out: TextIO) -> int:
     from bridge.check import run_check
 
-    run_check(log_files(args.paths), out, args.top)
+    run_check(log_files(args.paths), out, args.top, _rules(args.rules))
     return EXIT_OK
 
 

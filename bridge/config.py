@@ -71,6 +71,8 @@ class AgentConfig:
     high_gpu_memory_pct: float = 90.0
     # Seconds between the agent's `export_progress` log lines (only when something changed).
     progress_interval: float = 60.0
+    # A YAML file of user line rules (docs/rules.md): formats the built-in grammar does not know.
+    rules: str | None = None
 
 
 _CHOICES = {
@@ -173,6 +175,16 @@ def _check(cfg: AgentConfig, origins: Mapping[str, str]) -> None:
                           "or a regular expression with a (?P<trace>…) group") from None
 
 
+def _check_rules(cfg: AgentConfig, origins: Mapping[str, str]) -> None:
+    if cfg.rules is None:
+        return
+    from bridge.parse.rules import RuleError, load_rules
+    try:
+        load_rules(cfg.rules)
+    except RuleError as exc:
+        raise ConfigError(f"rules (from {origins.get('rules', 'default')}): {exc}") from None
+
+
 def load(file_data: Mapping[str, Any] | None, env: Mapping[str, str], flags: Mapping[str, Any],
          file_name: str = "config file") -> tuple[AgentConfig, dict[str, str]]:
     """The effective config and where each non-default value came from."""
@@ -200,6 +212,7 @@ def load(file_data: Mapping[str, Any] | None, env: Mapping[str, str], flags: Map
         values["otlp_protocol"] = "http/protobuf"
     cfg = AgentConfig(**values)
     _check(cfg, origins)
+    _check_rules(cfg, origins)
     return cfg, origins
 
 

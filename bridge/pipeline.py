@@ -16,6 +16,7 @@ from bridge.decode import Decoder, DecodeStats, source_for
 from bridge.decode.joiner import JoinStats
 from bridge.decode.stream import RecordStream
 from bridge.parse import Parser, ParseStats
+from bridge.parse.rules import Rules
 from bridge.tail import read_lines
 from bridge.tail.follow import GEN_SHIFT
 
@@ -27,6 +28,7 @@ class ReplayConfig:
     tz: tzinfo = timezone.utc
     year: int | None = None
     assemble: AssembleConfig = AssembleConfig()
+    rules: Rules | None = None  # user line rules (--rules), run where the built-in grammar found nothing
 
 
 @dataclass(slots=True)
@@ -72,7 +74,7 @@ def replay(paths: Iterable[str], sinks: list[Sink], config: ReplayConfig = Repla
     A line that makes a stage raise is skipped and counted (`stats.line_errors`), never fatal."""
     stats = ReplayStats()
     errors = LineErrors(stats.line_errors, log)
-    parser = Parser()
+    parser = Parser(rules=config.rules)
     if len(sinks) == 1:
         emit = sinks[0]
     else:

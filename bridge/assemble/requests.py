@@ -55,9 +55,11 @@ from bridge.parse.events import (
     RequestSummary,
     RequestTimedOut,
     ResponseGenerated,
+    RuleEvent,
     Scheduled,
     SequencePreempted,
     ServerStop,
+    Stamped,
     StartupFact,
 )
 from bridge.parse.literals import redact_error_text
@@ -302,6 +304,8 @@ class Assembler:
             ServerStop: self._on_stop,
             AccessLog: self._ignore,
             Notice: self._ignore,
+            RuleEvent: self._on_rule_event,
+            Stamped: self._on_stamped,
         }
         if fast and _FEEDER is not None and type(self) is Assembler:  # shadows the method for this instance
             self.feed = _FEEDER(self, MethodType(Assembler.feed, self), BlockAllocated, BlockFreed, SpanEvent,
@@ -681,6 +685,28 @@ class Assembler:
         r.sampled_preemptions += 1
         r.add_event(SpanEvent("vllm.preempted", record.ts_ns, {
             "vllm.preemption.mode": ev.mode, "vllm.preemption.cumulative": ev.cumulative}), True)
+
+    # -- user rules (--rules) -----------------------------------------------------------
+
+    def _on_rule_event(self, record: Record, ev: RuleEvent) -> None:
+        """A user rule's span event: on the request it names (found under any spelling vLLM
+        uses, like upstream lines), or with no request id on every request in flight."""
+        if ev.request_id is None:
+            event = SpanEvent(ev.name, record.ts_ns, dict(ev.attributes))
+            for r in self._in_flight.values():
+                r.add_event(event, True)
+            return
+        r = self._resolve(ev.request_id, record)
+        if r is None:
+            return
+        r.add_event(SpanEvent(ev.name, record.ts_ns, dict(ev.attributes)), True)
+        for key, value in ev.span_attributes:
+            r.set(key, value)
+
+    def _on_stamped(self, record: Record, ev: Stamped) -> None:
+        """A rule's event with the time its line gave: that time stands for the record's."""
+        self.feed(Record(ev.ts_ns, record.clock, record.level, record.origin, record.message, record.offset,
+                         record.end_offset, record.process, record.continued), ev.event)
 
     # -- upstream engine lines -----------------------------------------------------------
 

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 
 from bridge.parse import events, seed, upstream
-from bridge.parse.events import KIND, Event, Notice
+from bridge.parse.events import KIND, Event, Notice, Stamped
 from bridge.parse.seed import MALFORMED, parse_message
 
 
@@ -96,6 +96,7 @@ class ParseStats:
     unrecognised: int = 0
     by_kind: dict[str, int] = field(default_factory=dict)
     malformed: dict[str, int] = field(default_factory=dict)
+    by_rule: dict[str, int] = field(default_factory=dict)  # user rule name → lines it took (in by_kind too)
 
     @property
     def recognised(self) -> int:
@@ -107,7 +108,8 @@ class Parser:
 
     __slots__ = ("stats", "_counts", "_fast", "parse")
 
-    def __init__(self, fast=FAST_PARSE) -> None:
+    def __init__(self, fast=FAST_PARSE, rules=None) -> None:
+        """`rules`: user rules (`bridge.parse.rules.Rules`); None keeps `parse` exactly as fast."""
         self.stats = ParseStats()
         self._counts: dict[str, int] = {}
         self._fast = fast  # None: Python rules only
@@ -117,6 +119,58 @@ class Parser:
             self.parse = _FAST.Parse(self.stats, self._counts, self._rest, self.__call__)
         else:
             self.parse = self.__call__
+        if rules is not None:
+            self.parse = self._with_rules(self.parse, rules)
+
+    def _with_rules(self, builtin, rules):
+        """`builtin` with user rules around it: override rules first, the others on the lines the
+        built-in grammar left unrecognised or malformed, or took as a `Notice` (a line it knows
+        carries nothing, e.g. a vLLM module's chatter); their counts then move to the rule."""
+        stats, counts, by_rule = self.stats, self._counts, self.stats.by_rule
+        first, rest, has_override = rules.first, rules.rest, rules.has_override
+
+        def took(name: str, event) -> object:
+            by_rule[name] = by_rule.get(name, 0) + 1
+            inner = event.event if type(event) is Stamped else event
+            kind = KIND.get(type(inner), "rule_event")
+            counts[kind] = counts.get(kind, 0) + 1
+            return event
+
+        def parse(message: str, level: str = "", origin: str = ""):
+            if has_override:
+                hit = first(message)
+                if hit is not None:
+                    stats.lines += 1
+                    return took(*hit)
+            unrecognised = stats.unrecognised
+            event = builtin(message, level, origin)
+            if event is not None:
+                if type(event) is not Notice:
+                    return event
+                hit = rest(message)
+                if hit is None:
+                    return event
+                left = counts[event.kind] - 1
+                if left:
+                    counts[event.kind] = left
+                else:
+                    del counts[event.kind]
+                return took(*hit)
+            hit = rest(message)
+            if hit is None:
+                return None
+            if stats.unrecognised != unrecognised:
+                stats.unrecognised -= 1
+            else:  # the built-in grammar counted it malformed
+                key = message[:4]
+                left = stats.malformed.get(key, 0) - 1
+                if left > 0:
+                    stats.malformed[key] = left
+                else:
+                    stats.malformed.pop(key, None)
+            return took(*hit)
+
+        return parse
 
     def __call__(self, message: str, level: str = "", origin: str = "") -> Event | None:
         self.stats.lines += 1

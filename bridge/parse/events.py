@@ -274,6 +274,26 @@ class Notice:
     kind: str
 
 
+@dataclass(frozen=True, slots=True)
+class RuleEvent:
+    """A line a user rule (`--rules`) took as a span event: on its request, or, with no request
+    id, on every request in flight; `span_attributes` go on the request's root span."""
+
+    request_id: str | None
+    name: str
+    attributes: tuple[tuple[str, str | int | float | bool], ...]
+    span_attributes: tuple[tuple[str, str | int | float | bool], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Stamped:
+    """An event whose line carried its own time (a rule's `time` group): it replaces the record's
+    stamp, which for a foreign line is only the last vLLM header seen."""
+
+    ts_ns: int
+    event: object
+
+
 Event = (
     RequestSummary
     | Scheduled
@@ -303,6 +323,8 @@ Event = (
     | ServerStop
     | AccessLog
     | Notice
+    | RuleEvent
+    | Stamped
 )
 
 #: The stable name of each kind, used in counters and reports.
@@ -334,5 +356,6 @@ KIND = {
     EngineError: "engine_error",
     ServerStop: "server_stop",
     AccessLog: "http_access",
+    RuleEvent: "rule_event",
     # Notice counts under its own `kind`: startup_info, http_server, noise, …
 }
