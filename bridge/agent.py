@@ -21,7 +21,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from bridge.assemble import AssembleConfig, Assembler, EngineTimeline, RequestTimeline, Timeline, ids
-from bridge.assemble.context import TraceContext, make_rule
+from bridge.parse.context import TraceContext, make_rule
 from bridge.assemble.join import ContextJoin, upstream_id
 from bridge.config import AgentConfig
 from bridge.decode import Decoder

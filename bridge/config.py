@@ -151,7 +151,7 @@ def _check(cfg: AgentConfig, origins: Mapping[str, str]) -> None:
         raise ConfigError(f"timezone (from {origins.get('timezone', 'default')}): {exc}") from None
     from re import error as RegexError
 
-    from bridge.assemble.context import make_rule
+    from bridge.parse.context import make_rule
     try:
         make_rule(cfg.trace_context)
     except (ValueError, RegexError) as exc:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from bridge.assemble.context import TraceContext
+from bridge.parse.context import TraceContext
 from bridge.decode.source import Source
 
 #: How a boundary is known. `reported`: vLLM printed the duration it derives from;

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from bridge.assemble.context import TraceContext, w3c_rule
+from bridge.parse.context import TraceContext, w3c_rule
 from bridge.decode.clock import Rfc3339
 
 
