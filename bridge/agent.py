@@ -27,9 +27,10 @@ from bridge.config import AgentConfig
 from bridge.decode import Decoder
 from bridge.decode.clock import zone
 from bridge.decode.stream import RecordStream
-from bridge.decode.source import Source
+from bridge.tail.source import Source
 from bridge.export.otlp import base_resource
-from bridge.export.sender import Batch, Batcher, Sender
+from bridge.export.batch import Batch, Batcher
+from bridge.export.sender import Sender
 from bridge.export.transport import Destination, make_transport
 from bridge.parse import Parser
 from bridge.parse.gateway import GatewayParser, gateway_format

@@ -29,7 +29,7 @@ from bridge.assemble.startup import Startup
 from bridge.assemble.state import EVENT_CAP, SEEN_DETAILS, SEEN_RECEIVED, RequestState
 from bridge.assemble.timeline import INFERRED, IncidentEvent, IncidentRef, SpanEvent, Timeline
 from bridge.decode.record import Record
-from bridge.decode.source import Source
+from bridge.tail.source import Source
 from bridge.parse.events import (
     ENGINE_EXITED,
     AccessLog,

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from bridge.assemble.timeline import EngineTimeline, IncidentEvent, RequestTimeline, SpanEvent, Timeline
-from bridge.decode.source import Source
+from bridge.tail.source import Source
 from bridge.export.ids import incident_ids, span_id, trace_id
 
 SCOPE_NAME, SCOPE_VERSION = "vllm-trace-bridge", "0.1.0"
