@@ -49,7 +49,7 @@ class AgentConfig:
     # Caller's trace context in request ids: `w3c` (traceparent, trace-span, or trace id inside
     # X-Request-Id), `off`, or a regex with a (?P<trace>…) and optional (?P<span>…) group.
     trace_context: str = "w3c"
-    # A gateway's JSON access log, joined on the request id (README "Trace context").
+    # A gateway's JSON access log, joined on the request id (docs/trace-context.md).
     gateway_include: tuple[str, ...] = ()  # globs of access logs; empty: no join
     gateway_format: str = "nginx"          # field-name preset: nginx | envoy
     gateway_request_id_field: str | None = None   # override the preset's request id field
