@@ -135,3 +135,26 @@ def test_readme_is_a_front_door():
     for page in ("replay", "agent", "deploy", "plugin", "trace-context", "configuration", "span-contract",
                  "troubleshooting", "performance", "upstream-vllm"):
         assert f"(docs/{page}.md)" in text, page
+
+
+def test_metrics_in_the_docs_exist():
+    """Every `vllm_trace_bridge_*` metric the docs name is one /metrics serves."""
+    from bridge.telemetry import AgentCollector
+
+    snapshot = {"lines_read": 0, "lines_by_kind": {}, "lines_unrecognised": 0, "lines_malformed": 0,
+                "invalid_utf8": 0, "lines_oversized": 0, "lines_long": 0, "partials_joined": 0,
+                "framing_errors": 0, "requests_open": 0, "requests_emitted": 0, "requests_evicted": 0,
+                "engine_incidents": 0, "spans_sent": 0, "spans_retried": 0, "spans_dropped": 0,
+                "skipped_delivered": 0, "queued_spans": 0, "latencies": [], "behind": {}, "files_watched": 0,
+                "rotations": {}, "file_errors": {}, "checkpoint_age": 0, "memory_pauses": 0,
+                "join": {"gateway_entries": 0, "gateway_skipped": 0, "joined": 0, "expired": 0, "overflow": 0,
+                         "contexts_dropped": 0, "waiting": 0}}
+    served = set()
+    for family in AgentCollector(lambda: snapshot).collect():
+        served.add(family.name + "_total" if family.type == "counter" else family.name)
+        served.update(s.name for s in family.samples)
+    named = {m for p in PAGES for m in re.findall(r"\bvllm_trace_bridge_[a-z0-9_]*[a-z0-9]", _text(p))}
+    short = {m for p in PAGES for m in re.findall(r"`([a-z_]+(?:_total|_seconds|_spans|_open|_watched|_waiting|"
+                                                   r"_behind))(?:\{[a-z]+\})?`", _text(p))}
+    named |= {"vllm_trace_bridge_" + m.removeprefix("vllm_trace_bridge_") for m in short - set(FIELDS)}
+    assert sorted(named - served) == []
