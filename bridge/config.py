@@ -93,7 +93,7 @@ DOC = {
     "max_batch_spans": "Spans per OTLP request.",
     "batch_delay": "Seconds after which a partial batch is sent.",
     "max_open_requests": "Open requests kept; beyond this the oldest is evicted (counted).",
-    "memory_limit_mb": "Resident memory above which the agent sheds load before the kernel kills it.",
+    "memory_limit_mb": "Resident memory (MB) above which reading pauses until it falls, before the kernel would kill the agent.",
     "shutdown_grace": "Seconds to send what is queued after SIGTERM.",
     "export_give_up": "Seconds a batch may be refused before it is dropped (counted and logged).",
     "read_chunk_bytes": "Bytes read per file per round: fairness across files.",
