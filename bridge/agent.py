@@ -18,7 +18,6 @@ import signal
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
 
 from bridge.assemble import AssembleConfig, Assembler, EngineTimeline, RequestTimeline, Timeline, ids
 from bridge.parse.context import TraceContext, make_rule
@@ -35,7 +34,9 @@ from bridge.export.transport import Destination, make_transport
 from bridge.parse import Parser
 from bridge.parse.gateway import GatewayParser, gateway_format
 from bridge.pipeline import LineErrors
-from bridge.tail.checkpoint import CheckpointStore, Delivered, FileCheckpoint, SourceCheckpoint
+from bridge.resume import Checkpointer, file_checkpoint
+from bridge.sources import Pending, SourceState
+from bridge.tail.checkpoint import Delivered
 from bridge.tail.follow import GEN_SHIFT, Filters, Follower, TrackedFile
 
 _MASK = (1 << GEN_SHIFT) - 1
@@ -68,32 +69,6 @@ def _maybe_fail(faults: dict[str, str], stage: str, text) -> None:
         raise InjectedFault(stage)
 
 
-@dataclass(slots=True)
-class _Pending:
-    first: int
-    key: str
-    last: int
-
-
-@dataclass
-class SourceState:
-    """One container's stream: its assembler, its files' record streams, and delivery bookkeeping."""
-
-    source: Source
-    assembler: Assembler | None = None
-    streams: dict[int, RecordStream] = field(default_factory=dict)  # id(TrackedFile) → its records
-    quiet_since: dict[int, float] = field(default_factory=dict)  # id(TrackedFile) → last lines (monotonic)
-    files: dict[int, TrackedFile] = field(default_factory=dict)
-    skip: dict[str, int] = field(default_factory=dict)            # key → last position delivered
-    pending: dict[int, _Pending] = field(default_factory=dict)    # emitted, not yet acked
-    delivered: list[Delivered] = field(default_factory=list)      # acked since the safe position
-    retired: list[FileCheckpoint] = field(default_factory=list)   # closed files an open request may need
-    seq: int = 0
-    last_ts: int = 0
-    last_wall: int = 0
-    gateway: bool = False  # a gateway's access log: its lines feed the join, not an assembler
-
-
 class Agent:
     def __init__(self, cfg: AgentConfig, dest: Destination, env, log) -> None:
         self.cfg = cfg
@@ -105,14 +80,12 @@ class Agent:
         self._parser = Parser()
         self._sources: dict[str, SourceState] = {}
         self._acks: deque[tuple[Batch, bool]] = deque()
-        self._store = CheckpointStore(cfg.state_dir)
+        self._checkpointer = Checkpointer(cfg.state_dir, log)
         self._skipped = 0
         self._lines_read = 0
         self._dirty = True
         self._memory_pauses = 0
         self._memory_paused = False
-        self._checkpoint_failures = 0
-        self._checkpoint_failing = False
         self.line_errors: dict[str, int] = {}  # stage → lines skipped because the stage raised
         self._line_error = LineErrors(self.line_errors, log)
         self._faults = injected_faults(env)
@@ -135,16 +108,7 @@ class Agent:
 
         os.makedirs(self.cfg.state_dir, exist_ok=True)
         cfg = self.cfg
-        loaded = self._store.load()
-        if loaded.damaged:
-            if loaded.used == "previous":
-                action = f"resuming from the previous good checkpoint {self._store.prev_path}"
-            else:
-                action = (f"no good checkpoint left: starting as on a first run, start_at={cfg.start_at} "
-                          + ("(files already there are read from the beginning; what was sent is sent "
-                             "again, with the same ids)" if cfg.start_at == "beginning"
-                             else "(lines already in the files are skipped)"))
-            self.log.error("checkpoint_damaged", file=self._store.path, problems=loaded.damaged, action=action)
+        loaded = self._checkpointer.load(cfg.start_at)
         first_run = loaded.files is None
         files, sources = loaded.files or [], loaded.sources
         self._follower = Follower(
@@ -207,11 +171,11 @@ class Agent:
                 self._dirty = True
             # Right after an ack (keeps what a crash would re-send small), else once a second
             # if anything moved; an idle agent writes nothing.
-            if (self._drain_acks() and not self._checkpoint_failing) or (now >= next_checkpoint and self._dirty):
+            if (self._drain_acks() and not self._checkpointer.failing) or (now >= next_checkpoint and self._dirty):
                 self._dirty = not self._checkpoint()  # a failed save is tried again in a second
                 next_checkpoint = now + _CHECKPOINT_EVERY_S
             elif now >= next_checkpoint:
-                self._store.written_at = time.time()  # nothing to record: still current
+                self._checkpointer.still_current()
                 next_checkpoint = now + _CHECKPOINT_EVERY_S
             if got:
                 last_lines = now
@@ -356,7 +320,7 @@ class Agent:
             return
         st.seq += 1
         self._dirty = True
-        st.pending[st.seq] = _Pending(t.first_offset, key, t.last_offset)  # held back until acked
+        st.pending[st.seq] = Pending(t.first_offset, key, t.last_offset)  # held back until acked
         token = (st.source.key, st.seq)
         if self._join is not None and isinstance(t, RequestTimeline) and (t.parent is None or t.parent.span_id is None):
             seen, ctx, released = self._join.request(upstream_id(t.request_id), (t, token), time.monotonic_ns())
@@ -414,7 +378,7 @@ class Agent:
                 records = []
             for record in records:
                 self._handle(st, record)
-        st.retired.append(self._file_checkpoint(tf, tf.offset))
+        st.retired.append(file_checkpoint(tf, tf.offset))
 
     def _tick(self) -> None:
         """Time passes for quiet sources too: extrapolate each log clock by the wall clock,
@@ -474,71 +438,10 @@ class Agent:
                     st.delivered.append(Delivered(p.key, p.last))
         return changed
 
-    @staticmethod
-    def _file_checkpoint(tf: TrackedFile, offset: int) -> FileCheckpoint:
-        return FileCheckpoint(tf.path, tf.source.key, tf.generation, tf.inode, tf.fp, tf.fp_len, offset)
-
     def _checkpoint(self) -> bool:
-        """Save where each file may resume: before every line of a request not yet acked.
-        Every tracked file is written, read since the start or not, so a quiet restart
-        saves what it loaded. False when the save failed (counted; retried by the caller)."""
-        files: list[FileCheckpoint] = list(self._follower.awaiting_resume())  # not found again yet: kept
-        sources: list[SourceCheckpoint] = []
-        next_gen = self._follower.next_generations()
-        gateway_held: dict[str, int] = {}  # a gateway file: its lines still waiting in the join
-        for key, position in self._join.holds() if self._join is not None else ():
-            gateway_held[key] = min(position, gateway_held.get(key, position))
-        tracked: dict[str, list[TrackedFile]] = {}
-        for tf in self._follower.files:
-            tracked.setdefault(tf.source.key, []).append(tf)
-        for key in tracked.keys() - self._sources.keys():
-            self._state(key, None)
-        for key, st in self._sources.items():
-            held = [gateway_held[key]] if key in gateway_held else []
-            if st.assembler is not None and st.assembler.min_open_offset is not None:
-                held.append(st.assembler.min_open_offset)
-            held.extend(p.first for p in st.pending.values())
-            held.extend(s.held_position for s in st.streams.values() if s.held_position is not None)
-            low = min(held) if held else None
-            safe_positions = []
-            for tf in tracked.get(key, ()):
-                offset = tf.offset
-                if low is not None:
-                    gen = low >> GEN_SHIFT
-                    if gen == tf.generation:
-                        offset = min(offset, low & _MASK)
-                    elif gen < tf.generation:
-                        offset = 0
-                files.append(self._file_checkpoint(tf, offset))
-                safe_positions.append((tf.generation << GEN_SHIFT) + offset)
-            if low is not None:
-                keep_from = low >> GEN_SHIFT
-                st.retired = [r for r in st.retired if r.generation >= keep_from]
-                for r in st.retired:
-                    r.offset = min(r.offset, low & _MASK) if r.generation == keep_from else r.offset
-                files.extend(st.retired)
-                safe_positions.extend((r.generation << GEN_SHIFT) + r.offset for r in st.retired)
-            else:
-                st.retired = []
-            floor = min(safe_positions, default=None)
-            st.delivered = [d for d in st.delivered if floor is not None and d.last_offset >= floor]
-            if st.skip and floor is not None:
-                st.skip = {k: v for k, v in st.skip.items() if v >= floor}
-            sources.append(SourceCheckpoint(key, next_gen.get(key, 0), list(st.delivered)))
-        try:
-            self._store.save(files, sources)
-        except OSError as exc:
-            self._checkpoint_failures += 1
-            if not self._checkpoint_failing:
-                self.log.error("checkpoint_failed", file=self._store.path, error=exc.strerror or str(exc),
-                               action="retrying each second; lines stay in the log files meanwhile",
-                               fix="make the state directory (state_dir) writable and give it free space")
-            self._checkpoint_failing = True
-            return False
-        if self._checkpoint_failing:
-            self.log.info("checkpoint_recovered", file=self._store.path, failures=self._checkpoint_failures)
-        self._checkpoint_failing = False
-        return True
+        """Save where each file may resume (`resume.Checkpointer`); False when the save failed."""
+        holds = self._join.holds() if self._join is not None else ()
+        return self._checkpointer.save(self._follower, self._sources, holds, lambda key: self._state(key, None))
 
     # -- telemetry -----------------------------------------------------------------------
 
@@ -550,8 +453,8 @@ class Agent:
         trouble = []
         if self._sender.failing:
             trouble.append(f"export failing: {self._dest.endpoint} does not accept spans (retrying)")
-        if self._checkpoint_failing:
-            trouble.append(f"checkpoint not saved: {self._store.path} (retrying each second)")
+        if self._checkpointer.failing:
+            trouble.append(f"checkpoint not saved: {self._checkpointer.store.path} (retrying each second)")
         return "; ".join(trouble) or True
 
     def snapshot(self) -> dict:
@@ -569,7 +472,7 @@ class Agent:
         p = self._parser.snapshot()
         f = self._follower.stats
         s = self._sender.stats
-        written = self._store.written_at
+        written = self._checkpointer.store.written_at
         return {
             "lines_read": self._lines_read,
             "lines_by_kind": dict(p.by_kind), "lines_unrecognised": p.unrecognised,
@@ -585,8 +488,8 @@ class Agent:
             "checkpoint_age": (time.time() - written) if written else 0.0,
             "memory_pauses": self._memory_pauses,
             "line_errors": dict(self.line_errors),
-            "checkpoint_failures": self._checkpoint_failures,
-            "checkpoint_recoveries": dict(self._store.recoveries),
+            "checkpoint_failures": self._checkpointer.failures,
+            "checkpoint_recoveries": dict(self._checkpointer.store.recoveries),
             "join": None if self._join is None else {
                 "gateway_entries": self._gateway_parser.entries, "gateway_skipped": self._gateway_parser.skipped,
                 "joined": self._join.stats.joined, "expired": self._join.stats.expired,
