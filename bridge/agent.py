@@ -17,19 +17,17 @@ import os
 import signal
 import threading
 import time
-from collections import deque
 
 from bridge.assemble import AssembleConfig, Assembler, EngineTimeline, RequestTimeline, Timeline, ids
 from bridge.parse.context import TraceContext, make_rule
 from bridge.assemble.join import ContextJoin, upstream_id
 from bridge.config import AgentConfig
 from bridge.decode import Decoder
+from bridge.delivery import Delivery
 from bridge.decode.clock import zone
 from bridge.decode.stream import RecordStream
 from bridge.tail.source import Source
 from bridge.export.otlp import base_resource
-from bridge.export.batch import Batch, Batcher
-from bridge.export.sender import Sender
 from bridge.export.transport import Destination, make_transport
 from bridge.parse import Parser
 from bridge.parse.gateway import GatewayParser, gateway_format
@@ -79,7 +77,6 @@ class Agent:
         self._ready = False
         self._parser = Parser()
         self._sources: dict[str, SourceState] = {}
-        self._acks: deque[tuple[Batch, bool]] = deque()
         self._checkpointer = Checkpointer(cfg.state_dir, log)
         self._skipped = 0
         self._lines_read = 0
@@ -121,10 +118,8 @@ class Agent:
             st.delivered = list(s.delivered)
         self._follower.restore(files, {s.key: s.next_generation for s in sources})
 
-        self._batcher = Batcher(base_resource(self._env), cfg.max_batch_spans)
-        self._sender = Sender(make_transport(self._dest), cfg.max_queue_spans, cfg.export_give_up,
-                              lambda b, ok: self._acks.append((b, ok)), self.log)
-        self._sender.start()
+        self._delivery = Delivery(base_resource(self._env), make_transport(self._dest), cfg, self.log,
+                                  self._stop.is_set)
         telemetry = TelemetryServer(cfg.listen, self.snapshot, self.readiness)
         telemetry.start()
         self.telemetry_port = telemetry.port
@@ -165,8 +160,7 @@ class Agent:
             if now >= next_tick:
                 self._tick()
                 next_tick = now + _TICK_S
-            if self._batcher.due(cfg.batch_delay):
-                self._sender.submit(self._batcher.take(), self._stop.is_set)
+            self._delivery.send_due(cfg.batch_delay)
             if got or self._follower.just_retired or self._follower.just_truncated:
                 self._dirty = True
             # Right after an ack (keeps what a crash would re-send small), else once a second
@@ -182,7 +176,7 @@ class Agent:
             else:
                 # Busy files are looked at every batch_delay; after a quiet second, every
                 # poll_interval (what an idle node pays for each watched file).
-                busy = now - last_lines < 1.0 or not self._batcher.empty
+                busy = now - last_lines < 1.0 or not self._delivery.empty
                 self._stop.wait(min(cfg.poll_interval, cfg.batch_delay) if busy else cfg.poll_interval)
 
     def _shutdown(self) -> None:
@@ -190,13 +184,11 @@ class Agent:
         if self._join is not None:  # nothing more will come: send the waiting with what they have
             for t, token in self._join.drain():
                 self._batch(t, token)
-        if not self._batcher.empty:
-            self._sender.submit(self._batcher.take())
-        drained = self._sender.close(deadline)
+        drained = self._delivery.close(deadline)
         self._drain_acks()
         self._checkpoint()
         self._follower.close()
-        self.log.info("agent_stopped", all_sent=drained, spans_sent=self._sender.stats.spans_sent)
+        self.log.info("agent_stopped", all_sent=drained, spans_sent=self._delivery.stats.spans_sent)
 
     def _over_memory(self) -> bool:
         try:
@@ -334,7 +326,7 @@ class Agent:
 
     def _batch(self, t: Timeline, token) -> None:
         try:
-            self._batcher.add(t, token)
+            self._delivery.add(t, token)
         except Exception as exc:  # cannot be encoded: it would fail again after a restart, so let it go
             self._line_error("export", t.source.path, t.first_offset & _MASK, exc)
             st = self._sources.get(token[0])
@@ -343,8 +335,7 @@ class Agent:
                 if p is not None:
                     st.delivered.append(Delivered(p.key, p.last))
             return
-        if self._batcher.full:
-            self._sender.submit(self._batcher.take(), self._stop.is_set)
+        self._delivery.send_full()
 
     def _on_gateway(self, st: SourceState, record) -> None:
         entry = self._gateway_parser(record.message)
@@ -428,8 +419,7 @@ class Agent:
 
     def _drain_acks(self) -> bool:
         changed = False
-        while self._acks:
-            batch, _ok = self._acks.popleft()  # given up or not, it will not be sent again
+        for batch, _ok in self._delivery.acks():  # given up or not, it will not be sent again
             changed = True
             for source_key, seq in batch.tokens:
                 st = self._sources[source_key]
@@ -451,7 +441,7 @@ class Agent:
         if not self._ready:
             return "starting"
         trouble = []
-        if self._sender.failing:
+        if self._delivery.failing:
             trouble.append(f"export failing: {self._dest.endpoint} does not accept spans (retrying)")
         if self._checkpointer.failing:
             trouble.append(f"checkpoint not saved: {self._checkpointer.store.path} (retrying each second)")
@@ -471,7 +461,7 @@ class Agent:
                     assemble[k] += getattr(st.assembler.stats, k)
         p = self._parser.snapshot()
         f = self._follower.stats
-        s = self._sender.stats
+        s = self._delivery.stats
         written = self._checkpointer.store.written_at
         return {
             "lines_read": self._lines_read,
