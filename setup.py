@@ -2,8 +2,8 @@
 
 Everything else is declared in pyproject.toml. Each extension is `optional=True`: on a machine
 without a C compiler `pip install .` still succeeds and the bridge runs its pure-Python code,
-which stays the reference implementation (`VLLM_TRACE_BRIDGE_PURE=1` forces it; README
-"Performance").
+which stays the reference implementation (`VLLM_TRACE_BRIDGE_PURE=1` forces it;
+docs/performance.md).
 """
 
 from setuptools import Extension, setup

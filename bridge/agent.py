@@ -17,19 +17,17 @@ import os
 import signal
 import threading
 import time
-from collections import deque
-from dataclasses import dataclass, field
 
 from bridge.assemble import AssembleConfig, Assembler, EngineTimeline, RequestTimeline, Thresholds, Timeline, ids
-from bridge.assemble.context import TraceContext, make_rule
+from bridge.parse.context import TraceContext, make_rule
 from bridge.assemble.join import ContextJoin, upstream_id
 from bridge.config import AgentConfig
 from bridge.decode import Decoder
+from bridge.delivery import Delivery
 from bridge.decode.clock import zone
 from bridge.decode.stream import RecordStream
-from bridge.decode.source import Source
+from bridge.tail.source import Source
 from bridge.export.otlp import base_resource
-from bridge.export.sender import Batch, Batcher, Sender
 from bridge.export.transport import Destination, make_transport
 from bridge.logs import ExportProgress
 from bridge.parse import Parser
@@ -37,7 +35,9 @@ from bridge.parse.gateway import GatewayParser, gateway_format
 from bridge.parse.events import Stamped
 from bridge.parse.rules import load_rules
 from bridge.pipeline import LineErrors
-from bridge.tail.checkpoint import CheckpointStore, Delivered, FileCheckpoint, SourceCheckpoint
+from bridge.resume import Checkpointer, file_checkpoint
+from bridge.sources import Pending, SourceState
+from bridge.tail.checkpoint import Delivered
 from bridge.tail.follow import GEN_SHIFT, Filters, Follower, TrackedFile
 from bridge.tail.report import log_changes, warn_if_nothing
 
@@ -71,32 +71,6 @@ def _maybe_fail(faults: dict[str, str], stage: str, text) -> None:
         raise InjectedFault(stage)
 
 
-@dataclass(slots=True)
-class _Pending:
-    first: int
-    key: str
-    last: int
-
-
-@dataclass
-class SourceState:
-    """One container's stream: its assembler, its files' record streams, and delivery bookkeeping."""
-
-    source: Source
-    assembler: Assembler | None = None
-    streams: dict[int, RecordStream] = field(default_factory=dict)  # id(TrackedFile) → its records
-    quiet_since: dict[int, float] = field(default_factory=dict)  # id(TrackedFile) → last lines (monotonic)
-    files: dict[int, TrackedFile] = field(default_factory=dict)
-    skip: dict[str, int] = field(default_factory=dict)            # key → last position delivered
-    pending: dict[int, _Pending] = field(default_factory=dict)    # emitted, not yet acked
-    delivered: list[Delivered] = field(default_factory=list)      # acked since the safe position
-    retired: list[FileCheckpoint] = field(default_factory=list)   # closed files an open request may need
-    seq: int = 0
-    last_ts: int = 0
-    last_wall: int = 0
-    gateway: bool = False  # a gateway's access log: its lines feed the join, not an assembler
-
-
 class Agent:
     def __init__(self, cfg: AgentConfig, dest: Destination, env, log) -> None:
         self.cfg = cfg
@@ -107,15 +81,12 @@ class Agent:
         self._ready = False
         self._parser = Parser(rules=load_rules(cfg.rules) if cfg.rules else None)  # checked by config.load
         self._sources: dict[str, SourceState] = {}
-        self._acks: deque[tuple[Batch, bool]] = deque()
-        self._store = CheckpointStore(cfg.state_dir)
+        self._checkpointer = Checkpointer(cfg.state_dir, log)
         self._skipped = 0
         self._lines_read = 0
         self._dirty = True
         self._memory_pauses = 0
         self._memory_paused = False
-        self._checkpoint_failures = 0
-        self._checkpoint_failing = False
         self.line_errors: dict[str, int] = {}  # stage → lines skipped because the stage raised
         self._line_error = LineErrors(self.line_errors, log)
         self._faults = injected_faults(env)
@@ -143,16 +114,7 @@ class Agent:
 
         os.makedirs(self.cfg.state_dir, exist_ok=True)
         cfg = self.cfg
-        loaded = self._store.load()
-        if loaded.damaged:
-            if loaded.used == "previous":
-                action = f"resuming from the previous good checkpoint {self._store.prev_path}"
-            else:
-                action = (f"no good checkpoint left: starting as on a first run, start_at={cfg.start_at} "
-                          + ("(files already there are read from the beginning; what was sent is sent "
-                             "again, with the same ids)" if cfg.start_at == "beginning"
-                             else "(lines already in the files are skipped)"))
-            self.log.error("checkpoint_damaged", file=self._store.path, problems=loaded.damaged, action=action)
+        loaded = self._checkpointer.load(cfg.start_at)
         first_run = loaded.files is None
         files, sources = loaded.files or [], loaded.sources
         self._follower = Follower(
@@ -165,10 +127,8 @@ class Agent:
             st.delivered = list(s.delivered)
         self._follower.restore(files, {s.key: s.next_generation for s in sources})
 
-        self._batcher = Batcher(base_resource(self._env), cfg.max_batch_spans)
-        self._sender = Sender(make_transport(self._dest), cfg.max_queue_spans, cfg.export_give_up,
-                              lambda b, ok: self._acks.append((b, ok)), self.log)
-        self._sender.start()
+        self._delivery = Delivery(base_resource(self._env), make_transport(self._dest), cfg, self.log,
+                                  self._stop.is_set)
         telemetry = TelemetryServer(cfg.listen, self.snapshot, self.readiness)
         telemetry.start()
         self.telemetry_port = telemetry.port
@@ -211,24 +171,23 @@ class Agent:
                 self._tick()
                 self._progress(self._progress_counts)
                 next_tick = now + _TICK_S
-            if self._batcher.due(cfg.batch_delay):
-                self._sender.submit(self._batcher.take(), self._stop.is_set)
+            self._delivery.send_due(cfg.batch_delay)
             if got or self._follower.just_retired or self._follower.just_truncated:
                 self._dirty = True
             # Right after an ack (keeps what a crash would re-send small), else once a second
             # if anything moved; an idle agent writes nothing.
-            if (self._drain_acks() and not self._checkpoint_failing) or (now >= next_checkpoint and self._dirty):
+            if (self._drain_acks() and not self._checkpointer.failing) or (now >= next_checkpoint and self._dirty):
                 self._dirty = not self._checkpoint()  # a failed save is tried again in a second
                 next_checkpoint = now + _CHECKPOINT_EVERY_S
             elif now >= next_checkpoint:
-                self._store.written_at = time.time()  # nothing to record: still current
+                self._checkpointer.still_current()
                 next_checkpoint = now + _CHECKPOINT_EVERY_S
             if got:
                 last_lines = now
             else:
                 # Busy files are looked at every batch_delay; after a quiet second, every
                 # poll_interval (what an idle node pays for each watched file).
-                busy = now - last_lines < 1.0 or not self._batcher.empty
+                busy = now - last_lines < 1.0 or not self._delivery.empty
                 self._stop.wait(min(cfg.poll_interval, cfg.batch_delay) if busy else cfg.poll_interval)
 
     def _report_discovery(self, first_round: bool) -> None:
@@ -248,16 +207,14 @@ class Agent:
         if self._join is not None:  # nothing more will come: send the waiting with what they have
             for t, token in self._join.drain():
                 self._batch(t, token)
-        if not self._batcher.empty:
-            self._sender.submit(self._batcher.take())
-        drained = self._sender.close(deadline)
+        drained = self._delivery.close(deadline)
         self._drain_acks()
         self._checkpoint()
         self._follower.close()
         counts = self._progress_counts()
         extra = {"note": "requests still open are not exported by this run; the checkpoint stays before them, so "
                          "the next start sends them"} if counts["requests_open"] else {}
-        self.log.info("agent_stopped", all_sent=drained, spans_sent=self._sender.stats.spans_sent,
+        self.log.info("agent_stopped", all_sent=drained, spans_sent=self._delivery.stats.spans_sent,
                       requests_finished=counts["requests_finished"], requests_open=counts["requests_open"], **extra)
 
     def _over_memory(self) -> bool:
@@ -385,7 +342,7 @@ class Agent:
             return
         st.seq += 1
         self._dirty = True
-        st.pending[st.seq] = _Pending(t.first_offset, key, t.last_offset)  # held back until acked
+        st.pending[st.seq] = Pending(t.first_offset, key, t.last_offset)  # held back until acked
         token = (st.source.key, st.seq)
         if self._join is not None and isinstance(t, RequestTimeline) and (t.parent is None or t.parent.span_id is None):
             seen, ctx, released = self._join.request(upstream_id(t.request_id), (t, token), time.monotonic_ns())
@@ -399,7 +356,7 @@ class Agent:
 
     def _batch(self, t: Timeline, token) -> None:
         try:
-            self._batcher.add(t, token)
+            self._delivery.add(t, token)
         except Exception as exc:  # cannot be encoded: it would fail again after a restart, so let it go
             self._line_error("export", t.source.path, t.first_offset & _MASK, exc)
             st = self._sources.get(token[0])
@@ -408,8 +365,7 @@ class Agent:
                 if p is not None:
                     st.delivered.append(Delivered(p.key, p.last))
             return
-        if self._batcher.full:
-            self._sender.submit(self._batcher.take(), self._stop.is_set)
+        self._delivery.send_full()
 
     def _on_gateway(self, st: SourceState, record) -> None:
         entry = self._gateway_parser(record.message)
@@ -443,7 +399,7 @@ class Agent:
                 records = []
             for record in records:
                 self._handle(st, record)
-        st.retired.append(self._file_checkpoint(tf, tf.offset))
+        st.retired.append(file_checkpoint(tf, tf.offset))
 
     def _tick(self) -> None:
         """Time passes for quiet sources too: extrapolate each log clock by the wall clock,
@@ -493,8 +449,7 @@ class Agent:
 
     def _drain_acks(self) -> bool:
         changed = False
-        while self._acks:
-            batch, _ok = self._acks.popleft()  # given up or not, it will not be sent again
+        for batch, _ok in self._delivery.acks():  # given up or not, it will not be sent again
             changed = True
             for source_key, seq in batch.tokens:
                 st = self._sources[source_key]
@@ -503,71 +458,10 @@ class Agent:
                     st.delivered.append(Delivered(p.key, p.last))
         return changed
 
-    @staticmethod
-    def _file_checkpoint(tf: TrackedFile, offset: int) -> FileCheckpoint:
-        return FileCheckpoint(tf.path, tf.source.key, tf.generation, tf.inode, tf.fp, tf.fp_len, offset)
-
     def _checkpoint(self) -> bool:
-        """Save where each file may resume: before every line of a request not yet acked.
-        Every tracked file is written, read since the start or not, so a quiet restart
-        saves what it loaded. False when the save failed (counted; retried by the caller)."""
-        files: list[FileCheckpoint] = list(self._follower.awaiting_resume())  # not found again yet: kept
-        sources: list[SourceCheckpoint] = []
-        next_gen = self._follower.next_generations()
-        gateway_held: dict[str, int] = {}  # a gateway file: its lines still waiting in the join
-        for key, position in self._join.holds() if self._join is not None else ():
-            gateway_held[key] = min(position, gateway_held.get(key, position))
-        tracked: dict[str, list[TrackedFile]] = {}
-        for tf in self._follower.files:
-            tracked.setdefault(tf.source.key, []).append(tf)
-        for key in tracked.keys() - self._sources.keys():
-            self._state(key, None)
-        for key, st in self._sources.items():
-            held = [gateway_held[key]] if key in gateway_held else []
-            if st.assembler is not None and st.assembler.min_open_offset is not None:
-                held.append(st.assembler.min_open_offset)
-            held.extend(p.first for p in st.pending.values())
-            held.extend(s.held_position for s in st.streams.values() if s.held_position is not None)
-            low = min(held) if held else None
-            safe_positions = []
-            for tf in tracked.get(key, ()):
-                offset = tf.offset
-                if low is not None:
-                    gen = low >> GEN_SHIFT
-                    if gen == tf.generation:
-                        offset = min(offset, low & _MASK)
-                    elif gen < tf.generation:
-                        offset = 0
-                files.append(self._file_checkpoint(tf, offset))
-                safe_positions.append((tf.generation << GEN_SHIFT) + offset)
-            if low is not None:
-                keep_from = low >> GEN_SHIFT
-                st.retired = [r for r in st.retired if r.generation >= keep_from]
-                for r in st.retired:
-                    r.offset = min(r.offset, low & _MASK) if r.generation == keep_from else r.offset
-                files.extend(st.retired)
-                safe_positions.extend((r.generation << GEN_SHIFT) + r.offset for r in st.retired)
-            else:
-                st.retired = []
-            floor = min(safe_positions, default=None)
-            st.delivered = [d for d in st.delivered if floor is not None and d.last_offset >= floor]
-            if st.skip and floor is not None:
-                st.skip = {k: v for k, v in st.skip.items() if v >= floor}
-            sources.append(SourceCheckpoint(key, next_gen.get(key, 0), list(st.delivered)))
-        try:
-            self._store.save(files, sources)
-        except OSError as exc:
-            self._checkpoint_failures += 1
-            if not self._checkpoint_failing:
-                self.log.error("checkpoint_failed", file=self._store.path, error=exc.strerror or str(exc),
-                               action="retrying each second; lines stay in the log files meanwhile",
-                               fix="make the state directory (state_dir) writable and give it free space")
-            self._checkpoint_failing = True
-            return False
-        if self._checkpoint_failing:
-            self.log.info("checkpoint_recovered", file=self._store.path, failures=self._checkpoint_failures)
-        self._checkpoint_failing = False
-        return True
+        """Save where each file may resume (`resume.Checkpointer`); False when the save failed."""
+        holds = self._join.holds() if self._join is not None else ()
+        return self._checkpointer.save(self._follower, self._sources, holds, lambda key: self._state(key, None))
 
     # -- telemetry -----------------------------------------------------------------------
 
@@ -577,14 +471,14 @@ class Agent:
         if not self._ready:
             return "starting"
         trouble = []
-        if self._sender.failing:
+        if self._delivery.failing:
             trouble.append(f"export failing: {self._dest.endpoint} does not accept spans (retrying)")
-        if self._checkpoint_failing:
-            trouble.append(f"checkpoint not saved: {self._store.path} (retrying each second)")
+        if self._checkpointer.failing:
+            trouble.append(f"checkpoint not saved: {self._checkpointer.store.path} (retrying each second)")
         return "; ".join(trouble) or True
 
     def _progress_counts(self) -> dict[str, int]:
-        s = self._sender.stats
+        s = self._delivery.stats
         emitted = open_ = 0
         for st in list(self._sources.values()):
             if st.assembler is not None:
@@ -608,8 +502,8 @@ class Agent:
                     assemble[k] += getattr(st.assembler.stats, k)
         p = self._parser.snapshot()
         f = self._follower.stats
-        s = self._sender.stats
-        written = self._store.written_at
+        s = self._delivery.stats
+        written = self._checkpointer.store.written_at
         return {
             "lines_read": self._lines_read,
             "lines_by_kind": dict(p.by_kind), "lines_unrecognised": p.unrecognised,
@@ -627,8 +521,8 @@ class Agent:
             "checkpoint_age": (time.time() - written) if written else 0.0,
             "memory_pauses": self._memory_pauses,
             "line_errors": dict(self.line_errors),
-            "checkpoint_failures": self._checkpoint_failures,
-            "checkpoint_recoveries": dict(self._store.recoveries),
+            "checkpoint_failures": self._checkpointer.failures,
+            "checkpoint_recoveries": dict(self._checkpointer.store.recoveries),
             "join": None if self._join is None else {
                 "gateway_entries": self._gateway_parser.entries, "gateway_skipped": self._gateway_parser.skipped,
                 "joined": self._join.stats.joined, "expired": self._join.stats.expired,

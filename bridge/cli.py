@@ -111,35 +111,35 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-_RUN_HELP = {
-    "include": ("glob of log files to follow (repeatable)", "PATTERN"),
-    "exclude": ("glob of files not to follow (repeatable)", "PATTERN"),
-    "namespaces": ("Kubernetes namespace patterns to follow (repeatable; kubelet paths only)", "PATTERN"),
-    "pods": ("pod name patterns to follow (repeatable; kubelet paths only)", "PATTERN"),
-    "containers": ("container name patterns to follow (repeatable; kubelet paths only)", "PATTERN"),
-    "state_dir": ("directory for checkpoints", "DIR"),
-    "start_at": ("where to start files that existed before the first run: beginning or end", "WHERE"),
-    "poll_interval": ("seconds between looks for new or rotated files, and at quiet ones", "SECONDS"),
-    "linger": ("seconds a finished request waits for its last block frees", "SECONDS"),
-    "listen": ("HOST:PORT for /healthz, /readyz, /metrics (port 0: any free one)", "HOST:PORT"),
-    "max_queue_spans": ("spans waiting for export before reading pauses", "N"),
-    "max_batch_spans": ("spans per export request", "N"),
-    "batch_delay": ("seconds before a partial batch is sent", "SECONDS"),
-    "max_open_requests": ("open requests kept; beyond, the oldest ends as incomplete", "N"),
-    "memory_limit_mb": ("resident memory above which reading pauses", "MB"),
-    "shutdown_grace": ("seconds to deliver what is queued after SIGTERM", "SECONDS"),
-    "export_give_up": ("seconds a refused batch is retried before it is dropped (counted, logged)", "SECONDS"),
-    "read_chunk_bytes": ("bytes read per file per round (fairness across files)", "BYTES"),
-    "log_format": ("the agent's own logs: auto (JSON unless stderr is a terminal), json or console", "FORMAT"),
-    "trace_context": ("caller's trace context inside request ids: w3c, off, or a regex with a (?P<trace>…) "
-                      "group", "RULE"),
-    "gateway_include": ("glob of a gateway's JSON access logs to join on the request id (repeatable)", "PATTERN"),
-    "gateway_format": ("access-log field names: nginx or envoy", "FORMAT"),
-    "gateway_request_id_field": ("access-log field holding the request id (overrides the preset)", "FIELD"),
-    "gateway_traceparent_field": ("access-log field holding the traceparent (overrides the preset)", "FIELD"),
-    "join_window": ("seconds a request waits for its gateway line (and back)", "SECONDS"),
-    "progress_interval": ("seconds between export_progress log lines (only when something changed)", "SECONDS"),
-    "rules": ("YAML file of your own line rules (docs/rules.md)", "FILE"),
+#: The metavar of each `run` flag; its help text is the setting's own (`config.DOC`).
+_RUN_METAVAR = {
+    "include": "PATTERN",
+    "exclude": "PATTERN",
+    "namespaces": "PATTERN",
+    "pods": "PATTERN",
+    "containers": "PATTERN",
+    "state_dir": "DIR",
+    "start_at": "WHERE",
+    "poll_interval": "SECONDS",
+    "linger": "SECONDS",
+    "listen": "HOST:PORT",
+    "max_queue_spans": "N",
+    "max_batch_spans": "N",
+    "batch_delay": "SECONDS",
+    "max_open_requests": "N",
+    "memory_limit_mb": "MB",
+    "shutdown_grace": "SECONDS",
+    "export_give_up": "SECONDS",
+    "read_chunk_bytes": "BYTES",
+    "log_format": "FORMAT",
+    "trace_context": "RULE",
+    "gateway_include": "PATTERN",
+    "gateway_format": "FORMAT",
+    "gateway_request_id_field": "FIELD",
+    "gateway_traceparent_field": "FIELD",
+    "join_window": "SECONDS",
+    "progress_interval": "SECONDS",
+    "rules": "FILE",
 }
 
 
@@ -154,12 +154,12 @@ def _shown_default(name: str, value) -> str:
 
 
 def _add_run(sub) -> None:
-    from bridge.config import FIELDS, _kind
+    from bridge.config import DOC, FIELDS, _kind
 
     r = sub.add_parser("run", help="follow live vLLM logs and export traces until SIGTERM",
                        description="Settings: flag > VLLM_TRACE_BRIDGE_<KEY> environment > --config file "
                                    "> default. OTLP delivery also honours the standard OTEL_EXPORTER_OTLP_* "
-                                   "variables. docs/cli.md describes every setting.")
+                                   "variables. docs/configuration.md describes every setting.")
     r.add_argument("--config", metavar="FILE", help="YAML file of settings (keys as the flags, with _)")
     r.add_argument("--print-config", action="store_true", help="print the effective settings as YAML and exit")
     _add_shared(r, run=True)
@@ -167,8 +167,8 @@ def _add_run(sub) -> None:
         if name in _SHARED:
             continue
         flag = "--" + name.replace("_", "-")
-        text, metavar = _RUN_HELP[name]
-        text = _with_default(text, _shown_default(name, f.default))
+        metavar = _RUN_METAVAR[name]
+        text = _with_default(DOC[name].rstrip("."), _shown_default(name, f.default))
         if _kind(name) == "list":
             r.add_argument(flag, dest=f"cfg_{name}", action="append", metavar=metavar, help=text)
         elif _kind(name) == "bool":  # --flag / --no-flag; absent: the file, environment or default decides

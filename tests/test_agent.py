@@ -277,7 +277,7 @@ def test_resume_skips_every_spelling_of_a_delivered_request_and_nothing_else():
     from bridge.agent import Agent, SourceState
     from bridge.config import AgentConfig
     from bridge.decode.record import Record
-    from bridge.decode.source import Source
+    from bridge.tail.source import Source
     from bridge.export.transport import Destination
     from bridge.parse.events import RequestAdded, RequestsAborted, Scheduled
 

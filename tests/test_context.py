@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from bridge.assemble.context import TraceContext, make_rule, regex_rule, w3c_rule
+from bridge.parse.context import TraceContext, make_rule, regex_rule, w3c_rule
 from bridge.export.reference import ProtoEncoder
 from bridge.export.wire import WireEncoder
 from bridge.pipeline import ReplayConfig, replay

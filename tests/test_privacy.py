@@ -310,7 +310,7 @@ def test_marker_never_leaves_the_node_by_the_agent(marked_log, tmp_path):
 
 def _linked_timeline(kinds_and_occurrences, error: bool):
     from bridge.assemble.timeline import IncidentEvent, IncidentRef, RequestTimeline, SpanEvent
-    from bridge.decode.source import source_for
+    from bridge.tail.source import source_for
 
     gauge = SpanEvent("vllm.queue_state", 3, {"vllm.queue.running": 2})
     events = [gauge] + [IncidentEvent("vllm.engine.incident", 5 + i, {"error.type": "oom", "vllm.incident.kind": k},

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.assemble.context import TraceContext
+from bridge.parse.context import TraceContext
 from bridge.assemble.join import ContextJoin, upstream_id
 from bridge.check import check_file
 from bridge.decode import Decoder

@@ -206,7 +206,7 @@ static int sort_events(PyObject *list) {
 
 /* -- the function ------------------------------------------------------------------------------------ */
 
-#define EVENT_CAP 32
+#define EVENT_CAP 32 /* state.py */
 #define MAX_PHASES 64 /* more preemptions than this: declined */
 
 #define TRY(expr)                  \

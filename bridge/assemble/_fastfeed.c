@@ -40,7 +40,7 @@ static Attr attrs_[N_ATTRS] = {
 static PyObject *s_now, *s_pending_nccl, *s_open, *s_finish, *s_in_flight, *v_finished, *k_id, *k_size, *k_reason, *n_allocated, *n_freed,
     *v_timeout, *v_preempted, *zero_int;
 
-#define BLOCK_EVENTS_KEPT (8 * 32) /* requests.py: _BLOCK_EVENTS_KEPT = 8 * EVENT_CAP */
+#define BLOCK_EVENTS_KEPT (8 * 32) /* state.py: BLOCK_EVENTS_KEPT = 8 * EVENT_CAP */
 
 typedef struct {
     PyObject_HEAD
@@ -353,7 +353,7 @@ static PyTypeObject FeederType = {
 
 /* -- fan_out: a gauge event on every request in flight --------------------------------------------- */
 
-#define EVENT_CAP 32 /* build.py */
+#define EVENT_CAP 32 /* state.py */
 
 /* fan_out(in_flight, event, low, high) -> bool: for each RequestState r of the dict, what
  * _on_queue / _on_gpu do: r.add_event(event, True); then, when `low` is not None, lower

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import os
 from operator import attrgetter
-from typing import TYPE_CHECKING
 
-from bridge.assemble.context import TraceContext
+from bridge.parse.context import TraceContext
 from bridge.assemble.diagnosis import Thresholds, diagnose
 from bridge.assemble.timeline import (
     INFERRED,
@@ -24,12 +23,9 @@ from bridge.assemble.timeline import (
     RequestTimeline,
     SpanEvent,
 )
-from bridge.decode.source import Source
+from bridge.tail.source import Source
+from bridge.assemble.state import EVENT_CAP, RequestState
 
-if TYPE_CHECKING:
-    from bridge.assemble.requests import RequestState
-
-EVENT_CAP = 32  # sampled events (KV blocks, gauges) kept per span; totals are attributes
 _NS = 1_000_000_000
 
 # Where a KV block event lands: the most specific phase whose span holds its timestamp.

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from bridge.assemble.context import TraceContext
+from bridge.parse.context import TraceContext
 
 T = TypeVar("T")
 

@@ -22,13 +22,14 @@ from types import MethodType
 from dataclasses import dataclass
 
 from bridge.assemble import ids
-from bridge.assemble.context import Rule, w3c_rule
-from bridge.assemble.build import EVENT_CAP, _request_timeline, engine_timeline, request_timeline
+from bridge.parse.context import Rule, w3c_rule
+from bridge.assemble.build import _request_timeline, engine_timeline, request_timeline
 from bridge.assemble.diagnosis import Thresholds
 from bridge.assemble.startup import Startup
+from bridge.assemble.state import EVENT_CAP, SEEN_DETAILS, SEEN_RECEIVED, RequestState
 from bridge.assemble.timeline import INFERRED, IncidentEvent, IncidentRef, SpanEvent, Timeline
 from bridge.decode.record import Record
-from bridge.decode.source import Source
+from bridge.tail.source import Source
 from bridge.parse.events import (
     ENGINE_EXITED,
     AccessLog,
@@ -68,7 +69,6 @@ _NS = 1_000_000_000
 # A stats line is printed from a snapshot taken a little before it: a request added just before
 # an idle line may still log its end. It is closed only if nothing more comes for this long.
 _IDLE_GRACE_NS = 2 * _NS
-_BLOCK_EVENTS_KEPT = 8 * EVENT_CAP  # spread over the phases later, EVENT_CAP per span
 #: Free reasons that mean the request is over (not a preemption): blocks released at its end.
 _RELEASE_REASONS = frozenset({"completed", "finished", "aborted"})
 # Error records this close together are one incident (a traceback per process, the API server's
@@ -81,9 +81,6 @@ _SPECIFICITY = {t: i for i, t in enumerate(
 #: Errors while the server is being stopped on purpose are part of the stop, not a death, unless
 #: they show a failure of their own.
 _REAL_FAILURES = frozenset({"oom", "distributed"})
-# Which start lines a request has shown: a second one of the same kind is a new request (a
-# client that resends its X-Request-Id).
-_SEEN_RECEIVED, _SEEN_DETAILS = 1, 2
 _GONE_KEPT = 4096  # ids of emitted upstream requests remembered, so a late line makes no orphan
 
 
@@ -170,70 +167,6 @@ class _Incident:
         if ev.fatal and not self.lead[1].fatal and ev.error_type == self.error_type:
             self.lead = (record, ev)  # the line that says the engine died, of the same kind
         return False
-
-
-class RequestState:
-    """Everything one occurrence of a request has shown. Lists stay None until needed."""
-
-    __slots__ = (
-        "request_id", "occurrence", "first_ns", "last_ns", "first_offset", "last_offset",
-        "schedules", "preemptions", "allocated", "freed", "held", "block_events", "block_dropped",
-        "events", "dropped", "summary", "terminal_ns", "outcome", "error_type", "error_message",
-        "timeout_after_s", "queue_at_schedule", "gpu_at_schedule", "min_free_ratio",
-        "max_gpu_ratio", "last_free_ns", "release_ns", "extra", "sampled_preemptions", "idle_at",
-        "seen", "added",
-    )
-
-    def __init__(self, request_id: str, occurrence: str, ts: int, offset: int) -> None:
-        self.request_id = request_id
-        self.occurrence = occurrence
-        self.first_ns = self.last_ns = ts
-        self.first_offset = self.last_offset = offset
-        self.schedules: list[tuple[int, Scheduled]] | None = None
-        self.preemptions: list[list] | None = None  # [start_ns, end_ns | None, Preempted]
-        self.allocated = self.freed = self.held = 0
-        self.block_events: list[SpanEvent] | None = None
-        self.block_dropped = 0
-        self.events: list[SpanEvent] | None = None  # root events: gauges, errors, incidents
-        self.dropped = 0
-        self.summary: RequestSummary | None = None
-        self.terminal_ns: int | None = None
-        self.outcome = "incomplete"
-        self.error_type: str | None = None
-        self.error_message = ""
-        self.timeout_after_s: float | None = None
-        self.queue_at_schedule: QueueState | None = None
-        self.gpu_at_schedule: GpuMemory | None = None
-        self.min_free_ratio: float | None = None
-        self.max_gpu_ratio: float | None = None
-        self.last_free_ns: int | None = None
-        self.release_ns: int | None = None  # first block freed at the end, before the end's line
-        self.extra: dict | None = None      # upstream attributes: gen_ai.*, vllm.process, …
-        self.sampled_preemptions = 0        # V0's preemption warning (1st and every 50th only)
-        self.idle_at: int | None = None     # when a stats line showed the engine idle with this open
-        self.seen = 0                       # _SEEN_* bits: start lines shown
-        self.added: set[str] | None = None  # the engine-side ids `Added request` named
-
-    def set(self, key: str, value) -> None:
-        if self.extra is None:
-            self.extra = {}
-        self.extra[key] = value
-
-    def add_event(self, event: SpanEvent, capped: bool) -> None:
-        if self.events is None:
-            self.events = []
-        if capped and len(self.events) >= EVENT_CAP:
-            self.dropped += 1
-        else:
-            self.events.append(event)
-
-    def add_block_event(self, event: SpanEvent) -> None:
-        if self.block_events is None:
-            self.block_events = []
-        if len(self.block_events) >= _BLOCK_EVENTS_KEPT:
-            self.block_dropped += 1
-        else:
-            self.block_events.append(event)
 
 
 class Assembler:
@@ -587,9 +520,9 @@ class Assembler:
             self._close_unended(r, reused=True)
 
     def _on_received(self, record: Record, ev: RequestReceived) -> None:
-        self._again(ev.request_id, _SEEN_RECEIVED)
+        self._again(ev.request_id, SEEN_RECEIVED)
         r = self._upstream(ev.request_id, record)
-        r.seen |= _SEEN_RECEIVED
+        r.seen |= SEEN_RECEIVED
         for key, value in (("gen_ai.request.max_tokens", ev.max_tokens), ("gen_ai.request.temperature", ev.temperature),
                            ("gen_ai.request.top_p", ev.top_p), ("gen_ai.request.n", ev.n),
                            ("vllm.lora.name", ev.lora)):
@@ -598,9 +531,9 @@ class Assembler:
 
     def _on_details(self, record: Record, ev: RequestDetails) -> None:
         # DEBUG prints it just before `Received request`: it opens the request like that line.
-        self._again(ev.request_id, _SEEN_DETAILS)
+        self._again(ev.request_id, SEEN_DETAILS)
         r = self._upstream(ev.request_id, record)
-        r.seen |= _SEEN_DETAILS
+        r.seen |= SEEN_DETAILS
         r.set("gen_ai.usage.input_tokens", ev.prompt_tokens)
 
     def _on_added(self, record: Record, ev: RequestAdded) -> None:

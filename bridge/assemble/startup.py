@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from bridge.assemble.timeline import EngineTimeline
 from bridge.decode.record import Record
-from bridge.decode.source import Source
+from bridge.tail.source import Source
 
 STARTUP = "startup"  # EngineTimeline.kind of a startup span (exported as `vllm.startup`)
 

@@ -14,7 +14,7 @@ from bridge.decode.framing import CLOUD, CRI, DOCKER, PLAIN, CloudUnwrapper, Cri
 from bridge.decode.jsonline import parse_json_line
 from bridge.decode.prefix import HEADER, split_prefix
 from bridge.decode.record import CLOCK_ANCHORED, CLOCK_HEADER, CLOCK_JSON, CLOCK_RUNTIME, CLOCK_SHIPPER, Record
-from bridge.decode.source import Source, source_for
+from bridge.tail.source import Source, source_for
 
 __all__ = ["Decoder", "DecodeStats", "Record", "Source", "source_for"]
 

@@ -23,7 +23,7 @@ def _load_fast():
     line that Decoder and Joiner would pass straight through (in a CRI file: a whole `F` line on
     stdout/stderr whose stamp is in the second Rfc3339 has cached; with or without V1's process
     prefix, `(APIServer pid=1) `, right before the header), and hands every other line to them.
-    Its cost is measured in the README's "Performance"."""
+    Its cost is measured in docs/performance.md."""
     if os.environ.get("VLLM_TRACE_BRIDGE_PURE", "") not in ("", "0"):
         return None
     try:

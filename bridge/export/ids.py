@@ -6,6 +6,7 @@ Ids derive from (source identity, request id, occurrence, phase, index).
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from hashlib import blake2b
 
@@ -40,3 +41,12 @@ def incident_ids(source_key: str, kind: str, occurrence: str) -> tuple[bytes, by
     gives it: what a request in flight links to."""
     tid = trace_id(source_key, "engine", kind, occurrence)
     return tid, span_id(tid, "vllm.engine")
+
+
+def big_float(v: int) -> float:
+    """An int past int64 as its nearest double (±inf past a double), never its low 64 bits:
+    the wire encoder and the reference mapping both send it so."""
+    try:
+        return float(v)
+    except OverflowError:
+        return math.inf if v > 0 else -math.inf

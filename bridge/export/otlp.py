@@ -16,9 +16,8 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
 
 from bridge.assemble.timeline import EngineTimeline, IncidentEvent, RequestTimeline, SpanEvent
-from bridge.decode.source import Source
-from bridge.export.ids import incident_ids, span_id, trace_id
-from bridge.export.wire import _big_float
+from bridge.tail.source import Source
+from bridge.export.ids import big_float as _big_float, incident_ids, span_id, trace_id
 
 SCOPE_NAME, SCOPE_VERSION = "vllm-trace-bridge", "0.1.0"
 _SERVER, _INTERNAL = Span.SpanKind.SPAN_KIND_SERVER, Span.SpanKind.SPAN_KIND_INTERNAL

@@ -1,4 +1,4 @@
-"""For the long-lived agent: batch spans, send them from a background thread, report acks.
+"""For the long-lived agent: send the batches `batch.Batcher` made from a background thread, report acks.
 
 Reading never waits for the network unless the bounded queue is full; then it waits, which
 is the backpressure that keeps memory bounded while a receiver is down. A batch is retried
@@ -14,17 +14,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from bridge.assemble.timeline import Timeline
+from bridge.export.batch import Batch
 from bridge.export.transport import Transport
-from bridge.export.wire import EncodedRequest, WireEncoder
-
-
-@dataclass(slots=True)
-class Batch:
-    request: EncodedRequest
-    spans: int
-    tokens: list            # opaque delivery tokens, handed back with the ack
-    created: float
 
 
 @dataclass(slots=True)
@@ -39,6 +30,9 @@ class SenderStats:
 
 
 class Sender:
+    """Delivers batches in order from one thread, retrying each until acknowledged or `give_up_s`
+    passes; `on_ack(batch, ok)` reports each outcome so the caller can advance checkpoints."""
+
     def __init__(self, transport: Transport, max_queue_spans: int, give_up_s: float,
                  on_ack: Callable[[Batch, bool], None], log, backoff_max_s: float = 30.0) -> None:
         self.stats = SenderStats()
@@ -154,38 +148,3 @@ class Sender:
         else:
             self._transport.close()
         return drained
-
-
-class Batcher:
-    """Encodes timelines into the current batch; `take()` when it is full or old enough."""
-
-    def __init__(self, resource, max_spans: int, encoder=WireEncoder) -> None:
-        self._builder = encoder(resource)
-        self._tokens: list = []
-        self._max = max_spans
-        self._since: float | None = None
-
-    def add(self, timeline: Timeline, token) -> None:
-        if self._since is None:
-            self._since = time.monotonic()
-        self._builder.add(timeline)
-        self._tokens.append(token)
-
-    def due(self, max_delay: float) -> bool:
-        return self._builder.count >= self._max or (
-            self._since is not None and time.monotonic() - self._since >= max_delay)
-
-    @property
-    def full(self) -> bool:
-        return self._builder.count >= self._max
-
-    @property
-    def empty(self) -> bool:
-        return self._builder.count == 0 and not self._tokens
-
-    def take(self) -> Batch:
-        request = self._builder.take()
-        batch = Batch(request, request.spans, self._tokens, self._since or time.monotonic())
-        self._tokens = []
-        self._since = None
-        return batch

@@ -22,15 +22,14 @@ tests decode these bytes with the proto stubs and compare them with the referenc
 
 from __future__ import annotations
 
-import math
 import os
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from bridge.assemble.timeline import EngineTimeline, IncidentEvent, RequestTimeline, SpanEvent, Timeline
-from bridge.decode.source import Source
-from bridge.export.ids import incident_ids, span_id, trace_id
+from bridge.tail.source import Source
+from bridge.export.ids import big_float as _big_float, incident_ids, span_id, trace_id
 
 SCOPE_NAME, SCOPE_VERSION = "vllm-trace-bridge", "0.1.0"
 
@@ -107,13 +106,6 @@ def any_value(v) -> bytes:
     if isinstance(v, (list, tuple)):
         return field(b"\x2a", b"".join([field(b"\x0a", any_value(x)) for x in v]))
     return field(b"\x0a", str(v).encode())
-
-
-def _big_float(v: int) -> float:
-    try:
-        return float(v)
-    except OverflowError:
-        return math.inf if v > 0 else -math.inf
 
 
 class KeyValues:

@@ -2,15 +2,15 @@
 
 A gateway in front of vLLM knows both the `X-Request-Id` it sent upstream (which vLLM logs
 inside its request ids) and the `traceparent` it received or created. Its access log, tailed
-as a second source, joins the two (DESIGN.md §4). Presets name the fields of the formats the
-README recommends; each field can be overridden.
+as a second source, joins the two (DESIGN.md §4). Presets name the fields of the formats
+docs/trace-context.md recommends; each field can be overridden.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bridge.assemble.context import TraceContext, w3c_rule
+from bridge.parse.context import TraceContext, w3c_rule
 from bridge.decode.clock import MAX_NS, Rfc3339
 from bridge.decode.jsonline import loads, text
 

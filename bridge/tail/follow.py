@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from hashlib import blake2b
 
-from bridge.decode.source import Source, source_for
+from bridge.tail.source import Source, source_for
 from bridge.tail.checkpoint import FileCheckpoint
 
 GEN_SHIFT = 40

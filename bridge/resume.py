@@ -1,0 +1,116 @@
+"""The agent's checkpointing, one job: where each file may resume, saved so that a crash loses
+nothing and re-sends little (DESIGN.md §5).
+
+A file's saved position stays before every line of a request not yet acknowledged, a
+multi-line record still held, and a gateway line still waiting in the join; requests
+delivered past that position are listed so a restart skips their lines. A failed save is
+counted, logged once and retried by the caller; a damaged file is reported and survived.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+
+from bridge.sources import SourceState
+from bridge.tail.checkpoint import CheckpointStore, FileCheckpoint, Loaded, SourceCheckpoint
+from bridge.tail.follow import GEN_SHIFT, Follower, TrackedFile
+
+_MASK = (1 << GEN_SHIFT) - 1
+
+
+def file_checkpoint(tf: TrackedFile, offset: int) -> FileCheckpoint:
+    return FileCheckpoint(tf.path, tf.source.key, tf.generation, tf.inode, tf.fp, tf.fp_len, offset)
+
+
+class Checkpointer:
+    """Loads and saves `checkpoints.json` in `state_dir`; knows whether the last save failed."""
+
+    def __init__(self, state_dir: str, log) -> None:
+        self.store = CheckpointStore(state_dir)
+        self.log = log
+        self.failures = 0      # saves that failed, ever
+        self.failing = False   # the last save failed
+
+    def load(self, start_at: str) -> Loaded:
+        """The saved state; a damaged file is logged once with what is done instead."""
+        loaded = self.store.load()
+        if loaded.damaged:
+            if loaded.used == "previous":
+                action = f"resuming from the previous good checkpoint {self.store.prev_path}"
+            else:
+                action = (f"no good checkpoint left: starting as on a first run, start_at={start_at} "
+                          + ("(files already there are read from the beginning; what was sent is sent "
+                             "again, with the same ids)" if start_at == "beginning"
+                             else "(lines already in the files are skipped)"))
+            self.log.error("checkpoint_damaged", file=self.store.path, problems=loaded.damaged, action=action)
+        return loaded
+
+    def still_current(self) -> None:
+        """Nothing to record: the saved state is still current (for checkpoint_age_seconds)."""
+        self.store.written_at = time.time()
+
+    def save(self, follower: Follower, sources: Mapping[str, SourceState], holds,
+             state: Callable[[str], SourceState]) -> bool:
+        """Save where each file may resume: before every line of a request not yet acked.
+        Every tracked file is written, read since the start or not, so a quiet restart
+        saves what it loaded. `holds`: (source key, position) of gateway lines still waiting.
+        `state(key)` makes a source's state for a tracked file that has none yet.
+        False when the save failed (counted; retried by the caller)."""
+        files: list[FileCheckpoint] = list(follower.awaiting_resume())  # not found again yet: kept
+        checkpoints: list[SourceCheckpoint] = []
+        next_gen = follower.next_generations()
+        gateway_held: dict[str, int] = {}  # a gateway file: its lines still waiting in the join
+        for key, position in holds:
+            gateway_held[key] = min(position, gateway_held.get(key, position))
+        tracked: dict[str, list[TrackedFile]] = {}
+        for tf in follower.files:
+            tracked.setdefault(tf.source.key, []).append(tf)
+        for key in tracked.keys() - sources.keys():
+            state(key)
+        for key, st in sources.items():
+            held = [gateway_held[key]] if key in gateway_held else []
+            if st.assembler is not None and st.assembler.min_open_offset is not None:
+                held.append(st.assembler.min_open_offset)
+            held.extend(p.first for p in st.pending.values())
+            held.extend(s.held_position for s in st.streams.values() if s.held_position is not None)
+            low = min(held) if held else None
+            safe_positions = []
+            for tf in tracked.get(key, ()):
+                offset = tf.offset
+                if low is not None:
+                    gen = low >> GEN_SHIFT
+                    if gen == tf.generation:
+                        offset = min(offset, low & _MASK)
+                    elif gen < tf.generation:
+                        offset = 0
+                files.append(file_checkpoint(tf, offset))
+                safe_positions.append((tf.generation << GEN_SHIFT) + offset)
+            if low is not None:
+                keep_from = low >> GEN_SHIFT
+                st.retired = [r for r in st.retired if r.generation >= keep_from]
+                for r in st.retired:
+                    r.offset = min(r.offset, low & _MASK) if r.generation == keep_from else r.offset
+                files.extend(st.retired)
+                safe_positions.extend((r.generation << GEN_SHIFT) + r.offset for r in st.retired)
+            else:
+                st.retired = []
+            floor = min(safe_positions, default=None)
+            st.delivered = [d for d in st.delivered if floor is not None and d.last_offset >= floor]
+            if st.skip and floor is not None:
+                st.skip = {k: v for k, v in st.skip.items() if v >= floor}
+            checkpoints.append(SourceCheckpoint(key, next_gen.get(key, 0), list(st.delivered)))
+        try:
+            self.store.save(files, checkpoints)
+        except OSError as exc:
+            self.failures += 1
+            if not self.failing:
+                self.log.error("checkpoint_failed", file=self.store.path, error=exc.strerror or str(exc),
+                               action="retrying each second; lines stay in the log files meanwhile",
+                               fix="make the state directory (state_dir) writable and give it free space")
+            self.failing = True
+            return False
+        if self.failing:
+            self.log.info("checkpoint_recovered", file=self.store.path, failures=self.failures)
+        self.failing = False
+        return True
