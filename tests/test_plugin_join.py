@@ -23,7 +23,7 @@ def test_plugin_and_upstream_lines_join_per_request():
     assert sorted(got) == ["chatcmpl-plugintest-000", "cmpl-plugintest-001-0"]
     for rid, t in got.items():
         names = [p.name for p in t.phases]
-        assert {"queued", "scheduled", "generating", "freed"} <= set(names), (rid, names)
+        assert {"queued", "prefill", "decode", "freed"} <= set(names), (rid, names)
         assert t.attrs["gen_ai.request.max_tokens"] == 300       # from the API server's Received line
         assert t.attrs["vllm.request.internal_id"].startswith(rid + "-")  # from its Added line
         assert t.outcome == "finished"
@@ -57,7 +57,7 @@ def test_seed_lines_that_keep_v1s_internal_suffix_still_join(tmp_path):
     got = timelines(log)
     assert sorted(got) == ["chatcmpl-plugintest-000", "cmpl-plugintest-001-0"], sorted(got)
     for t in got.values():
-        assert {"queued", "scheduled", "generating", "freed"} <= {p.name for p in t.phases}
+        assert {"queued", "prefill", "decode", "freed"} <= {p.name for p in t.phases}
 
 
 DEFAULT = Path(__file__).parent / "fixtures" / "plugin" / "v1_plugin_default.log"
@@ -73,11 +73,11 @@ def test_default_plugin_lines_give_every_phase_with_vllms_own_durations():
                            "cmpl-plugintest-002-0"]
     for rid, t in got.items():
         phases = {p.name: p for p in t.phases}
-        assert {"queued", "scheduled", "generating", "freed"} <= set(phases), (rid, sorted(phases))
+        assert {"queued", "prefill", "decode", "freed"} <= set(phases), (rid, sorted(phases))
         assert t.outcome == "finished" and t.attrs["vllm.kv_blocks.freed"] == 4
         summary = re.search(rf"\] Request {re.escape(rid)}: .*ttft=([\d.]+)ms, .*total_latency=([\d.]+)s", text)
         ttft_s, e2e_s = float(summary[1]) / 1e3, float(summary[2])
-        queued, gen, freed = phases["queued"], phases["generating"], phases["freed"]
+        queued, gen, freed = phases["queued"], phases["decode"], phases["freed"]
         assert abs((gen.start_ns - queued.start_ns) / 1e9 - ttft_s) < 1e-6
         assert abs((gen.end_ns - queued.start_ns) / 1e9 - e2e_s) < 1e-6
         # freed: the engine's release, which came before the API server logged the end

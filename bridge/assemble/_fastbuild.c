@@ -722,9 +722,9 @@ PyMODINIT_FUNC PyInit__fastbuild(void) {
     for (int k = 0; k < N_ATTRS; k++)
         INTERN(attrs_[k].name, attrs_[k].text);
     INTERN(s_queued, "queued");
-    INTERN(s_scheduled, "scheduled");
+    INTERN(s_scheduled, "prefill");
     INTERN(s_preempted, "preempted");
-    INTERN(s_generating, "generating");
+    INTERN(s_generating, "decode");
     INTERN(s_freed, "freed");
     INTERN(s_timeout, "timeout");
     INTERN(s_failed, "failed");

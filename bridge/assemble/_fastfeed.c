@@ -10,6 +10,7 @@
  *     timeout is held;
  *   - the request id is open (so `_seed_id` is the id itself), and, for an allocation or a
  *     summary, not over (so `_start` continues it rather than starting a new occurrence);
+ *   - the event states no exact time of its own (`at_ns` is None);
  *   - a free names one block, and comes after the request's end or is a preemption's (a
  *     release before the end's line, as the vLLM plugin writes, is left to Python).
  *
@@ -24,7 +25,7 @@
 
 enum {
     R_ts_ns, R_offset,                                 /* Record */
-    E_request_id, E_block, E_size_bytes, E_reason,     /* the events */
+    E_request_id, E_block, E_size_bytes, E_reason, E_at_ns, /* the events */
     S_terminal_ns, S_last_ns, S_last_offset, S_allocated, S_freed, S_held, S_block_events, S_block_dropped,
     S_last_free_ns, S_outcome, S_summary, S_request_id, S_events, S_dropped, S_min_free_ratio,
     S_max_gpu_ratio,                                   /* RequestState */
@@ -32,7 +33,7 @@ enum {
 };
 static Attr attrs_[N_ATTRS] = {
     {"ts_ns"}, {"offset"},
-    {"request_id"}, {"block"}, {"size_bytes"}, {"reason"},
+    {"request_id"}, {"block"}, {"size_bytes"}, {"reason"}, {"at_ns"},
     {"terminal_ns"}, {"last_ns"}, {"last_offset"}, {"allocated"}, {"freed"}, {"held"}, {"block_events"},
     {"block_dropped"}, {"last_free_ns"}, {"outcome"}, {"summary"}, {"request_id"}, {"events"}, {"dropped"},
     {"min_free_ratio"}, {"max_gpu_ratio"},
@@ -178,6 +179,12 @@ static PyObject *feeder_call(Feeder *self, PyObject *args, PyObject *kwargs) {
     if (kwargs != NULL || !PyArg_UnpackTuple(args, "feed", 2, 2, &record, &event))
         return PyObject_Call(self->feed, args, kwargs);
     PyObject *etype = (PyObject *)Py_TYPE(event);
+    if (etype != self->summary_type && etype != self->allocated_type && etype != self->freed_type)
+        return fallback(self, record, event);
+    /* an event with its own exact time (the vLLM plugin's `t=`): Python's `_exact` takes it */
+    PyObject **p_at = attr_slot(event, &attrs_[E_at_ns], 0);
+    if (p_at == NULL || (*p_at != NULL && *p_at != Py_None))
+        return fallback(self, record, event);
     if (etype == self->summary_type)
         return summary(self, record, event);
     int alloc = etype == self->allocated_type;

@@ -5,6 +5,11 @@ line that reported them; observed boundaries are line timestamps. When one-secon
 stamps put an observed boundary on the wrong side of a reported one, the observed one is
 moved to keep the phases in order and marked `inferred`. No phase is made up: each needs a
 line that proves it began.
+
+The phases mean what vLLM's own do (its `gen_ai.latency.*` attributes and the child spans of
+its PR #44402): `preprocess` API receipt → engine arrival, `queued` engine arrival → first
+scheduled (`time_in_queue`), `prefill` first scheduled → first token, `decode` first token →
+finish, `preempted` inside them, `freed` the release. docs/phases.md maps them.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ EVENT_CAP = 32  # sampled events (KV blocks, gauges) kept per span; totals are a
 _NS = 1_000_000_000
 
 # Where a KV block event lands: the most specific phase whose span holds its timestamp.
-_BLOCK_PLACEMENT = ("freed", "preempted", "generating", "scheduled", "queued")
+_BLOCK_PLACEMENT = ("freed", "preempted", "decode", "prefill", "queued")
 
 
 def _ns(seconds: float) -> int:
@@ -66,9 +71,17 @@ def _load_fast():
 FAST_REQUEST_TIMELINE = _load_fast()
 
 
+def _python_only(r: RequestState) -> bool:
+    """Timelines only the Python builds (the C declines nothing of these by itself): an engine
+    queue timed exactly by the plugin, or an API receipt before a reported arrival (preprocess)."""
+    if r.schedules and r.schedules[0][1].at_ns is not None:
+        return True
+    return bool(r.seen) and r.summary is not None
+
+
 def request_timeline(r: RequestState, source: Source, thresholds: Thresholds,
                      parent: TraceContext | None = None, _fast=FAST_REQUEST_TIMELINE) -> RequestTimeline:
-    if _fast is not None:
+    if _fast is not None and not _python_only(r):
         t = _fast(r, source, thresholds, parent)
         if t is not None:
             return t
@@ -93,8 +106,23 @@ def _request_timeline(r: RequestState, source: Source, thresholds: Thresholds,
     if r.schedules:
         sched0, sched_timing = _clamp(r.schedules[0][0], OBSERVED, arrival, first_token if first_token is not None else end)
 
+    # The engine's own arrival: the plugin's exact time of the first schedule less the engine's
+    # own queue time (vLLM's QUEUED → SCHEDULED), both from vLLM's request state.
+    engine_in = None
+    if sched0 is not None and sched_timing == OBSERVED:
+        first = r.schedules[0][1]
+        if first.at_ns is not None and first.queued_s is not None:
+            engine_in = _clamp(sched0 - _ns(first.queued_s), OBSERVED, arrival, sched0)
+
     phases: list[Phase] = []
-    if arrival is not None and (sched0 is not None or r.outcome in ("timeout", "failed")):
+    q_start = engine_in[0] if engine_in is not None else arrival
+    if q_start is not None and r.seen and r.first_ns < q_start and (s is not None or engine_in is not None):
+        # API receipt (vLLM's `Received request`) → the engine's arrival: tokenising, templating.
+        phases.append(Phase("preprocess", 0, r.first_ns, q_start, OBSERVED,
+                            engine_in[1] if engine_in is not None else REPORTED))
+    if engine_in is not None:
+        phases.append(Phase("queued", 0, engine_in[0], sched0, engine_in[1], sched_timing))
+    elif arrival is not None and (sched0 is not None or r.outcome in ("timeout", "failed")):
         q_end, q_timing = (sched0, sched_timing) if sched0 is not None else (end, INFERRED)
         phases.append(Phase("queued", 0, arrival, q_end, REPORTED, q_timing))
     if sched0 is not None:
@@ -104,9 +132,9 @@ def _request_timeline(r: RequestState, source: Source, thresholds: Thresholds,
         if len(r.schedules) > 1:
             attrs["vllm.scheduling.count"] = len(r.schedules)
         if first_token is not None:
-            phases.append(Phase("scheduled", 0, sched0, first_token, sched_timing, ft_timing, attrs))
+            phases.append(Phase("prefill", 0, sched0, first_token, sched_timing, ft_timing, attrs))
         else:
-            phases.append(Phase("scheduled", 0, sched0, max(sched0, end), sched_timing, INFERRED, attrs))
+            phases.append(Phase("prefill", 0, sched0, max(sched0, end), sched_timing, INFERRED, attrs))
     low = arrival if arrival is not None else r.first_ns
     for i, (p_start, p_end, ev) in enumerate(r.preemptions or ()):
         start, st = _clamp(p_start, OBSERVED, low, end)
@@ -117,7 +145,7 @@ def _request_timeline(r: RequestState, source: Source, thresholds: Thresholds,
         phases.append(Phase("preempted", i, start, stop, st, et,
                             {"vllm.preemption.reason": ev.reason, "vllm.preemption.blocks": ev.blocks}))
     if s is not None:
-        phases.append(Phase("generating", 0, first_token, r.terminal_ns, ft_timing, OBSERVED,
+        phases.append(Phase("decode", 0, first_token, r.terminal_ns, ft_timing, OBSERVED,
                             {"gen_ai.usage.output_tokens": s.generated_tokens, "vllm.itl_s": s.itl_s}))
     if r.terminal_ns is not None and r.last_free_ns is not None:
         # Freed after the end's line (the seed's order), or, when the engine released the

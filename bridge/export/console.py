@@ -6,7 +6,7 @@ from typing import TextIO
 
 from bridge.assemble.timeline import EngineTimeline, RequestTimeline, Timeline
 
-_BAR = {"queued": "░", "scheduled": "▓", "preempted": "▒", "generating": "█", "freed": "·"}
+_BAR = {"preprocess": "-", "queued": "░", "prefill": "▓", "preempted": "▒", "decode": "█", "freed": "·"}
 
 
 def _secs(ns: int) -> str:

@@ -322,12 +322,21 @@ static PyObject *size_of(Cur *c, Span sp, double factor, int *ok) {
 
 #define DECLINE ((PyObject *)Py_None)
 
+/* The vLLM plugin's exact time (`, t=<s>.<µs>`) somewhere after the cursor: such a line is
+ * left to the Python rules (seed.py's _AT), which read it; the C never does. */
+static int exact_time_follows(const Cur *c) {
+    for (Py_ssize_t i = c->i; i + 4 <= c->n; i++)
+        if (c->s[i] == ',' && c->s[i + 1] == ' ' && c->s[i + 2] == 't' && c->s[i + 3] == '=')
+            return 1;
+    return 0;
+}
+
 /* -- the rules ------------------------------------------------------------------------------ */
 
 static PyObject *allocated(Cur *c) {
     Span block, rid, num;
     if (!LIT(c, "Allocated block ") || !id_(c, &block) || !LIT(c, " for request ") || !id_(c, &rid) ||
-        !LIT(c, ", size=") || !number(c, &num))
+        !LIT(c, ", size=") || !number(c, &num) || exact_time_follows(c))
         return DECLINE;
     double factor = size_unit(c);
     int ok = 1;
@@ -336,20 +345,21 @@ static PyObject *allocated(Cur *c) {
         return DECLINE;
     if (size == NULL)
         return NULL;
-    PyObject *v[3] = {str_of(c, block), str_of(c, rid), size};
+    PyObject *v[4] = {str_of(c, block), str_of(c, rid), size, Py_NewRef(Py_None)};
     return MAKE(&classes[ALLOCATED], v);
 }
 
 static PyObject *freed(Cur *c) {
     Span block, rid, reason;
-    if (!LIT(c, "Freed block ") || !id_(c, &block) || !LIT(c, " for request ") || !id_(c, &rid))
+    if (!LIT(c, "Freed block ") || !id_(c, &block) || !LIT(c, " for request ") || !id_(c, &rid) ||
+        exact_time_follows(c))
         return DECLINE;
     PyObject *why;
     if (LIT(c, ", reason=") && nonspace(c, &reason))
         why = str_of(c, reason);
     else
         why = Py_NewRef(empty_str);
-    PyObject *v[4] = {str_of(c, block), str_of(c, rid), why, PyLong_FromLong(1)};
+    PyObject *v[5] = {str_of(c, block), str_of(c, rid), why, PyLong_FromLong(1), Py_NewRef(Py_None)};
     return MAKE(&classes[FREED], v);
 }
 
@@ -357,7 +367,7 @@ static PyObject *scheduling(Cur *c) {
     Span rid, prio, blocks, remaining, queued;
     if (!LIT(c, "Scheduling request ") || !id_(c, &rid) || !LIT(c, ": priority=") || !digits(c, &prio, 1) ||
         !LIT(c, ", num_scheduled_blocks=") || !digits(c, &blocks, 0) || !LIT(c, ", remaining_blocks=") ||
-        !digits(c, &remaining, 0))
+        !digits(c, &remaining, 0) || exact_time_follows(c))
         return DECLINE;
     PyObject *q;
     if (LIT(c, ", queued=") && number(c, &queued)) {
@@ -370,7 +380,7 @@ static PyObject *scheduling(Cur *c) {
     } else {
         q = Py_NewRef(Py_None);
     }
-    PyObject *v[5] = {str_of(c, rid), int_of(c, prio), int_of(c, blocks), int_of(c, remaining), q};
+    PyObject *v[6] = {str_of(c, rid), int_of(c, prio), int_of(c, blocks), int_of(c, remaining), q, Py_NewRef(Py_None)};
     return MAKE(&classes[SCHEDULED], v);
 }
 
@@ -379,7 +389,7 @@ static PyObject *summary(Cur *c) {
     double div[3];
     static const char *labels[3] = {", ttft=", ", itl=", ", total_latency="};
     if (!LIT(c, "Request ") || !id_(c, &rid) || !LIT(c, ": prompt_tokens=") || !digits(c, &prompt, 0) ||
-        !LIT(c, ", generated_tokens=") || !digits(c, &generated, 0))
+        !LIT(c, ", generated_tokens=") || !digits(c, &generated, 0) || exact_time_follows(c))
         return DECLINE;
     for (int k = 0; k < 3; k++) {
         if (!lit(c, labels[k], (Py_ssize_t)strlen(labels[k])) || !number(c, &t[k]))
@@ -393,17 +403,18 @@ static PyObject *summary(Cur *c) {
         if (!ok)
             return DECLINE;
     }
-    PyObject *v[6] = {str_of(c, rid), int_of(c, prompt), int_of(c, generated), PyFloat_FromDouble(secs[0] / div[0]),
-                      PyFloat_FromDouble(secs[1] / div[1]), PyFloat_FromDouble(secs[2] / div[2])};
+    PyObject *v[7] = {str_of(c, rid), int_of(c, prompt), int_of(c, generated), PyFloat_FromDouble(secs[0] / div[0]),
+                      PyFloat_FromDouble(secs[1] / div[1]), PyFloat_FromDouble(secs[2] / div[2]),
+                      Py_NewRef(Py_None)};
     return MAKE(&classes[SUMMARY], v);
 }
 
 static PyObject *preempting(Cur *c) {
     Span rid, reason, blocks;
     if (!LIT(c, "Preempting request ") || !id_(c, &rid) || !LIT(c, ": reason=") || !reason_(c, &reason) ||
-        !LIT(c, ", preempted_blocks=") || !digits(c, &blocks, 0))
+        !LIT(c, ", preempted_blocks=") || !digits(c, &blocks, 0) || exact_time_follows(c))
         return DECLINE;
-    PyObject *v[3] = {str_of(c, rid), str_of(c, reason), int_of(c, blocks)};
+    PyObject *v[4] = {str_of(c, rid), str_of(c, reason), int_of(c, blocks), Py_NewRef(Py_None)};
     return MAKE(&classes[PREEMPTED], v);
 }
 

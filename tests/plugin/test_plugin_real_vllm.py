@@ -83,7 +83,7 @@ def test_every_request_has_the_full_lifecycle(preempting_run):
     assert metrics["vllm:num_preemptions_total"] > 0, "the load did not force a preemption"
     assert len(traces) == N_REQUESTS == metrics["vllm:request_success_total"]
     for rid, spans in traces.items():
-        for phase in ("queued", "scheduled", "generating", "freed"):
+        for phase in ("queued", "prefill", "decode", "freed"):
             assert len(spans[phase]) == 1, (rid, phase, sorted(spans))
         root = spans["vllm.request"][0][1]
         assert root["vllm.outcome"] == "finished"
@@ -106,7 +106,7 @@ def _differences(truth, traces) -> dict[str, list[float]]:
         assert spans is not None, (truth_id, sorted(traces)[:3])
         root = spans["vllm.request"][0][1]
         q = spans["queued"][0][0]
-        g = spans["generating"][0][0]
+        g = spans["decode"][0][0]
         arrival = q.start_time_unix_nano
         got = {"queue": root["gen_ai.latency.time_in_queue"],  # the plugin's queued=, the engine's queue
                "ttft": (g.start_time_unix_nano - arrival) / 1e9,
