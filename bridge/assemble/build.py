@@ -72,11 +72,9 @@ FAST_REQUEST_TIMELINE = _load_fast()
 
 
 def _python_only(r: RequestState) -> bool:
-    """Timelines only the Python builds (the C declines nothing of these by itself): an engine
-    queue timed exactly by the plugin, or an API receipt before a reported arrival (preprocess)."""
-    if r.schedules and r.schedules[0][1].at_ns is not None:
-        return True
-    return bool(r.seen) and r.summary is not None
+    """Timelines only the Python builds (the C declines nothing of these by itself): the ones
+    whose engine queue the plugin timed exactly (`preprocess`, a root starting at vLLM's arrival)."""
+    return bool(r.schedules) and r.schedules[0][1].at_ns is not None
 
 
 def request_timeline(r: RequestState, source: Source, thresholds: Thresholds,
@@ -115,12 +113,16 @@ def _request_timeline(r: RequestState, source: Source, thresholds: Thresholds,
             engine_in = _clamp(sched0 - _ns(first.queued_s), OBSERVED, arrival, sched0)
 
     phases: list[Phase] = []
-    q_start = engine_in[0] if engine_in is not None else arrival
-    if q_start is not None and r.seen and r.first_ns < q_start and (s is not None or engine_in is not None):
-        # API receipt (vLLM's `Received request`) → the engine's arrival: tokenising, templating.
-        phases.append(Phase("preprocess", 0, r.first_ns, q_start, OBSERVED,
-                            engine_in[1] if engine_in is not None else REPORTED))
+    first_ns = r.first_ns
     if engine_in is not None:
+        # API receipt → the engine's arrival: rendering, tokenising, the hand-off to the engine
+        # core. The receipt is vLLM's own arrival_time (set as rendering starts; its spans and
+        # TTFT count from it), else a receipt line's stamp.
+        pre = (arrival, REPORTED) if arrival is not None else (first_ns, OBSERVED) if r.seen else None
+        if pre is not None and pre[0] < engine_in[0]:
+            phases.append(Phase("preprocess", 0, pre[0], engine_in[0], pre[1], engine_in[1]))
+        if arrival is not None and arrival - _NS < first_ns:
+            first_ns = arrival  # a line stamped in arrival's second or after: its header, not earlier evidence
         phases.append(Phase("queued", 0, engine_in[0], sched0, engine_in[1], sched_timing))
     elif arrival is not None and (sched0 is not None or r.outcome in ("timeout", "failed")):
         q_end, q_timing = (sched0, sched_timing) if sched0 is not None else (end, INFERRED)
@@ -154,7 +156,7 @@ def _request_timeline(r: RequestState, source: Source, thresholds: Thresholds,
         free_start = r.release_ns if r.release_ns is not None and r.release_ns < r.terminal_ns else r.terminal_ns
         phases.append(Phase("freed", 0, free_start, r.last_free_ns, OBSERVED, OBSERVED))
 
-    start, stop = min(low, r.first_ns), max(end, r.last_ns)
+    start, stop = min(low, first_ns), max(end, r.last_ns)
     for p in phases:
         if p.start_ns < start:
             start = p.start_ns
@@ -177,7 +179,7 @@ def _request_timeline(r: RequestState, source: Source, thresholds: Thresholds,
     return RequestTimeline(
         source=source, request_id=r.request_id, occurrence=r.occurrence,
         start_ns=start, end_ns=stop,
-        start_timing=REPORTED if arrival is not None and arrival <= r.first_ns else OBSERVED,
+        start_timing=REPORTED if arrival is not None and arrival <= first_ns else OBSERVED,
         end_timing=end_timing, outcome=r.outcome, error_type=r.error_type,
         error_message=r.error_message, attrs=attrs, events=root_events, dropped_events=dropped,
         phases=phases, first_offset=r.first_offset, last_offset=r.last_offset, parent=parent,
