@@ -392,5 +392,6 @@ def test_without_vllm_stats_the_engine_summary_follows_the_release_and_the_trace
     replay([str(path)], [out.append])
     (t,) = out
     assert t.request_id == "cmpl-xyz-0" and t.outcome == "finished"
-    assert [p.name for p in t.phases] == ["queued", "prefill", "decode", "freed"]
+    # preprocess: vLLM's arrival_time → the engine's add_request (0.2 s here)
+    assert [p.name for p in t.phases] == ["preprocess", "queued", "prefill", "decode", "freed"]
     assert t.attrs["vllm.kv_blocks.freed"] == 2
