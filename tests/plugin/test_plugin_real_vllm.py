@@ -63,7 +63,9 @@ def native_truth(receiver) -> dict[str, dict]:
 def preempting_run(tmp_path_factory):
     log = tmp_path_factory.mktemp("plugin") / "vllm.log"
     with GrpcReceiver() as native:
-        with Vllm(log, plugin=True, gpu_blocks=12, otlp_endpoint=native.endpoint, plain=True) as v:
+        # 8 running at most: the other 22 wait in the engine queue (queue pressure) while the
+        # 12-block cache forces preemptions among the running
+        with Vllm(log, plugin=True, gpu_blocks=12, otlp_endpoint=native.endpoint, plain=True, max_num_seqs=8) as v:
             ids = v.load(N_REQUESTS, max_tokens=300, prompt_words=100)
             metrics = v.metrics()
         truth = native_truth(native)
