@@ -88,3 +88,34 @@ def test_default_plugin_lines_give_every_phase_with_vllms_own_durations():
     preempted = {rid: t.attrs["vllm.preemptions"] for rid, t in got.items()}
     assert preempted == {"chatcmpl-plugintest-000": 0, "chatcmpl-plugintest-003": 2,
                          "cmpl-plugintest-001-0": 0, "cmpl-plugintest-002-0": 1}
+
+
+EXACT_FIXTURE = FIXTURE.with_name("v1_plugin_exact.log")  # the plugin's `t=` lines, block lines on
+
+
+def test_exact_plugin_lines_give_each_boundary_the_time_the_line_states():
+    """Captured from real vLLM 0.32 (10 requests, 8 running, a 12-block cache: 8 preemptions),
+    per-block lines on, kept as a plain file (one-second headers). Every boundary the plugin
+    timed is the `t=` of its line, read here straight from the text, never the header."""
+    text = EXACT_FIXTURE.read_text()
+    def ns(seconds: str, fraction: str) -> int:
+        return int(seconds) * 1_000_000_000 + int(fraction.ljust(9, "0"))
+
+    preempting: dict[str, list[int]] = {}
+    for m in re.finditer(r"Preempting request (\S+): .*?, t=(\d+)\.(\d+)", text):
+        preempting.setdefault(m[1], []).append(ns(m[2], m[3]))
+    got = timelines(EXACT_FIXTURE)
+    assert len(got) == 10
+    for rid, t in got.items():
+        names = [p.name for p in t.phases]
+        assert names[:4] == ["preprocess", "queued", "prefill", names[3]] and "decode" in names, (rid, names)
+        pre = [p for p in t.phases if p.name == "preempted"]
+        assert [p.start_ns for p in pre] == preempting.get(rid, []), rid
+        assert all(p.end_ns > p.start_ns for p in pre), rid
+        first = re.search(r"Scheduling request " + re.escape(rid) + r": .*?queued=([\d.]+)ms, t=(\d+)\.(\d+)", text)
+        queued = next(p for p in t.phases if p.name == "queued")
+        assert queued.end_ns == ns(first[2], first[3])
+        assert abs((queued.end_ns - queued.start_ns) - float(first[1]) * 1e6) <= 1
+        end = re.search(r"Request " + re.escape(rid) + r": .*?total_latency=([\d.]+)s, t=(\d+)\.(\d+)", text)
+        assert next(p for p in t.phases if p.name == "decode").end_ns == ns(end[2], end[3])
+    assert sum(len([p for p in t.phases if p.name == "preempted"]) for t in got.values()) == 8
