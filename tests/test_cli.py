@@ -16,7 +16,7 @@ def run(*argv, env=None):
 def test_sample_without_endpoint_draws_waterfalls_and_a_summary():
     code, out = run("replay", SAMPLE, "--waterfalls", "5")
     assert code == 0
-    assert out.count("|") >= 10 and "generating" in out
+    assert out.count("|") >= 10 and "decode" in out
     assert "requests     60 (" in out
     assert "(+" in out and "more not drawn" in out
     assert "0 malformed" in out

@@ -367,9 +367,9 @@ def test_an_inferred_queued_scheduled_boundary_is_drawn_one_way():
             continue
         key = (rid, round(float(e2e[1]) / (1000 if e2e[2] == "ms" else 1), 3))
         named = {ph.split("|")[0].strip(): ph for ph in phases}
-        if key not in ttft or "queued" not in named or "scheduled" not in named:
+        if key not in ttft or "queued" not in named or "prefill" not in named:
             continue
-        q, s = named["queued"].split("|")[2], named["scheduled"].split("|")[2]
+        q, s = named["queued"].split("|")[2], named["prefill"].split("|")[2]
         if "~" in q or "~" in s:
             assert q == s == f"~{'≤' + format(ttft[key], '.1f') + 'ms':>9}", (rid, q, s, ttft[key])
             checked += 1

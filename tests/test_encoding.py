@@ -66,7 +66,7 @@ def test_the_sample_log_encodes_to_the_reference_messages():
     # every shape is present: errors, engine spans, dropped events, preemptions
     req = ExportTraceServiceRequest.FromString(got)
     spans = [s for rs in req.resource_spans for ss in rs.scope_spans for s in ss.spans]
-    assert {s.name for s in spans} >= {"vllm.request", "vllm.engine", "queued", "scheduled", "generating", "freed",
+    assert {s.name for s in spans} >= {"vllm.request", "vllm.engine", "queued", "prefill", "decode", "freed",
                                        "preempted"}
     assert any(s.status.code == 2 for s in spans)
 

@@ -853,7 +853,7 @@ NS = st.one_of(st.integers(0, 2**63), st.integers(-5, 5), st.just(2**64 + 1))
 @st.composite
 def timelines(draw):
     events = st.builds(SpanEvent, st.sampled_from(["vllm.kv_block.allocated", "exception", "é"]), NS, ATTRS)
-    phases = st.builds(Phase, st.sampled_from(["queued", "scheduled", "preempted", "generating", "freed"]),
+    phases = st.builds(Phase, st.sampled_from(["queued", "prefill", "preempted", "decode", "freed"]),
                        st.integers(0, 3), NS, NS, TIMINGS, TIMINGS, ATTRS | st.just({"vllm.timing": 1}),
                        st.lists(events, max_size=3), st.integers(-2, 3))
     incidents = st.builds(IncidentEvent, st.just("vllm.engine.incident"), NS, ATTRS,

@@ -23,7 +23,7 @@ def test_plugin_and_upstream_lines_join_per_request():
     assert sorted(got) == ["chatcmpl-plugintest-000", "cmpl-plugintest-001-0"]
     for rid, t in got.items():
         names = [p.name for p in t.phases]
-        assert {"queued", "scheduled", "generating", "freed"} <= set(names), (rid, names)
+        assert {"queued", "prefill", "decode", "freed"} <= set(names), (rid, names)
         assert t.attrs["gen_ai.request.max_tokens"] == 300       # from the API server's Received line
         assert t.attrs["vllm.request.internal_id"].startswith(rid + "-")  # from its Added line
         assert t.outcome == "finished"
@@ -57,7 +57,7 @@ def test_seed_lines_that_keep_v1s_internal_suffix_still_join(tmp_path):
     got = timelines(log)
     assert sorted(got) == ["chatcmpl-plugintest-000", "cmpl-plugintest-001-0"], sorted(got)
     for t in got.values():
-        assert {"queued", "scheduled", "generating", "freed"} <= {p.name for p in t.phases}
+        assert {"queued", "prefill", "decode", "freed"} <= {p.name for p in t.phases}
 
 
 DEFAULT = Path(__file__).parent / "fixtures" / "plugin" / "v1_plugin_default.log"
@@ -73,11 +73,11 @@ def test_default_plugin_lines_give_every_phase_with_vllms_own_durations():
                            "cmpl-plugintest-002-0"]
     for rid, t in got.items():
         phases = {p.name: p for p in t.phases}
-        assert {"queued", "scheduled", "generating", "freed"} <= set(phases), (rid, sorted(phases))
+        assert {"queued", "prefill", "decode", "freed"} <= set(phases), (rid, sorted(phases))
         assert t.outcome == "finished" and t.attrs["vllm.kv_blocks.freed"] == 4
         summary = re.search(rf"\] Request {re.escape(rid)}: .*ttft=([\d.]+)ms, .*total_latency=([\d.]+)s", text)
         ttft_s, e2e_s = float(summary[1]) / 1e3, float(summary[2])
-        queued, gen, freed = phases["queued"], phases["generating"], phases["freed"]
+        queued, gen, freed = phases["queued"], phases["decode"], phases["freed"]
         assert abs((gen.start_ns - queued.start_ns) / 1e9 - ttft_s) < 1e-6
         assert abs((gen.end_ns - queued.start_ns) / 1e9 - e2e_s) < 1e-6
         # freed: the engine's release, which came before the API server logged the end
@@ -88,3 +88,34 @@ def test_default_plugin_lines_give_every_phase_with_vllms_own_durations():
     preempted = {rid: t.attrs["vllm.preemptions"] for rid, t in got.items()}
     assert preempted == {"chatcmpl-plugintest-000": 0, "chatcmpl-plugintest-003": 2,
                          "cmpl-plugintest-001-0": 0, "cmpl-plugintest-002-0": 1}
+
+
+EXACT_FIXTURE = FIXTURE.with_name("v1_plugin_exact.log")  # the plugin's `t=` lines, block lines on
+
+
+def test_exact_plugin_lines_give_each_boundary_the_time_the_line_states():
+    """Captured from real vLLM 0.32 (10 requests, 8 running, a 12-block cache: 8 preemptions),
+    per-block lines on, kept as a plain file (one-second headers). Every boundary the plugin
+    timed is the `t=` of its line, read here straight from the text, never the header."""
+    text = EXACT_FIXTURE.read_text()
+    def ns(seconds: str, fraction: str) -> int:
+        return int(seconds) * 1_000_000_000 + int(fraction.ljust(9, "0"))
+
+    preempting: dict[str, list[int]] = {}
+    for m in re.finditer(r"Preempting request (\S+): .*?, t=(\d+)\.(\d+)", text):
+        preempting.setdefault(m[1], []).append(ns(m[2], m[3]))
+    got = timelines(EXACT_FIXTURE)
+    assert len(got) == 10
+    for rid, t in got.items():
+        names = [p.name for p in t.phases]
+        assert names[:4] == ["preprocess", "queued", "prefill", names[3]] and "decode" in names, (rid, names)
+        pre = [p for p in t.phases if p.name == "preempted"]
+        assert [p.start_ns for p in pre] == preempting.get(rid, []), rid
+        assert all(p.end_ns > p.start_ns for p in pre), rid
+        first = re.search(r"Scheduling request " + re.escape(rid) + r": .*?queued=([\d.]+)ms, t=(\d+)\.(\d+)", text)
+        queued = next(p for p in t.phases if p.name == "queued")
+        assert queued.end_ns == ns(first[2], first[3])
+        assert abs((queued.end_ns - queued.start_ns) - float(first[1]) * 1e6) <= 1
+        end = re.search(r"Request " + re.escape(rid) + r": .*?total_latency=([\d.]+)s, t=(\d+)\.(\d+)", text)
+        assert next(p for p in t.phases if p.name == "decode").end_ns == ns(end[2], end[3])
+    assert sum(len([p for p in t.phases if p.name == "preempted"]) for t in got.values()) == 8

@@ -121,13 +121,13 @@ def test_doc_vendor_preemption_example_becomes_a_preempted_phase(tmp_path):
     (r,) = roots(out).values()
     assert r.request_id == "0x7f8c4a001000" and r.outcome == "finished"
     phases = {(p.name, p.index): p for p in r.phases}
-    assert sorted(phases) == [("generating", 0), ("preempted", 0), ("queued", 0), ("scheduled", 0)]
+    assert sorted(phases) == [("decode", 0), ("preempted", 0), ("queued", 0), ("prefill", 0)]
     p = phases[("preempted", 0)]
     # evicted at 10:23:01, rescheduled at 10:23:03
     assert (p.start_ns, p.end_ns) == (ns("2025-02-15T10:23:01"), ns("2025-02-15T10:23:03"))
     assert p.attrs == {"vllm.preemption.reason": "hbm_pressure", "vllm.preemption.blocks": 6}
     # total_latency=5.0s before 10:23:05 → arrival 10:23:00; ttft=3500ms → first token 10:23:03.5
-    assert phases[("generating", 0)].start_ns == ns("2025-02-15T10:23:03.500")
+    assert phases[("decode", 0)].start_ns == ns("2025-02-15T10:23:03.500")
     assert r.attrs["vllm.preemptions"] == 1
 
 
@@ -254,8 +254,8 @@ def test_a_foreign_engines_whole_lifecycle_assembles_from_rules_alone(tmp_path):
     assert events["vllm.queue_state"].attrs["vllm.queue.waiting"] == 2
     assert events["vllm.gpu_memory"].attrs["vllm.gpu.memory.utilization"] == 0.5
     phases = {p.name: p for p in a1.phases}
-    assert phases["scheduled"].start_ns == ns("2025-01-15T10:00:01")
-    assert phases["scheduled"].attrs["vllm.scheduling.blocks"] == 4
+    assert phases["prefill"].start_ns == ns("2025-01-15T10:00:01")
+    assert phases["prefill"].attrs["vllm.scheduling.blocks"] == 4
     assert "freed" in phases and phases["freed"].end_ns == ns("2025-01-15T10:00:09")
     assert (rs["a2"].outcome, rs["a2"].error_type) == ("aborted", "aborted")
     assert rs["a2"].end_ns == ns("2025-01-15T10:00:06")

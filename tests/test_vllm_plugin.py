@@ -10,15 +10,15 @@ import pytest
 
 from bridge.parse.events import Preempted, QueueState, RequestSummary, Scheduled
 from bridge.parse.seed import parse_message
-from bridge.vllm_plugin import enabled, hooks, register, version_supported
+from bridge.vllm_plugin import enabled, hooks, register, version_tested
 
 
 @pytest.mark.parametrize("version, ok", [
-    ("0.32.0", True), ("0.32.1+cpu", True), ("0.32.0rc1", True), ("0.31.9", False), ("0.33.0", False),
+    ("0.32.0", True), ("0.32.1+cpu", True), ("0.32.0rc1", True), ("0.31.9", False), ("0.33.0", True), ("0.34.0", False),
     ("1.32.0", False), ("dev", False), ("", False),
 ])
 def test_version_gate(version, ok):
-    assert version_supported(version) is ok
+    assert version_tested(version) is ok
 
 
 def test_switch():
@@ -217,7 +217,7 @@ def test_with_vllm_stats_the_api_server_writes_the_summary_from_vllms_own_number
     r.status = Status("FINISHED_LENGTH_CAPPED")
     s._free_request(r)
     assert not any(x.startswith("Request ") for x in log.lines)  # not from the engine core
-    assert log.lines[-1] == "Freed 2 blocks for request cmpl-abc-0, reason=completed"
+    assert log.lines[-1].startswith("Freed 2 blocks for request cmpl-abc-0, reason=completed, t=")
 
     op = out_cls()
     state = types.SimpleNamespace(request_id="cmpl-abc-0-1a2b3c4d", prompt_len=12,
@@ -227,6 +227,7 @@ def test_with_vllm_stats_the_api_server_writes_the_summary_from_vllms_own_number
     assert op.calls == 1
     summary = parse_message(log.lines[-1])
     assert isinstance(summary, RequestSummary) and summary.request_id == "cmpl-abc-0"
+    assert summary.at_ns == 100_500_000_000  # the end is vLLM's own iteration stamp, to the µs
     assert (summary.prompt_tokens, summary.generated_tokens) == (12, 7)
     assert summary.ttft_s == pytest.approx(0.0421234, abs=1e-6)       # vLLM's first_token_latency
     assert summary.e2e_s == pytest.approx(0.5, abs=1e-6)              # iteration stamp − arrival
@@ -251,11 +252,16 @@ def test_install_is_idempotent(log):
     assert sum("Scheduling request" in x for x in log.lines) == 1
 
 
-def test_unsupported_version_or_missing_hook_warns_once_and_changes_nothing(log):
+def test_an_untested_version_with_every_hook_point_installs_and_says_so(log):
+    cls, out_cls = make_scheduler_class(), make_output_class()
+    assert install(cls, log, "0.99.0", out_cls) is True
+    assert len(log.lines) == 1 and "0.99.0 is not a version it was tested on" in log.lines[0]
+    assert getattr(cls.schedule, hooks._WRAPPED, False)
+
+
+def test_a_missing_hook_point_or_another_signature_is_named_and_changes_nothing(log):
     cls, out_cls = make_scheduler_class(), make_output_class()
     before, out_before = dict(vars(cls)), dict(vars(out_cls))
-    assert install(cls, log, "0.33.0", out_cls) is False
-    assert dict(vars(cls)) == before
     del cls._free_request_blocks
     assert install(cls, log, "0.32.0", out_cls) is False
     assert dict(vars(cls)) == {k: v for k, v in before.items() if k != "_free_request_blocks"}
@@ -265,8 +271,63 @@ def test_unsupported_version_or_missing_hook_warns_once_and_changes_nothing(log)
     before2 = dict(vars(cls2))
     assert install(cls2, log, "0.32.0", out_cls2) is False
     assert dict(vars(cls2)) == before2
+    cls3, out_cls3 = make_scheduler_class(), make_output_class()
+    cls3._preempt_request = lambda self, request, drop_stale_output=False: None  # no timestamp
+    assert install(cls3, log, "0.33.1", out_cls3) is False
+    assert not getattr(cls3.schedule, hooks._WRAPPED, False)
     assert len(log.lines) == 3 and all("does nothing" in x for x in log.lines)
-    assert "OutputProcessor._update_stats_from_finished" in log.lines[-1]
+    assert log.lines[0].endswith("has no Scheduler._free_request_blocks")
+    assert "OutputProcessor._update_stats_from_finished" in log.lines[1]
+    assert "Scheduler._preempt_request(request, timestamp), it takes (request, drop_stale_output)" in log.lines[2]
+
+
+class Event:
+    """vLLM's EngineCoreEvent: a type (an enum member) and a time.monotonic() stamp."""
+
+    def __init__(self, kind, ts):
+        self.type = Status(kind)
+        self.timestamp = ts
+
+
+def test_lines_carry_vllms_own_event_times_on_the_wall_clock(log):
+    """With vLLM's stats on, the request's QUEUED / SCHEDULED / PREEMPTED stamps (monotonic)
+    are what the lines say, turned into wall time with one offset: queued= is exactly
+    vLLM's time_in_queue and t= the scheduling's own time."""
+    import time
+
+    cls = make_scheduler_class()
+    install(cls, log)
+    s = cls()
+    s.log_stats = True
+    r = Req("cmpl-q-0-00000000", arrival=time.time())
+    s.add_request(r)
+    mono = time.monotonic()
+    r.events = [Event("QUEUED", mono - 0.25), Event("SCHEDULED", mono - 0.0123456)]
+    s.schedule()
+    s._preempt_request(r, mono - 0.001)
+    sched, _queue, pre = (parse_message(x) for x in log.lines[:3])
+    assert sched.queued_s == pytest.approx(0.25 - 0.0123456, abs=1e-6)
+    wall = time.time() - time.monotonic()
+    assert abs(sched.at_ns / 1e9 - (mono - 0.0123456 + wall)) < 1e-3
+    assert abs(pre.at_ns / 1e9 - (mono - 0.001 + wall)) < 1e-3
+    assert pre.at_ns - sched.at_ns == pytest.approx(11_345_600, abs=2_000)  # the µs, not the second
+
+
+def test_the_hook_points_are_read_from_source_without_importing_vllm():
+    """`missing_in_source` on a made-up release: what it names is what is missing."""
+    sched = ("class Scheduler:\n" + "".join(
+        f"    def {m}(self, {', '.join(p)}): pass\n" for f, c, m, p in hooks.HOOK_POINTS if c == "Scheduler"))
+    files = {hooks._SCHEDULER_PY: sched + "# kv_cache_manager requests running waiting log_stats\n",
+             hooks._OUTPUT_PY: "class OutputProcessor:\n    def _update_stats_from_finished(self, req_state, "
+                               "finish_reason, iteration_stats): pass\n"}
+    for path, words in hooks.READ_AT_RUN_TIME:
+        files[path] = files.get(path, "") + "\n# " + " ".join(words) + "\n"
+    assert hooks.missing_in_source(files.get) == []
+    files[hooks._SCHEDULER_PY] = files[hooks._SCHEDULER_PY].replace("request, timestamp", "request, ts")
+    files["vllm/v1/engine/__init__.py"] = "# QUEUED SCHEDULED\n"
+    assert hooks.missing_in_source(files.get) == [
+        "Scheduler._preempt_request(request, timestamp), it takes (request, ts)",
+        "vllm/v1/engine/__init__.py: PREEMPTED"]
 
 
 def test_a_plugin_error_never_reaches_vllm_and_switches_the_plugin_off(log):
@@ -331,5 +392,6 @@ def test_without_vllm_stats_the_engine_summary_follows_the_release_and_the_trace
     replay([str(path)], [out.append])
     (t,) = out
     assert t.request_id == "cmpl-xyz-0" and t.outcome == "finished"
-    assert [p.name for p in t.phases] == ["queued", "scheduled", "generating", "freed"]
+    # preprocess: vLLM's arrival_time → the engine's add_request (0.2 s here)
+    assert [p.name for p in t.phases] == ["preprocess", "queued", "prefill", "decode", "freed"]
     assert t.attrs["vllm.kv_blocks.freed"] == 2

@@ -36,10 +36,10 @@ def expected_children(r) -> list[str]:
     if arrival_known and (r.schedules or r.outcome == "timeout"):
         names.append("queued")
     if r.schedules:
-        names.append("scheduled")
+        names.append("prefill")
     names += ["preempted"] * len(r.preemptions)
     if r.outcome == "finished":
-        names.append("generating")
+        names.append("decode")
     if r.outcome != "incomplete" and r.last_free_ns is not None:
         names.append("freed")
     return sorted(names)
@@ -121,7 +121,7 @@ def test_boundaries_match_the_truth_to_a_millisecond(cri_run):
         for s in by_trace[root.trace_id]:
             phases[s.name].append(s)
         if r.outcome == "finished":
-            (q,), (sch,), (gen,) = phases["queued"], phases["scheduled"], phases["generating"]
+            (q,), (sch,), (gen,) = phases["queued"], phases["prefill"], phases["decode"]
             # reported durations fix arrival and first token
             assert abs(q.start_time_unix_nano - r.arrival_ns) <= MS
             assert abs(sch.end_time_unix_nano - r.first_token_ns) <= MS
@@ -216,8 +216,8 @@ def test_header_only_logs_keep_reported_durations_to_a_millisecond(tmp_path):
             continue
         a = attrs(root.attributes)
         arrival = names["queued"].start_time_unix_nano
-        first_token = names["generating"].start_time_unix_nano
-        end = names["generating"].end_time_unix_nano
+        first_token = names["decode"].start_time_unix_nano
+        end = names["decode"].end_time_unix_nano
         # the one truth request with these reported figures
         (r,) = [t for t in truth_by_id[a["vllm.request.id"]] if t.e2e_s == pytest.approx(a["vllm.e2e_s"], abs=1e-6)]
         assert abs((first_token - arrival) - r.ttft_s * 1e9) <= MS

@@ -45,7 +45,7 @@ static Attr attrs_[N_ATTRS] = {
 
 static Cls phase_cls, timeline_cls;
 static PyObject *REPORTED, *OBSERVED, *INFERRED;
-static PyObject *s_queued, *s_scheduled, *s_preempted, *s_generating, *s_freed, *s_timeout, *s_failed;
+static PyObject *s_queued, *s_prefill, *s_preempted, *s_decode, *s_freed, *s_timeout, *s_failed;
 static PyObject *d_slow_ttft, *d_slow_itl, *d_memory_pressure, *d_gpu_memory_high, *d_preempted;
 static int ready = 0;
 
@@ -344,7 +344,7 @@ static PyObject *request_timeline(PyObject *self, PyObject *const *args, Py_ssiz
     }
     if (has_sched) {
         P *p = &ph[np++];
-        *p = (P){s_scheduled, 0, sched0, 0, sched_timing, NULL};
+        *p = (P){s_prefill, 0, sched0, 0, sched_timing, NULL};
         NEED(p->attrs = PyDict_New());
         TRY(set_attr_of(p->attrs, "vllm.scheduling.priority", first, A_priority));
         TRY(set_attr_of(p->attrs, "vllm.scheduling.blocks", first, A_blocks));
@@ -388,7 +388,7 @@ static PyObject *request_timeline(PyObject *self, PyObject *const *args, Py_ssiz
     }
     if (s != Py_None) {
         P *p = &ph[np++];
-        *p = (P){s_generating, 0, first_token, terminal_ns, ft_timing, OBSERVED};
+        *p = (P){s_decode, 0, first_token, terminal_ns, ft_timing, OBSERVED};
         NEED(p->attrs = PyDict_New());
         TRY(set_attr_of(p->attrs, "gen_ai.usage.output_tokens", s, A_generated_tokens));
         TRY(set_attr_of(p->attrs, "vllm.itl_s", s, A_itl_s));
@@ -452,7 +452,7 @@ static PyObject *request_timeline(PyObject *self, PyObject *const *args, Py_ssiz
     if (block_events != Py_None) {
         DECLINE_IF(!PyList_CheckExact(block_events));
         int order[MAX_PHASES], nc = 0;
-        PyObject *placement[5] = {s_freed, s_preempted, s_generating, s_scheduled, s_queued};
+        PyObject *placement[5] = {s_freed, s_preempted, s_decode, s_prefill, s_queued};
         for (int k = 0; k < 5; k++)
             for (int i = 0; i < np; i++)
                 if (ph[i].name == placement[k])
@@ -725,9 +725,9 @@ PyMODINIT_FUNC PyInit__fastbuild(void) {
     for (int k = 0; k < N_ATTRS; k++)
         INTERN(attrs_[k].name, attrs_[k].text);
     INTERN(s_queued, "queued");
-    INTERN(s_scheduled, "scheduled");
+    INTERN(s_prefill, "prefill");
     INTERN(s_preempted, "preempted");
-    INTERN(s_generating, "generating");
+    INTERN(s_decode, "decode");
     INTERN(s_freed, "freed");
     INTERN(s_timeout, "timeout");
     INTERN(s_failed, "failed");

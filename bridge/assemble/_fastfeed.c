@@ -10,6 +10,8 @@
  *     timeout is held;
  *   - the request id is open (so `_seed_id` is the id itself), and, for an allocation or a
  *     summary, not over (so `_start` continues it rather than starting a new occurrence);
+ *   - the record's time decides the tick; the event's own exact time (`at_ns`, when an int)
+ *     is the time it is recorded at, as `_exact` makes it in Python;
  *   - a free names one block, and comes after the request's end or is a preemption's (a
  *     release before the end's line, as the vLLM plugin writes, is left to Python).
  *
@@ -24,7 +26,7 @@
 
 enum {
     R_ts_ns, R_offset,                                 /* Record */
-    E_request_id, E_block, E_size_bytes, E_reason,     /* the events */
+    E_request_id, E_block, E_size_bytes, E_reason, E_at_ns, /* the events */
     S_terminal_ns, S_last_ns, S_last_offset, S_allocated, S_freed, S_held, S_block_events, S_block_dropped,
     S_last_free_ns, S_outcome, S_summary, S_request_id, S_events, S_dropped, S_min_free_ratio,
     S_max_gpu_ratio,                                   /* RequestState */
@@ -32,7 +34,7 @@ enum {
 };
 static Attr attrs_[N_ATTRS] = {
     {"ts_ns"}, {"offset"},
-    {"request_id"}, {"block"}, {"size_bytes"}, {"reason"},
+    {"request_id"}, {"block"}, {"size_bytes"}, {"reason"}, {"at_ns"},
     {"terminal_ns"}, {"last_ns"}, {"last_offset"}, {"allocated"}, {"freed"}, {"held"}, {"block_events"},
     {"block_dropped"}, {"last_free_ns"}, {"outcome"}, {"summary"}, {"request_id"}, {"events"}, {"dropped"},
     {"min_free_ratio"}, {"max_gpu_ratio"},
@@ -122,7 +124,7 @@ static int finish_drained(Feeder *self, PyObject *r, PyObject *held, PyObject *o
     return x == NULL ? -1 : 0;
 }
 
-static PyObject *summary(Feeder *self, PyObject *record, PyObject *event) {
+static PyObject *summary(Feeder *self, PyObject *record, PyObject *event, PyObject *at) {
     PyObject **p_ts = attr_slot(record, &attrs_[R_ts_ns], 0), **p_off = attr_slot(record, &attrs_[R_offset], 0);
     PyObject **p_rid = attr_slot(event, &attrs_[E_request_id], 0);
     if (!p_ts || !p_off || !p_rid || !*p_ts || !*p_off || !*p_rid || !PyLong_CheckExact(*p_ts))
@@ -131,6 +133,8 @@ static PyObject *summary(Feeder *self, PyObject *record, PyObject *event) {
     int go = quiet(self, ts);
     if (go <= 0)
         return go < 0 ? NULL : fallback(self, record, event);
+    if (at != NULL)
+        ts = at; /* _exact() */
     PyObject *r = PyDict_GetItemWithError(self->open, *p_rid);
     if (r == NULL)
         return PyErr_Occurred() ? NULL : fallback(self, record, event);
@@ -178,8 +182,15 @@ static PyObject *feeder_call(Feeder *self, PyObject *args, PyObject *kwargs) {
     if (kwargs != NULL || !PyArg_UnpackTuple(args, "feed", 2, 2, &record, &event))
         return PyObject_Call(self->feed, args, kwargs);
     PyObject *etype = (PyObject *)Py_TYPE(event);
+    if (etype != self->summary_type && etype != self->allocated_type && etype != self->freed_type)
+        return fallback(self, record, event);
+    /* the event's own exact time (the vLLM plugin's `t=`), borrowed, or NULL: `_exact` */
+    PyObject **p_at = attr_slot(event, &attrs_[E_at_ns], 0);
+    if (p_at == NULL || *p_at == NULL || (*p_at != Py_None && !PyLong_CheckExact(*p_at)))
+        return fallback(self, record, event);
+    PyObject *at = *p_at == Py_None ? NULL : *p_at;
     if (etype == self->summary_type)
-        return summary(self, record, event);
+        return summary(self, record, event, at);
     int alloc = etype == self->allocated_type;
     if (!alloc && etype != self->freed_type)
         return fallback(self, record, event);
@@ -208,6 +219,8 @@ static PyObject *feeder_call(Feeder *self, PyObject *args, PyObject *kwargs) {
     Py_DECREF(pending);
     if (pending != Py_None)
         return fallback(self, record, event);
+    if (at != NULL)
+        ts = at; /* _exact(): from here on the event's own time, as the handlers see it */
 
     /* _seed_id(): the id is open; _start(): and, for an allocation, not over */
     PyObject *r = PyDict_GetItemWithError(self->open, *p_rid);

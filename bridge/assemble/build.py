@@ -5,6 +5,11 @@ line that reported them; observed boundaries are line timestamps. When one-secon
 stamps put an observed boundary on the wrong side of a reported one, the observed one is
 moved to keep the phases in order and marked `inferred`. No phase is made up: each needs a
 line that proves it began.
+
+The phases mean what vLLM's own do (its `gen_ai.latency.*` attributes and the child spans of
+its PR #44402): `preprocess` API receipt → engine arrival, `queued` engine arrival → first
+scheduled (`time_in_queue`), `prefill` first scheduled → first token, `decode` first token →
+finish, `preempted` inside them, `freed` the release. docs/phases.md maps them.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from bridge.assemble.state import EVENT_CAP, RequestState
 _NS = 1_000_000_000
 
 # Where a KV block event lands: the most specific phase whose span holds its timestamp.
-_BLOCK_PLACEMENT = ("freed", "preempted", "generating", "scheduled", "queued")
+_BLOCK_PLACEMENT = ("freed", "preempted", "decode", "prefill", "queued")
 
 
 def _ns(seconds: float) -> int:
@@ -62,9 +67,15 @@ def _load_fast():
 FAST_REQUEST_TIMELINE = _load_fast()
 
 
+def _python_only(r: RequestState) -> bool:
+    """Timelines only the Python builds (the C declines nothing of these by itself): the ones
+    whose engine queue the plugin timed exactly (`preprocess`, a root starting at vLLM's arrival)."""
+    return bool(r.schedules) and r.schedules[0][1].at_ns is not None
+
+
 def request_timeline(r: RequestState, source: Source, thresholds: Thresholds,
                      parent: TraceContext | None = None, _fast=FAST_REQUEST_TIMELINE) -> RequestTimeline:
-    if _fast is not None:
+    if _fast is not None and not _python_only(r):
         t = _fast(r, source, thresholds, parent)
         if t is not None:
             return t
@@ -89,8 +100,27 @@ def _request_timeline(r: RequestState, source: Source, thresholds: Thresholds,
     if r.schedules:
         sched0, sched_timing = _clamp(r.schedules[0][0], OBSERVED, arrival, first_token if first_token is not None else end)
 
+    # The engine's own arrival: the plugin's exact time of the first schedule less the engine's
+    # own queue time (vLLM's QUEUED → SCHEDULED), both from vLLM's request state.
+    engine_in = None
+    if sched0 is not None and sched_timing == OBSERVED:
+        first = r.schedules[0][1]
+        if first.at_ns is not None and first.queued_s is not None:
+            engine_in = _clamp(sched0 - _ns(first.queued_s), OBSERVED, arrival, sched0)
+
     phases: list[Phase] = []
-    if arrival is not None and (sched0 is not None or r.outcome in ("timeout", "failed")):
+    first_ns = r.first_ns
+    if engine_in is not None:
+        # API receipt → the engine's arrival: rendering, tokenising, the hand-off to the engine
+        # core. The receipt is vLLM's own arrival_time (set as rendering starts; its spans and
+        # TTFT count from it), else a receipt line's stamp.
+        pre = (arrival, REPORTED) if arrival is not None else (first_ns, OBSERVED) if r.seen else None
+        if pre is not None and pre[0] < engine_in[0]:
+            phases.append(Phase("preprocess", 0, pre[0], engine_in[0], pre[1], engine_in[1]))
+        if arrival is not None and arrival - _NS < first_ns:
+            first_ns = arrival  # a line stamped in arrival's second or after: its header, not earlier evidence
+        phases.append(Phase("queued", 0, engine_in[0], sched0, engine_in[1], sched_timing))
+    elif arrival is not None and (sched0 is not None or r.outcome in ("timeout", "failed")):
         q_end, q_timing = (sched0, sched_timing) if sched0 is not None else (end, INFERRED)
         phases.append(Phase("queued", 0, arrival, q_end, REPORTED, q_timing))
     if sched0 is not None:
@@ -100,9 +130,9 @@ def _request_timeline(r: RequestState, source: Source, thresholds: Thresholds,
         if len(r.schedules) > 1:
             attrs["vllm.scheduling.count"] = len(r.schedules)
         if first_token is not None:
-            phases.append(Phase("scheduled", 0, sched0, first_token, sched_timing, ft_timing, attrs))
+            phases.append(Phase("prefill", 0, sched0, first_token, sched_timing, ft_timing, attrs))
         else:
-            phases.append(Phase("scheduled", 0, sched0, max(sched0, end), sched_timing, INFERRED, attrs))
+            phases.append(Phase("prefill", 0, sched0, max(sched0, end), sched_timing, INFERRED, attrs))
     low = arrival if arrival is not None else r.first_ns
     for i, (p_start, p_end, ev) in enumerate(r.preemptions or ()):
         start, st = _clamp(p_start, OBSERVED, low, end)
@@ -113,7 +143,7 @@ def _request_timeline(r: RequestState, source: Source, thresholds: Thresholds,
         phases.append(Phase("preempted", i, start, stop, st, et,
                             {"vllm.preemption.reason": ev.reason, "vllm.preemption.blocks": ev.blocks}))
     if s is not None:
-        phases.append(Phase("generating", 0, first_token, r.terminal_ns, ft_timing, OBSERVED,
+        phases.append(Phase("decode", 0, first_token, r.terminal_ns, ft_timing, OBSERVED,
                             {"gen_ai.usage.output_tokens": s.generated_tokens, "vllm.itl_s": s.itl_s}))
     if r.terminal_ns is not None and r.last_free_ns is not None:
         # Freed after the end's line (the seed's order), or, when the engine released the
@@ -124,7 +154,6 @@ def _request_timeline(r: RequestState, source: Source, thresholds: Thresholds,
 
     # A first line stamped in the whole second before the reported arrival is that second
     # truncated, not evidence of an earlier start: the root keeps vLLM's total_latency.
-    first_ns = r.first_ns
     if arrival is not None and first_ns % _NS == 0 and arrival - _NS < first_ns < arrival:
         first_ns = arrival
     start, stop = min(low, first_ns), max(end, r.last_ns)

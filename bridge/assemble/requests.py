@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from types import MethodType
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from bridge.assemble import ids
 from bridge.parse.context import Rule, w3c_rule
@@ -28,7 +28,7 @@ from bridge.assemble.diagnosis import Thresholds
 from bridge.assemble.startup import Startup
 from bridge.assemble.state import EVENT_CAP, SEEN_DETAILS, SEEN_RECEIVED, RequestState
 from bridge.assemble.timeline import INFERRED, IncidentEvent, IncidentRef, SpanEvent, Timeline
-from bridge.decode.record import Record
+from bridge.decode.record import CLOCK_EXACT, Record
 from bridge.tail.source import Source
 from bridge.parse.events import (
     ENGINE_EXITED,
@@ -123,6 +123,14 @@ class AssembleStats:
     orphan_requests: int = 0  # requests whose start was not seen, rebuilt from later lines
     stop_errors: int = 0   # error records during a deliberate stop: part of the stop, no incident
     death_errors: int = 0  # error records after an engine death's incident went out: part of it
+
+
+def _exact(record: Record, ev) -> Record:
+    """The record, timed by the event's own exact time when its line states one (the vLLM
+    plugin's `t=`): better than any header or runtime stamp, which only say when the line was
+    written or read. The assembler's clock (`_now`, sweeps) stays on the records' stamps."""
+    at = ev.at_ns
+    return record if at is None else replace(record, ts_ns=at, clock=CLOCK_EXACT)
 
 
 def _incident_event(kind: str, error_type: str, ts_ns: int, occurrence: str) -> IncidentEvent:
@@ -370,6 +378,7 @@ class Assembler:
         return ids.resolve(rid, self._open) or rid
 
     def _on_scheduled(self, record: Record, ev: Scheduled) -> None:
+        record = _exact(record, ev)
         r = self._start(self._seed_id(ev.request_id), record)
         ts = record.ts_ns
         if r.schedules is None:
@@ -381,6 +390,7 @@ class Assembler:
             r.preemptions[-1][1] = ts  # rescheduled: the preemption is over
 
     def _on_preempted(self, record: Record, ev: Preempted) -> None:
+        record = _exact(record, ev)
         r = self._start(self._seed_id(ev.request_id), record)
         if r.preemptions is None:
             r.preemptions = []
@@ -389,6 +399,7 @@ class Assembler:
         r.preemptions.append([record.ts_ns, None, ev])
 
     def _on_allocated(self, record: Record, ev: BlockAllocated) -> None:
+        record = _exact(record, ev)
         r = self._start(self._seed_id(ev.request_id), record)
         r.allocated += 1
         r.held += 1
@@ -396,6 +407,7 @@ class Assembler:
             "vllm.kv_block.id": ev.block, "vllm.kv_block.size_bytes": ev.size_bytes}))
 
     def _on_freed(self, record: Record, ev: BlockFreed) -> None:
+        record = _exact(record, ev)
         r = self._touch(self._seed_id(ev.request_id), record)
         if r is None:
             return
@@ -417,6 +429,7 @@ class Assembler:
             r.last_free_ns = record.ts_ns
 
     def _on_summary(self, record: Record, ev: RequestSummary) -> None:
+        record = _exact(record, ev)
         r = self._start(self._seed_id(ev.request_id), record)
         r.summary = ev
         self._terminate(r, record.ts_ns, "finished")

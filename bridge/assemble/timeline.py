@@ -45,7 +45,7 @@ class IncidentEvent(SpanEvent):
 
 @dataclass(slots=True)
 class Phase:
-    """A child span of the request: queued, scheduled, preempted, generating or freed."""
+    """A child span of the request: preprocess, queued, prefill, preempted, decode or freed."""
 
     name: str
     index: int  # which one of that name (preemptions repeat)

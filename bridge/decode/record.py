@@ -10,6 +10,7 @@ CLOCK_SHIPPER = "shipper"    # a log shipper's ISO 8601 stamp written in front o
 CLOCK_JSON = "json"          # vLLM's JSON format: `asctime` with year and milliseconds
 CLOCK_HEADER = "header"      # vLLM header, one-second precision, year inferred
 CLOCK_ANCHORED = "anchored"  # no stamp of its own: the last one seen in the same file
+CLOCK_EXACT = "exact"        # the event's own time, stated by the line (the vLLM plugin's `t=`)
 
 
 @dataclass(slots=True)

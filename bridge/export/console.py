@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from bridge.assemble.timeline import INFERRED, EngineTimeline, Phase, RequestTimeline, Timeline
 
-_BAR = {"queued": "░", "scheduled": "▓", "preempted": "▒", "generating": "█", "freed": "·"}
-LEGEND = ("legend: ░ queued  ▓ scheduled (prefill)  ▒ preempted  █ generating (decode)  · freed  "
+_BAR = {"preprocess": "-", "queued": "░", "prefill": "▓", "preempted": "▒", "decode": "█", "freed": "·"}
+LEGEND = ("legend: - preprocess  ░ queued  ▓ prefill  ▒ preempted  █ decode  · freed  "
           "¦…¦ ~≤ a boundary inferred: the phase lies within that range  ≈ e2e from one-second log stamps")
 SCREEN = 8  # requests per shared time axis: one terminal screen
 

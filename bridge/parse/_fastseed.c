@@ -330,44 +330,99 @@ static double seconds_of(Cur *c, Span sp, double divisor, int *ok) {
 
 #define DECLINE ((PyObject *)Py_None)
 
+/* The vLLM plugin's exact time, `, t=<s>[.<frac>]` after a line's last field (seed.py's _AT).
+ * Taken here only in its plain form: one `, t=` in the line, at its end, 1-10 digits of seconds
+ * (at most 9e9) and 1-9 of fraction. Then *ns is the time, *has = 1, and c->n is cut before it:
+ * the rule must end exactly at the cut (`AT_END`), or Python's regex may read the line another
+ * way. No `, t=` at all: *has = 0. Anything else: 0, and the line goes to the Python rules. */
+static int exact_time(Cur *c, long long *ns, int *has) {
+    Py_ssize_t pos = -1;
+    for (Py_ssize_t i = 0; i + 4 <= c->n; i++)
+        if (c->s[i] == ',' && c->s[i + 1] == ' ' && c->s[i + 2] == 't' && c->s[i + 3] == '=') {
+            if (pos >= 0)
+                return 0;
+            pos = i;
+        }
+    *has = pos >= 0;
+    if (pos < 0)
+        return 1;
+    Py_ssize_t i = pos + 4;
+    long long secs = 0, frac = 0;
+    int nd = 0, nf = 0;
+    while (i < c->n && is_digit(c->s[i]) && nd <= 10) {
+        secs = secs * 10 + (c->s[i++] - '0');
+        nd++;
+    }
+    if (nd == 0 || nd > 10 || secs > 9000000000LL)
+        return 0;
+    if (i < c->n && c->s[i] == '.') {
+        i++;
+        while (i < c->n && is_digit(c->s[i]) && nf <= 9) {
+            frac = frac * 10 + (c->s[i++] - '0');
+            nf++;
+        }
+        if (nf == 0 || nf > 9)
+            return 0;
+        for (int k = nf; k < 9; k++)
+            frac *= 10;
+    }
+    if (i != c->n)
+        return 0;
+    *ns = secs * 1000000000LL + frac;
+    c->n = pos;
+    return 1;
+}
+
+#define AT_END(c, has) (!(has) || (c)->i == (c)->n)
+#define AT_VALUE(has, ns) ((has) ? PyLong_FromLongLong(ns) : Py_NewRef(Py_None))
+
 /* -- the rules ------------------------------------------------------------------------------ */
 
 static PyObject *allocated(Cur *c) {
     Span block, rid, num;
-    if (!LIT(c, "Allocated block ") || !id_(c, &block) || !LIT(c, " for request ") || !id_(c, &rid) ||
-        !LIT(c, ", size=") || !number(c, &num))
+    long long at = 0;
+    int has = 0;
+    if (!LIT(c, "Allocated block ") || !exact_time(c, &at, &has) || !id_(c, &block) || !LIT(c, " for request ") ||
+        !id_(c, &rid) || !LIT(c, ", size=") || !number(c, &num))
         return DECLINE;
     double factor = size_unit(c);
+    if (!AT_END(c, has))
+        return DECLINE;
     int ok = 1;
     PyObject *size = size_of(c, num, factor, &ok);
     if (!ok)
         return DECLINE;
     if (size == NULL)
         return NULL;
-    PyObject *v[3] = {str_of(c, block), str_of(c, rid), size};
+    PyObject *v[4] = {str_of(c, block), str_of(c, rid), size, AT_VALUE(has, at)};
     return MAKE(&classes[ALLOCATED], v);
 }
 
 static PyObject *freed(Cur *c) {
     Span block, rid, reason;
-    if (!LIT(c, "Freed block ") || !id_(c, &block) || !LIT(c, " for request ") || !id_(c, &rid))
+    long long at = 0;
+    int has = 0;
+    if (!LIT(c, "Freed block ") || !exact_time(c, &at, &has) || !id_(c, &block) || !LIT(c, " for request ") ||
+        !id_(c, &rid))
         return DECLINE;
-    PyObject *why;
-    if (LIT(c, ", reason=") && nonspace(c, &reason))
-        why = str_of(c, reason);
-    else
-        why = Py_NewRef(empty_str);
-    PyObject *v[4] = {str_of(c, block), str_of(c, rid), why, PyLong_FromLong(1)};
+    int has_reason = LIT(c, ", reason=") && nonspace(c, &reason);
+    if (!AT_END(c, has))
+        return DECLINE;
+    PyObject *why = has_reason ? str_of(c, reason) : Py_NewRef(empty_str);
+    PyObject *v[5] = {str_of(c, block), str_of(c, rid), why, PyLong_FromLong(1), AT_VALUE(has, at)};
     return MAKE(&classes[FREED], v);
 }
 
 static PyObject *scheduling(Cur *c) {
     Span rid, prio, blocks, remaining, queued;
-    if (!LIT(c, "Scheduling request ") || !id_(c, &rid) || !LIT(c, ": priority=") || !digits(c, &prio, 1) ||
-        !LIT(c, ", num_scheduled_blocks=") || !digits(c, &blocks, 0) || !LIT(c, ", remaining_blocks=") ||
-        !digits(c, &remaining, 0))
+    long long at = 0;
+    int has = 0;
+    if (!LIT(c, "Scheduling request ") || !exact_time(c, &at, &has) || !id_(c, &rid) || !LIT(c, ": priority=") ||
+        !digits(c, &prio, 1) || !LIT(c, ", num_scheduled_blocks=") || !digits(c, &blocks, 0) ||
+        !LIT(c, ", remaining_blocks=") || !digits(c, &remaining, 0))
         return DECLINE;
-    PyObject *q;
+    int has_q = 0;
+    double qv = 0.0;
     int has_queued = LIT(c, ", queued=");
     if (has_queued && number(c, &queued)) {
         double div = duration_unit(c);
@@ -375,28 +430,34 @@ static PyObject *scheduling(Cur *c) {
         double v = seconds_of(c, queued, div, &ok);
         if (!ok)
             return DECLINE;
-        q = PyFloat_FromDouble(v);
+        qv = v;
+        has_q = 1;
     } else if (has_queued && c->i < c->n && is_digit(c->s[c->i])) {
         return DECLINE; /* more digits than `digits` takes: the regex reads them, Python decides */
-    } else {
-        q = Py_NewRef(Py_None);
     }
-    PyObject *v[5] = {str_of(c, rid), int_of(c, prio), int_of(c, blocks), int_of(c, remaining), q};
+    if (!AT_END(c, has))
+        return DECLINE;
+    PyObject *q = has_q ? PyFloat_FromDouble(qv) : Py_NewRef(Py_None);
+    PyObject *v[6] = {str_of(c, rid), int_of(c, prio), int_of(c, blocks), int_of(c, remaining), q, AT_VALUE(has, at)};
     return MAKE(&classes[SCHEDULED], v);
 }
 
 static PyObject *summary(Cur *c) {
     Span rid, prompt, generated, t[3];
     double div[3];
+    long long at = 0;
+    int has = 0;
     static const char *labels[3] = {", ttft=", ", itl=", ", total_latency="};
-    if (!LIT(c, "Request ") || !id_(c, &rid) || !LIT(c, ": prompt_tokens=") || !digits(c, &prompt, 0) ||
-        !LIT(c, ", generated_tokens=") || !digits(c, &generated, 0))
+    if (!LIT(c, "Request ") || !exact_time(c, &at, &has) || !id_(c, &rid) || !LIT(c, ": prompt_tokens=") ||
+        !digits(c, &prompt, 0) || !LIT(c, ", generated_tokens=") || !digits(c, &generated, 0))
         return DECLINE;
     for (int k = 0; k < 3; k++) {
         if (!lit(c, labels[k], (Py_ssize_t)strlen(labels[k])) || !number(c, &t[k]))
             return DECLINE;
         div[k] = duration_unit(c);
     }
+    if (!AT_END(c, has))
+        return DECLINE;
     double secs[3];
     for (int k = 0; k < 3; k++) {
         int ok = 1;
@@ -404,17 +465,19 @@ static PyObject *summary(Cur *c) {
         if (!ok)
             return DECLINE;
     }
-    PyObject *v[6] = {str_of(c, rid), int_of(c, prompt), int_of(c, generated), PyFloat_FromDouble(secs[0]),
-                      PyFloat_FromDouble(secs[1]), PyFloat_FromDouble(secs[2])};
+    PyObject *v[7] = {str_of(c, rid), int_of(c, prompt), int_of(c, generated), PyFloat_FromDouble(secs[0]),
+                      PyFloat_FromDouble(secs[1]), PyFloat_FromDouble(secs[2]), AT_VALUE(has, at)};
     return MAKE(&classes[SUMMARY], v);
 }
 
 static PyObject *preempting(Cur *c) {
     Span rid, reason, blocks;
-    if (!LIT(c, "Preempting request ") || !id_(c, &rid) || !LIT(c, ": reason=") || !reason_(c, &reason) ||
-        !LIT(c, ", preempted_blocks=") || !digits(c, &blocks, 0))
+    long long at = 0;
+    int has = 0;
+    if (!LIT(c, "Preempting request ") || !exact_time(c, &at, &has) || !id_(c, &rid) || !LIT(c, ": reason=") ||
+        !reason_(c, &reason) || !LIT(c, ", preempted_blocks=") || !digits(c, &blocks, 0) || !AT_END(c, has))
         return DECLINE;
-    PyObject *v[3] = {str_of(c, rid), str_of(c, reason), int_of(c, blocks)};
+    PyObject *v[4] = {str_of(c, rid), str_of(c, reason), int_of(c, blocks), AT_VALUE(has, at)};
     return MAKE(&classes[PREEMPTED], v);
 }
 

@@ -3,6 +3,10 @@
 One frozen, slotted dataclass per kind of line. Events carry only what the line says; when and
 where the line was written travels beside them in the decode stage's `Record`.
 Sizes are in bytes and durations in seconds, whatever unit the line used.
+
+`at_ns`: the event's own time when the line states it (the vLLM plugin's `, t=<unix s>.<µs>`,
+taken where vLLM records the event): the assemble stage prefers it to the record's stamp,
+which is a one-second header or the time a runtime read the line.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ class RequestSummary:
     ttft_s: float
     itl_s: float
     e2e_s: float
+    at_ns: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +36,7 @@ class Scheduled:
     # Time in the engine's own queue, when the line reports it (the vLLM plugin's `, queued=…`):
     # what vLLM's native tracing calls gen_ai.latency.time_in_queue.
     queued_s: float | None = None
+    at_ns: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +44,7 @@ class Preempted:
     request_id: str
     reason: str
     blocks: int
+    at_ns: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +60,7 @@ class BlockAllocated:
     block: str
     request_id: str
     size_bytes: int
+    at_ns: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +72,7 @@ class BlockFreed:
     request_id: str
     reason: str
     count: int = 1
+    at_ns: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from bridge.decode.clock import MAX_NS
 from bridge.parse.events import (
     AllocationFailed,
     BlockAllocated,
@@ -67,24 +68,39 @@ def duration_s(number: str, unit: str) -> float:
 
 _DUR = _NUM + r"\s*(ns|us|µs|ms|min|s|m)?"
 _SIZE = _NUM + r"\s*([KMGT]i?B|B)?"
+# The vLLM plugin's exact time of the event, after a line's last field: `, t=<unix seconds>.<µs>`.
+_AT = r"(?:, t=(\d{1,12})(?:\.(\d{1,9}))?)?"
+
+
+def _at_ns(seconds: str | None, fraction: str | None) -> int | None:
+    """`1733090885`, `123456` → 1733090885123456000: exact, no float in between."""
+    if seconds is None:
+        return None
+    ns = int(seconds) * 1_000_000_000 + (int(fraction.ljust(9, "0")) if fraction else 0)
+    if ns > MAX_NS:  # a time OTLP cannot carry: the line is malformed (numbers.py's rule)
+        raise ValueError(f"t={seconds}: beyond what a span can carry")
+    return ns
+
 
 _SUMMARY = re.compile(
     r"Request " + _ID + r": prompt_tokens=(\d+), generated_tokens=(\d+), "
-    r"ttft=" + _DUR + r", itl=" + _DUR + r", total_latency=" + _DUR
+    r"ttft=" + _DUR + r", itl=" + _DUR + r", total_latency=" + _DUR + _AT
 )
 _TIMED_OUT = re.compile(r"Request " + _ID + r" timed out(?: after " + _DUR + r")?")
 _TIMEOUT_API = re.compile(r"Request timeout: " + _ID)
 _SCHEDULING = re.compile(
     r"Scheduling request " + _ID + r": priority=(-?\d+), num_scheduled_blocks=(\d+), remaining_blocks=(\d+)"
-    r"(?:, queued=" + _DUR + r")?"
+    r"(?:, queued=" + _DUR + r")?" + _AT
 )
-_PREEMPTING = re.compile(r"Preempting request " + _ID + r": reason=([^,\s]+), preempted_blocks=(\d+)")
+_PREEMPTING = re.compile(r"Preempting request " + _ID + r": reason=([^,\s]+), preempted_blocks=(\d+)" + _AT)
 _QUEUE = re.compile(
     r"Running queue: (\d+) requests?, waiting queue: (\d+) requests?, free blocks: (\d+)/(\d+)"
 )
-_ALLOCATED = re.compile(r"Allocated block " + _ID + r" for request " + _ID + r", size=" + _SIZE)
-_FREED = re.compile(r"Freed block " + _ID + r" for request " + _ID + r"(?:, reason=(\S+))?")
-_FREED_MANY = re.compile(r"Freed (\d+) blocks for request " + _ID + r"(?:, reason=(\S+))?")
+_ALLOCATED = re.compile(r"Allocated block " + _ID + r" for request " + _ID + r", size=" + _SIZE + _AT)
+# The reason runs to the next space, as it always did, unless the plugin's `, t=` ends it.
+_REASON = r"(?:, reason=(\S+?)(?=, t=\d|\s|$))?"
+_FREED = re.compile(r"Freed block " + _ID + r" for request " + _ID + _REASON + _AT)
+_FREED_MANY = re.compile(r"Freed (\d+) blocks for request " + _ID + _REASON + _AT)
 _GPU = re.compile(
     r"GPU memory usage: " + _SIZE + r"\s*/\s*" + _SIZE + r" \((\d+(?:\.\d+)?)%\), "
     r"cache usage: " + _SIZE + r", kv_cache blocks: (\d+)/(\d+)"
@@ -97,10 +113,11 @@ _HINT = re.compile(r"Possible causes: (.*)")
 
 
 def _summary(m: re.Match[str], msg: str) -> Event:
-    rid, prompt, generated, ttft, ttft_unit, itl, itl_unit, e2e, e2e_unit = m.groups()
+    rid, prompt, generated, ttft, ttft_unit, itl, itl_unit, e2e, e2e_unit, at_s, at_f = m.groups()
     return RequestSummary(
         rid, count(prompt), count(generated),
         duration_s(ttft, ttft_unit or "s"), duration_s(itl, itl_unit or "s"), duration_s(e2e, e2e_unit or "s"),
+        _at_ns(at_s, at_f),
     )
 
 
@@ -123,14 +140,14 @@ def _scheduling(msg: str) -> Event | None:
     m = _SCHEDULING.match(msg)
     if m is None:
         return None
-    rid, priority, blocks, remaining, queued, unit = m.groups()
+    rid, priority, blocks, remaining, queued, unit, at_s, at_f = m.groups()
     return Scheduled(rid, count(priority), count(blocks), count(remaining),
-                     duration_s(queued, unit or "s") if queued is not None else None)
+                     duration_s(queued, unit or "s") if queued is not None else None, _at_ns(at_s, at_f))
 
 
 def _preempting(msg: str) -> Event | None:
     m = _PREEMPTING.match(msg)
-    return Preempted(m[1], m[2], count(m[3])) if m else None
+    return Preempted(m[1], m[2], count(m[3]), _at_ns(m[4], m[5])) if m else None
 
 
 def _queue(msg: str) -> Event | None:
@@ -142,8 +159,8 @@ def _allocated(msg: str) -> Event | None:
     m = _ALLOCATED.match(msg)
     if m is None:
         return None
-    block, rid, number, unit = m.groups()
-    return BlockAllocated(block, rid, _size(number, unit))
+    block, rid, number, unit, at_s, at_f = m.groups()
+    return BlockAllocated(block, rid, _size(number, unit), _at_ns(at_s, at_f))
 
 
 def _freed(msg: str) -> Event | None:
@@ -152,10 +169,10 @@ def _freed(msg: str) -> Event | None:
         m = _FREED_MANY.match(msg)
         if m is None:
             return None
-        n, rid, reason = m.groups()
-        return BlockFreed("", rid, reason or "", count(n))
-    block, rid, reason = m.groups()
-    return BlockFreed(block, rid, reason or "")
+        n, rid, reason, at_s, at_f = m.groups()
+        return BlockFreed("", rid, reason or "", count(n), _at_ns(at_s, at_f))
+    block, rid, reason, at_s, at_f = m.groups()
+    return BlockFreed(block, rid, reason or "", 1, _at_ns(at_s, at_f))
 
 
 def _gpu(msg: str) -> Event | None:

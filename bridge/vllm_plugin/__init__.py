@@ -5,13 +5,18 @@ Loaded by vLLM through the `vllm.general_plugins` entry point (`pip install
 the engine core) and of its output processor (in the API server), and writes, through vLLM's
 own logger, the lines the bridge already reads:
 
-    Scheduling request <id>: priority=<p>, num_scheduled_blocks=<n>, remaining_blocks=<n>, queued=<x>ms
-    Preempting request <id>: reason=<r>, preempted_blocks=<n>
-    Request <id>: prompt_tokens=<n>, generated_tokens=<n>, ttft=<x>ms, itl=<x>ms, total_latency=<x>s
+    Scheduling request <id>: priority=<p>, num_scheduled_blocks=<n>, remaining_blocks=<n>, queued=<x>ms, t=<T>
+    Preempting request <id>: reason=<r>, preempted_blocks=<n>, t=<T>
+    Request <id>: prompt_tokens=<n>, generated_tokens=<n>, ttft=<x>ms, itl=<x>ms, total_latency=<x>s, t=<T>
     Running queue: <n> requests, waiting queue: <n> requests, free blocks: <f>/<t>
-    Freed <n> blocks for request <id>, reason=<r>         (one per finished request)
-    Allocated block <b> for request <id>, size=<n>B        (only with ..._BLOCKS=1)
-    Freed block <b> for request <id>, reason=<r>           (only with ..._BLOCKS=1, instead)
+    Freed <n> blocks for request <id>, reason=<r>, t=<T>        (one per finished request)
+    Allocated block <b> for request <id>, size=<n>B, t=<T>       (only with ..._BLOCKS=1)
+    Freed block <b> for request <id>, reason=<r>, t=<T>          (only with ..._BLOCKS=1, instead)
+
+`t=<T>` is the event's own time, unix seconds with six decimals, taken where vLLM records it
+(its request events' monotonic stamps, turned into wall-clock time with one offset per
+process; the API server's own wall-clock stamps for the summary): a log header has one-second
+resolution, and a runtime stamp says when the line was read, not when the event happened.
 
 The summary is written by the API server from vLLM's own request stats, so its time to first
 token and end-to-end are the ones vLLM's metrics and `llm_request` spans report.
@@ -32,8 +37,10 @@ from __future__ import annotations
 
 import os
 
-#: vLLM releases (major, minor) whose scheduler this plugin was written and tested against.
-SUPPORTED_VERSIONS = ((0, 32),)
+#: vLLM releases (major, minor) the plugin was tested against. Not a gate: on any other
+#: version it installs when every hook point it needs is there (`hooks.HOOK_POINTS`, checked
+#: by name and signature), and otherwise says which one is missing and leaves vLLM untouched.
+TESTED_VERSIONS = ((0, 32), (0, 33))
 
 PLUGIN_NAME = "vllm_trace_bridge"
 _LOGGER_NAME = "vllm.trace_bridge"
@@ -43,14 +50,14 @@ def enabled(environ=os.environ) -> bool:
     return environ.get("VLLM_TRACE_BRIDGE_PLUGIN", "1").strip().lower() not in ("0", "false", "no", "off", "")
 
 
-def version_supported(version: str) -> bool:
-    """`0.32.0`, `0.32.1+cpu`, `0.32.0rc1` → supported; anything else → not."""
+def version_tested(version: str) -> bool:
+    """`0.32.0`, `0.32.1+cpu`, `0.33.0rc1` → tested; anything else → not (which may still work)."""
     parts = version.split("+", 1)[0].split(".")
     try:
         major, minor = int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()) or "x")
     except (ValueError, IndexError):
         return False
-    return (major, minor) in SUPPORTED_VERSIONS
+    return (major, minor) in TESTED_VERSIONS
 
 
 def register() -> None:

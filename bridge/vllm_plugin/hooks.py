@@ -18,6 +18,13 @@ its `OutputProcessor` (the API server):
   writes the summary from the engine's clock instead, after vLLM's free (so, as from the API
   server, the release lines come before the end's line).
 
+Every line ends in `t=<unix seconds>.<µs>`, the event's own time: vLLM's QUEUED / SCHEDULED /
+PREEMPTED request events where it records them (monotonic, turned into wall-clock time with an
+offset taken once per scheduler), the API server's wall-clock iteration stamp for the summary.
+
+Which vLLM: any whose classes have the hook points in `HOOK_POINTS`, by name and by the
+parameters the wrappers rely on (checked before anything is wrapped); tested on 0.32 and 0.33.
+
 Each wrapper calls vLLM's method first (or, where the plugin must look before vLLM changes
 state, reads and then calls it) and never lets its own error reach vLLM: the first error is
 logged once with its traceback and that object's tracer switches off.
@@ -30,11 +37,97 @@ import os
 import re
 import time
 
-from bridge.vllm_plugin import SUPPORTED_VERSIONS, _LOGGER_NAME, version_supported
+from bridge.vllm_plugin import _LOGGER_NAME, TESTED_VERSIONS, version_tested
 
-HOOKED = ("add_request", "schedule", "update_from_output", "_preempt_request", "_free_request",
-          "_free_request_blocks")
-FRONTEND_HOOKED = ("_update_stats_from_finished",)
+_SCHEDULER_PY = "vllm/v1/core/sched/scheduler.py"
+_OUTPUT_PY = "vllm/v1/engine/output_processor.py"
+#: (module file, class, method, the leading parameters after `self` the wrapper relies on).
+HOOK_POINTS = (
+    (_SCHEDULER_PY, "Scheduler", "add_request", ("request",)),
+    (_SCHEDULER_PY, "Scheduler", "schedule", ()),
+    (_SCHEDULER_PY, "Scheduler", "update_from_output", ()),
+    (_SCHEDULER_PY, "Scheduler", "_preempt_request", ("request", "timestamp")),
+    (_SCHEDULER_PY, "Scheduler", "_free_request", ("request",)),
+    (_SCHEDULER_PY, "Scheduler", "_free_request_blocks", ("request",)),
+    (_OUTPUT_PY, "OutputProcessor", "_update_stats_from_finished", ("req_state", "finish_reason", "iteration_stats")),
+)
+HOOKED = tuple(m for _f, c, m, _p in HOOK_POINTS if c == "Scheduler")
+FRONTEND_HOOKED = tuple(m for _f, c, m, _p in HOOK_POINTS if c == "OutputProcessor")
+#: What the hooks read at run time (a miss there switches the plugin off, vLLM runs on): the
+#: names that must appear in vLLM's source, for the check against a release's wheel.
+READ_AT_RUN_TIME = (
+    ("vllm/v1/core/sched/output.py", ("scheduled_new_reqs", "scheduled_cached_reqs", "resumed_req_ids",
+                                      "new_block_ids", "req_id", "block_ids")),
+    ("vllm/v1/request.py", ("events", "num_output_tokens", "num_prompt_tokens", "arrival_time", "priority")),
+    ("vllm/v1/engine/__init__.py", ("QUEUED", "SCHEDULED", "PREEMPTED")),
+    ("vllm/v1/metrics/stats.py", ("iteration_timestamp", "first_token_latency", "num_generation_tokens",
+                                  "first_token_ts", "last_token_ts")),
+    (_SCHEDULER_PY, ("kv_cache_manager", "requests", "running", "waiting", "log_stats")),
+    ("vllm/v1/core/block_pool.py", ("get_num_free_blocks", "num_gpu_blocks")),
+)
+
+
+def _signature_gap(fn, params: tuple[str, ...]) -> str | None:
+    """None when `fn(self, *params)` is how it takes its leading arguments; else what differs."""
+    import inspect
+
+    try:
+        names = [p.name for p in inspect.signature(fn).parameters.values()
+                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)][1:]
+    except (TypeError, ValueError):
+        return None  # no signature to read (a C method): trust the name
+    if tuple(names[:len(params)]) != params:
+        return f"({', '.join(params)}), it takes ({', '.join(names)})"
+    return None
+
+
+def missing_hook_points(classes: dict[str, type]) -> list[str]:
+    """`Class.method` (and why) for each hook point the given classes lack: [] means install."""
+    out = []
+    for _file, cls_name, name, params in HOOK_POINTS:
+        fn = getattr(classes[cls_name], name, None)
+        if not callable(fn):
+            out.append(f"{cls_name}.{name}")
+            continue
+        fn = getattr(fn, "__wrapped__", fn) if getattr(fn, _WRAPPED, False) else fn
+        gap = _signature_gap(fn, params)
+        if gap is not None:
+            out.append(f"{cls_name}.{name}{gap}")
+    return out
+
+
+def missing_in_source(read) -> list[str]:
+    """The same check on a vLLM release's source, without importing it (nor torch): `read(path)`
+    gives a file of the release (`vllm/...py`) or None. Also the names read at run time."""
+    import ast
+    import re as _re
+
+    out = []
+    trees: dict[str, object] = {}
+    for path, cls_name, name, params in HOOK_POINTS:
+        if path not in trees:
+            text = read(path)
+            trees[path] = ast.parse(text) if text is not None else None
+        tree = trees[path]
+        if tree is None:
+            out.append(f"{path} (no such file)")
+            continue
+        cls = next((n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls_name), None)
+        fn = None if cls is None else next(
+            (n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name), None)
+        if fn is None:
+            out.append(f"{cls_name}.{name}")
+            continue
+        names = [a.arg for a in fn.args.posonlyargs + fn.args.args][1:]
+        if tuple(names[:len(params)]) != params:
+            out.append(f"{cls_name}.{name}({', '.join(params)}), it takes ({', '.join(names)})")
+    for path, words in READ_AT_RUN_TIME:
+        text = read(path)
+        if text is None:
+            out.append(f"{path} (no such file)")
+            continue
+        out += [f"{path}: {w}" for w in words if not _re.search(r"\b" + w + r"\b", text)]
+    return out
 _ATTR = "_vllm_trace_bridge_tracer"
 _WRAPPED = "__vllm_trace_bridge_wrapped__"
 _SUFFIX = re.compile(r"-[0-9a-f]{8}$")
@@ -46,7 +139,8 @@ _installed: dict[type, bool] = {}
 #: the bridge call them finished.
 _COMPLETED = frozenset({"FINISHED_STOPPED", "FINISHED_LENGTH_CAPPED", "FINISHED_REPETITION"})
 _COMPLETED_REASONS = frozenset({"STOP", "LENGTH", "REPETITION"})  # the API server's FinishReason
-_SUMMARY = "Request %s: prompt_tokens=%d, generated_tokens=%d, ttft=%.3fms, itl=%.3fms, total_latency=%.6fs"
+_SUMMARY = ("Request %s: prompt_tokens=%d, generated_tokens=%d, ttft=%.3fms, itl=%.3fms, total_latency=%.6fs, "
+            "t=%.6f")
 
 
 def _flag(environ, name: str, default: str) -> str:
@@ -80,6 +174,8 @@ class Tracer(_Hooks):
         super().__init__(logger, environ)
         self.summary = summary  # False: the API server writes it (vLLM keeps stats there)
         self.clock = clock
+        # vLLM's request events carry time.monotonic(): one offset turns them into wall time.
+        self.wall = time.time() - time.monotonic()
         self.blocks = _flag(environ, "VLLM_TRACE_BRIDGE_PLUGIN_BLOCKS", "0") in ("1", "true", "yes", "on")
         try:
             self.interval = float(environ.get("VLLM_TRACE_BRIDGE_PLUGIN_QUEUE_INTERVAL_S", "1"))
@@ -115,13 +211,18 @@ class Tracer(_Hooks):
             ids = new.block_ids[0] if new.block_ids else ()
             rid = self.rid(engine_id)
             queued = self.queued_at.pop(engine_id, None)
-            if queued is not None:  # `started`: when schedule() began, as vLLM's SCHEDULED event
+            q_ts, s_ts = _event_times(req)  # vLLM's own QUEUED / SCHEDULED stamps (with log_stats)
+            if s_ts is None:
+                s_ts = started  # when schedule() began, as vLLM's SCHEDULED event
+            if q_ts is None:
+                q_ts = queued
+            if q_ts is not None:
                 info("Scheduling request %s: priority=%d, num_scheduled_blocks=%d, remaining_blocks=%d, "
-                     "queued=%.3fms", rid, getattr(req, "priority", 0) or 0, len(ids), free,
-                     max(0.0, started - queued) * 1e3)
+                     "queued=%.3fms, t=%.6f", rid, getattr(req, "priority", 0) or 0, len(ids), free,
+                     max(0.0, s_ts - q_ts) * 1e3, s_ts + self.wall)
             else:
-                info("Scheduling request %s: priority=%d, num_scheduled_blocks=%d, remaining_blocks=%d",
-                     rid, getattr(req, "priority", 0) or 0, len(ids), free)
+                info("Scheduling request %s: priority=%d, num_scheduled_blocks=%d, remaining_blocks=%d, t=%.6f",
+                     rid, getattr(req, "priority", 0) or 0, len(ids), free, s_ts + self.wall)
             if self.summary and req is not None and engine_id not in self.first_token \
                     and not req.num_output_tokens:
                 self.pending_first[engine_id] = req
@@ -134,8 +235,10 @@ class Tracer(_Hooks):
                 ids = new_ids[0] if new_ids else ()
                 if engine_id in resumed:
                     req = requests.get(engine_id)
-                    info("Scheduling request %s: priority=%d, num_scheduled_blocks=%d, remaining_blocks=%d",
-                         self.rid(engine_id), getattr(req, "priority", 0) or 0, len(ids), free)
+                    s_ts = _event_times(req)[1]
+                    info("Scheduling request %s: priority=%d, num_scheduled_blocks=%d, remaining_blocks=%d, t=%.6f",
+                         self.rid(engine_id), getattr(req, "priority", 0) or 0, len(ids), free,
+                         (s_ts if s_ts is not None else started) + self.wall)
                 if self.blocks and ids:
                     self._allocated(sched, self.rid(engine_id), ids)
         now = time.monotonic()
@@ -153,8 +256,9 @@ class Tracer(_Hooks):
         if size is None:
             size = self.block_bytes = _block_bytes(sched)
         info = self.log.info
+        now = time.time()
         for b in ids:
-            info("Allocated block %d for request %s, size=%dB", b, rid, size)
+            info("Allocated block %d for request %s, size=%dB, t=%.6f", b, rid, size, now)
 
     def after_update(self) -> None:
         pending = self.pending_first
@@ -171,9 +275,11 @@ class Tracer(_Hooks):
         held = sched.kv_cache_manager.get_block_ids(request.request_id)
         return self.rid(request.request_id), len(held[0]) if held else 0
 
-    def preempted(self, rid: str, blocks: int, forced: bool) -> None:
-        self.log.info("Preempting request %s: reason=%s, preempted_blocks=%d",
-                      rid, "forced" if forced else "kv_cache_full", blocks)
+    def preempted(self, rid: str, blocks: int, forced: bool, timestamp=None) -> None:
+        """`timestamp`: vLLM's own (monotonic) time of the preemption, its PREEMPTED event's."""
+        at = timestamp + self.wall if isinstance(timestamp, (int, float)) and timestamp > 0 else time.time()
+        self.log.info("Preempting request %s: reason=%s, preempted_blocks=%d, t=%.6f",
+                      rid, "forced" if forced else "kv_cache_full", blocks, at)
 
     def freeing(self, request) -> tuple | None:
         """A request is over: the arguments of its summary if it completed and the API server
@@ -195,7 +301,7 @@ class Tracer(_Hooks):
             e2e = max(0.0, now - request.arrival_time)
             ttft = max(0.0, first - request.arrival_time) if first is not None else e2e
             itl = (now - first) / (generated - 1) if first is not None and generated > 1 else 0.0
-            return rid, request.num_prompt_tokens, generated, ttft * 1e3, itl * 1e3, e2e
+            return rid, request.num_prompt_tokens, generated, ttft * 1e3, itl * 1e3, e2e, now
         return None
 
     def freed(self, engine_id: str, summary: tuple | None) -> None:
@@ -216,11 +322,12 @@ class Tracer(_Hooks):
         reason = ("aborted" if status == "FINISHED_ABORTED" else "completed") if finished else "preempted"
         rid = self.rid(request.request_id)
         info = self.log.info
+        now = time.time()
         if not self.blocks:
-            info("Freed %d blocks for request %s, reason=%s", len(held[0]), rid, reason)
+            info("Freed %d blocks for request %s, reason=%s, t=%.6f", len(held[0]), rid, reason, now)
             return
         for b in held[0]:
-            info("Freed block %d for request %s, reason=%s", b, rid, reason)
+            info("Freed block %d for request %s, reason=%s, t=%.6f", b, rid, reason, now)
 
 
 class Frontend(_Hooks):
@@ -235,10 +342,25 @@ class Frontend(_Hooks):
             return
         rid = self.api_id(req_state.request_id)  # the id the engine core's lines carry
         generated = stats.num_generation_tokens
-        e2e = max(0.0, iteration_stats.iteration_timestamp - stats.arrival_time)
+        end = iteration_stats.iteration_timestamp  # wall clock: e2e's end, as vLLM's own span
+        e2e = max(0.0, end - stats.arrival_time)
         ttft = stats.first_token_latency if generated else e2e
         itl = (stats.last_token_ts - stats.first_token_ts) / (generated - 1) if generated > 1 else 0.0
-        self.log.info(_SUMMARY, rid, req_state.prompt_len or 0, generated, ttft * 1e3, max(0.0, itl) * 1e3, e2e)
+        self.log.info(_SUMMARY, rid, req_state.prompt_len or 0, generated, ttft * 1e3, max(0.0, itl) * 1e3, e2e,
+                      end)
+
+
+def _event_times(req) -> tuple[float | None, float | None]:
+    """(QUEUED, last SCHEDULED) monotonic stamps among the request's pending vLLM events: what
+    vLLM's own time_in_queue is made of. Both None when vLLM keeps no stats (no events)."""
+    queued = scheduled = None
+    for ev in getattr(req, "events", None) or ():
+        kind = getattr(ev.type, "name", None)
+        if kind == "SCHEDULED":
+            scheduled = ev.timestamp
+        elif kind == "QUEUED":
+            queued = ev.timestamp
+    return queued, scheduled
 
 
 def _block_bytes(sched) -> int:
@@ -316,7 +438,7 @@ def _wrap(cls, logger) -> None:
             t = _tracer(self, logger)
             if t.on:
                 forced = bool(kwargs.get("drop_stale_output", args[1] if len(args) > 1 else False))
-                t.preempted(*t.preempting(self, request), forced)
+                t.preempted(*t.preempting(self, request), forced, kwargs.get("timestamp", args[0] if args else None))
         except Exception:  # noqa: BLE001
             _off(self, logger, "_preempt_request")
         return orig_preempt(self, request, *args, **kwargs)
@@ -386,31 +508,27 @@ def _off(obj, logger, where: str, state=_tracer) -> None:
 
 def install(scheduler_cls=None, version: str | None = None, logger=None, output_cls=None) -> bool:
     """Wrap the scheduler's and the output processor's methods once per class. False (after one
-    warning) when this vLLM is not a supported version or a hook point is missing: then vLLM
-    runs untouched."""
+    warning naming what is missing) when a hook point is not there or takes other arguments:
+    then vLLM runs untouched. The version decides nothing; an untested one is said once."""
     if logger is None:
         from vllm.logger import init_logger
 
         logger = init_logger(_LOGGER_NAME)
     if version is None:
         from vllm.version import __version__ as version
-    if not version_supported(version):
-        logger.warning("vllm-trace-bridge plugin does nothing: vLLM %s is not a supported version (%s)",
-                       version, ", ".join(f"{a}.{b}.x" for a, b in SUPPORTED_VERSIONS))
-        return False
     if scheduler_cls is None:
         from vllm.v1.core.sched.scheduler import Scheduler as scheduler_cls
     if output_cls is None:
         from vllm.v1.engine.output_processor import OutputProcessor as output_cls
     if _installed.get(scheduler_cls) and _installed.get(output_cls):
         return True
-    missing = [f"{scheduler_cls.__name__}.{name}" for name in HOOKED
-               if not callable(getattr(scheduler_cls, name, None))]
-    missing += [f"{output_cls.__name__}.{name}" for name in FRONTEND_HOOKED
-                if not callable(getattr(output_cls, name, None))]
+    missing = missing_hook_points({"Scheduler": scheduler_cls, "OutputProcessor": output_cls})
     if missing:
         logger.warning("vllm-trace-bridge plugin does nothing: vLLM %s has no %s", version, ", ".join(missing))
         return False
+    if not version_tested(version):
+        logger.info("vllm-trace-bridge plugin: vLLM %s is not a version it was tested on (%s); every hook "
+                    "point it needs is there, so it runs", version, ", ".join(f"{a}.{b}" for a, b in TESTED_VERSIONS))
     if not any(getattr(getattr(scheduler_cls, name), _WRAPPED, False) for name in HOOKED):
         _wrap(scheduler_cls, logger)
     if not any(getattr(getattr(output_cls, name), _WRAPPED, False) for name in FRONTEND_HOOKED):

@@ -3,7 +3,9 @@
 One vLLM run with the plugin and vLLM's own native tracing both on, under a load that forces
 preemption (a 12-block KV cache, 30 concurrent long requests). Ground truth is vLLM itself:
 its `llm_request` spans (per request: queue time, TTFT, e2e) and its /metrics (preemptions,
-successes). The bridge replays the captured log into a second receiver.
+successes). The server log is kept as a plain file (one-second headers, no runtime stamp): the
+plugin's own `t=` times are all the bridge has to be exact with. The bridge replays it into a
+second receiver.
 
 Skipped, saying why, when the vLLM venv from tests/vllm_env/install.sh is absent.
 """
@@ -52,6 +54,7 @@ def native_truth(receiver) -> dict[str, dict]:
     for _res, span in receiver.spans():
         if span.name == "llm_request":
             a = attrs(span.attributes)
+            a["llm_request.start_ns"] = span.start_time_unix_nano  # vLLM's arrival_time
             out[a["gen_ai.request.id"]] = a
     return out
 
@@ -60,7 +63,9 @@ def native_truth(receiver) -> dict[str, dict]:
 def preempting_run(tmp_path_factory):
     log = tmp_path_factory.mktemp("plugin") / "vllm.log"
     with GrpcReceiver() as native:
-        with Vllm(log, plugin=True, gpu_blocks=12, otlp_endpoint=native.endpoint) as v:  # default settings
+        # 8 running at most: the other 22 wait in the engine queue (queue pressure) while the
+        # 12-block cache forces preemptions among the running
+        with Vllm(log, plugin=True, gpu_blocks=12, otlp_endpoint=native.endpoint, plain=True, max_num_seqs=8) as v:
             ids = v.load(N_REQUESTS, max_tokens=300, prompt_words=100)
             metrics = v.metrics()
         truth = native_truth(native)
@@ -83,7 +88,7 @@ def test_every_request_has_the_full_lifecycle(preempting_run):
     assert metrics["vllm:num_preemptions_total"] > 0, "the load did not force a preemption"
     assert len(traces) == N_REQUESTS == metrics["vllm:request_success_total"]
     for rid, spans in traces.items():
-        for phase in ("queued", "scheduled", "generating", "freed"):
+        for phase in ("preprocess", "queued", "prefill", "decode", "freed"):
             assert len(spans[phase]) == 1, (rid, phase, sorted(spans))
         root = spans["vllm.request"][0][1]
         assert root["vllm.outcome"] == "finished"
@@ -98,36 +103,78 @@ def test_preempted_spans_match_vllm_metrics(preempting_run):
     assert n == metrics["vllm:num_preemptions_total"]
 
 
+VIEWS = ("span.queued", "span.ttft", "span.e2e", "root.start", "root.time_in_queue", "root.ttft", "root.e2e")
+
+
 def _differences(truth, traces) -> dict[str, list[float]]:
-    """Per request |bridge - vLLM native| for queue time, TTFT and e2e."""
-    diffs: dict[str, list[float]] = {"queue": [], "ttft": [], "e2e": []}
+    """Per request |bridge - vLLM native|, two views. Spans: the `queued` span's length against
+    time_in_queue; first-token boundary (prefill's end) − the root's start against TTFT; decode's
+    end − the root's start against e2e (vLLM counts both from its arrival_time, where its own
+    `llm_request` span and our root and `preprocess` start; `queued` starts later, at the
+    engine's QUEUED). Root: the `gen_ai.latency.*` attributes against vLLM's."""
+    diffs: dict[str, list[float]] = {k: [] for k in VIEWS}
     for truth_id, t in truth.items():
         spans = _match(truth_id, traces)
         assert spans is not None, (truth_id, sorted(traces)[:3])
         root = spans["vllm.request"][0][1]
         q = spans["queued"][0][0]
-        g = spans["generating"][0][0]
-        arrival = q.start_time_unix_nano
-        got = {"queue": root["gen_ai.latency.time_in_queue"],  # the plugin's queued=, the engine's queue
-               "ttft": (g.start_time_unix_nano - arrival) / 1e9,
-               "e2e": (g.end_time_unix_nano - arrival) / 1e9}
-        want = {"queue": t["gen_ai.latency.time_in_queue"], "ttft": t["gen_ai.latency.time_to_first_token"],
-                "e2e": t["gen_ai.latency.e2e"]}
+        p = spans["prefill"][0][0]
+        d = spans["decode"][0][0]
+        start = spans["vllm.request"][0][0].start_time_unix_nano
+        got = {"span.queued": (q.end_time_unix_nano - q.start_time_unix_nano) / 1e9,
+               "span.ttft": (p.end_time_unix_nano - start) / 1e9,
+               "span.e2e": (d.end_time_unix_nano - start) / 1e9,
+               "root.start": start / 1e9,
+               "root.time_in_queue": root["gen_ai.latency.time_in_queue"],
+               "root.ttft": root["gen_ai.latency.time_to_first_token"],
+               "root.e2e": root["gen_ai.latency.e2e"]}
+        want = {"span.queued": t["gen_ai.latency.time_in_queue"], "span.ttft": t["gen_ai.latency.time_to_first_token"],
+                "span.e2e": t["gen_ai.latency.e2e"], "root.start": t["llm_request.start_ns"] / 1e9,
+                "root.time_in_queue": t["gen_ai.latency.time_in_queue"],
+                "root.ttft": t["gen_ai.latency.time_to_first_token"], "root.e2e": t["gen_ai.latency.e2e"]}
         for k in got:
             diffs[k].append(abs(got[k] - want[k]))
-    print("|bridge - vLLM| per request, max / median (ms):",
-          {k: (round(max(v) * 1e3, 2), round(sorted(v)[len(v) // 2] * 1e3, 2)) for k, v in diffs.items()})
     return diffs
 
 
+def _worst_and_p99_ms(values: list[float]) -> tuple[float, float]:
+    ordered = sorted(values)
+    return round(ordered[-1] * 1e3, 3), round(ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] * 1e3, 3)
+
+
 def test_queue_ttft_and_e2e_match_vllm_native_tracing_within_5ms_for_every_request(preempting_run):
-    """The summary is written in the API server from vLLM's own request stats, so TTFT and e2e
-    are vLLM's to the microsecond the line prints; the queue time is the engine's own."""
-    _log, _ids, _metrics, truth, traces = preempting_run
+    """Every boundary comes from vLLM's own stamps through the plugin's `t=`: the engine's
+    QUEUED / SCHEDULED events for `queued`, the API server's iteration stamp and first-token
+    latency for the first token and the end. A plain file gives nothing finer than a second."""
+    log, _ids, _metrics, truth, traces = preempting_run
     assert len(truth) == N_REQUESTS
     diffs = _differences(truth, traces)
-    for k in ("queue", "ttft", "e2e"):
-        assert max(diffs[k]) <= TOLERANCE_S, (k, diffs[k])
+    report = {k: _worst_and_p99_ms(v) for k, v in diffs.items()}
+    print("|bridge - vLLM native| per request, (worst, p99) ms:", report)
+    (log.parent / "differences.json").write_text(__import__("json").dumps(report, indent=1))
+    for k in VIEWS:
+        assert max(diffs[k]) <= TOLERANCE_S, (k, report[k], diffs[k])
+
+
+def test_preempted_spans_have_their_real_length(preempting_run):
+    """Preemption and resumption are stamped by vLLM's own events, not by the second the line
+    was written in: no preempted span is 0 ms, and each lies inside its request's root."""
+    _log, _ids, _metrics, _truth, traces = preempting_run
+    spans = [(s, root) for t in traces.values() for s, _a in t.get("preempted", []) for root, _r in t["vllm.request"]]
+    assert spans, "the load did not force a preemption"
+    for s, root in spans:
+        assert s.end_time_unix_nano > s.start_time_unix_nano, s
+        assert root.start_time_unix_nano <= s.start_time_unix_nano <= s.end_time_unix_nano <= root.end_time_unix_nano
+
+
+def test_preprocess_runs_from_the_api_receipt_to_the_engine_queue(preempting_run):
+    _log, _ids, _metrics, _truth, traces = preempting_run
+    for rid, t in traces.items():
+        (pre, _a), = t["preprocess"]
+        (q, _b), = t["queued"]
+        (root, _c), = t["vllm.request"]
+        assert pre.start_time_unix_nano == root.start_time_unix_nano, rid   # `Received request`
+        assert pre.end_time_unix_nano == q.start_time_unix_nano, rid        # the engine's QUEUED
 
 
 def test_without_the_plugin_the_thin_trace_still_holds(tmp_path):
@@ -146,8 +193,9 @@ def test_without_the_plugin_the_thin_trace_still_holds(tmp_path):
         assert spans["vllm.request"][0][1]["gen_ai.request.max_tokens"] == 50
 
 
-def test_on_an_unsupported_vllm_version_vllm_starts_serves_and_the_plugin_does_nothing(tmp_path):
-    """The installed vLLM made to report another version (a sitecustomize in every vLLM process)."""
+def test_on_an_untested_vllm_version_with_every_hook_point_the_plugin_runs_and_says_so(tmp_path):
+    """The installed vLLM made to report another version (a sitecustomize in every vLLM process):
+    the hook points decide, not the version."""
     stub = tmp_path / "stub"
     stub.mkdir()
     (stub / "sitecustomize.py").write_text("import vllm.version\nvllm.version.__version__ = '0.99.0'\n")
@@ -157,7 +205,7 @@ def test_on_an_unsupported_vllm_version_vllm_starts_serves_and_the_plugin_does_n
         metrics = v.metrics()
     assert metrics["vllm:request_success_total"] == 3
     text = log.read_text()
-    warnings = [x for x in text.splitlines() if "vllm-trace-bridge plugin does nothing: vLLM 0.99.0" in x]
-    # one warning per vLLM process that loads plugins (API server, engine core, worker)
-    assert sum("EngineCore" in x for x in warnings) == 1 and len(warnings) <= 3, warnings
-    assert "Scheduling request" not in text and "switched off" not in text
+    notes = [x for x in text.splitlines() if "vLLM 0.99.0 is not a version it was tested on" in x]
+    # one note per vLLM process that loads plugins (API server, engine core, worker)
+    assert sum("EngineCore" in x for x in notes) == 1 and len(notes) <= 3, notes
+    assert "Scheduling request" in text and "does nothing" not in text and "switched off" not in text

@@ -52,8 +52,9 @@ class Vllm:
 
     def __init__(self, log_path: Path, *, plugin: bool = True, plugin_blocks: bool = False,
                  gpu_blocks: int = 64, otlp_endpoint: str | None = None, extra_env: dict | None = None,
-                 max_num_seqs: int = 32) -> None:
+                 max_num_seqs: int = 32, plain: bool = False) -> None:
         self.log_path = Path(log_path)
+        self.plain = plain  # the log as a plain file: vLLM's lines only, no runtime stamp to help
         self.port = free_port()
         self.model = str(build_model())
         env = dict(os.environ)
@@ -90,7 +91,7 @@ class Vllm:
             for raw in self.proc.stdout:
                 ns = time.time_ns()
                 line = raw.decode("utf-8", "replace").rstrip("\r\n")
-                out.write(f"{_cri_stamp(ns)} stdout F {line}\n")
+                out.write(f"{line}\n" if self.plain else f"{_cri_stamp(ns)} stdout F {line}\n")
                 out.flush()
             out.close()
 
