@@ -6,7 +6,8 @@ while an older request held the checkpoint back are remembered in the checkpoint
 (`Delivered`): on resume their lines are skipped, so each request is exported once, and a
 span re-sent after a crash (acked, not yet checkpointed) carries the same deterministic ids.
 
-One thread reads and assembles; a second sends (export.sender); a third serves telemetry.
+One thread reads and assembles; a second sends (export.sender); a third serves telemetry:
+what the agent shows of itself is `bridge.health`, read from its parts.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from bridge.decode.stream import RecordStream
 from bridge.tail.source import Source
 from bridge.export.otlp import base_resource
 from bridge.export.transport import Destination, make_transport
+from bridge.health import AgentCounters, Health
 from bridge.logs import ExportProgress
 from bridge.parse import Parser
 from bridge.parse.gateway import GatewayParser, gateway_format
@@ -78,17 +80,13 @@ class Agent:
         self._dest = dest
         self._env = env
         self._stop = threading.Event()
-        self._ready = False
         self._parser = Parser(rules=load_rules(cfg.rules) if cfg.rules else None)  # checked by config.load
         self._sources: dict[str, SourceState] = {}
         self._checkpointer = Checkpointer(cfg.state_dir, log)
-        self._skipped = 0
-        self._lines_read = 0
+        self.counters = AgentCounters()
         self._dirty = True
-        self._memory_pauses = 0
         self._memory_paused = False
-        self.line_errors: dict[str, int] = {}  # stage → lines skipped because the stage raised
-        self._line_error = LineErrors(self.line_errors, log)
+        self._line_error = LineErrors(self.counters.line_errors, log)
         self._faults = injected_faults(env)
         self._assemble_cfg = AssembleConfig(thresholds=Thresholds(cfg.slow_ttft_ms / 1000, cfg.slow_itl_ms / 1000,
                                                                   cfg.low_free_blocks_pct / 100,
@@ -129,7 +127,9 @@ class Agent:
 
         self._delivery = Delivery(base_resource(self._env), make_transport(self._dest), cfg, self.log,
                                   self._stop.is_set)
-        telemetry = TelemetryServer(cfg.listen, self.snapshot, self.readiness)
+        self.health = Health(self.counters, self._parser, self._sources, self._follower, self._delivery,
+                             self._checkpointer, self._dest.endpoint, self._join, self._gateway_parser)
+        telemetry = TelemetryServer(cfg.listen, self.health.snapshot, self.health.readiness)
         telemetry.start()
         self.telemetry_port = telemetry.port
         self.log.info("agent_started", include=list(cfg.include), state_dir=cfg.state_dir,
@@ -156,7 +156,7 @@ class Agent:
                 self._report_discovery(first_round)
                 first_round = False
                 next_discovery = now + cfg.poll_interval
-                self._ready = True
+                self.health.ready = True
             got = 0
             self._memory_paused = self._over_memory()
             if not self._memory_paused:
@@ -169,7 +169,7 @@ class Agent:
                     self._state(ck.source_key, None).retired.append(ck)
             if now >= next_tick:
                 self._tick()
-                self._progress(self._progress_counts)
+                self._progress(self.health.progress_counts)
                 next_tick = now + _TICK_S
             self._delivery.send_due(cfg.batch_delay)
             if got or self._follower.just_retired or self._follower.just_truncated:
@@ -211,7 +211,7 @@ class Agent:
         self._drain_acks()
         self._checkpoint()
         self._follower.close()
-        counts = self._progress_counts()
+        counts = self.health.progress_counts()
         extra = {"note": "requests still open are not exported by this run; the checkpoint stays before them, so "
                          "the next start sends them"} if counts["requests_open"] else {}
         self.log.info("agent_stopped", all_sent=drained, spans_sent=self._delivery.stats.spans_sent,
@@ -224,10 +224,10 @@ class Agent:
         except (OSError, ValueError, IndexError):
             return False
         if rss > self.cfg.memory_limit_mb * 1024 * 1024:
-            if self._memory_pauses == 0:
+            if self.counters.memory_pauses == 0:
                 self.log.warning("memory_limit_reached", rss_mb=rss >> 20, limit_mb=self.cfg.memory_limit_mb,
                                  fix="raise memory_limit_mb or lower max_queue_spans / ttl")
-            self._memory_pauses += 1
+            self.counters.memory_pauses += 1
             time.sleep(0.05)
             return True
         return False
@@ -258,7 +258,7 @@ class Agent:
             stream = st.streams[key] = RecordStream(Decoder(tz=self._tz, year=self.cfg.year, mtime=mtime))
             st.files[key] = tf
         st.quiet_since[key] = time.monotonic()
-        self._lines_read += len(lines)
+        self.counters.lines_read += len(lines)
         handle = self._handle
         faults = self._faults
         record = None
@@ -317,13 +317,13 @@ class Agent:
             keep = tuple(i for i in ids_ if not self._delivered(st, i, record.offset))
             if len(keep) == len(ids_):
                 return event
-            self._skipped += 1
+            self.counters.skipped_delivered += 1
             return dataclasses.replace(event, request_ids=keep) if keep else None
         rid = getattr(event, "request_id", None)
         # An engine-wide line is always fed: the requests in flight then carry its event, as
         # they did the first time. Only its own span, if delivered, is not sent again (_emit).
         if rid is not None and self._delivered(st, rid, record.offset):
-            self._skipped += 1
+            self.counters.skipped_delivered += 1
             return None
         return event
 
@@ -338,7 +338,7 @@ class Agent:
     def _emit(self, st: SourceState, t: Timeline) -> None:
         key = f"engine@{t.first_offset}" if isinstance(t, EngineTimeline) else t.request_id
         if isinstance(t, EngineTimeline) and st.skip and st.skip.get(key, -1) >= t.first_offset:
-            self._skipped += 1  # delivered before the restart
+            self.counters.skipped_delivered += 1  # delivered before the restart
             return
         st.seq += 1
         self._dirty = True
@@ -462,73 +462,6 @@ class Agent:
         """Save where each file may resume (`resume.Checkpointer`); False when the save failed."""
         holds = self._join.holds() if self._join is not None else ()
         return self._checkpointer.save(self._follower, self._sources, holds, lambda key: self._state(key, None))
-
-    # -- telemetry -----------------------------------------------------------------------
-
-    def readiness(self) -> bool | str:
-        """/readyz: True, or the trouble. Only export and checkpoint trouble count: a line a
-        stage could not use is counted in /metrics, and the agent stays ready."""
-        if not self._ready:
-            return "starting"
-        trouble = []
-        if self._delivery.failing:
-            trouble.append(f"export failing: {self._dest.endpoint} does not accept spans (retrying)")
-        if self._checkpointer.failing:
-            trouble.append(f"checkpoint not saved: {self._checkpointer.store.path} (retrying each second)")
-        return "; ".join(trouble) or True
-
-    def _progress_counts(self) -> dict[str, int]:
-        s = self._delivery.stats
-        emitted = open_ = 0
-        for st in list(self._sources.values()):
-            if st.assembler is not None:
-                emitted += st.assembler.stats.requests_emitted
-                open_ += st.assembler.open_requests
-        return {"spans_sent": s.spans_sent, "spans_retried": s.spans_retried, "spans_dropped": s.spans_dropped,
-                "queued_spans": s.queued_spans, "requests_finished": emitted, "requests_open": open_,
-                "files_followed": len(self._follower.files)}
-
-    def snapshot(self) -> dict:
-        decode = {"lines": 0, "invalid_utf8": 0, "partials_joined": 0, "framing_errors": 0, "times_out_of_range": 0}
-        assemble = {"requests_emitted": 0, "requests_evicted": 0, "engine_incidents": 0}
-        open_requests = 0
-        for st in list(self._sources.values()):
-            for stream in list(st.streams.values()):
-                for k in decode:
-                    decode[k] += getattr(stream.decoder.stats, k)
-            if st.assembler is not None:
-                open_requests += st.assembler.open_requests
-                for k in assemble:
-                    assemble[k] += getattr(st.assembler.stats, k)
-        p = self._parser.snapshot()
-        f = self._follower.stats
-        s = self._delivery.stats
-        written = self._checkpointer.store.written_at
-        return {
-            "lines_read": self._lines_read,
-            "lines_by_kind": dict(p.by_kind), "lines_unrecognised": p.unrecognised,
-            "lines_malformed": sum(p.malformed.values()), "invalid_utf8": decode["invalid_utf8"],
-            "lines_oversized": f.lines_oversized, "lines_long": f.lines_long, "partials_joined": decode["partials_joined"],
-            "framing_errors": decode["framing_errors"], "times_out_of_range": decode["times_out_of_range"],
-            "bytes_cut": f.bytes_cut,
-            "requests_open": open_requests, **assemble,
-            "spans_sent": s.spans_sent, "spans_retried": s.spans_retried, "spans_dropped": s.spans_dropped,
-            "queued_spans": s.queued_spans, "latencies": list(s.latencies),
-            "skipped_delivered": self._skipped,
-            "behind": self._follower.behind(), "files_watched": len(self._follower.files),
-            "files_skipped": self._follower.skipped_by_kind(),
-            "rotations": dict(f.rotations), "file_errors": dict(f.errors),
-            "checkpoint_age": (time.time() - written) if written else 0.0,
-            "memory_pauses": self._memory_pauses,
-            "line_errors": dict(self.line_errors),
-            "checkpoint_failures": self._checkpointer.failures,
-            "checkpoint_recoveries": dict(self._checkpointer.store.recoveries),
-            "join": None if self._join is None else {
-                "gateway_entries": self._gateway_parser.entries, "gateway_skipped": self._gateway_parser.skipped,
-                "joined": self._join.stats.joined, "expired": self._join.stats.expired,
-                "overflow": self._join.stats.overflow, "contexts_dropped": self._join.stats.contexts_dropped,
-                "waiting": self._join.waiting},
-        }
 
 
 def install_signal_handlers(agent: Agent) -> None:

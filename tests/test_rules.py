@@ -121,7 +121,7 @@ def test_doc_vendor_preemption_example_becomes_a_preempted_phase(tmp_path):
     (r,) = roots(out).values()
     assert r.request_id == "0x7f8c4a001000" and r.outcome == "finished"
     phases = {(p.name, p.index): p for p in r.phases}
-    assert sorted(phases) == [("decode", 0), ("preempted", 0), ("queued", 0), ("prefill", 0)]
+    assert sorted(phases) == [("decode", 0), ("preempted", 0), ("prefill", 0), ("queued", 0)]
     p = phases[("preempted", 0)]
     # evicted at 10:23:01, rescheduled at 10:23:03
     assert (p.start_ns, p.end_ns) == (ns("2025-02-15T10:23:01"), ns("2025-02-15T10:23:03"))
@@ -431,7 +431,8 @@ def test_the_agent_skips_a_stamped_event_of_a_request_delivered_before_a_restart
     from bridge.agent import Agent
 
     agent = Agent.__new__(Agent)
-    agent._skipped = 0
+    from bridge.health import AgentCounters
+    agent.counters = AgentCounters()
     st = SimpleNamespace(skip={"chatcmpl-r1": 500})
     mine = Stamped(1, RuleEvent("chatcmpl-r1", "router.forwarded", ()))
     other = Stamped(1, RuleEvent("chatcmpl-r2", "router.forwarded", ()))
@@ -440,7 +441,7 @@ def test_the_agent_skips_a_stamped_event_of_a_request_delivered_before_a_restart
     assert agent._not_delivered(st, SimpleNamespace(offset=400), other) == other
     aborted = Stamped(1, RequestsAborted(("chatcmpl-r1", "chatcmpl-r2")))
     assert agent._not_delivered(st, SimpleNamespace(offset=400), aborted) == Stamped(1, RequestsAborted(("chatcmpl-r2",)))
-    assert agent._skipped == 2
+    assert agent.counters.skipped_delivered == 2
 
 
 def test_replay_and_the_agent_export_the_same_spans_with_rules(tmp_path):

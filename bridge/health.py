@@ -1,0 +1,108 @@
+"""What the agent shows of itself: the /readyz answer and the /metrics figures.
+
+Its own module so that the Agent supervises files, feeds the pipeline and hands timelines to
+delivery, while everything an operator reads about it is gathered in one place, from the
+agent's parts, read-only. `bridge.telemetry` serves what this returns.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from bridge.assemble.join import ContextJoin
+from bridge.delivery import Delivery
+from bridge.parse import Parser
+from bridge.parse.gateway import GatewayParser
+from bridge.resume import Checkpointer
+from bridge.sources import SourceState
+from bridge.tail.follow import Follower
+
+
+@dataclass(slots=True)
+class AgentCounters:
+    """The agent's own counts, kept by the agent and read here."""
+
+    lines_read: int = 0
+    skipped_delivered: int = 0  # lines of requests delivered before a restart, not fed again
+    memory_pauses: int = 0
+    line_errors: dict[str, int] = field(default_factory=dict)  # stage → lines skipped because it raised
+
+
+class Health:
+    def __init__(self, counters: AgentCounters, parser: Parser, sources: dict[str, SourceState],
+                 follower: Follower, delivery: Delivery, checkpointer: Checkpointer, endpoint: str,
+                 join: ContextJoin | None, gateway_parser: GatewayParser) -> None:
+        self.ready = False  # set by the agent once its first look for files is done
+        self._counters, self._parser, self._sources = counters, parser, sources
+        self._follower, self._delivery, self._checkpointer = follower, delivery, checkpointer
+        self._endpoint, self._join, self._gateway_parser = endpoint, join, gateway_parser
+
+    def readiness(self) -> bool | str:
+        """/readyz: True, or the trouble. Only export and checkpoint trouble count: a line a
+        stage could not use is counted in /metrics, and the agent stays ready."""
+        if not self.ready:
+            return "starting"
+        trouble = []
+        if self._delivery.failing:
+            trouble.append(f"export failing: {self._endpoint} does not accept spans (retrying)")
+        if self._checkpointer.failing:
+            trouble.append(f"checkpoint not saved: {self._checkpointer.store.path} (retrying each second)")
+        return "; ".join(trouble) or True
+
+    def progress_counts(self) -> dict[str, int]:
+        """The few figures of the `export_progress` and `agent_stopped` log lines."""
+        s = self._delivery.stats
+        emitted = open_ = 0
+        for st in list(self._sources.values()):
+            if st.assembler is not None:
+                emitted += st.assembler.stats.requests_emitted
+                open_ += st.assembler.open_requests
+        return {"spans_sent": s.spans_sent, "spans_retried": s.spans_retried, "spans_dropped": s.spans_dropped,
+                "queued_spans": s.queued_spans, "requests_finished": emitted, "requests_open": open_,
+                "files_followed": len(self._follower.files)}
+
+    def snapshot(self) -> dict:
+        """Every /metrics figure (bridge.telemetry names and types them)."""
+        decode = {"lines": 0, "invalid_utf8": 0, "partials_joined": 0, "framing_errors": 0, "times_out_of_range": 0}
+        assemble = {"requests_emitted": 0, "requests_evicted": 0, "engine_incidents": 0}
+        open_requests = 0
+        for st in list(self._sources.values()):
+            for stream in list(st.streams.values()):
+                for k in decode:
+                    decode[k] += getattr(stream.decoder.stats, k)
+            if st.assembler is not None:
+                open_requests += st.assembler.open_requests
+                for k in assemble:
+                    assemble[k] += getattr(st.assembler.stats, k)
+        c = self._counters
+        p = self._parser.snapshot()
+        f = self._follower.stats
+        s = self._delivery.stats
+        written = self._checkpointer.store.written_at
+        join = self._join
+        return {
+            "lines_read": c.lines_read,
+            "lines_by_kind": dict(p.by_kind), "lines_unrecognised": p.unrecognised,
+            "lines_malformed": sum(p.malformed.values()), "invalid_utf8": decode["invalid_utf8"],
+            "lines_oversized": f.lines_oversized, "lines_long": f.lines_long, "partials_joined": decode["partials_joined"],
+            "framing_errors": decode["framing_errors"], "times_out_of_range": decode["times_out_of_range"],
+            "bytes_cut": f.bytes_cut,
+            "requests_open": open_requests, **assemble,
+            "spans_sent": s.spans_sent, "spans_retried": s.spans_retried, "spans_dropped": s.spans_dropped,
+            "queued_spans": s.queued_spans, "latencies": list(s.latencies),
+            "skipped_delivered": c.skipped_delivered,
+            "behind": self._follower.behind(), "files_watched": len(self._follower.files),
+            "files_skipped": self._follower.skipped_by_kind(),
+            "rotations": dict(f.rotations), "file_errors": dict(f.errors),
+            "checkpoint_age": (time.time() - written) if written else 0.0,
+            "memory_pauses": c.memory_pauses,
+            "line_errors": dict(c.line_errors),
+            "checkpoint_failures": self._checkpointer.failures,
+            "checkpoint_recoveries": dict(self._checkpointer.store.recoveries),
+            "join": None if join is None else {
+                "gateway_entries": self._gateway_parser.entries, "gateway_skipped": self._gateway_parser.skipped,
+                "joined": join.stats.joined, "expired": join.stats.expired,
+                "overflow": join.stats.overflow, "contexts_dropped": join.stats.contexts_dropped,
+                "waiting": join.waiting},
+        }
