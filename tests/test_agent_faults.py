@@ -255,8 +255,8 @@ def test_replay_skips_a_line_a_stage_raises_on_and_counts_it(tmp_path, monkeypat
             return super().__call__(raw, offset)
 
     class Parser(pipeline.Parser):
-        def __init__(self):
-            super().__init__()
+        def __init__(self, **kw):
+            super().__init__(**kw)
             inner = self.parse  # the C fast path when built, set per instance
 
             def parse(message, level, origin):
