@@ -84,14 +84,13 @@ class CloudUnwrapper:
         self._stamp = Rfc3339()
 
     def __call__(self, line: str) -> tuple[int, bool, str] | None:
-        try:
-            obj = json.loads(line)
-            text, stamp = obj["textPayload"], obj["timestamp"]
-        except (ValueError, KeyError, TypeError):
+        obj = loads(line)  # bounded: None for what is not JSON, however deep
+        if not isinstance(obj, dict):
             return None
+        text, stamp = obj.get("textPayload"), obj.get("timestamp")
         if not isinstance(text, str) or not isinstance(stamp, str):
             return None
         ts = self._stamp(stamp)
         if ts is None:
             return None
-        return ts, False, text.rstrip("\n")
+        return ts, False, json_text(text, line).rstrip("\n")  # lone surrogates replaced
