@@ -20,17 +20,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bridge.assemble.timeline import RequestTimeline  # noqa: E402
 from bridge.export.batch import OtlpSink  # noqa: E402
-from bridge.export.transport import Transport  # noqa: E402
+from receivers import CapturingTransport  # noqa: E402
 from bridge.pipeline import ReplayConfig, replay  # noqa: E402
-
-
-class Capture(Transport):
-    def __init__(self) -> None:
-        self.payloads: list[bytes] = []
-
-    def send(self, request) -> bool:
-        self.payloads.append(request.payload)
-        return True
 
 
 def _plain(obj):
@@ -42,7 +33,7 @@ def _plain(obj):
 
 
 def run(path: str) -> dict:
-    transport = Capture()
+    transport = CapturingTransport()
     sink = OtlpSink(transport, {"service.name": "vllm"}, max_batch=256)
     timelines: list = []
 

@@ -16,6 +16,20 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
+from bridge.export.transport import Transport
+
+
+class CapturingTransport(Transport):
+    """The bytes an exporter would send, kept in memory: a `bridge.export.transport.Transport`
+    that accepts every request (no server), for tests that compare encodings."""
+
+    def __init__(self) -> None:
+        self.payloads: list[bytes] = []
+
+    def send(self, request) -> bool:
+        self.payloads.append(request.payload)
+        return True
+
 
 class _Store:
     def __init__(self) -> None:

@@ -27,11 +27,11 @@ from bridge.decode import Decoder, source_for
 from bridge.decode import stream as stream_mod
 from bridge.decode.stream import RecordStream
 from bridge.export.batch import OtlpSink
-from bridge.export.transport import Transport
 from bridge.export.wire import FAST_REQUEST, WireEncoder
 from bridge.parse import FAST_PARSE, Parser
 from bridge.tail import read_lines
 from hostile_corpus import GOOD, _frame, _lifecycle, header
+from receivers import CapturingTransport
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NATIVE = stream_mod.FAST is not None and FAST_PARSE is not None and FAST_REQUEST is not None
@@ -138,15 +138,6 @@ def hostile_files(draw):
     return framing, lines
 
 
-class _Capture(Transport):
-    def __init__(self) -> None:
-        self.payloads: list[bytes] = []
-
-    def send(self, request) -> bool:
-        self.payloads.append(request.payload)
-        return True
-
-
 def run(lines: list[bytes], fast: bool) -> dict:
     """Every stage over one file's lines, as the pipeline runs them, with or without the C."""
     pairs, offset = [], 0
@@ -155,7 +146,7 @@ def run(lines: list[bytes], fast: bool) -> dict:
         offset += len(raw)
     stream = RecordStream(Decoder(year=2025, mtime=1.74e9), fast=stream_mod.FAST if fast else None)
     parser = Parser(fast=FAST_PARSE if fast else None)
-    transport = _Capture()
+    transport = CapturingTransport()
     sink = OtlpSink(transport, {"service.name": "vllm"}, max_batch=256,
                     encoder=WireEncoder if fast else partial(WireEncoder, fast=None))
     timelines: list = []

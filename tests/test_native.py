@@ -26,6 +26,7 @@ from functools import partial
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from receivers import CapturingTransport
 
 from bridge.assemble import Assembler, build
 from bridge.assemble.timeline import IncidentEvent, IncidentRef, Phase, RequestTimeline, SpanEvent
@@ -36,7 +37,6 @@ from bridge.decode.joiner import Joiner
 from bridge.decode.record import CLOCK_HEADER, CLOCK_RUNTIME, Record
 from bridge.decode.stream import RecordStream
 from bridge.export.batch import OtlpSink
-from bridge.export.transport import Transport
 from bridge.export.wire import FAST_REQUEST, KeyValues, WireEncoder
 from bridge.parse import FAST_PARSE, Parser
 from bridge.synth import SynthConfig, write_file
@@ -72,15 +72,6 @@ def test_pure_variable_switches_every_stage_to_python():
 # -- the whole pipeline, stage by stage ---------------------------------------------------------
 
 
-class _Capture(Transport):
-    def __init__(self) -> None:
-        self.payloads: list[bytes] = []
-
-    def send(self, request) -> bool:
-        self.payloads.append(request.payload)
-        return True
-
-
 def _run(path: str, fast: bool, lines=None):
     """Every stage's output and counters for one file, with or without the C paths."""
     lines = list(read_lines(path)) if lines is None else lines
@@ -89,7 +80,7 @@ def _run(path: str, fast: bool, lines=None):
     parser = Parser(fast=FAST_PARSE if fast else None)
     pairs = [(r, parser.parse(r.message, r.level, r.origin)) for r in records]  # as the pipeline calls it
     timelines: list = []
-    transport = _Capture()
+    transport = CapturingTransport()
     sink = OtlpSink(transport, {"service.name": "vllm"}, max_batch=256,
                     encoder=WireEncoder if fast else partial(WireEncoder, fast=None))
 
