@@ -125,9 +125,9 @@ def check_roots(truth: dict, roots: list[Root], log_text: str) -> list[str]:
 def effective_expect(r: dict) -> str:
     """What the client's own record says became of a request: the scenario meant it to be in
     flight at the stop or the kill, but a response the client saw end with a finish reason for
-    every choice was served whole (on a loaded machine it may finish just before the signal)."""
+    every choice, none of them `abort` (what the stop ends a stream with), was served whole (on a loaded machine it may finish just before the signal)."""
     if r["expect"] in ("shutdown", "engine_dead") and r["ended"] == "complete" and r["finish_reasons"] \
-            and len(r["finish_reasons"]) >= (r.get("n") or 1):
+            and len(r["finish_reasons"]) >= (r.get("n") or 1) and "abort" not in r["finish_reasons"]:
         return "ok"
     return r["expect"]
 
