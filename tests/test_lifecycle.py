@@ -347,6 +347,25 @@ def test_a_reused_chat_id_after_its_finish(tmp_path):
         ("finished", at("08:00:01"), ["stop"]), ("finished", at("08:00:02"), ["length"])]
 
 
+
+def test_one_id_received_twice_before_either_is_added_is_two_requests(tmp_path):
+    """Two clients send one X-Request-Id at once; vLLM 0.32 logged Received, Received, Added,
+    Added (a live CI run): the engine adds them in arrival order, the bare-id response lines go
+    to the oldest in flight, an engine-id line to the request it was added as."""
+    lines = [received("08:00:00", "chatcmpl-twin"), received("08:00:00", "chatcmpl-twin"),
+             added("08:00:01", "chatcmpl-twin-0000000a"), added("08:00:01", "chatcmpl-twin-0000000b"),
+             api("08:00:02", "async_llm.py:783", "Request chatcmpl-twin-0000000b aborted."),
+             generated("08:00:03", "chatcmpl-twin", "length"),
+             received("08:00:05", "chatcmpl-twin"), added("08:00:05", "chatcmpl-twin-0000000c"),
+             generated("08:00:06", "chatcmpl-twin", "stop")]
+    rs = sorted(roots(both(lines, tmp_path)), key=lambda t: (t.start_ns, t.attrs["vllm.request.internal_id"]))
+    assert [(t.attrs["vllm.request.internal_id"], t.outcome, t.end_ns, t.attrs.get("gen_ai.response.finish_reasons"))
+            for t in rs] == [
+        ("chatcmpl-twin-0000000a", "finished", at("08:00:03"), ["length"]),
+        ("chatcmpl-twin-0000000b", "aborted", at("08:00:02"), None),
+        ("chatcmpl-twin-0000000c", "finished", at("08:00:06"), ["stop"])]
+    assert len({t.occurrence for t in rs}) == 3
+
 # -- 4. orphans get spans ---------------------------------------------------------------------------
 
 def test_requests_whose_start_was_not_seen_get_a_root(tmp_path):

@@ -123,6 +123,7 @@ class AssembleStats:
     orphan_requests: int = 0  # requests whose start was not seen, rebuilt from later lines
     stop_errors: int = 0   # error records during a deliberate stop: part of the stop, no incident
     death_errors: int = 0  # error records after an engine death's incident went out: part of it
+    reused_concurrent: int = 0  # requests received under an id another request held at the time
 
 
 def _exact(record: Record, ev) -> Record:
@@ -216,6 +217,10 @@ class Assembler:
         self._stop_mode = ""              # abort | drain, when vLLM said
         self._held: tuple[int, int] | None = None  # (ts, running + waiting) of the last stats line
         self._gone: dict[str, int] = {}   # upstream request ids emitted → their last line
+        # Requests received under an id while another under it was not yet added (clients that
+        # reuse `X-Request-Id` concurrently): open at once, each under `_twin_key`, besides the
+        # one under the id itself. Bare-id lines go to the oldest in flight, engine ids to theirs.
+        self._twins: dict[str, list[RequestState]] = {}
         self._handlers = {
             Scheduled: self._on_scheduled,
             Preempted: self._on_preempted,
@@ -458,7 +463,7 @@ class Assembler:
     def _terminate(self, r: RequestState, ts: int, outcome: str) -> None:
         r.terminal_ns = ts
         r.outcome = outcome
-        self._in_flight.pop(r.request_id, None)
+        self._in_flight.pop(self._key(r), None)
 
     def _fail(self, r: RequestState, ts: int, outcome: str, error_type: str, exc_type: str, message: str) -> None:
         """`message` is already fit to leave the node (`self._text`, or the bridge's own words)."""
@@ -468,8 +473,11 @@ class Assembler:
         self._terminate(r, ts, outcome)
 
     def _finish(self, r: RequestState) -> None:
-        del self._open[r.request_id]
-        self._in_flight.pop(r.request_id, None)
+        if self._twins and r.request_id in self._twins:
+            self._unlink_twin(r)
+        else:
+            del self._open[r.request_id]
+            self._in_flight.pop(r.request_id, None)
         self.stats.requests_emitted += 1
         if r.extra is not None:  # upstream request: the engine's model and version
             for key, value in self._engine.items():
@@ -498,19 +506,29 @@ class Assembler:
         self._end_startup()
         r = self._start(key, record)
         if r.extra is None:
-            r.extra = {"gen_ai.response.id": ids.response_id(key)}
-            op = ids.operation(key)
-            if op is not None:
-                r.extra["gen_ai.operation.name"] = op
-            if record.process:
-                r.extra["vllm.process"] = record.process
+            self._describe(r, key, record)
         return r
+
+    @staticmethod
+    def _describe(r: RequestState, key: str, record: Record) -> None:
+        r.extra = {"gen_ai.response.id": ids.response_id(key)}
+        op = ids.operation(key)
+        if op is not None:
+            r.extra["gen_ai.operation.name"] = op
+        if record.process:
+            r.extra["vllm.process"] = record.process
 
     def _resolve(self, rid: str, record: Record) -> RequestState | None:
         """The request a line names; one whose start was not seen (an excerpt, an agent started
         late) is opened here, marked `vllm.start_unknown`. None for a request already emitted."""
         key = ids.resolve(rid, self._open)
         if key is not None:
+            if self._twins and key in self._twins:
+                r = self._occurrence(key, rid)
+                if record.ts_ns > r.last_ns:
+                    r.last_ns = record.ts_ns
+                r.last_offset = record.offset
+                return r
             return self._touch(key, record)
         if ids.resolve(rid, self._gone) is not None:
             self.stats.orphan_lines += 1
@@ -525,6 +543,84 @@ class Assembler:
         self.stats.orphan_requests += 1
         return r
 
+    # -- one id, several requests at once (a client reusing X-Request-Id concurrently) --------
+
+    @staticmethod
+    def _twin_key(r: RequestState) -> str:
+        return f"{r.request_id}\x00{r.occurrence}"
+
+    def _key(self, r: RequestState) -> str:
+        """Where `r` is held in `_open`: under its id, or as a twin."""
+        return r.request_id if self._open.get(r.request_id) is r else self._twin_key(r)
+
+    def _group(self, key: str) -> list[RequestState]:
+        """Every open request under this id, oldest first."""
+        r = self._open.get(key)
+        twins = self._twins.get(key, ())
+        return sorted([r, *twins] if r is not None else list(twins), key=lambda o: o.first_offset)
+
+    def _concurrent(self, rid: str) -> bool:
+        """A request under this id was received and is not yet added: vLLM adds a request right
+        after it logs its arrival, so a second arrival now is another request at the same time."""
+        return any(o.terminal_ns is None and o.extra is not None and o.seen & SEEN_RECEIVED and o.added is None
+                   for o in self._group(rid))
+
+    def _open_twin(self, rid: str, record: Record) -> RequestState:
+        r = RequestState(rid, str(record.offset), record.ts_ns, record.offset)
+        for dep in (self._queue_offset, self._gpu_offset):
+            if dep is not None and dep < r.first_offset:
+                r.first_offset = dep
+        key = self._twin_key(r)
+        self._open[key] = self._in_flight[key] = r
+        self._twins.setdefault(rid, []).append(r)
+        self.stats.requests_opened += 1
+        self._describe(r, rid, record)
+        self.stats.reused_concurrent += 1
+        return r
+
+    def _unlink_twin(self, r: RequestState) -> None:
+        """`_finish` for an id with twins: the next one open takes the id's own place."""
+        rid = r.request_id
+        twins = self._twins[rid]
+        if self._open.get(rid) is r:
+            del self._open[rid]
+            self._in_flight.pop(rid, None)
+            heir = twins.pop(0)
+            key = self._twin_key(heir)
+            del self._open[key]
+            self._open[rid] = heir
+            if self._in_flight.pop(key, None) is not None:
+                self._in_flight[rid] = heir
+        else:
+            key = self._twin_key(r)
+            del self._open[key]
+            self._in_flight.pop(key, None)
+            twins.remove(r)
+        if not twins:
+            del self._twins[rid]
+
+    def _occurrence(self, key: str, rid: str) -> RequestState:
+        """Which of the requests open under `key` a line naming `rid` belongs to: the one vLLM
+        added under that engine id, else the oldest still in flight."""
+        group = self._group(key)
+        if rid != key:
+            base = ids.engine_base(rid)
+            for o in group:
+                if o.added and (rid in o.added or base in {ids.engine_base(a) for a in o.added}):
+                    return o
+        for o in group:
+            if o.terminal_ns is None:
+                return o
+        return group[0]
+
+    def _retire(self, rid: str) -> None:
+        """A new request under an id whose concurrent requests were all added: they are over."""
+        for o in self._group(rid):
+            if o.terminal_ns is None:
+                self._close_unended(o, reused=True)
+            if o in self._twins.get(rid, ()) or self._open.get(rid) is o:
+                self._finish(o)
+
     def _again(self, key: str, bit: int) -> None:
         """A start line this request has shown already: the id was reused by a new request
         (occurrence order). The one open under it ends where its lines end."""
@@ -533,8 +629,15 @@ class Assembler:
             self._close_unended(r, reused=True)
 
     def _on_received(self, record: Record, ev: RequestReceived) -> None:
-        self._again(ev.request_id, SEEN_RECEIVED)
-        r = self._upstream(ev.request_id, record)
+        rid = ev.request_id
+        if rid in self._open and self._concurrent(rid):
+            self._end_startup()
+            r = self._open_twin(rid, record)
+        else:
+            if self._twins and rid in self._twins:
+                self._retire(rid)
+            self._again(rid, SEEN_RECEIVED)
+            r = self._upstream(rid, record)
         r.seen |= SEEN_RECEIVED
         for key, value in (("gen_ai.request.max_tokens", ev.max_tokens), ("gen_ai.request.temperature", ev.temperature),
                            ("gen_ai.request.top_p", ev.top_p), ("gen_ai.request.n", ev.n),
@@ -551,6 +654,8 @@ class Assembler:
 
     def _on_added(self, record: Record, ev: RequestAdded) -> None:
         rid = ev.request_id
+        if self._twins and self._add_twin(rid, record):
+            return
         key = ids.resolve(rid, self._in_flight)
         if key is not None:
             r = self._open[key]
@@ -566,6 +671,29 @@ class Assembler:
             if rid != r.request_id:
                 r.set("vllm.request.internal_id", rid)
         r.added.add(rid)
+
+    def _add_twin(self, rid: str, record: Record) -> bool:
+        """`Added request` under an id received several times at once: the engine adds them in
+        the order they arrived, so the oldest not yet added is this one (an n>1 child joins the
+        request its engine id was added as)."""
+        key = ids.resolve(rid, self._open)
+        if key is None or key not in self._twins:
+            return False
+        base = ids.engine_base(rid)
+        group = self._group(key)
+        r = next((o for o in group if o.added and base in {ids.engine_base(a) for a in o.added}), None) \
+            or next((o for o in group if o.terminal_ns is None and o.added is None), None)
+        if r is None:
+            return False
+        if record.ts_ns > r.last_ns:
+            r.last_ns = record.ts_ns
+        r.last_offset = record.offset
+        if r.added is None:
+            r.added = set()
+            if rid != r.request_id:
+                r.set("vllm.request.internal_id", rid)
+        r.added.add(rid)
+        return True
 
     def _on_finished(self, record: Record, ev: RequestFinished) -> None:
         r = self._resolve(ev.request_id, record)

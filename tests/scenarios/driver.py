@@ -47,6 +47,9 @@ class Truth:
     t_end_ns: int = 0
     ended: str = ""             # complete | cut (connection closed early) | error
     finish_reasons: list = field(default_factory=list)
+    # Per choice of a chat: whether its content (or tool calls) came back empty. vLLM logs no
+    # `Generated response` line for an empty one (serving.py: `if output_text:`).
+    empty_choices: list = field(default_factory=list)
     error: str = ""             # the error body's `type`/`message` head (400s), never the prompt
 
 
@@ -97,6 +100,9 @@ class Recorder:
                 if resp.status == 200:
                     t.response_id = obj["id"]
                     t.finish_reasons = [c["finish_reason"] for c in obj["choices"]]
+                    if kind == "chat":
+                        t.empty_choices = [not (c["message"].get("content") or c["message"].get("tool_calls"))
+                                           for c in obj["choices"]]
                 else:
                     err = obj.get("error", obj)
                     t.error = f"{err.get('type', '')}: {str(err.get('message', ''))[:60]}"
@@ -110,6 +116,7 @@ class Recorder:
 
     def _read_stream(self, t: Truth, resp) -> None:
         reasons: dict[int, str] = {}
+        said: dict[int, bool] = {}
         done = False
         while True:
             line = resp.fp.readline()
@@ -124,10 +131,15 @@ class Recorder:
                 chunk = json.loads(line[6:])
                 t.response_id = t.response_id or chunk.get("id", "")
                 for c in chunk.get("choices", []):
+                    delta = c.get("delta") or {}
+                    said[c.get("index", 0)] = said.get(c.get("index", 0), False) or \
+                        bool(delta.get("content") or delta.get("tool_calls") or c.get("text"))
                     if c.get("finish_reason"):
                         reasons[c.get("index", 0)] = c["finish_reason"]
         t.t_end_ns = time.time_ns()
         t.finish_reasons = [reasons[i] for i in sorted(reasons)]
+        if t.kind == "chat":
+            t.empty_choices = [not said.get(i, False) for i in sorted(reasons)]
         t.ended = "complete" if done else "cut"
 
     def background(self, **kw) -> threading.Thread:
