@@ -39,7 +39,7 @@ static Attr attrs_[N_ATTRS] = {
     {"block_dropped"}, {"last_free_ns"}, {"outcome"}, {"summary"}, {"request_id"}, {"events"}, {"dropped"},
     {"min_free_ratio"}, {"max_gpu_ratio"},
 };
-static PyObject *s_now, *s_pending_nccl, *s_open, *s_finish, *s_in_flight, *v_finished, *k_id, *k_size, *k_reason, *n_allocated, *n_freed,
+static PyObject *s_now, *s_next_sweep, *s_pending_nccl, *s_open, *s_finish, *s_in_flight, *v_finished, *k_id, *k_size, *k_reason, *n_allocated, *n_freed,
     *v_timeout, *v_preempted, *zero_int;
 
 #define BLOCK_EVENTS_KEPT (8 * 32) /* state.py: BLOCK_EVENTS_KEPT = 8 * EVENT_CAP */
@@ -94,15 +94,28 @@ static int add(PyObject **p, long delta) {
     return 0;
 }
 
-/* feed()'s checks: no tick due and no NCCL timeout held. 1: go on, 0: decline, -1: error. */
+/* feed()'s checks: no tick due and no NCCL timeout held. 1: go on, 0: decline, -1: error.
+ * A later stamp before the next sweep only advances `_now`, as feed() does: CRI and JSON
+ * stamps differ on every line, and declining those would leave their lines to Python. */
 static int quiet(Feeder *self, PyObject *ts) {
     PyObject *now = PyObject_GetAttr(self->assembler, s_now);
     if (now == NULL)
         return -1;
     int newer = PyObject_RichCompareBool(ts, now, Py_GT);
     Py_DECREF(now);
-    if (newer != 0)
-        return newer < 0 ? -1 : 0;
+    if (newer < 0)
+        return -1;
+    if (newer) {
+        PyObject *sweep = PyObject_GetAttr(self->assembler, s_next_sweep);
+        if (sweep == NULL)
+            return -1;
+        int due = PyObject_RichCompareBool(ts, sweep, Py_GE);
+        Py_DECREF(sweep);
+        if (due != 0)
+            return due < 0 ? -1 : 0;
+        if (PyObject_SetAttr(self->assembler, s_now, ts) < 0)
+            return -1;
+    }
     PyObject *pending = PyObject_GetAttr(self->assembler, s_pending_nccl);
     if (pending == NULL)
         return -1;
@@ -203,22 +216,9 @@ static PyObject *feeder_call(Feeder *self, PyObject *args, PyObject *kwargs) {
         return fallback(self, record, event);  /* `Freed <n> blocks`: block "" and a count */
     PyObject *ts = *p_ts;
 
-    /* feed(): no tick due, no NCCL timeout held */
-    PyObject *now = PyObject_GetAttr(self->assembler, s_now);
-    if (now == NULL)
-        return NULL;
-    int newer = PyObject_RichCompareBool(ts, now, Py_GT);
-    Py_DECREF(now);
-    if (newer < 0)
-        return NULL;
-    if (newer)
-        return fallback(self, record, event);
-    PyObject *pending = PyObject_GetAttr(self->assembler, s_pending_nccl);
-    if (pending == NULL)
-        return NULL;
-    Py_DECREF(pending);
-    if (pending != Py_None)
-        return fallback(self, record, event);
+    int go = quiet(self, ts); /* feed(): no tick due, no NCCL timeout held */
+    if (go <= 0)
+        return go < 0 ? NULL : fallback(self, record, event);
     if (at != NULL)
         ts = at; /* _exact(): from here on the event's own time, as the handlers see it */
 
@@ -435,6 +435,7 @@ PyMODINIT_FUNC PyInit__fastfeed(void) {
     for (int k = 0; k < N_ATTRS; k++)
         INTERN(attrs_[k].name, attrs_[k].text);
     INTERN(s_now, "_now");
+    INTERN(s_next_sweep, "_next_sweep");
     INTERN(s_pending_nccl, "_pending_nccl");
     INTERN(s_open, "_open");
     INTERN(s_finish, "_finish");
