@@ -36,7 +36,7 @@ from bridge.parse import Parser
 from bridge.parse.gateway import GatewayParser, gateway_format
 from bridge.parse.events import Stamped
 from bridge.parse.rules import load_rules
-from bridge.pipeline import LineErrors
+from bridge.pipeline import LineErrors, drive
 from bridge.resume import Checkpointer, file_checkpoint
 from bridge.sources import Pending, SourceState
 from bridge.tail.checkpoint import Delivered
@@ -65,6 +65,39 @@ def injected_faults(env) -> dict[str, str]:
         if stage.strip() in ("decode", "parse", "assemble") and marker:
             out[stage.strip()] = marker
     return out
+
+
+class _Lines:
+    """A batch's lines for the fault-injection tests: raises at a decode-poisoned line after
+    moving past it, as a decoder raising on it would leave the batch."""
+
+    __slots__ = ("_lines", "_i", "_faults")
+
+    def __init__(self, lines: list, faults: dict[str, str]) -> None:
+        self._lines, self._i, self._faults = lines, 0, faults
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._i >= len(self._lines):
+            raise StopIteration
+        item = self._lines[self._i]
+        self._i += 1
+        _maybe_fail(self._faults, "decode", item[1])
+        return item
+
+    def __length_hint__(self) -> int:
+        return len(self._lines) - self._i
+
+
+def _failing(faults: dict[str, str], stage: str, fn):
+    """`fn` (parse, or the assembler's feed), raising first where the per-line path would: on
+    the stage's marker in the message (parse) or in the record's origin (assemble)."""
+    def call(first, *rest):
+        _maybe_fail(faults, stage, first if stage == "parse" else first.origin)
+        return fn(first, *rest)
+    return call
 
 
 def _maybe_fail(faults: dict[str, str], stage: str, text) -> None:
@@ -259,6 +292,28 @@ class Agent:
             st.files[key] = tf
         st.quiet_since[key] = time.monotonic()
         self.counters.lines_read += len(lines)
+        if st.gateway or st.skip:
+            record = self._process_each(st, tf, stream, lines)
+        else:  # the common case: the whole batch through the C paths, as replay does
+            it = _Lines(lines, self._faults) if self._faults else iter(lines)
+            parse, feed = self._parser.parse, st.assembler.feed
+            if self._faults:
+                parse, feed = _failing(self._faults, "parse", parse), _failing(self._faults, "assemble", feed)
+            record = drive(lambda: stream.each(it), parse, feed, self._line_error_at, tf.path,
+                           lambda: lines[len(lines) - it.__length_hint__() - 1][0])
+        if record is not None and record.ts_ns > st.last_ts:
+            st.last_ts, st.last_wall = record.ts_ns, time.time_ns()
+        if st.assembler is not None and st.assembler.open_requests > self.cfg.max_open_requests:
+            try:
+                st.assembler.evict_oldest(self.cfg.max_open_requests)
+            except Exception as exc:
+                self._line_error("assemble", tf.path, None, exc)
+
+    def _line_error_at(self, stage: str, path: str, offset: int | None, exc: BaseException) -> None:
+        self._line_error(stage, path, None if offset is None else offset & _MASK, exc)
+
+    def _process_each(self, st: SourceState, tf: TrackedFile, stream: RecordStream, lines) -> object:
+        """Line by line: a gateway's file, or a source resumed with delivered requests to skip."""
         handle = self._handle
         faults = self._faults
         record = None
@@ -272,13 +327,7 @@ class Agent:
                 continue
             for record in records:
                 handle(st, record)
-        if record is not None and record.ts_ns > st.last_ts:
-            st.last_ts, st.last_wall = record.ts_ns, time.time_ns()
-        if st.assembler is not None and st.assembler.open_requests > self.cfg.max_open_requests:
-            try:
-                st.assembler.evict_oldest(self.cfg.max_open_requests)
-            except Exception as exc:
-                self._line_error("assemble", tf.path, None, exc)
+        return record
 
     def _handle(self, st: SourceState, record) -> None:
         """One record through parse and assemble; a stage that raises costs this line only."""

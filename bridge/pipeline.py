@@ -14,6 +14,7 @@ from datetime import timezone, tzinfo
 from bridge.assemble import AssembleConfig, Assembler, AssembleStats, Timeline
 from bridge.decode import Decoder, DecodeStats, source_for
 from bridge.decode.joiner import JoinStats
+from bridge.decode.record import Record
 from bridge.decode.stream import RecordStream
 from bridge.parse import Parser, ParseStats
 from bridge.parse.rules import Rules
@@ -68,6 +69,36 @@ def _add_into(total, part) -> None:
             setattr(total, f.name, getattr(total, f.name) + v)
 
 
+def drive(records: Callable[[], Iterable[Record]], parse: Callable, feed: Callable, errors: Callable,
+          path: str, where: Callable[[], int]) -> Record | None:
+    """Records → parse → assemble, for replay and the live agent alike: a line a stage raises
+    on is skipped and counted (`errors(stage, path, offset, exc)`), never fatal. `records()` is
+    called again after the decoder raised, going on from the line after `where()` (the
+    offset of the line it raised on). Returns the last record read, or None."""
+    record = None
+    failed_at = None
+    while True:
+        try:
+            for record in records():
+                try:
+                    event = parse(record.message, record.level, record.origin)
+                except Exception as exc:
+                    errors("parse", path, record.offset, exc)
+                    continue
+                if event is not None:
+                    try:
+                        feed(record, event)
+                    except Exception as exc:
+                        errors("assemble", path, record.offset, exc)
+            return record
+        except Exception as exc:
+            pos = where()
+            errors("decode", path, pos, exc)
+            if pos == failed_at:  # no line read since the last one: it is the end that fails
+                return record
+            failed_at = pos
+
+
 def replay(paths: Iterable[str], sinks: list[Sink], config: ReplayConfig = ReplayConfig(),
            log=None) -> ReplayStats:
     """Run every file through the pipeline, in order, each with its own decoder and assembler.
@@ -89,29 +120,9 @@ def replay(paths: Iterable[str], sinks: list[Sink], config: ReplayConfig = Repla
         gen = generations[source.key] = generations.get(source.key, -1) + 1
         stream = RecordStream(Decoder(tz=config.tz, year=config.year, mtime=os.stat(path).st_mtime))
         assembler = Assembler(source, emit, config.assemble)
-        feed, parse = assembler.feed, parser.parse  # the per-line calls, C fast paths when built
         at = [-1]
         lines = read_lines(path, gen << GEN_SHIFT, at)  # files of one source are its generations
-        failed_at = None
-        while True:  # once more after a line the decoder raised on, from the line after it
-            try:
-                for record in stream.over(lines):
-                    try:
-                        event = parse(record.message, record.level, record.origin)
-                    except Exception as exc:
-                        errors("parse", path, record.offset, exc)
-                        continue
-                    if event is not None:
-                        try:
-                            feed(record, event)
-                        except Exception as exc:
-                            errors("assemble", path, record.offset, exc)
-                break
-            except Exception as exc:
-                errors("decode", path, max(at[0], 0), exc)
-                if at[0] == failed_at:  # no line read since the last one: it is the end that fails
-                    break
-                failed_at = at[0]
+        drive(lambda: stream.over(lines), parser.parse, assembler.feed, errors, path, lambda: max(at[0], 0))
         try:
             assembler.flush()
         except Exception as exc:

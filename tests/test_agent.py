@@ -323,3 +323,44 @@ def test_two_pods_at_once_each_exactly_once_with_their_own_identity(tmp_path):
         assert agent.term()[0] == 0
     finally:
         rx.stop()
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["c", "python"])
+def test_a_line_the_decoder_raises_on_costs_that_line_only(tmp_path, monkeypatch, fast):
+    """The agent reads a batch through the C paths as replay does; a decoder that raises on one
+    line mid-batch skips that line (counted, logged with its own offset) and reads on."""
+    import functools
+    from types import SimpleNamespace
+
+    from bridge import agent as agent_mod
+    from bridge.config import AgentConfig
+    from bridge.decode.stream import RecordStream
+    from bridge.export.transport import Destination
+    from bridge.tail.source import Source
+
+    if not fast:
+        monkeypatch.setattr(agent_mod, "RecordStream", functools.partial(RecordStream, fast=None))
+    python = RecordStream._python
+
+    def raising(self, raw, offset):
+        if b"BAD" in raw:
+            raise ValueError("a decoder bug")
+        return python(self, raw, offset)
+
+    monkeypatch.setattr(RecordStream, "_python", raising)
+    lines = [b"INFO 02-15 10:23:00 [request_logger.py:1] Received request cmpl-a-0: params: None.\n",
+             b"BAD line the C path leaves to Python\n",
+             b"INFO 02-15 10:23:01 [request_logger.py:1] Received request cmpl-b-0: params: None.\n"]
+    path = tmp_path / "0.log"
+    path.write_bytes(b"".join(lines))
+    offsets = [0, len(lines[0]), len(lines[0]) + len(lines[1])]
+    logged = []
+    log = SimpleNamespace(warning=lambda event, **kw: logged.append((event, kw)), info=lambda *a, **k: None,
+                          error=lambda *a, **k: None, debug=lambda *a, **k: None)
+    agent = agent_mod.Agent(AgentConfig(), Destination("http://127.0.0.1:1", "grpc"), {}, log)
+    with open(path, "rb") as fh:
+        tf = SimpleNamespace(source=Source("s", str(path)), fh=fh, path=str(path))
+        agent._process(tf, list(zip(offsets, lines)))
+    assert agent.counters.line_errors == {"decode": 1}
+    assert [kw["offset"] for event, kw in logged if event == "line_error"] == [offsets[1]]
+    assert agent._sources["s"].assembler.open_requests == 2  # the lines before and after it

@@ -79,6 +79,14 @@ class RecordStream:
             return chain(self._fast.records(self.decoder, self.joiner, self._python, lines), _Later(self.flush))
         return self._over(lines)
 
+    def each(self, lines: Iterator[tuple[int, bytes]]) -> Iterator[Record]:
+        """The complete records of a live file's new lines, nothing flushed (more may come).
+        The C path takes one line from `lines` at a time, so after a line it raised on the
+        same iterator goes on from the next line."""
+        if self._fast is not None:
+            return self._fast.records(self.decoder, self.joiner, self._python, lines)
+        return (record for offset, raw in lines for record in self(raw, offset))
+
     def _over(self, lines: Iterable[tuple[int, bytes]]) -> Iterator[Record]:
         for offset, raw in lines:
             yield from self(raw, offset)
