@@ -125,6 +125,7 @@ _RUN_METAVAR = {
     "listen": "HOST:PORT",
     "max_queue_spans": "N",
     "max_batch_spans": "N",
+    "max_batch_bytes": "BYTES",
     "batch_delay": "SECONDS",
     "max_open_requests": "N",
     "memory_limit_mb": "MB",

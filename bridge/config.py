@@ -45,6 +45,7 @@ class AgentConfig:
     listen: str = "[::]:9464"         # [::]: IPv4 and IPv6 where the node has both, else IPv4
     max_queue_spans: int = 20000
     max_batch_spans: int = 512
+    max_batch_bytes: int = 3 << 20     # under the Collector's 4 MiB gRPC message limit
     batch_delay: float = 0.2           # a partial batch is sent after this long
     max_open_requests: int = 100000    # beyond this the oldest open request is evicted
     memory_limit_mb: int = 512
@@ -81,7 +82,7 @@ _CHOICES = {
     "log_format": ("auto", "json", "console"),
     "gateway_format": ("nginx", "envoy"),
 }
-_POSITIVE = {"poll_interval", "ttl", "max_queue_spans", "max_batch_spans", "batch_delay", "max_open_requests",
+_POSITIVE = {"poll_interval", "ttl", "max_queue_spans", "max_batch_spans", "max_batch_bytes", "batch_delay", "max_open_requests",
              "memory_limit_mb", "shutdown_grace", "export_give_up", "read_chunk_bytes", "join_window",
              "progress_interval"}
 _NON_NEGATIVE = {"linger", "slow_ttft_ms", "slow_itl_ms", "low_free_blocks_pct", "high_gpu_memory_pct"}
@@ -107,6 +108,7 @@ DOC = {
     "listen": "HOST:PORT of `/healthz`, `/readyz` and `/metrics` (port 0 picks a free one).",
     "max_queue_spans": "Spans queued for export before reading pauses (backpressure).",
     "max_batch_spans": "Spans per OTLP request.",
+    "max_batch_bytes": "Bytes per OTLP request, roughly (a request's spans are never split): keep it under the receiver's message limit (the Collector's gRPC default is 4 MiB).",
     "batch_delay": "Seconds after which a partial batch is sent.",
     "max_open_requests": "Open requests kept; beyond this the oldest is evicted (counted).",
     "memory_limit_mb": "Resident memory (MB) above which reading pauses until it falls, before the kernel would kill the agent.",

@@ -18,7 +18,7 @@ from bridge.export.transport import Transport
 class Delivery:
     def __init__(self, resource: Mapping[str, str], transport: Transport, cfg: AgentConfig, log,
                  should_stop: Callable[[], bool]) -> None:
-        self._batcher = Batcher(resource, cfg.max_batch_spans)
+        self._batcher = Batcher(resource, cfg.max_batch_spans, max_bytes=cfg.max_batch_bytes)
         self._acks: deque[tuple[Batch, bool]] = deque()
         self._sender = Sender(transport, cfg.max_queue_spans, cfg.export_give_up,
                               lambda b, ok: self._acks.append((b, ok)), log)

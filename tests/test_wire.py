@@ -250,3 +250,46 @@ def test_unreachable_receiver_fails_with_exit_1_and_counts_what_was_not_delivere
     assert code == 1
     assert "NOT delivered" in out
     assert "export_failed" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("encoder", ["wire", "reference"])
+def test_batches_stop_growing_at_their_byte_bound(tmp_path, encoder):
+    """A receiver refuses a message over its limit (the Collector: 4 MiB on gRPC), and a refused
+    batch is retried until dropped: a batch closes once its spans reach `max_bytes`, whatever
+    the span count. Checked on the bytes the receiver got, decoded independently."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    from bridge.export.batch import OtlpSink
+    from bridge.export.otlp import base_resource
+    from bridge.export.reference import ProtoEncoder
+    from bridge.export.wire import WireEncoder
+    from bridge.pipeline import replay
+    from receivers import CapturingTransport
+
+    path = tmp_path / "seed.log"
+    write_file(str(path), SynthConfig(requests=300, seed=5))
+    transport = CapturingTransport()
+    bound = 20_000
+    sink = OtlpSink(transport, base_resource({}), max_batch=100_000, max_bytes=bound,
+                    encoder=WireEncoder if encoder == "wire" else ProtoEncoder)
+    replay([str(path)], [sink])
+    assert sink.close()
+    sizes, spans = [], 0
+    for payload in transport.payloads:
+        req = ExportTraceServiceRequest.FromString(payload)
+        got = [s for rs in req.resource_spans for ss in rs.scope_spans for s in ss.spans]
+        spans += len(got)
+        sizes.append(sum(1 + len(_varint(s.ByteSize())) + s.ByteSize() for s in got))  # as fields of ScopeSpans
+    biggest_request = 60_000  # a request's spans: events capped (state.EVENT_CAP, block events)
+    assert len(sizes) > 5 and all(s < bound + biggest_request for s in sizes), sizes
+    assert all(s >= bound for s in sizes[:-1]), sizes  # none sent before it was full
+    assert spans == sink.stats.spans_sent
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)

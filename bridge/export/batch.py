@@ -15,6 +15,10 @@ from bridge.assemble.timeline import Timeline
 from bridge.export.transport import Transport
 from bridge.export.wire import EncodedRequest, WireEncoder, span_count
 
+# The OpenTelemetry Collector's OTLP receiver refuses a gRPC message over 4 MiB by default
+# (`max_recv_msg_size_mib`): a batch stops growing at 3 MiB, leaving room for its last request.
+DEFAULT_BATCH_BYTES = 3 << 20
+
 
 @dataclass(slots=True)
 class Batch:
@@ -31,10 +35,14 @@ class Batcher:
     `sender.Sender` from a background thread with retries and acks (the agent); both go through
     a `transport.Transport`."""
 
-    def __init__(self, resource, max_spans: int, encoder=WireEncoder) -> None:
+    def __init__(self, resource, max_spans: int, encoder=WireEncoder, max_bytes: int = DEFAULT_BATCH_BYTES) -> None:
+        """A batch is full at `max_spans` spans or `max_bytes` bytes, whichever comes first. The
+        bytes bound is soft (one request's spans are never split across batches; a request is
+        tens of KB at most, its events capped): keep it under the receiver's message limit."""
         self._builder = encoder(resource)
         self._tokens: list = []
         self._max = max_spans
+        self._max_bytes = max_bytes
         self._since: float | None = None
 
     def add(self, timeline: Timeline, token=None) -> None:
@@ -46,12 +54,11 @@ class Batcher:
             self._tokens.append(token)
 
     def due(self, max_delay: float) -> bool:
-        return self._builder.count >= self._max or (
-            self._since is not None and time.monotonic() - self._since >= max_delay)
+        return self.full or (self._since is not None and time.monotonic() - self._since >= max_delay)
 
     @property
     def full(self) -> bool:
-        return self._builder.count >= self._max
+        return self._builder.count >= self._max or self._builder.size >= self._max_bytes
 
     @property
     def count(self) -> int:
@@ -88,10 +95,10 @@ class OtlpSink:
     """
 
     def __init__(self, transport: Transport, resource: Mapping[str, str], max_batch: int = 1024,
-                 encoder=WireEncoder):
+                 encoder=WireEncoder, max_bytes: int = DEFAULT_BATCH_BYTES):
         self.stats = ExportStats()
         self._transport = transport
-        self._batcher = Batcher(resource, max_batch, encoder)  # wire.WireEncoder, or reference.ProtoEncoder
+        self._batcher = Batcher(resource, max_batch, encoder, max_bytes)  # wire.WireEncoder, or reference.ProtoEncoder
         self._failed = False
 
     @property

@@ -17,10 +17,11 @@ from bridge.export.wire import EncodedRequest
 
 
 class ProtoEncoder:
-    __slots__ = ("_builder",)
+    __slots__ = ("_builder", "size")
 
     def __init__(self, base: Mapping[str, str]):
         self._builder = RequestBuilder(base)
+        self.size = 0
 
     @property
     def count(self) -> int:
@@ -29,8 +30,10 @@ class ProtoEncoder:
     def add(self, timeline: Timeline) -> int:
         spans = request_spans(timeline) if isinstance(timeline, RequestTimeline) else engine_spans(timeline)
         self._builder.add(timeline.source, spans)
+        self.size += sum(s.ByteSize() for s in spans)
         return len(spans)
 
     def take(self) -> EncodedRequest:
         n = self._builder.count
+        self.size = 0
         return EncodedRequest(self._builder.take().SerializeToString(), n)

@@ -242,7 +242,7 @@ class WireEncoder:
     """
 
     __slots__ = ("_base", "_resources", "_by_source", "count", "_span_kv", "_event_kv", "_events",
-                 "_held", "_names", "_event_names", "_timings", "_span_extend", "_fast", "_fast_events")
+                 "_held", "_names", "_event_names", "_timings", "_span_extend", "_fast", "_fast_events", "size")
 
     def __init__(self, base: Mapping[str, str], fast=FAST_REQUEST):
         self._fast = fast  # None: this module's encoder only
@@ -251,6 +251,7 @@ class WireEncoder:
         self._resources: dict[str, bytes] = {}
         self._by_source: dict[str, tuple[Source, list[bytes]]] = {}
         self.count = 0
+        self.size = 0  # bytes of the spans held (the request adds a resource and scope per source)
         span_kv = KeyValues(_SPAN_ATTRS)
         self._span_kv, self._span_extend = span_kv.kv, span_kv.extend
         self._event_kv = KeyValues(_EVENT_ATTRS).kv
@@ -266,11 +267,14 @@ class WireEncoder:
         entry = self._by_source.get(timeline.source.key)
         if entry is None:
             entry = self._by_source[timeline.source.key] = (timeline.source, [])
+        chunks = entry[1]
+        held = len(chunks)
         if isinstance(timeline, RequestTimeline):
-            n = self._request(timeline, entry[1])
+            n = self._request(timeline, chunks)
         else:
-            n = self._engine(timeline, entry[1])
+            n = self._engine(timeline, chunks)
         self.count += n
+        self.size += len(chunks[held]) if len(chunks) - held == 1 else sum(map(len, chunks[held:]))
         return n
 
     def take(self) -> EncodedRequest:
@@ -284,7 +288,7 @@ class WireEncoder:
             out += chunks
         request = EncodedRequest(b"".join(out), self.count)
         self._by_source = {}
-        self.count = 0
+        self.count = self.size = 0
         return request
 
     # -- pieces ---------------------------------------------------------------------------
