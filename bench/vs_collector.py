@@ -307,7 +307,8 @@ def main() -> None:
                 rows[path][side].append(r)
                 unit = "logs" if side == "collector" else "spans"
                 print(f"run {i} {path:<13} {side:<9} CPU {r['cpu']:6.2f} s  {r['cpu'] / lines[path] * 1e6:6.2f} µs/line  "
-                      f"{unit} {r['sent']}/{r['want']}  peak RSS {r['rss_mb']:5.0f} MB  wall {r['wall']:5.1f} s",
+                      f"{unit} {r['sent']}/{r['want']}  peak RSS {r['rss_mb']:5.0f} MB  wall {r['wall']:5.1f} s"
+                      + (f"  ({r['warnings']} lines on the Collector's stderr)" if r.get("warnings") else ""),
                       flush=True)
             # The agent row's Collector is the CRI row's (the same work: filelog + container + regex).
             rows["agent CRI"]["collector"].append(cc)
@@ -335,6 +336,9 @@ def main() -> None:
         print(f"| {names[path][0]} vs {names[path][1]} | {bu:.2f} ({each_b}) | {cu:.2f} ({each_c}) | {bu / cu:.2f} "
               f"| {med(b, 'sent'):.0f} of {b[0]['want']} | {med(c, 'sent'):.0f} of {c[0]['want']} "
               f"| {med(b, 'rss_mb'):.0f} MB | {med(c, 'rss_mb'):.0f} MB |")
+    if any(r["sent"] < r["want"] for r in rows["agent CRI"]["bridge"]):
+        print("agent short of replay's spans: requests still open at SIGTERM (no end line; replay ends them "
+              "as incomplete at end of file, the agent waits --ttl) are not exported by that run (docs/cli.md)")
 
 
 if __name__ == "__main__":
