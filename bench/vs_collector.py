@@ -290,8 +290,16 @@ def main() -> None:
     lines = {"replay plain": plain_lines, "replay CRI": cri_lines, "agent CRI": cri_lines}
     sink = Sink()
     root = tempfile.mkdtemp(prefix="vtb-vscol-")
+    fixed = {"bridge": [], "collector": []}
     try:
+        # Start-up and shutdown: both sides on the file's first 100 lines, so the per-line
+        # figures can be read with the fixed cost taken out.
+        tiny = os.path.join(root, "first-100.log")
+        with open(plain, "rb") as src, open(tiny, "wb") as dst:
+            dst.writelines(src.readline() for _ in range(100))
         for i in range(1, args.runs + 1):
+            fixed["bridge"].append(run_replay(tiny, sink, args.protocol, fresh_tmp(root, "replay"))["cpu"])
+            fixed["collector"].append(run_collector(binary, tiny, False, 100, sink, fresh_tmp(root, "col"))["cpu"])
             rp = run_replay(plain, sink, args.protocol, fresh_tmp(root, "replay"))
             cp = run_collector(binary, plain, False, plain_records, sink, fresh_tmp(root, "col"))
             rc = run_replay(cri, sink, args.protocol, fresh_tmp(root, "replay"))
@@ -336,6 +344,13 @@ def main() -> None:
         print(f"| {names[path][0]} vs {names[path][1]} | {bu:.2f} ({each_b}) | {cu:.2f} ({each_c}) | {bu / cu:.2f} "
               f"| {med(b, 'sent'):.0f} of {b[0]['want']} | {med(c, 'sent'):.0f} of {c[0]['want']} "
               f"| {med(b, 'rss_mb'):.0f} MB | {med(c, 'rss_mb'):.0f} MB |")
+    fb, fc = statistics.median(fixed["bridge"]), statistics.median(fixed["collector"])
+    print(f"fixed cost (a 100-line file, median CPU): bridge replay {fb:.2f} s, Collector {fc:.2f} s; "
+          "per line without it (replay rows):")
+    for path in ("replay plain", "replay CRI"):
+        bu = (med(rows[path]["bridge"], "cpu") - fb) / lines[path] * 1e6
+        cu = (med(rows[path]["collector"], "cpu") - fc) / lines[path] * 1e6
+        print(f"  {path}: bridge {bu:.2f} µs/line, Collector {cu:.2f} µs/line, ratio {bu / cu:.2f}")
     if any(r["sent"] < r["want"] for r in rows["agent CRI"]["bridge"]):
         print("agent short of replay's spans: requests still open at SIGTERM (no end line; replay ends them "
               "as incomplete at end of file, the agent waits --ttl) are not exported by that run (docs/cli.md)")
