@@ -136,9 +136,10 @@ class Sink:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.http}/counts", timeout=10) as r:
             return json.loads(r.read())
 
-    def wait(self, key: str, base: int, target: int, quiet_s: float, limit_s: float = 150) -> int:
-        """Poll until counts[key] - base reaches target, or has not moved for quiet_s after it
-        first moved (or limit_s in all). Returns the delta."""
+    def wait(self, key: str, base: int, target: int, quiet_s: float, first_s: float = 30,
+             limit_s: float = 150) -> int:
+        """Poll until counts[key] - base reaches target, or has not moved for quiet_s since it
+        last moved (nothing at all within first_s; limit_s in all). Returns the delta."""
         start = last_change = time.monotonic()
         last = 0
         while True:
@@ -148,7 +149,7 @@ class Sink:
                 return n
             if n != last:
                 last, last_change = n, now
-            if (n and now - last_change >= quiet_s) or now - start >= limit_s:
+            if (n and now - last_change >= quiet_s) or (not n and now - start >= first_s) or now - start >= limit_s:
                 return n
             time.sleep(0.1)
 
@@ -201,7 +202,7 @@ def run_collector(binary: str, path: str, cri: bool, records: int, sink: Sink, t
     with open(os.path.join(tmp, "otelcol.err"), "w") as err:
         proc = subprocess.Popen([binary, "--config", cfg], stdout=subprocess.DEVNULL, stderr=err)
         try:
-            sent = sink.wait("logs", base, records, quiet_s=3)
+            sink.wait("logs", base, records, quiet_s=3)
             wall = time.perf_counter() - t0
         finally:
             proc.send_signal(signal.SIGTERM)
@@ -241,9 +242,7 @@ def run_replay(path: str, sink: Sink, protocol: str, tmp: str) -> dict:
 
 
 def run_agent(cri_path: str, spans: int, sink: Sink, protocol: str, tmp: str) -> dict:
-    pod = os.path.join(tmp, POD_DIR)
-    os.makedirs(pod, exist_ok=True)
-    shutil.copyfile(cri_path, os.path.join(pod, "0.log"))
+    kubelet_copy(tmp, cri_path)
     base = sink.counts()["spans"]
     t0 = time.perf_counter()
     with open(os.path.join(tmp, "agent.err"), "w") as err:
@@ -353,6 +352,7 @@ def main() -> None:
                 unit = "logs" if side == "collector" else "spans"
                 print(f"run {i} {path:<13} {side:<9} CPU {r['cpu']:6.2f} s  {r['cpu'] / lines[path] * 1e6:6.2f} µs/line  "
                       f"{unit} {r['sent']}/{r['want']}  peak RSS {r['rss_mb']:5.0f} MB  wall {r['wall']:5.1f} s"
+                      + (f"  SHORT by {r['want'] - r['sent']}" if r["sent"] < r["want"] else "")
                       + (f"  ({r['warnings']} lines on the Collector's stderr)" if r.get("warnings") else ""),
                       flush=True)
             # The agent row's Collector is the CRI row's (the same work: filelog + container + regex).
