@@ -405,3 +405,20 @@ def test_resume_reads_a_rotated_file_to_its_end_before_the_newer_one(tmp_path):
     assert got[0][0] == 0 and sum(1 for _, k in got if k == b"old") == 1995
     assert sum(1 for _, k in got if k == b"new") == 2000
     follower.close()
+
+
+def test_a_checkpoint_is_written_as_its_dataclasses_are_and_read_back_whole(tmp_path):
+    """The save writes each record field by field (asdict's deep copy was the agent's main own
+    cost): the file must still hold exactly what `dataclasses.asdict` would, and load it back."""
+    from dataclasses import asdict
+
+    from bridge.tail.checkpoint import CheckpointStore, Delivered, FileCheckpoint, SourceCheckpoint
+    store = CheckpointStore(str(tmp_path))
+    files = [FileCheckpoint("/a.log", "s", 2, 11, "ab", 2, 100), FileCheckpoint("/b.log", "t", 0, 12, "cd", 2, 7)]
+    sources = [SourceCheckpoint("s", 3, [Delivered("cmpl-1", 120), Delivered("engine@40", 40)]), SourceCheckpoint("t", 1)]
+    store.save(files, sources)
+    with open(store.path) as f:
+        doc = json.load(f)
+    assert doc["files"] == [asdict(x) for x in files] and doc["sources"] == [asdict(x) for x in sources]
+    loaded = CheckpointStore(str(tmp_path)).load()
+    assert loaded.files == files and loaded.sources == sources

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 _VERSION = 1
 
@@ -51,6 +51,18 @@ class Loaded:
     used: str                      # "current" | "previous" | "none"
     damaged: list[str] = field(default_factory=list)
     written_at: float | None = None
+
+
+def _file_doc(f: FileCheckpoint) -> dict:
+    """`dataclasses.asdict`, written out: a save runs every second, and asdict's deep copy
+    of every delivered entry dominated the agent's own CPU when many were listed."""
+    return {"path": f.path, "source_key": f.source_key, "generation": f.generation, "inode": f.inode,
+            "fingerprint": f.fingerprint, "fingerprint_len": f.fingerprint_len, "offset": f.offset}
+
+
+def _source_doc(s: SourceCheckpoint) -> dict:
+    return {"key": s.key, "next_generation": s.next_generation,
+            "delivered": [{"key": d.key, "last_offset": d.last_offset} for d in s.delivered]}
 
 
 def _parse(doc) -> tuple[list[FileCheckpoint], list[SourceCheckpoint], float | None]:
@@ -128,7 +140,7 @@ class CheckpointStore:
         the one it replaces kept as `.prev`; skipped when it says what the file already says
         (an idle agent then costs no writes and no fsyncs); either way it is current as of now.
         Raises OSError when it cannot be written (the caller retries)."""
-        body = {"files": [asdict(f) for f in files], "sources": [asdict(s) for s in sources]}
+        body = {"files": [_file_doc(f) for f in files], "sources": [_source_doc(s) for s in sources]}
         if body == self._last_body:
             self.written_at = time.time()
             return
