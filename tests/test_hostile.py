@@ -20,6 +20,8 @@ import sys
 import time
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from hostile_corpus import CASES, GOOD, MIB4
 
@@ -293,3 +295,53 @@ def test_a_file_name_that_is_not_utf8_replays_on_both_paths(tmp_path):
     assert fast["error"] is None and pure["error"] is None, (fast["error"], pure["error"])
     assert fast["wire"] == pure["wire"] and fast["spans_bytes"] > 0
     assert sorted(r[0] for r in fast["requests"] if r[0].startswith("0xa")) == [g.rid for g in GOOD]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(pieces=st.lists(st.tuples(st.sampled_from([0, 1, 2, 40, 300, 70_000]), st.booleans(), st.booleans()),
+                      min_size=1, max_size=60),
+       budgets=st.lists(st.sampled_from([1, 7, 100, 4096, 1 << 20]), min_size=1, max_size=8),
+       cut_at=st.integers(0, 3))
+def test_the_chunked_read_gives_what_the_line_by_line_read_gives(tmp_path_factory, pieces, budgets, cut_at):
+    """`TrackedFile.read` splits a whole chunk in C; `read_lines` is the line-by-line reference.
+    Over a file written in pieces (lines of any length, some long, writes ending mid-line) and
+    read with any budget between the writes, both give the same lines, positions, counters
+    and state."""
+    from bridge.decode import source_for
+    from bridge.tail.follow import TailStats, TrackedFile
+
+    d = tmp_path_factory.mktemp("chunked")
+    path = str(d / "0.log")
+    open(path, "wb").close()
+    fhs = [open(path, "rb"), open(path, "rb")]
+    tfs = [TrackedFile(path, source_for(path), 0, fh, os.fstat(fh.fileno()).st_ino, 0) for fh in fhs]
+    stats = [TailStats(), TailStats()]
+    got: list[list] = [[], []]
+    try:
+        for k, (size, newline, read_now) in enumerate(pieces):
+            with open(path, "ab") as f:
+                f.write(bytes([97 + k % 26]) * size + (b"\n" if newline else b"") + (b"\r" if k == cut_at else b""))
+            for b in budgets if read_now else ():  # the two may split rounds differently: the lines add up the same
+                got[0] += tfs[0].read(b, stats[0])
+                got[1] += tfs[1].read_lines(b, stats[1])
+        for tf, read, out, stat in ((tfs[0], tfs[0].read, got[0], stats[0]), (tfs[1], tfs[1].read_lines, got[1], stats[1])):
+            while True:
+                more = read(1 << 20, stat)
+                out += more
+                if not more and tf.at_eof:
+                    break
+        assert got[0] == got[1]
+        assert stats[0] == stats[1]
+        assert (tfs[0].offset, tfs[0].partial, tfs[0].cut) == (tfs[1].offset, tfs[1].partial, tfs[1].cut)
+        # and the whole file at once (many lines in one chunk), then whatever a writer adds
+        for fh in fhs:
+            fh.seek(0)
+        again = [TrackedFile(path, source_for(path), 0, fh, os.fstat(fh.fileno()).st_ino, 0) for fh in fhs]
+        with open(path, "ab") as f:
+            f.write(b"tail\n")
+        assert again[0].read(1 << 20, TailStats()) + again[0].read(1 << 20, TailStats()) == \
+            again[1].read_lines(1 << 20, TailStats()) + again[1].read_lines(1 << 20, TailStats())
+        assert again[0].offset == again[1].offset
+    finally:
+        for fh in fhs:
+            fh.close()

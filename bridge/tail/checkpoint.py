@@ -147,7 +147,7 @@ class CheckpointStore:
         doc = {"version": _VERSION, "written_at": time.time(), **body}
         tmp = self.path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(doc, f, separators=(",", ":"))
+            f.write(json.dumps(doc, separators=(",", ":")))  # dumps: the C encoder; dump streams in Python
             f.flush()
             os.fsync(f.fileno())
         if self._current_good:

@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import fnmatch
 import glob
+import io
 import gzip
 import os
 import stat
 import time
 from dataclasses import dataclass, field
 from hashlib import blake2b
+from itertools import accumulate
 
 from bridge.tail.source import Source, source_for
 from bridge.tail.checkpoint import FileCheckpoint
@@ -32,6 +34,7 @@ from bridge.tail.checkpoint import FileCheckpoint
 GEN_SHIFT = 40
 FINGERPRINT_BYTES = 256
 MAX_LINE_BYTES = 4 << 20   # a longer line is cut into pieces (counted)
+_CHUNK_MAX = 64 << 20         # a bigger read (a rotated file's rest, all at once) goes line by line
 LONG_LINE_BYTES = 64 << 10  # lines longer than this are counted: a sign of a stuck writer or a dump
 RETIRE_AFTER_S = 5.0       # a detached file quiet this long at its end is closed
 
@@ -170,14 +173,46 @@ class TrackedFile:
             return None
 
     def read(self, max_bytes: int, stats: TailStats) -> list[tuple[int, bytes]]:
-        """Complete lines (position, bytes) from `offset`, at most about `max_bytes` of them."""
+        """Complete lines (position, bytes) from `offset`, at most about `max_bytes` of them.
+        The common round reads one chunk and splits it in C; a line held from the last round,
+        the rest of a cut line, a long line or a gzip file take the line-by-line path."""
+        if self.cut or self.path.endswith(".gz") or max_bytes > _CHUNK_MAX:
+            return self.read_lines(max_bytes, stats)
+        out: list[tuple[int, bytes]] = []
+        if self.partial:  # finish the held line first, alone
+            out = self.read_lines(1, stats)
+            if self.partial or self.cut or self.at_eof:
+                return out
+            max_bytes -= len(out[0][1]) if out else 0
+            if max_bytes <= 0:
+                return out
+        start = self.fh.tell()
+        chunk = self.fh.read(max_bytes)
+        self.at_eof = len(chunk) < max_bytes
+        end = chunk.rfind(b"\n") + 1
+        if not chunk or len(chunk) - end >= MAX_LINE_BYTES - 1:  # nothing, or a line to cut
+            self.fh.seek(start)
+            return out + (self.read_lines(max_bytes, stats) if chunk else [])
+        lines = io.BytesIO(chunk[:end]).readlines()  # split on b"\n" only, as readline does
+        if lines and max(map(len, lines)) > LONG_LINE_BYTES:
+            self.fh.seek(start)
+            return out + self.read_lines(max_bytes, stats)
+        stats.bytes_read += len(chunk)
+        at = self.base + self.offset
+        out += zip(accumulate(map(len, lines), initial=at), lines)  # zip stops at the lines' end
+        self.offset += end
+        self.partial = chunk[end:]
+        return out
+
+    def read_lines(self, max_bytes: int, stats: TailStats) -> list[tuple[int, bytes]]:
+        """`read`, line by line: the reference, and the path for every case but the common one."""
         out: list[tuple[int, bytes]] = []
         readline = self.fh.readline
         pos = self.offset + len(self.partial)
         budget = max_bytes
         self.at_eof = False
         while budget > 0:
-            raw = readline(MAX_LINE_BYTES)
+            raw = readline(MAX_LINE_BYTES - len(self.partial))  # a line is cut at MAX_LINE_BYTES, held part included
             if not raw:
                 self.at_eof = True
                 break
