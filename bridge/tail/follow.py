@@ -350,8 +350,14 @@ class Follower:
             self._find_rotated(ck)
 
     def _find_rotated(self, ck: FileCheckpoint) -> None:
-        """Open the file a checkpoint names among its rotated siblings (by fingerprint)."""
-        for sibling in sorted(glob.glob(glob.escape(ck.path) + ".*")):
+        """Open the file a checkpoint names among its rotated siblings (by fingerprint): first
+        `<path>.*`, then any file of its directory, as a rotation that numbers its files shifts
+        a rotated one on (`0.log.1` is `0.log.2` after the next rotation)."""
+        first = sorted(glob.glob(glob.escape(ck.path) + ".*"))
+        taken = {t.path for t in self.files}
+        rest = sorted(p for p in glob.glob(os.path.join(glob.escape(os.path.dirname(ck.path)), "*"))
+                      if p != ck.path and p not in first and p not in taken and os.path.isfile(p))
+        for sibling in first + rest:
             if self._matches(sibling, ck):
                 self._open(sibling, source_for(ck.path), ck.generation, ck.offset, detached=True)
                 return
