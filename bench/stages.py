@@ -1,25 +1,28 @@
 """Where replay's and the agent's CPU goes, stage by stage: read, decode, parse, assemble,
-encode, transport (gRPC and HTTP), and the agent's own loop.
+encode, transport (gRPC and HTTP), and what the agent adds.
 
-    python bench/stages.py [--lines 200000] [--runs 3] [--cri] [--agent]
+    python bench/stages.py [--lines 200000] [--runs 5] [--cri] [--agent]
 
-Each depth runs in a fresh process that imports everything every depth needs, then runs the
-pipeline up to that stage over the same file; its CPU time (user + sys, `wait4`) minus the
-previous depth's is that stage's cost. `start` (imports only) is the baseline. The sink is
-bench/sink.py in its own process (not counted). `--agent` adds `vllm-trace-bridge run` on the
-file at a kubelet-style path, over each protocol, stopped once the sink has every span:
-its CPU minus the same protocol's pipeline figure is the agent's own loop (polling,
-checkpoints, the sender thread, metrics). Figures, not assertions: nothing here gates CI.
+Each run is a fresh process that times every stage on its own over the same file, in turn,
+each on the previous stage's output held in memory (the cyclic GC off while a stage is timed): read (the file's lines), decode (those
+lines → records), parse (records → events), assemble (records and events → timelines),
+encode (timelines → OTLP requests, the agent's batcher), and the transport (those requests
+sent to bench/sink.py in its own process, not counted, over gRPC and over HTTP). CPU is
+`time.process_time` around each stage (user + sys of the process, threads included, so the
+gRPC client's own threads count). The figure is the least of the runs: on a shared machine
+noise only ever adds CPU. The whole-process rows run the real commands (`replay`, and with
+`--agent` the agent `run` on the file at a kubelet-style path, stopped once the sink has
+every span) and take their CPU from `wait4`. Figures, not assertions: nothing gates CI.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,75 +33,92 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
-DEPTHS = ("start", "read", "decode", "parse", "assemble", "encode", "grpc", "http")
+STAGES = ("read", "decode", "parse", "assemble", "encode", "grpc", "http")
 
 
-# -- the child: one depth, one file -------------------------------------------------------------
+# -- the child: every stage once, timed on its own ---------------------------------------------
 
-def child(depth: str, path: str, grpc_port: str, http_port: str) -> None:
-    from bridge.decode import Decoder
+def child(path: str, grpc_port: str, http_port: str) -> None:
+    from bridge.assemble import Assembler
+    from bridge.decode import Decoder, source_for
     from bridge.decode.stream import RecordStream
-    from bridge.export.batch import OtlpSink
+    from bridge.export.batch import Batcher
     from bridge.export.otlp import base_resource
-    from bridge.export.transport import GRPC, HTTP, Transport, destination, make_transport
+    from bridge.export.transport import GRPC, HTTP, destination, make_transport
     from bridge.parse import Parser
-    from bridge.pipeline import replay
     from bridge.tail import read_lines
-    import opentelemetry.exporter.otlp.proto.grpc.trace_exporter  # noqa: F401  the same imports at every depth
-    import opentelemetry.exporter.otlp.proto.http.trace_exporter  # noqa: F401
 
-    class Discard(Transport):
-        """Takes the encoded request and drops it: the encode depth without a socket."""
+    cpu: dict[str, float] = {}
 
-        def send(self, request) -> bool:
-            return True
+    def timed(stage: str, fn):
+        # Every stage's output is held here, which the streaming pipeline never does; with the
+        # cyclic GC on, each stage would pay for scanning all of it. Off while timed: the GC's
+        # share in the real pipeline is the whole-process rows minus start-up and the stages.
+        gc.collect()
+        gc.disable()
+        t0 = time.process_time()
+        out = fn()
+        cpu[stage] = time.process_time() - t0
+        gc.enable()
+        return out
 
-    if depth == "start":
-        return
-    lines = read_lines(path, 0, [0])  # as replay reads (it keeps the offset for decode retries)
-    if depth == "read":
-        for _ in lines:
-            pass
-        return
-    stream = RecordStream(Decoder(mtime=os.stat(path).st_mtime)).over(lines)
-    if depth == "decode":
-        for _ in stream:
-            pass
-        return
-    if depth == "parse":
-        parse = Parser().parse
-        for r in stream:
-            parse(r.message, r.level, r.origin)
-        return
-    if depth == "assemble":
-        replay([path], [lambda t: None])
-        return
-    resource = base_resource(os.environ)
-    if depth == "encode":
-        transport = Discard()
-    else:
-        port, proto = (grpc_port, GRPC) if depth == "grpc" else (http_port, HTTP)
+    lines = timed("read", lambda: list(read_lines(path, 0, [0])))
+    stream = RecordStream(Decoder(mtime=os.stat(path).st_mtime))
+    records = timed("decode", lambda: list(stream.over(lines)))
+    parse = Parser().parse
+    events = timed("parse", lambda: [parse(r.message, r.level, r.origin) for r in records])
+    timelines: list = []
+    assembler = Assembler(source_for(path), timelines.append)
+
+    def assemble():
+        feed = assembler.feed
+        for r, e in zip(records, events):
+            if e is not None:
+                feed(r, e)
+        assembler.flush()
+
+    timed("assemble", assemble)
+    batcher = Batcher(base_resource(os.environ), 512)  # the agent's batch (max_batch_spans)
+
+    def encode():
+        out = []
+        for t in timelines:
+            batcher.add(t)
+            if batcher.full:
+                out.append(batcher.take().request)
+        if not batcher.empty:
+            out.append(batcher.take().request)
+        return out
+
+    requests = timed("encode", encode)
+    for stage, port, proto in (("grpc", grpc_port, GRPC), ("http", http_port, HTTP)):
         transport = make_transport(destination({}, f"http://127.0.0.1:{port}", proto))
-    sink = OtlpSink(transport, resource)
-    replay([path], [sink])
-    if not sink.close():
-        raise SystemExit("the sink refused spans")
-    print(sink.stats.spans_sent)
+        transport.send(requests[0])  # connected, warmed up: not counted
+
+        def send(transport=transport):
+            for r in requests[1:]:
+                if not transport.send(r):
+                    raise SystemExit("the sink refused a request")
+
+        timed(stage, send)
+        transport.close()
+    spans = sum(r.spans for r in requests)
+    sent_bytes = sum(len(r.payload) for r in requests)
+    share = (spans - requests[0].spans) / spans  # the transports sent all but the warm-up request
+    cpu["grpc"] /= share
+    cpu["http"] /= share
+    print(json.dumps({"cpu": cpu, "lines": len(lines), "spans": spans, "bytes": sent_bytes,
+                      "requests": len(requests)}))
 
 
 # -- the parent ---------------------------------------------------------------------------------
-
-def ensure_log(lines: int, cri: bool) -> tuple[str, int]:
-    from replay_cpu import ensure_log as make
-    return make(lines, cri)
-
 
 def counts(http_port: str) -> dict:
     with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/counts", timeout=10) as r:
         return json.load(r)
 
 
-def measure(argv: list[str]) -> tuple[float, float, str]:
+def whole(argv: list[str]) -> tuple[float, float, str]:
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     _, status, ru = os.wait4(proc.pid, 0)
     out = proc.stdout.read().decode()
@@ -107,7 +127,7 @@ def measure(argv: list[str]) -> tuple[float, float, str]:
     return ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024, out
 
 
-def run_agent(path: str, cri: bool, proto: str, port: str, http_port: str, want: int) -> tuple[float, float]:
+def run_agent(path: str, proto: str, port: str, http_port: str, want: int) -> tuple[float, float]:
     """The agent on the file, until the sink has `want` more spans (or nothing comes for 10 s)."""
     tmp = tempfile.mkdtemp(prefix="stages-agent-")
     try:
@@ -131,7 +151,8 @@ def run_agent(path: str, cri: bool, proto: str, port: str, http_port: str, want:
         proc.send_signal(signal.SIGTERM)
         _, _, ru = os.wait4(proc.pid, 0)
         if last - before < want:
-            print(f"  agent {proto}: {last - before} of {want} spans arrived", file=sys.stderr)
+            print(f"  agent {proto}: {last - before} of {want} spans arrived (requests still open at the end "
+                  "are not exported before their TTL)", file=sys.stderr)
         return ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -140,66 +161,66 @@ def run_agent(path: str, cri: bool, proto: str, port: str, http_port: str, want:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--lines", type=int, default=200_000)
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--cri", action="store_true")
     ap.add_argument("--agent", action="store_true", help="also the agent on the file, gRPC and HTTP")
-    ap.add_argument("--child", nargs=4, metavar=("DEPTH", "FILE", "GRPC_PORT", "HTTP_PORT"), help=argparse.SUPPRESS)
+    ap.add_argument("--child", nargs=3, metavar=("FILE", "GRPC_PORT", "HTTP_PORT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         child(*args.child)
         return
     sys.path.insert(0, HERE)
-    path, lines = ensure_log(args.lines, args.cri)
+    from replay_cpu import ensure_log
+
+    path, _ = ensure_log(args.lines, args.cri)
     sink = subprocess.Popen([sys.executable, os.path.join(HERE, "sink.py")], stdout=subprocess.PIPE, text=True)
     try:
         ports = dict(kv.split("=") for kv in sink.stdout.readline().split())
-        cpu: dict[str, list[float]] = {d: [] for d in DEPTHS}
-        rss: dict[str, float] = {}
-        spans = 0
+        runs = []
         for _ in range(args.runs):
-            for d in DEPTHS:
-                c, m, out = measure([sys.executable, __file__, "--child", d, path, ports["grpc"], ports["http"]])
-                cpu[d].append(c)
-                rss[d] = max(rss.get(d, 0.0), m)
-                if d in ("grpc", "http"):
-                    spans = int(out.split()[-1])
-        agent: dict[str, list[float]] = {}
-        if args.agent:
-            for _ in range(args.runs):
-                for d, proto, port in (("grpc", "grpc", ports["grpc"]), ("http", "http/protobuf", ports["http"])):
-                    c, m = run_agent(path, args.cri, proto, port, ports["http"], spans)
-                    agent.setdefault(d, []).append(c)
-                    rss[f"agent {d}"] = max(rss.get(f"agent {d}", 0.0), m)
+            _, _, out = whole([sys.executable, __file__, "--child", path, ports["grpc"], ports["http"]])
+            runs.append(json.loads(out.strip().splitlines()[-1]))
+        start = min(whole([sys.executable, "-m", "bridge", "replay", "--help"])[0] for _ in range(args.runs))
+        wholes: dict[str, list[float]] = {}
+        rss: dict[str, float] = {}
+        info = runs[0]
+        for _ in range(args.runs):
+            for name, proto, port in (("replay gRPC", "grpc", ports["grpc"]), ("replay HTTP", "http/protobuf", ports["http"])):
+                c, m, _ = whole([sys.executable, "-m", "bridge", "replay", path, "--otlp-endpoint",
+                                 f"http://127.0.0.1:{port}", "--otlp-protocol", proto])
+                wholes.setdefault(name, []).append(c)
+                rss[name] = max(rss.get(name, 0.0), m)
+            if args.agent:
+                for name, proto, port in (("agent gRPC", "grpc", ports["grpc"]), ("agent HTTP", "http/protobuf", ports["http"])):
+                    c, m = run_agent(path, proto, port, ports["http"], info["spans"])
+                    wholes.setdefault(name, []).append(c)
+                    rss[name] = max(rss.get(name, 0.0), m)
     finally:
         sink.terminate()
         sink.wait(30)
-    med = {d: statistics.median(v) for d, v in cpu.items()}
-    per = lambda s: s / lines * 1e6  # noqa: E731
-    print(f"file: {path} ({lines} lines, {'CRI' if args.cri else 'plain'}), {spans} spans; "
-          f"{args.runs} runs, CPU medians (user + sys of a fresh process each)")
+    lines, spans = info["lines"], info["spans"]
+    best = {s: min(r["cpu"][s] for r in runs) for s in STAGES}
+    per_line = lambda s: s / lines * 1e6  # noqa: E731
+    print(f"file: {path} ({lines} lines, {'CRI' if args.cri else 'plain'}); {spans} spans in {info['requests']} "
+          f"requests of up to 512 spans, {info['bytes'] / spans:.0f} bytes per span")
     print(f"command: python bench/stages.py --lines {args.lines} --runs {args.runs}"
           f"{' --cri' if args.cri else ''}{' --agent' if args.agent else ''}")
-    print(f"{'stage':<26} {'CPU-µs/line':>11} {'µs/span':>8} {'share':>6}  runs (s)")
-    rows = [("start (interpreter, imports)", "start", None)] + [
-        (name, d, prev) for name, d, prev in (
-            ("read", "read", "start"), ("decode", "decode", "read"), ("parse", "parse", "decode"),
-            ("assemble", "assemble", "parse"), ("encode", "encode", "assemble"),
-            ("transport gRPC", "grpc", "encode"), ("transport HTTP", "http", "encode"))]
-    for name, d, prev in rows:
-        cost = med[d] - (med[prev] if prev else 0.0)
-        total = med[d] - med["start"]
-        share = f"{cost / total * 100:5.1f}%" if prev and d in ("grpc", "http") else ""
-        print(f"{name:<26} {per(cost):>11.2f} {cost / max(spans, 1) * 1e6:>8.2f} {share:>6}  "
-              + ", ".join(f"{x:.2f}" for x in cpu[d]))
-    for d in ("grpc", "http"):
-        ship = med[d] - med["assemble"]
-        total = med[d] - med["start"]
-        print(f"pipeline + {d:<4} (no start): {per(total):.2f} µs/line; shipping (encode + transport) "
-              f"{ship / total * 100:.0f}% of it; peak RSS {rss[d]:.0f} MB")
-    for d, v in agent.items():
-        a = statistics.median(v)
-        print(f"agent {d:<4} whole process: {per(a):.2f} µs/line ({', '.join(f'{x:.2f}' for x in v)} s); "
-              f"its own loop beyond the pipeline: {per(a - med[d]):.2f} µs/line; peak RSS {rss[f'agent {d}']:.0f} MB")
+    print(f"least CPU of {args.runs} runs, each stage timed on its own in one process\n")
+    print("| stage | CPU-µs per line | CPU-µs per span | share (with gRPC) |\n|---|---:|---:|---:|")
+    with_grpc = sum(best[s] for s in STAGES if s != "http")
+    for s in STAGES:
+        share = f"{best[s] / with_grpc * 100:.0f} %" if s != "http" else ""
+        print(f"| {s} | {per_line(best[s]):.2f} | {best[s] / spans * 1e6:.2f} | {share} |")
+    ship = best["encode"] + best["grpc"]
+    print(f"| all stages, gRPC | {per_line(with_grpc):.2f} | | shipping (encode + transport): "
+          f"{ship / with_grpc * 100:.0f} % |")
+    print(f"| start-up (`--help`: interpreter and imports, whole process) | {per_line(start):.2f} | | |")
+    print("\n| whole process | CPU-µs per line | beyond start-up and the stages (GC, glue, the agent's own loop) "
+          "| runs (s) | peak RSS |\n|---|---:|---:|---|---:|")
+    for name, v in wholes.items():
+        stages = with_grpc if "gRPC" in name else with_grpc - best["grpc"] + best["http"]
+        print(f"| {name} | {per_line(min(v)):.2f} | {per_line(min(v) - start - stages):.2f} | "
+              f"{', '.join(f'{x:.2f}' for x in v)} | {rss[name]:.0f} MB |")
 
 
 if __name__ == "__main__":
