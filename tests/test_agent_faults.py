@@ -374,14 +374,36 @@ def test_damaged_checkpoints_at_start_are_one_log_line_and_the_agent_runs(tmp_pa
         pass
 
 
+def _checkpoints(key: str, files) -> list:
+    """A checkpoint of each (path, generation, offset), as the agent writes them."""
+    from bridge.tail.checkpoint import FileCheckpoint
+    from bridge.tail.follow import fingerprint, read_head
+    out = []
+    for path, gen, offset in files:
+        head = read_head(path)
+        out.append(FileCheckpoint(path, key, gen, os.stat(path).st_ino, fingerprint(head), len(head), offset))
+    return out
+
+
+def _resume_and_read(tmp_path, cks, key: str, tag_len: int) -> tuple[list, object]:
+    """A follower restored from `cks`, polled until quiet: (generation, line tag) in read order."""
+    from bridge.tail.follow import GEN_SHIFT, Filters, Follower
+    follower = Follower(Filters((str(tmp_path / "pods/*/*/*.log"),)), read_chunk=16 << 10)
+    follower.restore(cks, {key: 2})
+    follower.discover()
+    got = []
+    for _ in range(200):
+        for tf, lines in follower.poll():
+            got.extend((pos >> GEN_SHIFT, raw[:tag_len]) for pos, raw in lines)
+    follower.close()
+    return got, follower
+
+
 def test_resume_reads_a_rotated_file_to_its_end_before_the_newer_one(tmp_path):
     """A checkpoint naming a rotated file (`0.log.1`, which discovery never lists) is read
     from where it was, and wholly before the file that replaced it: the lines reach assemble
     in the order they were written (interleaved, a request open across the rotation got
     gauge events from after its end)."""
-    from bridge.tail.checkpoint import FileCheckpoint
-    from bridge.tail.follow import GEN_SHIFT, Filters, Follower, fingerprint, read_head
-
     live = pod_log(tmp_path)
     old = live + ".1"
     with open(old, "w") as f:
@@ -389,22 +411,12 @@ def test_resume_reads_a_rotated_file_to_its_end_before_the_newer_one(tmp_path):
     with open(live, "w") as f:
         f.writelines(f"new {i:05d} " + "y" * 80 + "\n" for i in range(2000))
     key = "k8s/llm/vllm-0/3f2a9c1e-1111-2222-3333-444455556666/vllm"
-    cks = []
-    for path, gen, offset in ((old, 0, 91 * 5), (live, 1, 0)):  # from the 6th line (91 bytes each)
-        head = read_head(path)
-        cks.append(FileCheckpoint(path, key, gen, os.stat(path).st_ino, fingerprint(head), len(head), offset))
-    follower = Follower(Filters((str(tmp_path / "pods/*/*/*.log"),)), read_chunk=16 << 10)
-    follower.restore(cks, {key: 2})
-    follower.discover()
-    got = []
-    for _ in range(200):
-        for tf, lines in follower.poll():
-            got.extend((pos >> GEN_SHIFT, raw[:3]) for pos, raw in lines)
+    cks = _checkpoints(key, ((old, 0, 91 * 5), (live, 1, 0)))  # from the 6th line (91 bytes each)
+    got, follower = _resume_and_read(tmp_path, cks, key, 3)
     assert follower.stats.errors.get("lost", 0) == 0
     assert [g for g, _ in got] == sorted(g for g, _ in got)  # never a newer generation first
     assert got[0][0] == 0 and sum(1 for _, k in got if k == b"old") == 1995
     assert sum(1 for _, k in got if k == b"new") == 2000
-    follower.close()
 
 
 def test_a_checkpoint_is_written_as_its_dataclasses_are_and_read_back_whole(tmp_path):
@@ -430,9 +442,6 @@ def test_resume_finds_a_rotated_file_whose_number_shifted_while_the_agent_was_do
     `0.log` to `0.log.1`. The checkpoint's `0.log.1` now holds the newer content: the file it
     named is found by its fingerprint under its new name, read from where it was, and nothing
     of it is lost."""
-    from bridge.tail.checkpoint import FileCheckpoint
-    from bridge.tail.follow import GEN_SHIFT, Filters, Follower, fingerprint, read_head
-
     live = pod_log(tmp_path)
     gen0, gen1 = live + ".1", live
     with open(gen0, "w") as f:
@@ -440,23 +449,13 @@ def test_resume_finds_a_rotated_file_whose_number_shifted_while_the_agent_was_do
     with open(gen1, "w") as f:
         f.writelines(f"g1 {i:05d} " + "y" * 80 + "\n" for i in range(1000))
     key = "k8s/llm/vllm-0/3f2a9c1e-1111-2222-3333-444455556666/vllm"
-    cks = []
-    for path, gen, offset in ((gen0, 0, 90 * 7), (gen1, 1, 90 * 3)):
-        head = read_head(path)
-        cks.append(FileCheckpoint(path, key, gen, os.stat(path).st_ino, fingerprint(head), len(head), offset))
+    cks = _checkpoints(key, ((gen0, 0, 90 * 7), (gen1, 1, 90 * 3)))
     # the agent is down; a numbered rotation shifts every file on, and a new live file starts
     os.rename(gen0, live + ".2")
     os.rename(gen1, live + ".1")
     with open(live, "w") as f:
         f.writelines(f"g2 {i:05d} " + "z" * 80 + "\n" for i in range(10))
-    follower = Follower(Filters((str(tmp_path / "pods/*/*/*.log"),)), read_chunk=16 << 10)
-    follower.restore(cks, {key: 2})
-    follower.discover()
-    got = []
-    for _ in range(200):
-        for tf, lines in follower.poll():
-            got.extend((pos >> GEN_SHIFT, raw[:2]) for pos, raw in lines)
+    got, follower = _resume_and_read(tmp_path, cks, key, 2)
     assert follower.stats.errors.get("lost", 0) == 0
     assert [sum(1 for _, k in got if k == tag) for tag in (b"g0", b"g1", b"g2")] == [993, 997, 10]
     assert [g for g, _ in got] == sorted(g for g, _ in got)
-    follower.close()
