@@ -509,3 +509,27 @@ def test_an_engine_that_serves_again_after_a_death_can_die_again(tmp_path):
     assert {k: (t.outcome, t.error_type) for k, t in r.items()} == {
         "chatcmpl-served": ("finished", None), "chatcmpl-later": ("finished", None),
         "chatcmpl-killed": ("failed", "engine_dead")}
+
+
+def test_an_answer_written_out_after_the_death_was_served(tmp_path):
+    """A real kill -9 on a loaded machine: the API server wrote a stream's last delta (its
+    finish reason) and `(streaming complete)` after the death's lines; the client got the whole
+    answer. That request was served; the other, with no such line, died with the engine."""
+    lines = [received("08:00:00", "chatcmpl-late"), added("08:00:00", "chatcmpl-late-0000000a"),
+             received("08:00:00", "chatcmpl-cut"), added("08:00:00", "chatcmpl-cut-0000000b"),
+             api("08:00:05", "core_client.py:817", "[shutdown] MPClient: engine core exited unexpectedly; "
+                                                    "starting cleanup", "WARNING"),
+             api("08:00:06", "request_logger.py:108", "Generated response chatcmpl-late (streaming delta): "
+                                                       "output: 'ok', finish_reason: length"),
+             api("08:00:06", "request_logger.py:108", "Generated response chatcmpl-late (streaming complete): "
+                                                       "output: 'ok ok', finish_reason: streaming_complete"),
+             *engine_dead_traceback("08:00:06")]
+    out = both(lines, tmp_path)
+    r = by_id(out)
+    late, cut = r["chatcmpl-late"], r["chatcmpl-cut"]
+    assert (late.outcome, late.error_type, late.end_ns) == ("finished", None, at("08:00:06"))
+    assert late.attrs["gen_ai.response.finish_reasons"] == ["length"]
+    assert not [e for e in late.events if e.name == "exception"]
+    assert (cut.outcome, cut.error_type, cut.end_ns) == ("failed", "engine_dead", at("08:00:05"))
+    (inc,) = incidents(out)
+    assert inc.error_type == "engine_dead"

@@ -141,6 +141,9 @@ def _incident_event(kind: str, error_type: str, ts_ns: int, occurrence: str) -> 
                          IncidentRef(kind, occurrence))
 
 
+_STOPPED = "the server was stopped while the request was in flight"
+
+
 def _engine_failed(error_type: str) -> str:
     """A request's own failure when the engine died: the incident's type, not its text (that is
     on the linked `vllm.engine` span)."""
@@ -730,6 +733,23 @@ class Assembler:
                 self._alive()
         elif r.outcome == "finished" and r.error_type is None and record.ts_ns > r.terminal_ns:
             r.terminal_ns = record.ts_ns
+        elif ev.finish_reason != "abort" and r.error_message in (_STOPPED, _engine_failed(r.error_type or "")):
+            self._served(r, record.ts_ns)
+
+    def _served(self, r: RequestState, ts: int) -> None:
+        """A request the engine's death or the stop had ended shows its answer finished after
+        all: the engine had made it, and a loaded API server wrote it out after the death's
+        lines (vLLM logs `(streaming complete)` and a choice's reason only for a whole answer).
+        It was served: finished here, its failure taken back; it stays linked to the incident."""
+        message = r.error_message
+        r.error_type, r.error_message, r.outcome, r.terminal_ns = None, "", "finished", ts
+        if r.events:
+            r.events = [e for e in r.events if e.name != "exception" or e.attrs.get("exception.message") != message]
+        if r.extra is not None:
+            r.extra.pop("vllm.end_inferred", None)
+        inc = self._incident_open
+        if inc is not None and r in inc.failed:
+            inc.failed.remove(r)
 
     def _on_aborted(self, record: Record, ev: RequestsAborted) -> None:
         for rid in ev.request_ids:
@@ -861,7 +881,7 @@ class Assembler:
 
     def _stopped(self, r: RequestState, ts: int, observed: bool) -> None:
         """Ended by a deliberate server stop (SIGTERM, a rollout): `error.type=shutdown`."""
-        self._fail(r, ts, "aborted", "shutdown", "ServerShutdown", "the server was stopped while the request was in flight")
+        self._fail(r, ts, "aborted", "shutdown", "ServerShutdown", _STOPPED)
         if not observed:
             r.set("vllm.end_inferred", True)
 
