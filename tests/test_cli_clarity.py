@@ -408,3 +408,12 @@ def test_the_follower_says_why_it_skips_unreadable_files_and_directories(tmp_pat
     assert [(c.action, os.path.basename(c.path)) for c in f.take_changes()] == [("followed", "b.log")]
     assert f.skipped_by_kind()["unreadable"] == 0
     f.close()
+
+
+def test_a_waterfall_names_the_incident_a_request_was_in_flight_for():
+    """The sample's CUDA OOM (`Failed to allocate memory for request 0x7f8c4a001140`) was an
+    incident while others ran: their waterfalls name its kind and type. The event carries no
+    text (privacy), so nothing is printed where a message would be: never `None`."""
+    out = bridge("replay", "bridge/samples/seed.log", "--waterfalls", "100").stdout
+    assert "  ! engine incident in flight: cuda_oom, error.type oom" in out
+    assert not [line for line in out.splitlines() if line.startswith("  ! ") and "None" in line]

@@ -138,7 +138,10 @@ class Waterfall:
             lines.append(f"  ✗ {t.error_type}: {t.error_message}")
         for e in t.events:
             if e.name == "vllm.engine.incident":
-                lines.append(f"  ! engine {e.attrs.get('vllm.incident.kind')}: {e.attrs.get('exception.message')}")
+                # The event carries the incident's kind and type only (its text is on the
+                # incident's own span, which the waterfall draws separately).
+                lines.append(f"  ! engine incident in flight: {e.attrs.get('vllm.incident.kind')}, "
+                             f"error.type {e.attrs.get('error.type')}")
         return "\n".join(lines), rough
 
     @staticmethod
