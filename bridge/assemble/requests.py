@@ -733,13 +733,15 @@ class Assembler:
                 self._alive()
         elif r.outcome == "finished" and r.error_type is None and record.ts_ns > r.terminal_ns:
             r.terminal_ns = record.ts_ns
-        elif ev.finish_reason != "abort" and r.error_message in (_STOPPED, _engine_failed(r.error_type or "")):
+        elif ev.streaming != "complete" and ev.finish_reason not in (None, "abort") \
+                and r.error_message in (_STOPPED, _engine_failed(r.error_type or "")):
+            # a choice's own reason, not `(streaming complete)`: vLLM logs that after an abort too
             self._served(r, record.ts_ns)
 
     def _served(self, r: RequestState, ts: int) -> None:
         """A request the engine's death or the stop had ended shows its answer finished after
         all: the engine had made it, and a loaded API server wrote it out after the death's
-        lines (vLLM logs `(streaming complete)` and a choice's reason only for a whole answer).
+        lines (a choice's reason other than `abort` is logged only for a whole answer).
         It was served: finished here, its failure taken back; it stays linked to the incident."""
         message = r.error_message
         r.error_type, r.error_message, r.outcome, r.terminal_ns = None, "", "finished", ts
