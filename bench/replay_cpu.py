@@ -19,25 +19,14 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path.insert(0, ROOT)
+sys.path[:0] = [ROOT, HERE]
 
+from _common import as_installed, synth_log  # noqa: E402
 
 
 def ensure_log(lines: int, cri: bool) -> tuple[str, int]:
-    out = os.path.join(HERE, "out")
-    os.makedirs(out, exist_ok=True)
     # ~10.2 lines per request with the default mix (gauges, preemptions, blocks)
-    requests = max(10, int(lines / 10.2))
-    path = os.path.join(out, f"seed-{requests}{'-cri' if cri else ''}.log")
-    if not os.path.exists(path):
-        # In a child process: generating holds the whole log in memory, and a replay forked from
-        # a process that big reports that size as its own peak RSS.
-        t = time.time()
-        subprocess.run([sys.executable, "-c", "import sys; from bridge.synth import SynthConfig, write_file; "
-                        f"write_file(sys.argv[1], SynthConfig(requests={requests}, seed=42, cri={cri}, "
-                        "mean_interarrival_s=0.05, nccl_incidents=3, oom_failures=5))", path],
-                       cwd=ROOT, check=True)
-        print(f"generated {path} in {time.time() - t:.1f}s", file=sys.stderr)
+    path = synth_log(max(10, int(lines / 10.2)), cri)
     with open(path, "rb") as f:
         n = sum(1 for _ in f)
     return path, n
@@ -62,6 +51,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--cri", action="store_true")
     args = ap.parse_args()
+    as_installed()
     path, lines = ensure_log(args.lines, args.cri)
     rx = subprocess.Popen([sys.executable, os.path.join(HERE, "receiver.py")], stdout=subprocess.PIPE, text=True)
     try:

@@ -33,6 +33,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
+from bridge.config import AgentConfig  # noqa: E402
+
+BATCH_SPANS = AgentConfig().max_batch_spans
 STAGES = ("read", "decode", "parse", "assemble", "encode", "grpc", "http")
 
 
@@ -78,7 +81,7 @@ def child(path: str, grpc_port: str, http_port: str) -> None:
         assembler.flush()
 
     timed("assemble", assemble)
-    batcher = Batcher(base_resource(os.environ), 512)  # the agent's batch (max_batch_spans)
+    batcher = Batcher(base_resource(os.environ), BATCH_SPANS)  # the agent's batch
 
     def encode():
         out = []
@@ -170,7 +173,10 @@ def main() -> None:
         child(*args.child)
         return
     sys.path.insert(0, HERE)
+    from _common import as_installed
     from replay_cpu import ensure_log
+
+    as_installed()
 
     path, _ = ensure_log(args.lines, args.cri)
     sink = subprocess.Popen([sys.executable, os.path.join(HERE, "sink.py")], stdout=subprocess.PIPE, text=True)
@@ -202,7 +208,7 @@ def main() -> None:
     best = {s: min(r["cpu"][s] for r in runs) for s in STAGES}
     per_line = lambda s: s / lines * 1e6  # noqa: E731
     print(f"file: {path} ({lines} lines, {'CRI' if args.cri else 'plain'}); {spans} spans in {info['requests']} "
-          f"requests of up to 512 spans, {info['bytes'] / spans:.0f} bytes per span")
+          f"requests of up to {BATCH_SPANS} spans, {info['bytes'] / spans:.0f} bytes per span")
     print(f"command: python bench/stages.py --lines {args.lines} --runs {args.runs}"
           f"{' --cri' if args.cri else ''}{' --agent' if args.agent else ''}")
     print(f"least CPU of {args.runs} runs, each stage timed on its own in one process\n")

