@@ -533,3 +533,29 @@ def test_an_answer_written_out_after_the_death_was_served(tmp_path):
     assert (cut.outcome, cut.error_type, cut.end_ns) == ("failed", "engine_dead", at("08:00:05"))
     (inc,) = incidents(out)
     assert inc.error_type == "engine_dead"
+
+
+def test_an_answer_after_a_death_whose_cause_came_later_was_served(tmp_path):
+    """The death is logged first as a worker's, its CUDA OOM traceback a moment later (the
+    incident's type becomes `oom` after the requests in flight were failed), then a stream's
+    last delta with its finish reason: that request was served all the same."""
+    w = "(Worker pid=301) ERROR 12-01 08:00:10 [multiproc_executor.py:1063] "
+    lines = [received("08:00:00", "chatcmpl-late"), added("08:00:00", "chatcmpl-late-0000000a"),
+             received("08:00:00", "chatcmpl-cut"), added("08:00:00", "chatcmpl-cut-0000000b"),
+             core("08:00:10", "multiproc_executor.py:520", "Worker proc VllmWorker-0 died unexpectedly, shutting down "
+                                                             "executor.", "ERROR"),
+             w + "WorkerProc hit an exception.", w + "Traceback (most recent call last):",
+             w + '  File "/venv/vllm/v1/worker/gpu_model_runner.py", line 4142, in execute_model',
+             w + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+             api("08:00:11", "request_logger.py:108", "Generated response chatcmpl-late (streaming delta): "
+                                                       "output: 'ok', finish_reason: length"),
+             *engine_dead_traceback("08:00:11")]
+    out = both(lines, tmp_path)
+    (inc,) = incidents(out)
+    assert inc.error_type == "oom"
+    r = by_id(out)
+    late, cut = r["chatcmpl-late"], r["chatcmpl-cut"]
+    assert (late.outcome, late.error_type, late.end_ns) == ("finished", None, at("08:00:11"))
+    assert not [e for e in late.events if e.name == "exception"]
+    assert (cut.outcome, cut.error_type, cut.end_ns) == ("failed", "oom", at("08:00:10"))
+    assert [e.attrs["exception.type"] for e in cut.events if e.name == "exception"]

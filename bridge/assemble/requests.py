@@ -31,7 +31,6 @@ from bridge.assemble.timeline import INFERRED, IncidentEvent, IncidentRef, SpanE
 from bridge.decode.record import CLOCK_EXACT, Record
 from bridge.tail.source import Source
 from bridge.parse.events import (
-    ENGINE_EXITED,
     AccessLog,
     AllocationFailed,
     BlockAllocated,
@@ -468,11 +467,17 @@ class Assembler:
         r.outcome = outcome
         self._in_flight.pop(self._key(r), None)
 
-    def _fail(self, r: RequestState, ts: int, outcome: str, error_type: str, exc_type: str, message: str) -> None:
-        """`message` is already fit to leave the node (`self._text`, or the bridge's own words)."""
+    def _fail(self, r: RequestState, ts: int, outcome: str, error_type: str, exc_type: str, message: str,
+              by_signal: bool = False) -> None:
+        """`message` is already fit to leave the node (`self._text`, or the bridge's own words).
+        `by_signal`: the engine's death or the server's stop ended it, not a line of its own;
+        its answer may still show up finished (`_served`)."""
         r.error_type = error_type
         r.error_message = message
-        r.add_event(SpanEvent("exception", ts, {"exception.type": exc_type, "exception.message": message}), False)
+        event = SpanEvent("exception", ts, {"exception.type": exc_type, "exception.message": message})
+        r.add_event(event, False)
+        if by_signal:
+            r.signal_end = event
         self._terminate(r, ts, outcome)
 
     def _finish(self, r: RequestState) -> None:
@@ -733,8 +738,7 @@ class Assembler:
                 self._alive()
         elif r.outcome == "finished" and r.error_type is None and record.ts_ns > r.terminal_ns:
             r.terminal_ns = record.ts_ns
-        elif ev.streaming != "complete" and ev.finish_reason not in (None, "abort") \
-                and r.error_message in (_STOPPED, _engine_failed(r.error_type or "")):
+        elif r.signal_end is not None and ev.streaming != "complete" and ev.finish_reason not in (None, "abort"):
             # a choice's own reason, not `(streaming complete)`: vLLM logs that after an abort too
             self._served(r, record.ts_ns)
 
@@ -743,10 +747,10 @@ class Assembler:
         all: the engine had made it, and a loaded API server wrote it out after the death's
         lines (a choice's reason other than `abort` is logged only for a whole answer).
         It was served: finished here, its failure taken back; it stays linked to the incident."""
-        message = r.error_message
+        end, r.signal_end = r.signal_end, None
         r.error_type, r.error_message, r.outcome, r.terminal_ns = None, "", "finished", ts
         if r.events:
-            r.events = [e for e in r.events if e.name != "exception" or e.attrs.get("exception.message") != message]
+            r.events = [e for e in r.events if e is not end]
         if r.extra is not None:
             r.extra.pop("vllm.end_inferred", None)
         inc = self._incident_open
@@ -770,7 +774,7 @@ class Assembler:
         if ev.error_type == "engine_dead" and self._death is None and self._stop_ns is not None:
             self._stopped(r, record.ts_ns, True)  # vLLM fails what is in flight with EngineDeadError on a stop
         elif ev.error_type == "engine_dead" and self._death is not None:
-            self._fail(r, record.ts_ns, "failed", self._death, "RequestFailed", _engine_failed(self._death))
+            self._fail(r, record.ts_ns, "failed", self._death, "RequestFailed", _engine_failed(self._death), True)
         else:
             self._fail(r, record.ts_ns, "failed", ev.error_type, "RequestFailed", self._text(ev.reason))
 
@@ -883,7 +887,7 @@ class Assembler:
 
     def _stopped(self, r: RequestState, ts: int, observed: bool) -> None:
         """Ended by a deliberate server stop (SIGTERM, a rollout): `error.type=shutdown`."""
-        self._fail(r, ts, "aborted", "shutdown", "ServerShutdown", _STOPPED)
+        self._fail(r, ts, "aborted", "shutdown", "ServerShutdown", _STOPPED, True)
         if not observed:
             r.set("vllm.end_inferred", True)
 
@@ -957,8 +961,7 @@ class Assembler:
             self._startup.add(record, ())
             self._end_startup(ev.error_type, ev.message)
         ts = record.ts_ns
-        if (self._stop_ns is not None and self._death is None and ev.error_type not in _REAL_FAILURES
-                and not ev.message.startswith(ENGINE_EXITED)):
+        if self._stop_ns is not None and self._death is None and ev.error_type not in _REAL_FAILURES and not ev.exited:
             # vLLM raises EngineDeadError, cancels and kills its workers while it stops on purpose.
             self.stats.stop_errors += 1
             if ev.fatal:
@@ -975,7 +978,7 @@ class Assembler:
                 if ev.fatal:  # V0's AsyncEngineDeadError for a request sent to the dead engine
                     for r in list(self._in_flight.values()):
                         self._fail(r, ts, "failed", self._death, ev.exception_type or "EngineDeadError",
-                                   _engine_failed(self._death))
+                                   _engine_failed(self._death), True)
                 return
             inc = self._incident_open = _Incident(record, ev)
             inc.occurrence = str(record.offset)  # reserved now: the link its event carries names its span
@@ -992,7 +995,7 @@ class Assembler:
             lead_record, lead = inc.lead
             for r in list(self._in_flight.values()):
                 self._fail(r, ts, "failed", inc.error_type, lead.exception_type or ev.exception_type or "EngineDeadError",
-                           _engine_failed(inc.error_type))
+                           _engine_failed(inc.error_type), True)
                 inc.failed.append(r)
         elif upgraded and self._death is not None:
             self._death = inc.error_type

@@ -244,6 +244,7 @@ class EngineError:
     message: str
     fatal: bool           # the engine (or a worker it needs) is gone: requests in flight are lost
     stacktrace: str
+    exited: bool = False  # ENGINE_EXITED: the engine core process died, even amid a stop
 
 
 #: What vLLM's API server logs when its engine core process died under it (core_client.py:818):

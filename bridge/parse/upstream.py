@@ -242,7 +242,7 @@ def _shutdown(msg: str) -> Event | None:
     if msg.startswith("[shutdown] EngineCore: request processing complete"):
         return _STOP_DRAINED
     if msg.startswith(ENGINE_EXITED):
-        return EngineError("engine_dead", "", msg[:_MAX_MESSAGE], True, "")
+        return EngineError("engine_dead", "", msg[:_MAX_MESSAGE], True, "", exited=True)
     return _STOP_SERVER
 
 
