@@ -41,7 +41,7 @@ STAGES = ("read", "decode", "parse", "assemble", "encode", "grpc", "http")
 
 # -- the child: every stage once, timed on its own ---------------------------------------------
 
-def child(path: str, grpc_port: str, http_port: str) -> None:
+def child(path: str, grpc_port: str, http_port: str, batch_spans: str) -> None:
     from bridge.assemble import Assembler
     from bridge.decode import Decoder, source_for
     from bridge.decode.stream import RecordStream
@@ -81,7 +81,7 @@ def child(path: str, grpc_port: str, http_port: str) -> None:
         assembler.flush()
 
     timed("assemble", assemble)
-    batcher = Batcher(base_resource(os.environ), BATCH_SPANS)  # the agent's batch
+    batcher = Batcher(base_resource(os.environ), int(batch_spans))  # the agent's batch
 
     def encode():
         out = []
@@ -130,7 +130,7 @@ def whole(argv: list[str]) -> tuple[float, float, str]:
     return ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024, out
 
 
-def run_agent(path: str, proto: str, port: str, http_port: str, want: int) -> tuple[float, float]:
+def run_agent(path: str, proto: str, port: str, http_port: str, want: int, batch: int) -> tuple[float, float]:
     """The agent on the file, until the sink has `want` more spans (or nothing comes for 10 s)."""
     tmp = tempfile.mkdtemp(prefix="stages-agent-")
     try:
@@ -141,7 +141,8 @@ def run_agent(path: str, proto: str, port: str, http_port: str, want: int) -> tu
         proc = subprocess.Popen(
             [sys.executable, "-m", "bridge", "run", "--include", f"{tmp}/pods/*/*/*.log", "--state-dir",
              f"{tmp}/state", "--otlp-endpoint", f"http://127.0.0.1:{port}", "--otlp-protocol", proto,
-             "--listen", "127.0.0.1:0", "--log-format", "json", "--start-at", "beginning"],
+             "--listen", "127.0.0.1:0", "--log-format", "json", "--start-at", "beginning",
+             "--max-batch-spans", str(batch)],
             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         last, last_change = before, time.monotonic()
         while time.monotonic() - last_change < 10:
@@ -167,7 +168,9 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--cri", action="store_true")
     ap.add_argument("--agent", action="store_true", help="also the agent on the file, gRPC and HTTP")
-    ap.add_argument("--child", nargs=3, metavar=("FILE", "GRPC_PORT", "HTTP_PORT"), help=argparse.SUPPRESS)
+    ap.add_argument("--max-batch-spans", type=int, default=BATCH_SPANS,
+                    help="the encode stage's and the agent's batch (replay keeps its default)")
+    ap.add_argument("--child", nargs=4, metavar=("FILE", "GRPC_PORT", "HTTP_PORT", "BATCH"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         child(*args.child)
@@ -184,7 +187,7 @@ def main() -> None:
         ports = dict(kv.split("=") for kv in sink.stdout.readline().split())
         runs = []
         for _ in range(args.runs):
-            _, _, out = whole([sys.executable, __file__, "--child", path, ports["grpc"], ports["http"]])
+            _, _, out = whole([sys.executable, __file__, "--child", path, ports["grpc"], ports["http"], str(args.max_batch_spans)])
             runs.append(json.loads(out.strip().splitlines()[-1]))
         start = min(whole([sys.executable, "-m", "bridge", "replay", "--help"])[0] for _ in range(args.runs))
         wholes: dict[str, list[float]] = {}
@@ -198,7 +201,7 @@ def main() -> None:
                 rss[name] = max(rss.get(name, 0.0), m)
             if args.agent:
                 for name, proto, port in (("agent gRPC", "grpc", ports["grpc"]), ("agent HTTP", "http/protobuf", ports["http"])):
-                    c, m = run_agent(path, proto, port, ports["http"], info["spans"])
+                    c, m = run_agent(path, proto, port, ports["http"], info["spans"], args.max_batch_spans)
                     wholes.setdefault(name, []).append(c)
                     rss[name] = max(rss.get(name, 0.0), m)
     finally:
@@ -208,9 +211,10 @@ def main() -> None:
     best = {s: min(r["cpu"][s] for r in runs) for s in STAGES}
     per_line = lambda s: s / lines * 1e6  # noqa: E731
     print(f"file: {path} ({lines} lines, {'CRI' if args.cri else 'plain'}); {spans} spans in {info['requests']} "
-          f"requests of up to {BATCH_SPANS} spans, {info['bytes'] / spans:.0f} bytes per span")
+          f"requests of up to {args.max_batch_spans} spans, {info['bytes'] / spans:.0f} bytes per span")
     print(f"command: python bench/stages.py --lines {args.lines} --runs {args.runs}"
-          f"{' --cri' if args.cri else ''}{' --agent' if args.agent else ''}")
+          f"{' --cri' if args.cri else ''}{' --agent' if args.agent else ''}"
+          f"{f' --max-batch-spans {args.max_batch_spans}' if args.max_batch_spans != BATCH_SPANS else ''}")
     print(f"least CPU of {args.runs} runs, each stage timed on its own in one process\n")
     print("| stage | CPU-µs per line | CPU-µs per span | share (with gRPC) |\n|---|---:|---:|---:|")
     with_grpc = sum(best[s] for s in STAGES if s != "http")

@@ -94,7 +94,7 @@ class OtlpSink:
     can report exactly what was not delivered instead of hammering a dead receiver.
     """
 
-    def __init__(self, transport: Transport, resource: Mapping[str, str], max_batch: int = 2048,
+    def __init__(self, transport: Transport, resource: Mapping[str, str], max_batch: int = 1024,
                  encoder=WireEncoder, max_bytes: int = DEFAULT_BATCH_BYTES):
         self.stats = ExportStats()
         self._transport = transport
