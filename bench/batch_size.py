@@ -25,12 +25,12 @@ ROOT = os.path.dirname(HERE)
 sys.path[:0] = [ROOT, HERE]
 
 from replay_cpu import ensure_log  # noqa: E402
+from stages import encode_batches  # noqa: E402
 from stages import run_agent  # noqa: E402
 
 from bridge.assemble import Assembler  # noqa: E402
 from bridge.decode import Decoder, source_for  # noqa: E402
 from bridge.decode.stream import RecordStream  # noqa: E402
-from bridge.export.batch import Batcher  # noqa: E402
 from bridge.export.otlp import base_resource  # noqa: E402
 from bridge.export.transport import GRPC, HTTP, destination, make_transport  # noqa: E402
 from bridge.parse import Parser  # noqa: E402
@@ -48,17 +48,6 @@ def timelines_of(path: str) -> list:
     return out
 
 
-def encode(timelines: list, size: int) -> list:
-    batcher, out = Batcher(base_resource(os.environ), size), []
-    for t in timelines:
-        batcher.add(t)
-        if batcher.full:
-            out.append(batcher.take().request)
-    if not batcher.empty:
-        out.append(batcher.take().request)
-    return out
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="512,1024,2048")
@@ -70,6 +59,7 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     path, lines = ensure_log(args.lines, cri=args.cri)
     timelines = timelines_of(path)
+    resource = base_resource(os.environ)
     sink = subprocess.Popen([sys.executable, os.path.join(HERE, "sink.py")], stdout=subprocess.PIPE, text=True)
     try:
         ports = dict(kv.split("=") for kv in sink.stdout.readline().split())
@@ -80,7 +70,7 @@ def main() -> None:
         for _ in range(args.rounds):
             for size in sizes:
                 t0 = time.process_time()
-                requests = encode(timelines, size)
+                requests = encode_batches(timelines, size, resource)
                 cpu = {"encode": time.process_time() - t0}
                 for proto, transport in transports.items():
                     t0 = time.process_time()
@@ -95,7 +85,7 @@ def main() -> None:
             t.close()
         gc.enable()
         agent: dict[tuple[int, str], list[float]] = {}
-        spans = sum(r.spans for r in encode(timelines, sizes[0])) if args.agent else 0
+        spans = sum(r.spans for r in encode_batches(timelines, sizes[0], resource)) if args.agent else 0
         for _ in range(args.rounds if args.agent else 0):
             for size in sizes:
                 for key, proto in (("grpc", GRPC), ("http", HTTP)):

@@ -41,11 +41,24 @@ STAGES = ("read", "decode", "parse", "assemble", "encode", "grpc", "http")
 
 # -- the child: every stage once, timed on its own ---------------------------------------------
 
+def encode_batches(timelines: list, batch_spans: int, resource: dict) -> list:
+    """The timelines as the agent's batcher makes them into OTLP requests."""
+    from bridge.export.batch import Batcher
+
+    batcher, out = Batcher(resource, batch_spans), []
+    for t in timelines:
+        batcher.add(t)
+        if batcher.full:
+            out.append(batcher.take().request)
+    if not batcher.empty:
+        out.append(batcher.take().request)
+    return out
+
+
 def child(path: str, grpc_port: str, http_port: str, batch_spans: str) -> None:
     from bridge.assemble import Assembler
     from bridge.decode import Decoder, source_for
     from bridge.decode.stream import RecordStream
-    from bridge.export.batch import Batcher
     from bridge.export.otlp import base_resource
     from bridge.export.transport import GRPC, HTTP, destination, make_transport
     from bridge.parse import Parser
@@ -81,19 +94,8 @@ def child(path: str, grpc_port: str, http_port: str, batch_spans: str) -> None:
         assembler.flush()
 
     timed("assemble", assemble)
-    batcher = Batcher(base_resource(os.environ), int(batch_spans))  # the agent's batch
-
-    def encode():
-        out = []
-        for t in timelines:
-            batcher.add(t)
-            if batcher.full:
-                out.append(batcher.take().request)
-        if not batcher.empty:
-            out.append(batcher.take().request)
-        return out
-
-    requests = timed("encode", encode)
+    resource = base_resource(os.environ)
+    requests = timed("encode", lambda: encode_batches(timelines, int(batch_spans), resource))
     for stage, port, proto in (("grpc", grpc_port, GRPC), ("http", http_port, HTTP)):
         transport = make_transport(destination({}, f"http://127.0.0.1:{port}", proto))
         transport.send(requests[0])  # connected, warmed up: not counted
