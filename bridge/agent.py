@@ -37,6 +37,7 @@ from bridge.parse.gateway import GatewayParser, gateway_format
 from bridge.parse.events import Stamped
 from bridge.parse.rules import load_rules
 from bridge.pipeline import LineErrors, drive
+from bridge.faults import failing, injected_faults, maybe_fail, PoisonedLines
 from bridge.resume import Checkpointer, file_checkpoint
 from bridge.sources import Pending, SourceState
 from bridge.tail.checkpoint import Delivered
@@ -48,62 +49,6 @@ _NS = 1_000_000_000
 _CHECKPOINT_EVERY_S = 1.0
 _TICK_S = 0.25
 _JOIN_IDLE_S = 0.25  # a held traceback or error line is released after this long with no new line
-
-
-class InjectedFault(RuntimeError):
-    """Raised by the fault-injection hook (tests): stands for any bug a line could trigger."""
-
-
-def injected_faults(env) -> dict[str, str]:
-    """`VLLM_TRACE_BRIDGE_INJECT_FAULT=decode:MARK,parse:MARK,assemble:MARK`: that stage raises
-    on a line containing MARK (assemble: a line whose origin, `file.py:LINE`, does). For the
-    fault-injection tests of a real agent process; unset (always, in production) it costs one
-    truth test per line."""
-    out = {}
-    for item in (env.get("VLLM_TRACE_BRIDGE_INJECT_FAULT") or "").split(","):
-        stage, _, marker = item.partition(":")
-        if stage.strip() in ("decode", "parse", "assemble") and marker:
-            out[stage.strip()] = marker
-    return out
-
-
-class _Lines:
-    """A batch's lines for the fault-injection tests: raises at a decode-poisoned line after
-    moving past it, as a decoder raising on it would leave the batch."""
-
-    __slots__ = ("_lines", "_i", "_faults")
-
-    def __init__(self, lines: list, faults: dict[str, str]) -> None:
-        self._lines, self._i, self._faults = lines, 0, faults
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        if self._i >= len(self._lines):
-            raise StopIteration
-        item = self._lines[self._i]
-        self._i += 1
-        _maybe_fail(self._faults, "decode", item[1])
-        return item
-
-    def __length_hint__(self) -> int:
-        return len(self._lines) - self._i
-
-
-def _failing(faults: dict[str, str], stage: str, fn):
-    """`fn` (parse, or the assembler's feed), raising first where the per-line path would: on
-    the stage's marker in the message (parse) or in the record's origin (assemble)."""
-    def call(first, *rest):
-        _maybe_fail(faults, stage, first if stage == "parse" else first.origin)
-        return fn(first, *rest)
-    return call
-
-
-def _maybe_fail(faults: dict[str, str], stage: str, text) -> None:
-    marker = faults.get(stage)
-    if marker is not None and (marker.encode() if isinstance(text, bytes) else marker) in text:
-        raise InjectedFault(stage)
 
 
 class Agent:
@@ -295,10 +240,10 @@ class Agent:
         if st.gateway or st.skip:
             record = self._process_each(st, tf, stream, lines)
         else:  # the common case: the whole batch through the C paths, as replay does
-            it = _Lines(lines, self._faults) if self._faults else iter(lines)
+            it = PoisonedLines(lines, self._faults) if self._faults else iter(lines)
             parse, feed = self._parser.parse, st.assembler.feed
             if self._faults:
-                parse, feed = _failing(self._faults, "parse", parse), _failing(self._faults, "assemble", feed)
+                parse, feed = failing(self._faults, "parse", parse), failing(self._faults, "assemble", feed)
             record = drive(lambda: stream.each(it), parse, feed, self._line_error_at, tf.path,
                            lambda: lines[len(lines) - it.__length_hint__() - 1][0])
         if record is not None and record.ts_ns > st.last_ts:
@@ -320,7 +265,7 @@ class Agent:
         for pos, raw in lines:
             try:
                 if faults:
-                    _maybe_fail(faults, "decode", raw)
+                    maybe_fail(faults, "decode", raw)
                 records = stream(raw, pos)
             except Exception as exc:  # one line never stops the agent: skipped and counted
                 self._line_error("decode", tf.path, pos & _MASK, exc)
@@ -337,7 +282,7 @@ class Agent:
                 self._on_gateway(st, record)
                 return
             if faults:
-                _maybe_fail(faults, "parse", record.message)
+                maybe_fail(faults, "parse", record.message)
             event = self._parser.parse(record.message, record.level, record.origin)  # C when built
         except Exception as exc:
             self._line_error("parse", st.source.path, record.offset & _MASK, exc)
@@ -350,7 +295,7 @@ class Agent:
                 if event is None:
                     return
             if faults:
-                _maybe_fail(faults, "assemble", record.origin)
+                maybe_fail(faults, "assemble", record.origin)
             st.assembler.feed(record, event)
         except Exception as exc:
             self._line_error("assemble", st.source.path, record.offset & _MASK, exc)
