@@ -340,8 +340,12 @@ def _decode_both(raws: list[bytes]):
     per_line = []
     for fast in (stream_mod.FAST, None):
         s = RecordStream(Decoder(mtime=1.7e9), fast=fast)
-        got = [r for offset, raw in lines for r in s(raw, offset)] + s.flush()
-        per_line.append((got, s.decoder.stats, s.joiner.stats))
+        got, held = [], []  # held: where a resume must re-read from, after each line (a part held)
+        for offset, raw in lines:
+            got += s(raw, offset)
+            held.append(s.held_position)
+        got += s.flush()
+        per_line.append((got, held, s.decoder.stats, s.joiner.stats))
     assert per_line[0] == per_line[1]
 
 
@@ -608,10 +612,20 @@ def test_common_cri_lines_take_the_c_path():
     assert (decoder.stats.lines, decoder.stats.records, decoder.stats.prefixed) == (1 + len(cases), 1 + len(cases), 0)
     assert decoder._last_ts == expected[-1].ts_ns
     assert decoder._clock._cache_key == ""  # the header clock was never asked
-    # and each of these is Python's: a part, the line that ends a part, a new second, an ERROR
-    decline = [f"{CRI_SECOND}.1Z stdout P INFO 02-15 10:23:00 [x.py:1] a", f"{CRI_SECOND}.2Z stdout F b",
-               f"2025-02-15T10:23:01.1Z stdout F INFO 02-15 10:23:01 [x.py:1] c",
-               f"{CRI_SECOND}.3Z stdout F ERROR 02-15 10:23:00 [x.py:1] d"]
+    # a line the runtime split (`P` parts, then the `F` that ends them) is one record, timed
+    # and placed at its first part, as containerd's reader joins it
+    p1 = f"{CRI_SECOND}.1Z stdout P INFO 02-15 10:23:00 [x.py:1] a".encode() + b"\n"
+    p2 = f"{CRI_SECOND}.15Z stderr P b".encode() + b"\n"
+    f3 = f"{CRI_SECOND}.2Z stdout F c".encode() + b"\n"
+    joined = list(stream_mod.FAST.records(decoder, joiner, lambda *a: called.append(a) or (),
+                                          [(1000, p1), (1000 + len(p1), p2), (1000 + len(p1) + len(p2), f3)]))
+    assert called == []
+    assert joined == [Record(base + 100_000_000, CLOCK_RUNTIME, "INFO", "x.py:1", "abc", 1000,
+                             1000 + len(p1) + len(p2) + len(f3))]
+    assert (decoder.stats.lines, decoder.stats.partials_joined, decoder._parts) == (4 + len(cases), 2, [])
+    # and each of these is Python's: a new second, an ERROR, a part that ends in another second
+    decline = [f"2025-02-15T10:23:01.1Z stdout F INFO 02-15 10:23:01 [x.py:1] c",
+               f"2025-02-15T10:23:01.3Z stdout F ERROR 02-15 10:23:01 [x.py:1] d"]
     for raw in decline:
         list(stream_mod.FAST.records(decoder, joiner, lambda *a: called.append(a) or (), [(0, raw.encode() + b"\n")]))
     assert len(called) == len(decline)

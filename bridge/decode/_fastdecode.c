@@ -53,9 +53,10 @@ typedef struct {
 
 enum {
     DEC_STATS, DEC_FRAMING, DEC_PARTS, DEC_LAST_TS, DEC_CLOCK, DEC_UNWRAP, DEC_CUT,
+    DEC_PART_OFFSET, DEC_PART_CHARS, DEC_PART_END, DEC_PART_TS,
     CLK_KEY, CLK_NS,
     CRI_STAMP, RFC_BASE, RFC_BASE_NS,
-    ST_LINES, ST_RECORDS, ST_PREFIXED,
+    ST_LINES, ST_RECORDS, ST_PREFIXED, ST_PARTIALS_JOINED,
     JN_PENDING,
     REC_TS, REC_CLOCK, REC_LEVEL, REC_ORIGIN, REC_MESSAGE, REC_OFFSET, REC_END, REC_PROCESS, REC_CONTINUED,
     N_SLOTS
@@ -63,15 +64,19 @@ enum {
 static Slot slots[N_SLOTS] = {
     {"Decoder", "stats"}, {"Decoder", "_framing"}, {"Decoder", "_parts"}, {"Decoder", "_last_ts"},
     {"Decoder", "_clock"}, {"Decoder", "_unwrap"}, {"Decoder", "_cut"},
+    {"Decoder", "_part_offset"}, {"Decoder", "_part_chars"}, {"Decoder", "_part_end"}, {"Decoder", "_part_ts"},
     {"HeaderClock", "_cache_key"}, {"HeaderClock", "_cache_ns"},
     {"CriUnwrapper", "_stamp"}, {"Rfc3339", "_base"}, {"Rfc3339", "_base_ns"},
     {"DecodeStats", "lines"}, {"DecodeStats", "records"}, {"DecodeStats", "prefixed"},
+    {"DecodeStats", "partials_joined"},
     {"Joiner", "_pending"},
     {"Record", "ts_ns"}, {"Record", "clock"}, {"Record", "level"}, {"Record", "origin"}, {"Record", "message"},
     {"Record", "offset"}, {"Record", "end_offset"}, {"Record", "process"}, {"Record", "continued"},
 };
 static PyTypeObject *record_type, *decoder_type, *joiner_type, *clock_type, *stats_type, *cri_type, *rfc_type;
 static PyObject *plain_str, *cri_str, *header_clock_str, *runtime_clock_str, *empty_str, *levels[5];
+/* fast_line's answer for a line it took that makes no record (yet): a CRI `P` part it holds */
+static PyObject *consumed;
 static const char *level_names[5] = {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"};
 static int ready = 0;
 
@@ -367,14 +372,14 @@ static inline int digits2(const char *s) { return is_digit(s[0]) && is_digit(s[1
  * overflow (2^62 ns: the years 1824 to 2116). */
 #define BASE_NS_LIMIT ((long long)1 << 62)
 
-/* CriUnwrapper(line) with its Rfc3339, for the common CRI line `<stamp> stdout|stderr F <text>`:
- * whole (`F`; a `P` part is for Python to hold), its stamp in the second Rfc3339 has cached
+/* CriUnwrapper(line) with its Rfc3339, for the common CRI line `<stamp> stdout|stderr F|P <text>`
+ * (`*partial`: a `P` part, which fast_line holds as Decoder does), its stamp in the second Rfc3339 has cached
  * (`stamp[:19] == _base`, so `_base_ns` applies as is), and the stamp's tail read by
  * `_RFC3339_TAIL` on its first path: `.` and digits (the first 9 taken, padded to 9) or none,
  * then `Z`, `z`, `+hh:mm`, `+hhmm` (or `-`) or none, then the stamp's end. Gives where the
  * text starts (after the fourth field's space) and the stamp in ns, computed as Rfc3339 does;
  * 0 to decline (Python decides, and refreshes the cache on a new second). */
-static int cri_frame(PyObject *decoder, const char *s, Py_ssize_t n, Py_ssize_t *text, long long *ns) {
+static int cri_frame(PyObject *decoder, const char *s, Py_ssize_t n, Py_ssize_t *text, long long *ns, int *partial) {
     PyObject *unwrap = SLOT(decoder, DEC_UNWRAP);
     if (unwrap == NULL || Py_TYPE(unwrap) != cri_type)
         return 0;
@@ -392,8 +397,10 @@ static int cri_frame(PyObject *decoder, const char *s, Py_ssize_t n, Py_ssize_t 
     Py_ssize_t e = space - s;
     if (e < 19 || memcmp(s, PyUnicode_1BYTE_DATA(base), 19) != 0)
         return 0;
-    if (n - e - 1 < 9 || (memcmp(s + e + 1, "stdout F ", 9) != 0 && memcmp(s + e + 1, "stderr F ", 9) != 0))
+    if (n - e - 1 < 9 || (memcmp(s + e + 1, "stdout ", 7) != 0 && memcmp(s + e + 1, "stderr ", 7) != 0) ||
+        (s[e + 8] != 'F' && s[e + 8] != 'P') || s[e + 9] != ' ')
         return 0;
+    *partial = s[e + 8] == 'P';
     /* _RFC3339_TAIL.match(stamp, 19): (?:\.(\d{1,9})\d*)?(Z|z|[+-]\d\d:?\d\d)?$ */
     Py_ssize_t i = 19;
     long long frac = 0, shift = 0;
@@ -466,14 +473,89 @@ static PyObject *make_record(const char *text, Py_ssize_t len, const Header *h, 
     return rec;
 }
 
-/* The Record for this line, Py_None to decline (the caller asks the Python classes), NULL on error. */
+/* Decoder._MAX_PARTIAL_CHARS: a partial line this long is cut, which is Python's to do. */
+#define MAX_PARTIAL_CHARS (4 * 1024 * 1024)
+
+/* An exact int slot as a Py_ssize_t, or -1 (not an exact int, negative, or too large). */
+static Py_ssize_t ssize_slot(PyObject *obj, int k) {
+    PyObject *v = SLOT(obj, k);
+    if (v == NULL || !PyLong_CheckExact(v))
+        return -1;
+    Py_ssize_t x = PyLong_AsSsize_t(v);
+    if (x == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return -1;
+    }
+    return x;
+}
+
+/* Decoder.__call__ on a CRI `P` part: held in `_parts` (the first one's offset and stamp kept),
+ * no record yet. `consumed` (borrowed) when held, Py_None to decline (a part that reaches
+ * _MAX_PARTIAL_CHARS is cut, by Python), NULL on error. */
+static PyObject *hold_part(PyObject *decoder, PyObject *stats, PyObject *parts, const char *text, Py_ssize_t len,
+                           PyObject *offset, Py_ssize_t end, long long ns, Py_ssize_t lines) {
+    int first = PyList_GET_SIZE(parts) == 0;
+    Py_ssize_t chars = first ? 0 : ssize_slot(decoder, DEC_PART_CHARS);
+    if (chars < 0 || chars + len >= MAX_PARTIAL_CHARS)
+        return Py_None;
+    PyObject *part = ascii_str(text, len), *total = PyLong_FromSsize_t(chars + len), *end_o = PyLong_FromSsize_t(end);
+    PyObject *ts = first ? PyLong_FromLongLong(ns) : NULL;
+    if (part == NULL || total == NULL || end_o == NULL || (first && ts == NULL) || PyList_Append(parts, part) < 0 ||
+        set_count(stats, ST_LINES, lines + 1) < 0) {
+        Py_XDECREF(part);
+        Py_XDECREF(total);
+        Py_XDECREF(end_o);
+        Py_XDECREF(ts);
+        return NULL;
+    }
+    Py_DECREF(part);
+    if (first) {
+        Py_XSETREF(SLOT(decoder, DEC_PART_OFFSET), Py_NewRef(offset));
+        Py_XSETREF(SLOT(decoder, DEC_PART_TS), ts);
+    }
+    Py_XSETREF(SLOT(decoder, DEC_PART_CHARS), total);
+    Py_XSETREF(SLOT(decoder, DEC_PART_END), end_o);
+    return consumed;
+}
+
+/* The parts held and this line's text, joined as Decoder._take_parts does, into a new buffer
+ * (PyMem_Free it); NULL with no error set to decline (a part not an ASCII str: Python's). */
+static char *joined(PyObject *parts, const char *text, Py_ssize_t len, Py_ssize_t *total) {
+    Py_ssize_t n = len;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(parts); k++) {
+        PyObject *p = PyList_GET_ITEM(parts, k);
+        if (!PyUnicode_CheckExact(p) || !PyUnicode_IS_ASCII(p))
+            return NULL;
+        n += PyUnicode_GET_LENGTH(p);
+    }
+    char *buf = PyMem_Malloc(n > 0 ? n : 1);
+    if (buf == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    Py_ssize_t at = 0;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(parts); k++) {
+        PyObject *p = PyList_GET_ITEM(parts, k);
+        memcpy(buf + at, PyUnicode_1BYTE_DATA(p), PyUnicode_GET_LENGTH(p));
+        at += PyUnicode_GET_LENGTH(p);
+    }
+    memcpy(buf + at, text, len);
+    *total = n;
+    return buf;
+}
+
+/* The Record for this line, Py_None to decline (the caller asks the Python classes), `consumed`
+ * for a part held, NULL on error. */
 static PyObject *fast_line(PyObject *decoder, PyObject *joiner, PyObject *raw, PyObject *offset) {
     if (!PyBytes_CheckExact(raw) || !PyLong_CheckExact(offset))
         return Py_None;
     PyObject *framing = SLOT(decoder, DEC_FRAMING), *parts = SLOT(decoder, DEC_PARTS), *stats = SLOT(decoder, DEC_STATS);
     /* the rest of a cut partial line (Decoder._cut) is for Python to drop */
-    if (parts == NULL || !PyList_CheckExact(parts) || PyList_GET_SIZE(parts) != 0 || SLOT(decoder, DEC_CUT) != Py_False ||
+    if (parts == NULL || !PyList_CheckExact(parts) || SLOT(decoder, DEC_CUT) != Py_False ||
         SLOT(joiner, JN_PENDING) != Py_None || stats == NULL || Py_TYPE(stats) != stats_type)
+        return Py_None;
+    int cri = framing == cri_str;
+    if (!cri && PyList_GET_SIZE(parts) != 0)
         return Py_None;
     Py_ssize_t lines = count(stats, ST_LINES), records = count(stats, ST_RECORDS);
     const char *s = PyBytes_AS_STRING(raw);
@@ -491,43 +573,87 @@ static PyObject *fast_line(PyObject *decoder, PyObject *joiner, PyObject *raw, P
         return Py_None;
 
     /* The text Decoder.__call__ hands to _record: the whole line in a plain file; in a CRI one,
-     * what follows the runtime's fields, with the runtime's stamp. */
-    int cri = framing == cri_str;
+     * what follows the runtime's fields, with the runtime's stamp, after the parts it ends. */
     Py_ssize_t start = 0;
     long long ns = 0;
-    if (cri ? !cri_frame(decoder, s, n, &start, &ns) : framing != plain_str || SLOT(decoder, DEC_UNWRAP) != Py_None)
+    int partial = 0;
+    if (cri ? !cri_frame(decoder, s, n, &start, &ns, &partial) : framing != plain_str || SLOT(decoder, DEC_UNWRAP) != Py_None)
         return Py_None;
+    if (partial)
+        return hold_part(decoder, stats, parts, s + start, n - start, offset, off + size, ns, lines);
     const char *text = s + start;
     Py_ssize_t len = n - start;
+    Py_ssize_t held = PyList_GET_SIZE(parts), joined_chars = 0, joined_off = 0;
+    PyObject *record_offset = offset;
+    char *buf = NULL;
+    if (held) { /* the `F` line ending the parts held: the record is theirs, as old as the first */
+        Py_ssize_t chars = ssize_slot(decoder, DEC_PART_CHARS);
+        joined_off = ssize_slot(decoder, DEC_PART_OFFSET);
+        PyObject *part_ts = SLOT(decoder, DEC_PART_TS);
+        if (chars < 0 || joined_off < 0 || part_ts == NULL || !PyLong_CheckExact(part_ts))
+            return Py_None;
+        int overflow;
+        ns = PyLong_AsLongLongAndOverflow(part_ts, &overflow);
+        if (ns == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return Py_None;
+        }
+        if (overflow || ns < 0 || ns > BASE_NS_LIMIT) /* _record's range check is Python's */
+            return Py_None;
+        buf = joined(parts, text, len, &len);
+        if (buf == NULL)
+            return PyErr_Occurred() ? NULL : Py_None;
+        if (len == 0 || buf[len - 1] == '\r' || !ascii_without_esc(buf, len)) {
+            PyMem_Free(buf);
+            return Py_None;
+        }
+        text = buf;
+        joined_chars = chars + (n - start);
+        record_offset = SLOT(decoder, DEC_PART_OFFSET);
+    }
     /* _record hands a text that does not start with the header to split_prefix, which takes a
      * process prefix at its start and the header right after it (`(APIServer pid=1) INFO …`),
      * and counts the record in stats.prefixed. Anything else before a header (junk, a shipper's
      * stamp, a prefix the header does not follow at once) is Python's. */
-    Py_ssize_t close = 0, head = 0, prefixed = 0;
-    if (len > 0 && text[0] == '(' &&
-        (!process_prefix(text, len, &close, &head) || (prefixed = count(stats, ST_PREFIXED)) < 0))
-        return Py_None;
+    Py_ssize_t close = 0, head = 0, prefixed = 0, joins = 0;
     Header h;
-    if (!passing_header(text + head, len - head, &h))
-        return Py_None;
-    /* _record: a runtime stamp is the record's time (CLOCK_RUNTIME) and the header's stamp is not
-     * read at all; without one, the header's second from the HeaderClock. */
     PyObject *ts = NULL;
-    if (!cri && (ts = header_second(decoder, text + head + h.stamp)) == NULL)
+    if ((len > 0 && text[0] == '(' && (!process_prefix(text, len, &close, &head) || (prefixed = count(stats, ST_PREFIXED)) < 0)) ||
+        !passing_header(text + head, len - head, &h) || (held && (joins = count(stats, ST_PARTIALS_JOINED)) < 0) ||
+        /* _record: a runtime stamp is the record's time (CLOCK_RUNTIME) and the header's stamp is
+         * not read at all; without one, the header's second from the HeaderClock. */
+        (!cri && (ts = header_second(decoder, text + head + h.stamp)) == NULL)) {
+        PyMem_Free(buf);
         return Py_None;
+    }
 
     /* From here on, the line is taken: Decoder.__call__ and _record's bookkeeping. */
     ts = cri ? PyLong_FromLongLong(ns) : Py_NewRef(ts);
-    if (ts == NULL)
-        return NULL;
-    if (set_count(stats, ST_LINES, lines + 1) < 0 || set_count(stats, ST_RECORDS, records + 1) < 0 ||
-        (head && set_count(stats, ST_PREFIXED, prefixed + 1) < 0)) {
-        Py_DECREF(ts);
+    PyObject *chars_o = held ? PyLong_FromSsize_t(joined_chars) : NULL, *end_o = held ? PyLong_FromSsize_t(off + size) : NULL;
+    Py_XINCREF(record_offset == offset ? NULL : record_offset); /* kept past the parts' reset */
+    if (ts == NULL || (held && (chars_o == NULL || end_o == NULL)) ||
+        set_count(stats, ST_LINES, lines + 1) < 0 || set_count(stats, ST_RECORDS, records + 1) < 0 ||
+        (head && set_count(stats, ST_PREFIXED, prefixed + 1) < 0) ||
+        (held && (set_count(stats, ST_PARTIALS_JOINED, joins + held) < 0 || PyList_SetSlice(parts, 0, held, NULL) < 0))) {
+        Py_XDECREF(ts);
+        Py_XDECREF(chars_o);
+        Py_XDECREF(end_o);
+        if (record_offset != offset)
+            Py_DECREF(record_offset);
+        PyMem_Free(buf);
         return NULL;
     }
+    if (held) { /* what Decoder.__call__ left in them for the line that ended the parts */
+        Py_XSETREF(SLOT(decoder, DEC_PART_CHARS), chars_o);
+        Py_XSETREF(SLOT(decoder, DEC_PART_END), end_o);
+    }
     Py_XSETREF(SLOT(decoder, DEC_LAST_TS), Py_NewRef(ts));
-    return make_record(text + head, len - head, &h, text + 1, head ? close - 1 : 0, ts,
-                       cri ? runtime_clock_str : header_clock_str, offset, off + size);
+    PyObject *rec = make_record(text + head, len - head, &h, text + 1, head ? close - 1 : 0, ts,
+                                cri ? runtime_clock_str : header_clock_str, record_offset, off + size);
+    if (record_offset != offset)
+        Py_DECREF(record_offset);
+    PyMem_Free(buf);
+    return rec;
 }
 
 /* -- the iterator ------------------------------------------------------------------------- */
@@ -575,6 +701,10 @@ static PyObject *records_next(Records *self) {
         }
         PyObject *offset = PyTuple_GET_ITEM(item, 0), *raw = PyTuple_GET_ITEM(item, 1);
         PyObject *rec = fast_line(self->decoder, self->joiner, raw, offset);
+        if (rec == consumed) {
+            Py_DECREF(item);
+            continue;
+        }
         if (rec != Py_None) {
             Py_DECREF(item);
             return rec;
@@ -644,13 +774,14 @@ static PyObject *line(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         return NULL;
     }
     PyObject *r = fast_line(args[0], args[1], args[2], args[3]);
-    return r == Py_None ? Py_NewRef(Py_None) : r;
+    return r == Py_None || r == consumed ? Py_NewRef(r) : r;
 }
 
 static PyMethodDef methods[] = {
     {"init", init, METH_VARARGS, "init(classes, PLAIN, CRI, CLOCK_HEADER, CLOCK_RUNTIME)"},
     {"records", records, METH_VARARGS, "records(decoder, joiner, python, lines) -> iterator of Records"},
-    {"line", (PyCFunction)(void (*)(void))line, METH_FASTCALL, "line(decoder, joiner, raw, offset) -> Record | None"},
+    {"line", (PyCFunction)(void (*)(void))line, METH_FASTCALL,
+     "line(decoder, joiner, raw, offset) -> Record | CONSUMED (a part held) | None (declined)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -665,5 +796,10 @@ PyMODINIT_FUNC PyInit__fastdecode(void) {
     for (int k = 0; k < 5; k++)
         if ((levels[k] = PyUnicode_InternFromString(level_names[k])) == NULL)
             return NULL;
-    return PyModule_Create(&module);
+    if ((consumed = PyTuple_New(0)) == NULL)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddObjectRef(m, "CONSUMED", consumed) < 0)
+        Py_CLEAR(m);
+    return m;
 }

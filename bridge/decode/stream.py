@@ -20,9 +20,10 @@ from bridge.decode.record import CLOCK_HEADER, CLOCK_RUNTIME, Record
 def _load_fast():
     """The C fast path (`_fastdecode.c`) for the common line of a plain or CRI-framed file, or
     None: not built (no compiler at install), or VLLM_TRACE_BRIDGE_PURE=1. It handles only a
-    line that Decoder and Joiner would pass straight through (in a CRI file: a whole `F` line on
-    stdout/stderr whose stamp is in the second Rfc3339 has cached; with or without V1's process
-    prefix, `(APIServer pid=1) `, right before the header), and hands every other line to them.
+    line that Decoder and Joiner would pass straight through (in a CRI file: an `F` line on
+    stdout/stderr whose stamp is in the second Rfc3339 has cached, and the `P` parts before it,
+    which it holds in Decoder's `_parts` as Decoder does; with or without V1's process prefix,
+    `(APIServer pid=1) `, right before the header), and hands every other line to them.
     Its cost is measured in docs/performance.md."""
     if os.environ.get("VLLM_TRACE_BRIDGE_PURE", "") not in ("", "0"):
         return None
@@ -65,7 +66,7 @@ class RecordStream:
         if self._fast is not None:
             record = self._fast.line(self.decoder, self.joiner, raw, offset)
             if record is not None:
-                return (record,)
+                return () if record is self._fast.CONSUMED else (record,)  # CONSUMED: a CRI part held
         return self._python(raw, offset)
 
     def _python(self, raw: bytes, offset: int) -> tuple[Record, ...]:
