@@ -318,10 +318,10 @@ static PyObject *name_str(const char *s, Py_ssize_t len) {
     return o;
 }
 
-/* The count held in a stats slot, when it is an int that can take one more; -1 otherwise (the
+/* An int slot as a Py_ssize_t; negative when it is not an exact int or does not fit (the
  * caller declines, before changing anything). */
-static Py_ssize_t count(PyObject *stats, int k) {
-    PyObject *v = SLOT(stats, k);
+static Py_ssize_t ssize_slot(PyObject *obj, int k) {
+    PyObject *v = SLOT(obj, k);
     if (v == NULL || !PyLong_CheckExact(v))
         return -1;
     Py_ssize_t x = PyLong_AsSsize_t(v);
@@ -329,6 +329,12 @@ static Py_ssize_t count(PyObject *stats, int k) {
         PyErr_Clear();
         return -1;
     }
+    return x;
+}
+
+/* The count held in a stats slot, when it is an int that can take one more; negative otherwise. */
+static Py_ssize_t count(PyObject *stats, int k) {
+    Py_ssize_t x = ssize_slot(stats, k);
     return x == PY_SSIZE_T_MAX ? -1 : x;
 }
 
@@ -475,19 +481,6 @@ static PyObject *make_record(const char *text, Py_ssize_t len, const Header *h, 
 
 /* Decoder._MAX_PARTIAL_CHARS: a partial line this long is cut, which is Python's to do. */
 #define MAX_PARTIAL_CHARS (4 * 1024 * 1024)
-
-/* An exact int slot as a Py_ssize_t, or -1 (not an exact int, negative, or too large). */
-static Py_ssize_t ssize_slot(PyObject *obj, int k) {
-    PyObject *v = SLOT(obj, k);
-    if (v == NULL || !PyLong_CheckExact(v))
-        return -1;
-    Py_ssize_t x = PyLong_AsSsize_t(v);
-    if (x == -1 && PyErr_Occurred()) {
-        PyErr_Clear();
-        return -1;
-    }
-    return x;
-}
 
 /* Decoder.__call__ on a CRI `P` part: held in `_parts` (the first one's offset and stamp kept),
  * no record yet. `consumed` (borrowed) when held, Py_None to decline (a part that reaches
