@@ -26,7 +26,7 @@ from bridge.parse.context import Rule, w3c_rule
 from bridge.assemble.build import _request_timeline, engine_timeline, request_timeline
 from bridge.assemble.diagnosis import Thresholds
 from bridge.assemble.startup import Startup
-from bridge.assemble.state import EVENT_CAP, SEEN_DETAILS, SEEN_RECEIVED, RequestState
+from bridge.assemble.state import SEEN_DETAILS, SEEN_RECEIVED, RequestState
 from bridge.assemble.timeline import INFERRED, IncidentEvent, IncidentRef, SpanEvent, Timeline
 from bridge.decode.record import CLOCK_EXACT, Record
 from bridge.tail.source import Source
@@ -219,6 +219,9 @@ class Assembler:
         self._stop_mode = ""              # abort | drain, when vLLM said
         self._held: tuple[int, int] | None = None  # (ts, running + waiting) of the last stats line
         self._gone: dict[str, int] = {}   # upstream request ids emitted → their last line
+        # Requests the engine's death or the server's stop ended (not a line of their own) → the
+        # exception event that says so; until emitted. Here, not on RequestState: few ever have one.
+        self._signal_ends: dict[RequestState, SpanEvent] = {}
         # Requests received under an id while another under it was not yet added (clients that
         # reuse `X-Request-Id` concurrently): open at once, each under `_twin_key`, besides the
         # one under the id itself. Bare-id lines go to the oldest in flight, engine ids to theirs.
@@ -477,10 +480,12 @@ class Assembler:
         event = SpanEvent("exception", ts, {"exception.type": exc_type, "exception.message": message})
         r.add_event(event, False)
         if by_signal:
-            r.signal_end = event
+            self._signal_ends[r] = event
         self._terminate(r, ts, outcome)
 
     def _finish(self, r: RequestState) -> None:
+        if self._signal_ends:
+            self._signal_ends.pop(r, None)
         if self._twins and r.request_id in self._twins:
             self._unlink_twin(r)
         else:
@@ -738,7 +743,7 @@ class Assembler:
                 self._alive()
         elif r.outcome == "finished" and r.error_type is None and record.ts_ns > r.terminal_ns:
             r.terminal_ns = record.ts_ns
-        elif r.signal_end is not None and ev.streaming != "complete" and ev.finish_reason not in (None, "abort"):
+        elif r in self._signal_ends and ev.streaming != "complete" and ev.finish_reason not in (None, "abort"):
             # a choice's own reason, not `(streaming complete)`: vLLM logs that after an abort too
             self._served(r, record.ts_ns)
 
@@ -747,7 +752,7 @@ class Assembler:
         all: the engine had made it, and a loaded API server wrote it out after the death's
         lines (a choice's reason other than `abort` is logged only for a whole answer).
         It was served: finished here, its failure taken back; it stays linked to the incident."""
-        end, r.signal_end = r.signal_end, None
+        end = self._signal_ends.pop(r)
         r.error_type, r.error_message, r.outcome, r.terminal_ns = None, "", "finished", ts
         if r.events:
             r.events = [e for e in r.events if e is not end]

@@ -23,7 +23,7 @@ class RequestState:
         "events", "dropped", "summary", "terminal_ns", "outcome", "error_type", "error_message",
         "timeout_after_s", "queue_at_schedule", "gpu_at_schedule", "min_free_ratio",
         "max_gpu_ratio", "last_free_ns", "release_ns", "extra", "sampled_preemptions", "idle_at",
-        "seen", "added", "signal_end",
+        "seen", "added",
     )
 
     def __init__(self, request_id: str, occurrence: str, ts: int, offset: int) -> None:
@@ -55,7 +55,6 @@ class RequestState:
         self.idle_at: int | None = None     # when a stats line showed the engine idle with this open
         self.seen = 0                       # SEEN_* bits: start lines shown
         self.added: set[str] | None = None  # the engine-side ids `Added request` named
-        self.signal_end: SpanEvent | None = None  # the exception event the death or the stop ended it with
 
     def set(self, key: str, value) -> None:
         if self.extra is None:
