@@ -28,23 +28,14 @@ from replay_cpu import ensure_log  # noqa: E402
 from stages import encode_batches  # noqa: E402
 from stages import run_agent  # noqa: E402
 
-from bridge.assemble import Assembler  # noqa: E402
-from bridge.decode import Decoder, source_for  # noqa: E402
-from bridge.decode.stream import RecordStream  # noqa: E402
 from bridge.export.otlp import base_resource  # noqa: E402
 from bridge.export.transport import GRPC, HTTP, destination, make_transport  # noqa: E402
-from bridge.parse import Parser  # noqa: E402
-from bridge.pipeline import drive  # noqa: E402
-from bridge.tail import read_lines  # noqa: E402
+from bridge.pipeline import replay  # noqa: E402
 
 
 def timelines_of(path: str) -> list:
     out: list = []
-    stream = RecordStream(Decoder(mtime=os.stat(path).st_mtime))
-    assembler = Assembler(source_for(path), out.append)
-    lines = read_lines(path, 0, [0])
-    drive(lambda: stream.over(lines), Parser().parse, assembler.feed, lambda *a: None, path, lambda: 0)
-    assembler.flush()
+    replay([path], [out.append])  # the pipeline replay runs, its timelines kept
     return out
 
 

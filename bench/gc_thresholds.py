@@ -21,14 +21,9 @@ sys.path[:0] = [ROOT, HERE]
 
 from replay_cpu import ensure_log  # noqa: E402
 
-from bridge.assemble import Assembler  # noqa: E402
-from bridge.decode import Decoder, source_for  # noqa: E402
-from bridge.decode.stream import RecordStream  # noqa: E402
 from bridge.export.batch import Batcher  # noqa: E402
 from bridge.export.otlp import base_resource  # noqa: E402
-from bridge.parse import Parser  # noqa: E402
-from bridge.pipeline import drive  # noqa: E402
-from bridge.tail import read_lines  # noqa: E402
+from bridge.pipeline import replay  # noqa: E402
 
 SETTINGS = {  # name → (thresholds, freeze what is alive first) ; "off": no cyclic GC at all
     "default (700, 10, 10)": ((700, 10, 10), False),
@@ -41,6 +36,7 @@ SETTINGS = {  # name → (thresholds, freeze what is alive first) ; "off": no cy
 
 
 def pipeline(path: str, resource: dict) -> None:
+    """replay's pipeline, its timelines encoded into batches that are then dropped."""
     batcher = Batcher(resource, 1024)
 
     def emit(t) -> None:
@@ -48,11 +44,7 @@ def pipeline(path: str, resource: dict) -> None:
         if batcher.full:
             batcher.take()
 
-    stream = RecordStream(Decoder(mtime=os.stat(path).st_mtime))
-    assembler = Assembler(source_for(path), emit)
-    lines = read_lines(path, 0, [0])
-    drive(lambda: stream.over(lines), Parser().parse, assembler.feed, lambda *a: None, path, lambda: 0)
-    assembler.flush()
+    replay([path], [emit])
 
 
 def main() -> None:
