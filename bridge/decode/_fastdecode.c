@@ -576,14 +576,13 @@ static PyObject *fast_line(PyObject *decoder, PyObject *joiner, PyObject *raw, P
         return hold_part(decoder, stats, parts, s + start, n - start, offset, off + size, ns, lines);
     const char *text = s + start;
     Py_ssize_t len = n - start;
-    Py_ssize_t held = PyList_GET_SIZE(parts), joined_chars = 0, joined_off = 0;
+    Py_ssize_t held = PyList_GET_SIZE(parts), joined_chars = 0;
     PyObject *record_offset = offset;
     char *buf = NULL;
     if (held) { /* the `F` line ending the parts held: the record is theirs, as old as the first */
         Py_ssize_t chars = ssize_slot(decoder, DEC_PART_CHARS);
-        joined_off = ssize_slot(decoder, DEC_PART_OFFSET);
         PyObject *part_ts = SLOT(decoder, DEC_PART_TS);
-        if (chars < 0 || joined_off < 0 || part_ts == NULL || !PyLong_CheckExact(part_ts))
+        if (chars < 0 || ssize_slot(decoder, DEC_PART_OFFSET) < 0 || part_ts == NULL || !PyLong_CheckExact(part_ts))
             return Py_None;
         int overflow;
         ns = PyLong_AsLongLongAndOverflow(part_ts, &overflow);
@@ -602,7 +601,7 @@ static PyObject *fast_line(PyObject *decoder, PyObject *joiner, PyObject *raw, P
         }
         text = buf;
         joined_chars = chars + (n - start);
-        record_offset = SLOT(decoder, DEC_PART_OFFSET);
+        record_offset = SLOT(decoder, DEC_PART_OFFSET); /* borrowed: nothing below replaces that slot */
     }
     /* _record hands a text that does not start with the header to split_prefix, which takes a
      * process prefix at its start and the header right after it (`(APIServer pid=1) INFO …`),
@@ -623,7 +622,6 @@ static PyObject *fast_line(PyObject *decoder, PyObject *joiner, PyObject *raw, P
     /* From here on, the line is taken: Decoder.__call__ and _record's bookkeeping. */
     ts = cri ? PyLong_FromLongLong(ns) : Py_NewRef(ts);
     PyObject *chars_o = held ? PyLong_FromSsize_t(joined_chars) : NULL, *end_o = held ? PyLong_FromSsize_t(off + size) : NULL;
-    Py_XINCREF(record_offset == offset ? NULL : record_offset); /* kept past the parts' reset */
     if (ts == NULL || (held && (chars_o == NULL || end_o == NULL)) ||
         set_count(stats, ST_LINES, lines + 1) < 0 || set_count(stats, ST_RECORDS, records + 1) < 0 ||
         (head && set_count(stats, ST_PREFIXED, prefixed + 1) < 0) ||
@@ -631,8 +629,6 @@ static PyObject *fast_line(PyObject *decoder, PyObject *joiner, PyObject *raw, P
         Py_XDECREF(ts);
         Py_XDECREF(chars_o);
         Py_XDECREF(end_o);
-        if (record_offset != offset)
-            Py_DECREF(record_offset);
         PyMem_Free(buf);
         return NULL;
     }
@@ -643,8 +639,6 @@ static PyObject *fast_line(PyObject *decoder, PyObject *joiner, PyObject *raw, P
     Py_XSETREF(SLOT(decoder, DEC_LAST_TS), Py_NewRef(ts));
     PyObject *rec = make_record(text + head, len - head, &h, text + 1, head ? close - 1 : 0, ts,
                                 cri ? runtime_clock_str : header_clock_str, record_offset, off + size);
-    if (record_offset != offset)
-        Py_DECREF(record_offset);
     PyMem_Free(buf);
     return rec;
 }
