@@ -96,10 +96,17 @@ class Checkpointer:
             else:
                 st.retired = []
             floor = min(safe_positions, default=None)
-            st.delivered = [d for d in st.delivered if floor is not None and d.last_offset >= floor]
-            if st.skip and floor is not None:
-                st.skip = {k: v for k, v in st.skip.items() if v >= floor}
-            checkpoints.append(SourceCheckpoint(key, next_gen.get(key, 0), list(st.delivered)))
+            if floor is None:
+                st.delivered = []
+            elif floor != st.pruned_at:
+                # Only when the floor moved: a request acked since the last prune lies past it
+                # (it was open or pending then, so the floor stayed before its lines), and an
+                # unfinished request can hold the floor still for the whole TTL.
+                st.delivered = [d for d in st.delivered if d.last_offset >= floor]
+                if st.skip:
+                    st.skip = {k: v for k, v in st.skip.items() if v >= floor}
+            st.pruned_at = floor
+            checkpoints.append(SourceCheckpoint(key, next_gen.get(key, 0), st.delivered))  # read, not kept
         try:
             self.store.save(files, checkpoints)
         except OSError as exc:

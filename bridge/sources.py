@@ -34,6 +34,7 @@ class SourceState:
     skip: dict[str, int] = field(default_factory=dict)            # key → last position delivered
     pending: dict[int, Pending] = field(default_factory=dict)     # emitted, not yet acked
     delivered: list[Delivered] = field(default_factory=list)      # acked since the safe position
+    pruned_at: int | None = None  # the safe position `delivered` was last pruned to (resume.py)
     retired: list[FileCheckpoint] = field(default_factory=list)   # closed files an open request may need
     seq: int = 0
     last_ts: int = 0

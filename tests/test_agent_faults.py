@@ -436,6 +436,97 @@ def test_a_checkpoint_is_written_as_its_dataclasses_are_and_read_back_whole(tmp_
     assert loaded.files == files and loaded.sources == sources
 
 
+@pytest.mark.parametrize("key", ["cmpl-é-\u2603", 'a"b\\c', "ctl\x00\x1f\x7f", "lone\udcff", "\U0001f600", ""])
+def test_a_checkpoint_is_byte_for_byte_what_json_dumps_writes(tmp_path, key):
+    """The save writes its JSON text by hand (no dict per delivered entry); the standard
+    library's encoder, on the same records, is the truth, for any request id a log can hold."""
+    from dataclasses import asdict
+
+    from bridge.tail.checkpoint import CheckpointStore, Delivered, FileCheckpoint, SourceCheckpoint
+    store = CheckpointStore(str(tmp_path))
+    files = [FileCheckpoint(f"/p/{key}.log", key, 1, 5, "ff", 1, 9)]
+    sources = [SourceCheckpoint(key, 2, [Delivered(key, 3), Delivered("x", 1 << 40)]), SourceCheckpoint("k", 0)]
+    store.save(files, sources)
+    with open(store.path, encoding="utf-8") as f:
+        text = f.read()
+    doc = json.loads(text)
+    expected = {"version": 1, "written_at": doc["written_at"], "files": [asdict(x) for x in files],
+                "sources": [asdict(x) for x in sources]}
+    assert text == json.dumps(expected, separators=(",", ":"))
+    loaded = CheckpointStore(str(tmp_path)).load()
+    assert loaded.files == files and loaded.sources == sources
+
+
+def test_a_checkpoint_saved_again_and_again_is_what_json_dumps_writes_each_time(tmp_path):
+    """The delivered entries' text is kept between saves and extended: every way the list can
+    change between two saves still writes what the standard library's encoder writes."""
+    from dataclasses import asdict
+
+    from bridge.tail.checkpoint import CheckpointStore, Delivered, FileCheckpoint, SourceCheckpoint
+    store = CheckpointStore(str(tmp_path))
+    files = [FileCheckpoint("/a.log", "s", 0, 1, "ab", 2, 0)]
+    entries = [Delivered("a", 1)]
+    other = [Delivered("o", 1)]
+
+    def check(sources):
+        store.save(files, sources)
+        with open(store.path) as f:
+            text = f.read()
+        expected = {"version": 1, "written_at": json.loads(text)["written_at"], "files": [asdict(x) for x in files],
+                    "sources": [asdict(x) for x in sources]}
+        assert text == json.dumps(expected, separators=(",", ":"))
+
+    check([SourceCheckpoint("s", 0, entries)])
+    entries += [Delivered("b", 2), Delivered("c", 3)]  # appended
+    check([SourceCheckpoint("s", 0, entries), SourceCheckpoint("t", 1, other)])
+    entries[-1] = Delivered("c2", 4)  # the last one replaced
+    check([SourceCheckpoint("s", 0, entries), SourceCheckpoint("t", 1, other)])
+    entries = [Delivered("c2", 4), Delivered("d", 5)]  # pruned: a new list
+    check([SourceCheckpoint("s", 0, entries), SourceCheckpoint("t", 1, other)])
+    entries.clear()  # emptied in place
+    check([SourceCheckpoint("s", 0, entries)])
+    entries.append(Delivered("e", 6))
+    check([SourceCheckpoint("t", 1, other), SourceCheckpoint("s", 0, entries)])
+
+
+def test_delivered_entries_are_pruned_when_the_safe_position_moves_and_only_then(tmp_path):
+    """An unfinished request holds the safe position still: every request acked after it stays
+    listed (a restart skips their lines). Once it is delivered, the next save drops them all."""
+    from bridge.resume import Checkpointer
+    from bridge.sources import Pending, SourceState
+    from bridge.tail.checkpoint import Delivered
+    from bridge.tail.follow import Filters, Follower
+
+    log = tmp_path / "a.log"
+    log.write_bytes(b"x\n" * 1000)
+    follower = Follower(Filters((str(log),)))
+    follower.discover(first_round=True)
+    for _ in follower.poll():
+        pass
+    (tf,) = follower.files
+    st = SourceState(tf.source)
+    sources = {tf.source.key: st}
+    st.pending[0] = Pending(10, "stuck", 12)  # emitted, never acked: holds the floor at 10
+    ckpt = Checkpointer(str(tmp_path / "state"), None)
+    os.makedirs(ckpt.store.state_dir)
+
+    def saved() -> list:
+        assert ckpt.save(follower, sources, (), lambda key: st)
+        with open(ckpt.store.path) as f:
+            doc = json.load(f)
+        (src,) = doc["sources"]
+        return [(d["key"], d["last_offset"]) for d in src["delivered"]], doc["files"][0]["offset"]
+
+    st.delivered.append(Delivered("early", 5))  # before the floor: pruned at the first save
+    assert saved() == ([], 10)
+    for i in range(3):
+        st.delivered.append(Delivered(f"r{i}", 100 + i))
+        assert saved() == ([(f"r{j}", 100 + j) for j in range(i + 1)], 10)
+    del st.pending[0]
+    st.delivered.append(Delivered("stuck", 12))
+    assert saved() == ([], 2000)  # nothing open: the whole file is safe, nothing left to skip
+
+
 def test_resume_finds_a_rotated_file_whose_number_shifted_while_the_agent_was_down(tmp_path):
     """Found under load (seed 31 of the kill-points run with both cores busy): the agent is
     killed while it reads `0.log.1`; the next rotation renames `0.log.1` to `0.log.2` and
