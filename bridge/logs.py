@@ -12,10 +12,31 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
-import structlog
+
+def make_logger(stream: TextIO | None = None, json: bool | None = None) -> Logger:
+    """The bridge's logger: structlog, built at its first use. `replay` usually logs nothing,
+    and importing structlog (it imports asyncio) is a fifth of its start-up."""
+    return Logger(lambda: _structlog_logger(stream, json))
 
 
-def make_logger(stream: TextIO | None = None, json: bool | None = None) -> structlog.typing.FilteringBoundLogger:
+class Logger:
+    """Stands for the structlog logger `build()` makes, and makes it when first used."""
+
+    __slots__ = ("_build", "_logger")
+
+    def __init__(self, build: Callable[[], object]) -> None:
+        self._build = build
+        self._logger = None
+
+    def __getattr__(self, name: str):
+        if self._logger is None:
+            self._logger = self._build()
+        return getattr(self._logger, name)
+
+
+def _structlog_logger(stream: TextIO | None, json: bool | None):
+    import structlog
+
     stream = stream or sys.stderr
     if json is None:
         json = not stream.isatty()
