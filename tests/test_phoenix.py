@@ -92,15 +92,17 @@ def phoenix(tmp_path_factory):
         subprocess.run(["bash", str(HERE / "phoenix_env" / "install.sh")], check=True,
                        env={**os.environ, "PHOENIX_VENV": str(VENV)})
     work = tmp_path_factory.mktemp("phoenix")
-    port = _free_port()
+    port, grpc_port = _free_port(), _free_port()
     env = {**os.environ, "PHOENIX_WORKING_DIR": str(work), "PHOENIX_HOST": "127.0.0.1",
-           "PHOENIX_PORT": str(port), "PHOENIX_GRPC_PORT": str(_free_port()),
+           "PHOENIX_PORT": str(port), "PHOENIX_GRPC_PORT": str(grpc_port),
            "PHOENIX_TELEMETRY_ENABLED": "false"}
     log = open(work / "phoenix.log", "wb")
-    proc = subprocess.Popen([str(phoenix_bin), "serve"], env=env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    # Through tests/phoenix_env/serve.py: Phoenix's own gRPC listener binds every interface.
+    proc = subprocess.Popen([str(VENV / "bin" / "python"), str(HERE / "phoenix_env" / "serve.py"), "serve"],
+                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         server = Phoenix(port)
+        server.ports = (port, grpc_port)
         for _ in range(240):
             assert proc.poll() is None, (work / "phoenix.log").read_text()[-3000:]
             try:
@@ -138,6 +140,34 @@ def replayed(phoenix, tmp_path_factory):
 
 def _ids(spans: list[dict]) -> Counter:
     return Counter(s["attributes"]["vllm"]["request"]["id"] for s in spans)
+
+
+def _listening(port: int) -> set[str]:
+    """The local addresses listening on TCP `port`, from the kernel's own tables (/proc/net)."""
+    found = set()
+    for table, width in (("/proc/net/tcp", 8), ("/proc/net/tcp6", 32)):
+        try:
+            with open(table) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            address, hex_port = fields[1].split(":")
+            if int(hex_port, 16) == port and fields[3] == "0A":  # 0A: LISTEN
+                if width == 8:
+                    found.add(socket.inet_ntop(socket.AF_INET, bytes.fromhex(address)[::-1]))
+                else:
+                    words = bytes.fromhex(address)
+                    raw = b"".join(words[i:i + 4][::-1] for i in range(0, 16, 4))
+                    found.add(socket.inet_ntop(socket.AF_INET6, raw).removeprefix("::ffff:"))  # v4-mapped
+    return found
+
+
+def test_phoenix_listens_on_the_loopback_only(phoenix):
+    """Servers the tests start bind to 127.0.0.1: Phoenix's HTTP port and its gRPC port too."""
+    for port in phoenix.ports:
+        assert _listening(port) == {"127.0.0.1"}, (port, _listening(port))
 
 
 def test_every_request_of_the_log_is_one_root_span_in_phoenix(replayed):
