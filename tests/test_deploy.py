@@ -266,7 +266,11 @@ NON_DEFAULT = {
                            "readOnly": True}],
 }
 
-VALUE_SETS = {"default": None, "non-default": NON_DEFAULT}
+# docs/rules.md's router rule, as a user would paste it under `rules`.
+_DOC_RULES = yaml.safe_load(dict(((lang, tag), body) for lang, tag, body in re.findall(
+    r"^```(\w+) (\w+)\n(.*?)^```", (ROOT / "docs" / "rules.md").read_text(), re.S | re.M))[("yaml", "router")])
+
+VALUE_SETS = {"default": None, "non-default": NON_DEFAULT, "rules": {"rules": _DOC_RULES}}
 
 
 def _objects(values) -> list[dict]:
@@ -601,6 +605,62 @@ def test_existing_config_map_replaces_the_rendered_one():
     assert "ConfigMap" not in objs
     pod = objs["DaemonSet"]["spec"]["template"]["spec"]
     assert {"name": "config", "configMap": {"name": "my-bridge-config"}} in pod["volumes"]
+
+
+def _doc_router_rules() -> list:
+    """docs/rules.md's router example: its rule list, and the log lines it is written for."""
+    text = (ROOT / "docs" / "rules.md").read_text()
+    blocks = {(lang, tag): body for lang, tag, body in re.findall(r"^```(\w+) (\w+)\n(.*?)^```", text, re.S | re.M)}
+    return yaml.safe_load(blocks[("yaml", "router")]), blocks[("text", "router")]
+
+
+def test_rules_value_becomes_the_rule_file_the_agent_loads_and_uses(tmp_path):
+    """`rules` in values: the ConfigMap holds them as rules.yaml where the pod mounts it, the
+    config names that path, and the agent, given the two files as the pod sees them, loads the
+    rules and takes the documented line with them."""
+    rules, log_text = _doc_router_rules()
+    objs = _by_kind(_objects({"rules": rules}))
+    data = objs["ConfigMap"]["data"]
+    config = yaml.safe_load(data["config.yaml"])
+    assert config["rules"] == "/etc/vllm-trace-bridge/rules.yaml"
+    assert yaml.safe_load(data["rules.yaml"]) == rules
+    pod = objs["DaemonSet"]["spec"]["template"]["spec"]
+    (agent,) = [c for c in pod["containers"] if c["name"] == "agent"]
+    (mount,) = [m for m in agent["volumeMounts"] if m["name"] == "config"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "config"]
+    assert mount["mountPath"] == "/etc/vllm-trace-bridge" and volume["configMap"]["name"] == objs["ConfigMap"]["metadata"]["name"]
+    for version in KUBE_VERSIONS:
+        for obj in objs.values():
+            _kube_validate(obj, version)
+    # The pod's /etc/vllm-trace-bridge, here: the agent's own loader checks the rule file in full.
+    (tmp_path / "rules.yaml").write_text(data["rules.yaml"])
+    config["rules"] = str(tmp_path / "rules.yaml")
+    cfg, _ = agent_config.load(config, {}, {})
+    log = tmp_path / "server.log"
+    log.write_text(log_text)
+    out = subprocess.run([sys.executable, "-m", "bridge", "check", "--rules", cfg.rules, str(log)],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert re.search(r"edge-router-access\D+1\b", out.stdout), out.stdout
+
+
+def test_rules_change_rolls_the_pods_and_no_rules_render_no_rule_file():
+    rules, _ = _doc_router_rules()
+    changed = [dict(rules[0], name="other-name")]
+    assert _pod_annotations({"rules": rules})["checksum/rules"] != _pod_annotations({"rules": changed})["checksum/rules"]
+    assert "checksum/rules" not in _pod_annotations(None)
+    data = _by_kind(_objects(None))["ConfigMap"]["data"]
+    assert set(data) == {"config.yaml"} and "rules" not in yaml.safe_load(data["config.yaml"])
+
+
+@pytest.mark.parametrize("values, says", [
+    ({"config": {"rules": "/mnt/mine.yaml"}}, "both set"),
+    ({"existingConfigMap": "mine"}, "existingConfigMap"),
+], ids=["with config.rules", "with existingConfigMap"])
+def test_rules_and_a_rule_file_of_ones_own_are_refused_together(values, says):
+    rules, _ = _doc_router_rules()
+    with pytest.raises(Exception, match=says):
+        render.render({**values, "rules": rules})
 
 
 def test_metrics_service_selects_the_agent_pods_on_the_metrics_port():

@@ -91,7 +91,23 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- $cfg := deepCopy .Values.config -}}
 {{- $_ := set $cfg "state_dir" .Values.stateDir.mountPath -}}
 {{- $_ := set $cfg "listen" (printf "[::]:%d" (int .Values.metrics.port)) -}}
+{{- if .Values.rules -}}
+{{- if .Values.config.rules -}}
+{{- fail "rules and config.rules are both set: give the rules as `rules` (the chart mounts them) or mount a file yourself and name it in config.rules, not both" -}}
+{{- end -}}
+{{- $_ := set $cfg "rules" "/etc/vllm-trace-bridge/rules.yaml" -}}
+{{- end -}}
 {{- toYaml $cfg -}}
+{{- end -}}
+
+{{/* The `rules` values as the rule file the agent reads (its ConfigMap key rules.yaml). */}}
+{{- define "vllm-trace-bridge.rules" -}}
+{{- if and .Values.rules .Values.existingConfigMap -}}
+{{- fail "rules cannot go in existingConfigMap, which the chart does not write: put them in that ConfigMap under rules.yaml and set config.rules: /etc/vllm-trace-bridge/rules.yaml there" -}}
+{{- end -}}
+{{- with .Values.rules -}}
+{{- toYaml . -}}
+{{- end -}}
 {{- end -}}
 
 {{/* OTEL_RESOURCE_ATTRIBUTES from the resourceAttributes map, keys sorted. */}}
