@@ -31,6 +31,7 @@ SETTINGS = {  # name → (thresholds, freeze what is alive first) ; "off": no cy
     "(10000, 10, 10)": ((10000, 10, 10), False),
     "gc.freeze(), (10000, 10, 10)": ((10000, 10, 10), True),
     "gc.freeze(), (50000, 20, 20)": ((50000, 20, 20), True),
+    "gc.freeze(), (50000, 50, 100): what replay and run set (cli.tune_gc)": ((50000, 50, 100), True),
     "off": (None, False),
 }
 

@@ -9,7 +9,8 @@ each CPU figure is the process under test alone: user + sys from `os.wait4`'s ru
 wall time (the machine these ran on has 2 cores shared with other work). Peak RSS is the
 same rusage's ru_maxrss.
 
-Rows, each run interleaved so that load from other work hits both sides alike:
+Rows, each run interleaved so that load from other work hits both sides alike (each run starts
+one measurement further along, so no row always follows the Collector's busiest one):
   replay plain    `python -m bridge replay FILE`       vs  filelog + regex_parser
   replay CRI      `python -m bridge replay FILE.cri`   vs  filelog + container + regex_parser
   agent CRI       `python -m bridge run` on a kubelet-style path  vs  the same Collector row
@@ -329,15 +330,26 @@ def main() -> None:
         tiny = os.path.join(root, "first-100.log")
         with open(plain, "rb") as src, open(tiny, "wb") as dst:
             dst.writelines(src.readline() for _ in range(100))
+        # The spans the agent is waited for: what replay sends for the CRI file.
+        cri_spans = run_replay(cri, sink, args.protocol, fresh_tmp(root, "replay"))["want"]
         for i in range(1, args.runs + 1):
             fixed["bridge"].append(run_replay(tiny, sink, args.protocol, fresh_tmp(root, "replay"))["cpu"])
             fixed["collector"].append(run_collector(binary, tiny, False, 100, sink, fresh_tmp(root, "col"))["cpu"])
-            rp = run_replay(plain, sink, args.protocol, fresh_tmp(root, "replay"))
-            cp = run_collector(binary, plain, False, plain_records, sink, fresh_tmp(root, "col"))
-            rc = run_replay(cri, sink, args.protocol, fresh_tmp(root, "replay"))
-            tmp = fresh_tmp(root, "col")
-            cc = run_collector(binary, kubelet_copy(tmp, cri), True, cri_records, sink, tmp)
-            ag = run_agent(cri, rc["want"], sink, args.protocol, fresh_tmp(root, "agent"))
+            def collector_cri():
+                tmp = fresh_tmp(root, "col")
+                return run_collector(binary, kubelet_copy(tmp, cri), True, cri_records, sink, tmp)
+
+            jobs = {"rp": lambda: run_replay(plain, sink, args.protocol, fresh_tmp(root, "replay")),
+                    "cp": lambda: run_collector(binary, plain, False, plain_records, sink, fresh_tmp(root, "col")),
+                    "rc": lambda: run_replay(cri, sink, args.protocol, fresh_tmp(root, "replay")),
+                    "cc": collector_cri,
+                    "ag": lambda: run_agent(cri, cri_spans, sink, args.protocol, fresh_tmp(root, "agent"))}
+            # Each run starts one place further along: no row always follows the Collector's
+            # busiest one (two cores; the machine's speed drifts under sustained load).
+            order = list(jobs)
+            order = order[(i - 1) % len(order):] + order[:(i - 1) % len(order)]
+            done = {name: jobs[name]() for name in order}
+            rp, cp, rc, cc, ag = (done[k] for k in ("rp", "cp", "rc", "cc", "ag"))
             for path, side, r in (("replay plain", "bridge", rp), ("replay plain", "collector", cp),
                                   ("replay CRI", "bridge", rc), ("replay CRI", "collector", cc),
                                   ("agent CRI", "bridge", ag)):
