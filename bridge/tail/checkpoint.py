@@ -15,7 +15,7 @@ from json.encoder import encode_basestring_ascii as _json_str  # json.dumps's ow
 _VERSION = 1
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Delivered:
     """A request (or engine incident) already acknowledged whose lines reach past the offset:
     on resume, its lines up to `last_offset` are skipped so it is not rebuilt a second time."""
@@ -74,7 +74,8 @@ class _DeliveredText:
     (60,000 entries, 4 MB, at 100 requests/s), and the agent saves after every ack. Between two
     prunes the agent only appends to the list (a prune makes a new one), so the text of the
     entries already written is kept; it is trusted only while the list is the same object and
-    the entry at the end of the written part is still the one written."""
+    the entry at the end of the written part is still the one written. The entries are frozen;
+    an entry replaced in the middle of the list would not be seen (the agent never does it)."""
 
     __slots__ = ("_kept",)
 
@@ -188,6 +189,7 @@ class CheckpointStore:
             self.written_at = now
             return
         tmp = self.path + ".tmp"
+        self._last_body = None  # until this save is complete: a failed one must not skip the next
         with open(tmp, "wb") as f:  # ASCII: every string went through json's ASCII encoder
             f.write(b'{"version":%d,"written_at":%s,"files":%s,"sources":[' % (_VERSION, repr(now).encode(), files_json))
             for i, (head, text) in enumerate(parts):
