@@ -29,6 +29,8 @@ class Logger:
         self._logger = None
 
     def __getattr__(self, name: str):
+        if name in Logger.__slots__:  # unset (a copy made by `copy`): not the logger's to answer
+            raise AttributeError(name)
         if self._logger is None:
             self._logger = self._build()
         return getattr(self._logger, name)
