@@ -653,6 +653,30 @@ def test_rules_change_rolls_the_pods_and_no_rules_render_no_rule_file():
     assert set(data) == {"config.yaml"} and "rules" not in yaml.safe_load(data["config.yaml"])
 
 
+def test_rules_come_back_exactly_as_given_whatever_their_strings_hold():
+    """A pattern is the user's regular expression: the file the agent reads must give it back
+    unchanged, YAML's special words and characters included (toYaml wrote `=` and `<<` bare,
+    which PyYAML then refuses)."""
+    tricky = ["=", "<<", "on", "~", "null", "0x1F", "1e3", "12:30:00", "---\n... x", "a: b # c",
+              "'\"\\d+", "{{ .Values.x }}", "^é \U0001f600 \ufeff", "a\u2028b", "\t\x1b[0m", "x\n  y  \n"]
+    rules = [{"name": f"r{i}", "match": m, "fact": "event", "event": m, "values": {"big": 85899345920, "on": True}}
+             for i, m in enumerate(tricky)]
+    data = _by_kind(_objects({"rules": rules}))["ConfigMap"]["data"]
+    assert yaml.safe_load(data["rules.yaml"]) == rules
+
+
+@pytest.mark.parametrize("values, says", [
+    ({"rules": [{"name": "r", "match": "a\x7fb", "fact": "event"}]}, "rules: a rule holds a raw control character"),
+    ({"rules": [{"name": "r", "match": "a\x85b", "fact": "event"}]}, "rules: a rule holds a raw control character"),
+    ({"config": {"containers": ["vllm\x7f"]}}, "config: a value cannot be written as YAML"),
+], ids=["DEL in a rule", "NEL in a rule", "DEL in config"])
+def test_a_value_no_yaml_file_can_hold_fails_the_install_saying_so(values, says):
+    """Helm's toYaml renders nothing for such a value, silently: an empty config.yaml, or no
+    rules.yaml under a config that names it."""
+    with pytest.raises(Exception, match=re.escape(says)):
+        render.render(values)
+
+
 @pytest.mark.parametrize("values, says", [
     ({"config": {"rules": "/mnt/mine.yaml"}}, "both set"),
     ({"existingConfigMap": "mine"}, "existingConfigMap"),

@@ -97,16 +97,26 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- $_ := set $cfg "rules" "/etc/vllm-trace-bridge/rules.yaml" -}}
 {{- end -}}
-{{- toYaml $cfg -}}
+{{- $text := toYaml $cfg -}}
+{{- if not $text -}}
+{{- fail "config: a value cannot be written as YAML (Helm renders it as nothing); remove control characters such as DEL (\\x7f) or C1 codes from the config values" -}}
+{{- end -}}
+{{- $text -}}
 {{- end -}}
 
-{{/* The `rules` values as the rule file the agent reads (its ConfigMap key rules.yaml). */}}
+{{/* The `rules` values as the rule file the agent reads (its ConfigMap key rules.yaml). JSON,
+     which YAML readers take as it is: every string quoted and escaped, so a pattern comes back
+     exactly as given (toYaml leaves `=` or `<<` bare, and renders nothing for some characters). */}}
 {{- define "vllm-trace-bridge.rules" -}}
 {{- if and .Values.rules .Values.existingConfigMap -}}
 {{- fail "rules cannot go in existingConfigMap, which the chart does not write: put them in that ConfigMap under rules.yaml and set config.rules: /etc/vllm-trace-bridge/rules.yaml there" -}}
 {{- end -}}
 {{- with .Values.rules -}}
-{{- toYaml . -}}
+{{- $text := toPrettyJson . -}}
+{{- if regexMatch "[\\x{7f}-\\x{9f}]" $text -}}
+{{- fail "rules: a rule holds a raw control character (DEL or a C1 code, U+007F-U+009F), which no YAML file may; write it as an escape in the pattern, e.g. \\x7f" -}}
+{{- end -}}
+{{- $text -}}
 {{- end -}}
 {{- end -}}
 
