@@ -66,8 +66,9 @@ class Health:
         """Every /metrics figure (bridge.telemetry names and types them)."""
         decode = {"lines": 0, "invalid_utf8": 0, "partials_joined": 0, "framing_errors": 0, "times_out_of_range": 0}
         assemble = {"requests_emitted": 0, "requests_evicted": 0, "engine_incidents": 0}
-        open_requests = 0
+        open_requests = listed = 0
         for st in list(self._sources.values()):
+            listed += len(st.delivered)
             for stream in list(st.streams.values()):
                 for k in decode:
                     decode[k] += getattr(stream.decoder.stats, k)
@@ -96,6 +97,7 @@ class Health:
             "files_skipped": self._follower.skipped_by_kind(),
             "rotations": dict(f.rotations), "file_errors": dict(f.errors),
             "checkpoint_age": (time.time() - written) if written else 0.0,
+            "checkpoint_delivered_listed": listed,
             "memory_pauses": c.memory_pauses,
             "line_errors": dict(c.line_errors),
             "checkpoint_failures": self._checkpointer.failures,

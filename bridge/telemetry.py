@@ -80,6 +80,9 @@ class AgentCollector:
         yield counter("file_rotations", "Rotations seen, by kind.", s["rotations"], "kind")
         yield counter("file_errors", "File and directory errors, by reason.", s["file_errors"], "reason")
         yield gauge("checkpoint_age_seconds", "Seconds since the checkpoint was last written.", s["checkpoint_age"])
+        yield gauge("checkpoint_delivered_listed", "Requests delivered past a file's saved position, listed in "
+                    "the checkpoint so a restart skips their lines: grows while an unfinished request holds "
+                    "the position (up to its TTL).", s["checkpoint_delivered_listed"])
         yield counter("line_errors", "Lines skipped because a stage raised on them, by stage.",
                       {"decode": 0, "parse": 0, "assemble": 0, "export": 0, **s.get("line_errors", {})}, "stage")
         yield counter("checkpoint_failures", "Checkpoint saves that failed (retried each second).",

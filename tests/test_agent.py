@@ -364,3 +364,36 @@ def test_a_line_the_decoder_raises_on_costs_that_line_only(tmp_path, monkeypatch
     assert agent.counters.line_errors == {"decode": 1}
     assert [kw["offset"] for event, kw in logged if event == "line_error"] == [offsets[1]]
     assert agent._sources["s"].assembler.open_requests == 2  # the lines before and after it
+
+
+def test_requests_an_unfinished_one_holds_back_are_listed_in_the_checkpoint_and_counted(tmp_path):
+    """One request never finishes; the 20 after it do. Their spans go out, and each stays listed
+    in the checkpoint (so a restart skips their lines), which `checkpoint_delivered_listed`
+    shows: the operator's sign that one request is holding the checkpoint back."""
+    import json
+
+    log = pod_log(tmp_path)
+    lines = ["INFO 02-15 10:00:00 scheduler.py:234] Scheduling request 0xdead: priority=0, "
+             "num_scheduled_blocks=6, remaining_blocks=4"]  # no summary line: open until its TTL
+    for i in range(20):
+        rid = f"0x{0x1000 + i:x}"
+        lines += [f"INFO 02-15 10:00:{1 + i:02d} scheduler.py:234] Scheduling request {rid}: priority=0, "
+                  "num_scheduled_blocks=6, remaining_blocks=4",
+                  f"INFO 02-15 10:00:{2 + i:02d} api_server.py:120] Request {rid}: prompt_tokens=128, "
+                  "generated_tokens=64, ttft=300.0ms, itl=20.0ms, total_latency=1.0s"]
+    with open(log, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    rx = Receiver(free_port(), str(tmp_path / "rx.bin")).start()
+    agent = AgentProc(str(tmp_path / "pods/*/*/*.log"), str(tmp_path / "state"), rx.endpoint,
+                      "--start-at", "beginning").start()
+    try:
+        assert wait_for(lambda: received_all(rx, 20), 30)
+        assert wait_for(lambda: agent.metric("checkpoint_delivered_listed") == 20, 15), \
+            agent.metric("checkpoint_delivered_listed")
+        assert agent.metric("requests_open") == 1
+        with open(tmp_path / "state" / "checkpoints.json") as f:
+            (source,) = json.load(f)["sources"]
+        assert sorted(d["key"] for d in source["delivered"]) == sorted(f"0x{0x1000 + i:x}" for i in range(20))
+        assert agent.term()[0] == 0
+    finally:
+        rx.stop()

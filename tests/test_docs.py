@@ -146,7 +146,8 @@ def test_metrics_in_the_docs_exist():
                 "framing_errors": 0, "requests_open": 0, "requests_emitted": 0, "requests_evicted": 0,
                 "engine_incidents": 0, "spans_sent": 0, "spans_retried": 0, "spans_dropped": 0,
                 "skipped_delivered": 0, "queued_spans": 0, "latencies": [], "behind": {}, "files_watched": 0,
-                "rotations": {}, "file_errors": {}, "checkpoint_age": 0, "memory_pauses": 0,
+                "rotations": {}, "file_errors": {}, "checkpoint_age": 0, "checkpoint_delivered_listed": 0,
+                "memory_pauses": 0,
                 "join": {"gateway_entries": 0, "gateway_skipped": 0, "joined": 0, "expired": 0, "overflow": 0,
                          "contexts_dropped": 0, "waiting": 0}}
     served = set()
