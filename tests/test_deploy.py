@@ -266,9 +266,11 @@ NON_DEFAULT = {
                            "readOnly": True}],
 }
 
-# docs/rules.md's router rule, as a user would paste it under `rules`.
-_DOC_RULES = yaml.safe_load(dict(((lang, tag), body) for lang, tag, body in re.findall(
-    r"^```(\w+) (\w+)\n(.*?)^```", (ROOT / "docs" / "rules.md").read_text(), re.S | re.M))[("yaml", "router")])
+# docs/rules.md's worked examples, (language, name) → the block: the router's rule, as a user
+# would paste it under `rules`, and the log lines it is written for.
+_DOC_BLOCKS = {(lang, tag): body for lang, tag, body in re.findall(
+    r"^```(\w+) (\w+)\n(.*?)^```", (ROOT / "docs" / "rules.md").read_text(), re.S | re.M)}
+_DOC_RULES = yaml.safe_load(_DOC_BLOCKS[("yaml", "router")])
 
 VALUE_SETS = {"default": None, "non-default": NON_DEFAULT, "rules": {"rules": _DOC_RULES}}
 
@@ -607,11 +609,9 @@ def test_existing_config_map_replaces_the_rendered_one():
     assert {"name": "config", "configMap": {"name": "my-bridge-config"}} in pod["volumes"]
 
 
-def _doc_router_rules() -> list:
-    """docs/rules.md's router example: its rule list, and the log lines it is written for."""
-    text = (ROOT / "docs" / "rules.md").read_text()
-    blocks = {(lang, tag): body for lang, tag, body in re.findall(r"^```(\w+) (\w+)\n(.*?)^```", text, re.S | re.M)}
-    return yaml.safe_load(blocks[("yaml", "router")]), blocks[("text", "router")]
+def _doc_router_rules() -> tuple[list, str]:
+    """docs/rules.md's router example: a fresh copy of its rule list, and its log lines."""
+    return yaml.safe_load(_DOC_BLOCKS[("yaml", "router")]), _DOC_BLOCKS[("text", "router")]
 
 
 def test_rules_value_becomes_the_rule_file_the_agent_loads_and_uses(tmp_path):
