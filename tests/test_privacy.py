@@ -89,6 +89,21 @@ REDACT = [
      "KeyError: b<redacted> in <redacted>"),
     (r"RuntimeError: 'a\'b' then 'c", "RuntimeError: <redacted> then <redacted>"),
     ("", ""),
+    # printed unquoted by vLLM 0.32 (review of 2026-12-02): the token ids a grammar rejected
+    # (v1/core/sched/scheduler.py, structured_output/backend_xgrammar.py), a model name in
+    # backticks (entrypoints/serve/engine/serving.py), a bytes repr that starts like a contraction,
+    # and a pydantic location's client-chosen key
+    ("Unexpected: grammar rejected tokens [9707, 11, 1879, 0] for request chatcmpl-9-8f5c0771. Terminating request.",
+     "Unexpected: grammar rejected tokens <redacted> for request chatcmpl-9-8f5c0771. Terminating request."),
+    ("Failed to advance FSM for request r-1 for tokens (42,). Please file an issue.",
+     "Failed to advance FSM for request r-1 for tokens (42,). Please file an issue."),
+    ("Failed to advance FSM for request r-1 for tokens [42, 7]. Please file an issue.",
+     "Failed to advance FSM for request r-1 for tokens <redacted>. Please file an issue."),
+    (f"The model `{MARK}` does not exist.", "The model <redacted> does not exist."),
+    (f"cannot decode b's {MARK} tail'", "cannot decode b<redacted>"),
+    (f"1 validation error for ChatCompletionRequest logit_bias.PATIENT-{MARK} Input should be a valid number",
+     "1 validation error for ChatCompletionRequest logit_bias.<redacted> Input should be a valid number"),
+    ("the model's answer isn't ready", "the model's answer isn't ready"),
 ]
 
 

@@ -43,6 +43,14 @@ CASES = [
     ("Request chatcmpl-a failed (input error): prompt is too long.", RequestFailed("chatcmpl-a", "input", "input error: prompt is too long")),
     ("Request chatcmpl-a failed due to CUDA out of memory.", RequestFailed("chatcmpl-a", "oom", "CUDA out of memory")),
     ("Request chatcmpl-a failed.", RequestFailed("chatcmpl-a", "other", "failed")),
+    # generate/base/serving.py (0.32): an HTTP 500 after the engine ended the request
+    ("Request chatcmpl-a failed with an internal error during generation",
+     RequestFailed("chatcmpl-a", "other", "an internal error during generation")),
+    # async_llm.py logs admission control's HTTP 503 (exceptions.py) under "bad request"
+    ("Request chatcmpl-a failed (bad request): The engine is currently busy and cannot accept new requests. "
+     "Please try again later or on a different instance..",
+     RequestFailed("chatcmpl-a", "overloaded", "bad request: The engine is currently busy and cannot accept new "
+                   "requests. Please try again later or on a different instance.")),
     ("Failing the request 147 because there's not enough kv cache blocks to run the entire sequence.",
      RequestFailed("147", "oom", "there's not enough kv cache blocks to run the entire sequence")),
     # b.1 outputs: the text never comes out, even when it imitates the fields

@@ -49,9 +49,16 @@ def blank_literals(text: str) -> str:
     return _LITERAL.sub(_blank, text)
 
 
+#: A string prefix right before a quote (`b'…'`, `rb'…'`) opens a literal, whatever follows.
+_PREFIX = re.compile(r"(?<![\w])(?:[bBrRuUfF]|[bB][rR]|[rR][bB]|[fF][rR]|[rR][fF])$")
+
+
 def opens_literal(text: str, i: int) -> bool:
-    """Whether the quote at `i` opens a literal: not an apostrophe inside a word (`model's`)."""
-    return not (text[i] == "'" and i > 0 and text[i - 1].isalpha() and _CONTRACTION.match(text, i + 1))
+    """Whether the quote at `i` opens a literal: not an apostrophe inside a word (`model's`),
+    unless that word is a string prefix (`b's …'` is a bytes literal)."""
+    if not (text[i] == "'" and i > 0 and text[i - 1].isalpha() and _CONTRACTION.match(text, i + 1)):
+        return True
+    return _PREFIX.search(text, max(0, i - 3), i) is not None
 
 
 def mask_literals(text: str, mask: str = REDACTED, keep: re.Pattern = DOTTED_NAME) -> str:
@@ -82,8 +89,33 @@ def _mask_long(text: str, mask: str, keep: re.Pattern) -> str:
     return _TOKEN.sub(lambda m: m[0] if keep.fullmatch(m[0]) else mask, text)
 
 
+#: What vLLM prints unquoted that a user chose: a backticked value (`The model `x` does not
+#: exist.`), a list of numbers (the token ids a grammar rejected, `for tokens [9707, 11]`), and
+#: a pydantic error's location past its field where a key is not a schema-like name
+#: (`logit_bias.<key>`; `messages.0.content` stays).
+_UNQUOTED_USER = re.compile(
+    r"`[^`\n]*`?"
+    r"|[\[(]\s*-?\d+(?:\s*,\s*-?\d+)+\s*,?\s*[\])]"
+    r"|(?<=validation error for )(?:\w+\s+)?[A-Za-z_]\w*\.\S+"
+    r"|(?<=validation errors for )(?:\w+\s+)?[A-Za-z_]\w*\.\S+")
+
+
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]*|\d+")
+
+
+def _mask_unquoted(m: re.Match) -> str:
+    text = m[0]
+    if text[0] not in "`[(":  # a pydantic location: the field and schema-like names stay, other keys go
+        head, *rest = text.split(".")
+        return ".".join([head] + [p if _SCHEMA_NAME.fullmatch(p) else REDACTED for p in rest])
+    return REDACTED
+
+
 def redact_error_text(text: str) -> str:
     """Error text as it may leave the node by default: the error class and vLLM's own words
     stay; quoted strings and long literals (where a user's prompt, stop strings or values
-    appear in validation, template and traceback messages) become `<redacted>`."""
-    return mask_literals(text) if text else text
+    appear in validation, template and traceback messages), backticked values, lists of
+    numbers (token ids) and a pydantic location's keys become `<redacted>`."""
+    if not text:
+        return text
+    return mask_literals(_UNQUOTED_USER.sub(_mask_unquoted, text))

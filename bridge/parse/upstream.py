@@ -116,8 +116,12 @@ def _aborted(msg: str) -> Event | None:
     return None
 
 
-_REQUEST_V1 = re.compile(r"Request (\S+) (aborted|failed)(?: \(([^)]*)\)| due to (.*?))?(?:: (.*?))?\.?$", re.S)
+_REQUEST_V1 = re.compile(r"Request (\S+) (aborted|failed)(?: \(([^)]*)\)| due to (.*?)| with (an internal error.*?))?"
+                         r"(?:: (.*?))?\.?$", re.S)
 _FAILED_REASON = {"engine dead": "engine_dead", "bad request": "input", "input error": "input"}
+#: vLLM's admission control refuses with HTTP 503 under "bad request" (GracefulHTTPError,
+#: vllm/exceptions.py): the server was full, the request was not at fault.
+_OVERLOADED = ("The engine is currently busy", "The engine has reached its prefill token backlog limit")
 
 
 _PROMPT_IDS = ", prompt_token_ids: ["
@@ -138,11 +142,15 @@ def _request(msg: str) -> Event | None:
     m = _REQUEST_V1.match(msg)
     if m is None:
         return None
-    rid, what, paren, due, detail = m.groups()
+    rid, what, paren, due, internal, detail = m.groups()
     if what == "aborted":
         return RequestsAborted((rid,))
-    reason = paren or due or ""
-    error_type = _FAILED_REASON.get(paren or "") or (classify(reason + " " + (detail or "")) if reason or detail else "other")
+    reason = paren or due or internal or ""
+    if detail and detail.startswith(_OVERLOADED):
+        error_type = "overloaded"
+    else:
+        error_type = _FAILED_REASON.get(paren or "") or (classify(reason + " " + (detail or "")) if reason or detail
+                                                         else "other")
     return RequestFailed(rid, error_type, (reason + (": " + detail if detail else "")).strip() or "failed")
 
 
