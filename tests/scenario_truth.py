@@ -18,7 +18,8 @@ Rules, each from vLLM 0.32's behaviour (its source in vllm/entrypoints/openai/):
   wrote the line, so a root starts between the client's send and its first byte and ends no
   later than the client saw the end, give or take TOL (a line is written a little after the
   fact, more so on a loaded machine). An end no line states (V1 completions) is inferred from
-  the engine going idle: up to IDLE_TOL after the client's end.
+  the engine going idle: not before the client's end, and by the first line after it that
+  shows the engine holding nothing (or IDLE_TOL after it).
 """
 
 from __future__ import annotations
@@ -122,6 +123,27 @@ def check_roots(truth: dict, roots: list[Root], log_text: str) -> list[str]:
     return errors
 
 
+def next_idle_ns(log_text: str, after_ns: int) -> int | None:
+    """The runtime's stamp of the first line at or after `after_ns` that shows the engine holding
+    nothing: a stats line with `Running: 0 reqs, Waiting: 0 reqs`, or its shutdown's count of
+    what it still held — read from the log (CRI stamps), not from the bridge."""
+    from datetime import datetime, timezone
+    for line in log_text.splitlines():
+        if not ("Running: 0 reqs, Waiting: 0 reqs" in line or "in-flight requests count=" in line
+                or "[shutdown]" in line):
+            continue
+        stamp = line.split(" ", 1)[0]
+        try:
+            sec, frac = stamp.rstrip("Z").split(".")
+            ns = int(datetime.strptime(sec, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc).timestamp()) * 10**9 \
+                + int(frac.ljust(9, "0")[:9])
+        except ValueError:
+            continue
+        if ns >= after_ns:
+            return ns
+    return None
+
+
 def effective_expect(r: dict) -> str:
     """What the client's own record says became of a request: the scenario meant it to be in
     flight at the stop or the kill, but a response the client saw end with a finish reason for
@@ -194,6 +216,12 @@ def _check_one(truth: dict, r: dict, rid: str, root: Root, log_text: str = "", r
     signal = truth.get("kill9_ns") if expect == "engine_dead" else truth.get("sigterm_ns")
     if expect in ("shutdown", "engine_dead") and signal:
         lo = signal - TOL_NS   # it ended at the stop, not before
+    elif root.end_timing == "inferred" and root.outcome == "finished":
+        # Inferred from the engine going idle: after the client saw the end, by the first line
+        # after it that shows the engine holding nothing (under load that can be much later).
+        lo = r["t_end_ns"] - TOL_NS
+        idle = next_idle_ns(log_text, r["t_end_ns"] - TOL_NS)
+        hi = max(hi, idle + TOL_NS) if idle is not None else hi
     if not lo <= root.end_ns <= hi:
         out.append(f"{rid}: end {root.end_ns} ({root.end_timing}) outside {lo} .. {hi}")
     # A chat's `Generated response … finish_reason: …` line (`--enable-log-outputs`) names it,

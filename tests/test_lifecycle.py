@@ -170,7 +170,9 @@ def test_sigterm_ends_requests_in_flight_as_shutdown_and_makes_no_incident(tmp_p
     # finished (V1 logs no end for completions, and every abort or failure it logs).
     b2 = r["cmpl-00000000000000b2-0"]
     assert (b2.outcome, b2.error_type, b2.attrs["vllm.end_inferred"]) == ("finished", None, True)
-    assert b2.end_ns == at("08:00:02")
+    # It was still running at 08:00:05 (the stats line counts 2: it and c3), so it ended by the
+    # count at 08:00:06, the first line that shows it gone: not at its own Added line (08:00:02).
+    assert b2.end_ns == at("08:00:06")
     # aborted by the engine core as it counted it (08:00:06); its span runs to the API server's
     # failure line about it (08:00:07), the last evidence of it
     c3 = r["chatcmpl-00000000000000c3"]
@@ -204,7 +206,8 @@ def test_an_idle_stop_in_abort_mode_aborts_nothing(tmp_path):
              *sigterm_abort_mode("08:00:03", 0), *UVICORN_STOP]
     out = both(lines, tmp_path)
     (t,) = roots(out)
-    assert (t.outcome, t.error_type, t.end_ns, t.attrs["vllm.end_inferred"]) == ("finished", None, at("08:00:00"), True)
+    # ended by the stop's first line, the first that shows it gone (not at its own Added line)
+    assert (t.outcome, t.error_type, t.end_ns, t.attrs["vllm.end_inferred"]) == ("finished", None, at("08:00:03"), True)
     assert incidents(out) == []
 
 
@@ -401,7 +404,7 @@ def test_unended_requests_close_at_idle_ttl_or_end_of_input(tmp_path):
              received("08:20:00", "cmpl-eof-0"), added("08:20:00", "cmpl-eof-0-56565656")]  # > 600 s later
     r = by_id(both(lines, tmp_path))
     assert {k: (t.outcome, t.end_ns, t.attrs["vllm.end_inferred"], t.end_timing) for k, t in r.items()} == {
-        "cmpl-idle-0": ("finished", at("08:00:00"), True, "inferred"),
+        "cmpl-idle-0": ("finished", at("08:00:05"), True, "inferred"),  # at the line that shows it gone
         "cmpl-ttl-0": ("incomplete", at("08:00:06"), True, "inferred"),
         "cmpl-eof-0": ("incomplete", at("08:20:00"), True, "inferred")}
 

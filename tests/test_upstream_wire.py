@@ -157,7 +157,8 @@ def test_v0_multiprocess_request_with_no_end_line_is_incomplete(received):
     span, a = root(received, "v0_6_mq.log", "chatcmpl-1f2e3d4c5b6a79880716253443526170")
     assert (a["vllm.outcome"], a["vllm.timing.end"], a["vllm.timing"]) == ("incomplete", "inferred", "inferred")
     assert a["vllm.end_inferred"] is True  # closed when a stats line showed the engine idle
-    assert span.end_time_unix_nano == ts("2024-12-18T09:01:00")
+    # running at 09:01:05 (`Running: 1 reqs`), gone at 09:01:15 (`Running: 0 reqs`): it ends there
+    assert span.end_time_unix_nano == ts("2024-12-18T09:01:15")
     span, a = root(received, "v0_6_mq.log", "chatcmpl-aa11bb22cc33dd44ee55ff6677889900")
     assert (a["vllm.outcome"], a["error.type"]) == ("failed", "engine_dead")  # worker died
 

@@ -76,7 +76,7 @@ _INCIDENT_WINDOW_NS = 5 * _NS
 #: An incident's `error.type` is the most specific its lines show: a CUDA OOM wrapped in an
 #: EngineDeadError stays `oom`, NCCL/watchdog evidence makes a "Worker died" `distributed`.
 _SPECIFICITY = {t: i for i, t in enumerate(
-    ("oom", "distributed", "timeout", "model_load", "engine_dead", "input", "aborted", "other"))}
+    ("oom", "distributed", "timeout", "model_load", "engine_dead", "input", "overloaded", "aborted", "other"))}
 #: Errors while the server is being stopped on purpose are part of the stop, not a death, unless
 #: they show a failure of their own.
 _REAL_FAILURES = frozenset({"oom", "distributed"})
@@ -289,7 +289,7 @@ class Assembler:
             self._end_startup()
         for r in [r for r in self._in_flight.values()
                   if r.idle_at is not None and r.idle_at <= idle_deadline and r.last_ns <= r.idle_at]:
-            self._close_idle(r)
+            self._close_idle(r, r.idle_at)
         due = [
             r for r in self._open.values()
             if (r.terminal_ns is not None and r.terminal_ns <= linger_deadline) or r.last_ns <= ttl_deadline
@@ -859,7 +859,7 @@ class Assembler:
                        key=lambda r: (r.first_ns, r.first_offset))
         for r in known[:max(0, len(known) - held)]:
             if r.last_ns <= ts:
-                self._close_idle(r)
+                self._close_idle(r, ts)
 
     def _idle(self, record: Record) -> None:
         """The engine says nothing runs or waits: requests with no end line are over, end
@@ -868,7 +868,13 @@ class Assembler:
             if r.extra is not None and r.last_ns < record.ts_ns and r.idle_at is None:
                 r.idle_at = record.ts_ns
 
-    def _close_idle(self, r: RequestState) -> None:
+    def _close_idle(self, r: RequestState, seen_ns: int | None = None) -> None:
+        """A request no line ended, over by `seen_ns` (a stats line showed it gone): it ends
+        there, inferred — its own last line (`Added request`) is only its start."""
+        if seen_ns is not None and r.idle_at is not None and r.last_ns <= r.idle_at:
+            seen_ns = min(seen_ns, r.idle_at)  # the first line that showed the engine idle
+        if seen_ns is not None and r.terminal_ns is None and seen_ns > r.last_ns:
+            r.last_ns = seen_ns
         if "vllm.request.internal_id" in r.extra:
             # V1 with internal ids (≈ 0.14+) logs every abort and failure: an idle engine and
             # neither line means the request finished (a completion never logs its end).
@@ -881,7 +887,7 @@ class Assembler:
         flight at a deliberate stop, it was stopped; followed by a new request under its id, as
         `_close_idle` says; else it stays `incomplete`. Its end is inferred either way."""
         if r.extra is not None and r.idle_at is not None and r.last_ns <= r.idle_at:
-            self._close_idle(r)  # the engine said it was idle after the request's last line
+            self._close_idle(r, r.idle_at)  # the engine said it was idle after the request's last line
         elif self._stop_ns is not None and r.first_ns <= self._stop_last_ns:
             self._stopped(r, max(self._stop_last_ns, r.last_ns), False)
             self._finish(r)
@@ -917,7 +923,7 @@ class Assembler:
             cut = max(0, len(unended) - ev.in_flight)
             for r in unended[:cut]:
                 if r.extra is not None:
-                    self._close_idle(r)
+                    self._close_idle(r, ts)
             if self._stop_mode == "abort":  # aborted right now (core.py:1648)
                 for r in unended[cut:]:
                     self._stopped(r, ts, True)
@@ -926,7 +932,7 @@ class Assembler:
             # (no count line: it held nothing, core.py:1643); the rest had finished, or drained.
             for r in list(self._in_flight.values()):
                 if r.extra is not None and r.first_ns <= ts:
-                    self._close_idle(r)
+                    self._close_idle(r, ts)
 
     def _on_config(self, record: Record, ev: EngineConfig) -> None:
         if self._startup is None or self._startup.has_banner:  # a second banner: the engine restarted
