@@ -101,6 +101,7 @@ class Agent:
             st = self._state(s.key, None)
             st.skip = {d.key: d.last_offset for d in s.delivered}
             st.delivered = list(s.delivered)
+            st.facts = loaded.facts.get(s.key, {})
         self._follower.restore(files, {s.key: s.next_generation for s in sources})
 
         self._delivery = Delivery(base_resource(self._env), make_transport(self._dest), cfg, self.log,
@@ -222,6 +223,8 @@ class Agent:
                 st.gateway = True
             else:
                 st.assembler = Assembler(source, lambda t, st=st: self._emit(st, t), self._assemble_cfg)
+                if st.facts:  # what the banner before the resume position said
+                    st.assembler.resume_facts(st.facts)
         return st
 
     def _process(self, tf: TrackedFile, lines: list[tuple[int, bytes]]) -> None:

@@ -59,6 +59,7 @@ class Checkpointer:
         False when the save failed (counted; retried by the caller)."""
         files: list[FileCheckpoint] = list(follower.awaiting_resume())  # not found again yet: kept
         checkpoints: list[SourceCheckpoint] = []
+        facts: dict[str, dict] = {}
         next_gen = follower.next_generations()
         gateway_held: dict[str, int] = {}  # a gateway file: its lines still waiting in the join
         for key, position in holds:
@@ -106,9 +107,13 @@ class Checkpointer:
                 if st.skip:
                     st.skip = {k: v for k, v in st.skip.items() if v >= floor}
             st.pruned_at = floor
+            if floor is not None and st.assembler is not None:
+                st.facts = st.assembler.facts_at(floor)
+            if st.facts:
+                facts[key] = st.facts
             checkpoints.append(SourceCheckpoint(key, next_gen.get(key, 0), st.delivered))  # read, not kept
         try:
-            self.store.save(files, checkpoints)
+            self.store.save(files, checkpoints, facts)
         except OSError as exc:
             self.failures += 1
             if not self.failing:

@@ -36,6 +36,7 @@ class SourceState:
     delivered: list[Delivered] = field(default_factory=list)      # acked since the safe position
     pruned_at: int | None = None  # the safe position `delivered` was last pruned to (resume.py)
     retired: list[FileCheckpoint] = field(default_factory=list)   # closed files an open request may need
+    facts: dict = field(default_factory=dict)  # engine facts a resumed assembler starts from (the checkpoint's)
     seq: int = 0
     last_ts: int = 0
     last_wall: int = 0

@@ -397,3 +397,54 @@ def test_requests_an_unfinished_one_holds_back_are_listed_in_the_checkpoint_and_
         assert agent.term()[0] == 0
     finally:
         rx.stop()
+
+
+def test_a_restart_past_the_banner_keeps_the_engine_facts_and_resends_identically(tmp_path):
+    """vLLM names its model and version once, in the startup banner. An agent stopped between
+    two requests and started again resumes past the banner; the requests after that must still
+    carry the banner's model and version (the checkpoint keeps them), and a request sent by both
+    runs must be sent identically. Truth: the banner in the log and the client's model name.
+    (Found by a review: the facts were in memory only, so every span after a restart lost them.)"""
+    import json
+    import re
+
+    from receivers import attrs
+
+    src = os.path.join(os.path.dirname(__file__), "fixtures", "scenarios", "reused_id")
+    with open(os.path.join(src, "server.log"), encoding="utf-8") as f:
+        lines = f.read().splitlines(keepends=True)
+    with open(os.path.join(src, "truth.json")) as f:
+        model = json.load(f)["model_name"]
+    version = re.search(r"Initializing a V1 LLM engine \(v(\d+\.\d+\.\d+)\)", "".join(lines))[1]
+    received = [i for i, line in enumerate(lines) if "Received request" in line]
+    split = received[len(received) // 2]  # between two requests, long after the banner
+    log = pod_log(tmp_path)
+    with open(log, "w", encoding="utf-8") as f:
+        f.writelines(lines[:split])
+    rx = Receiver(free_port(), str(tmp_path / "rx.bin")).start()
+    args = (str(tmp_path / "pods/*/*/*.log"), str(tmp_path / "state"), rx.endpoint, "--start-at", "beginning",
+            "--linger", "0")
+    try:
+        agent = AgentProc(*args).start()
+        assert wait_for(lambda: any(s.name == "vllm.request" for s in rx.spans()), 30)
+        time.sleep(3)
+        assert agent.term()[0] == 0
+        first = len(rx.spans())
+        with open(log, "a", encoding="utf-8") as f:
+            f.writelines(lines[split:])
+        agent = AgentProc(*args).start()
+        assert wait_for(lambda: len(rx.spans()) > first, 30)
+        time.sleep(4)
+        assert agent.term()[0] == 0
+    finally:
+        rx.stop()
+    roots = [s for s in rx.spans() if s.name == "vllm.request"]
+    after = [s for s in rx.spans()[first:] if s.name == "vllm.request"]
+    assert after, "the second run sent no request"
+    for s in roots:
+        a = attrs(s.attributes)
+        assert (a.get("gen_ai.request.model"), a.get("vllm.version")) == (model, version), a["vllm.request.id"]
+    by_id: dict = {}
+    for s in rx.spans():
+        by_id.setdefault(s.span_id, set()).add(s.SerializeToString(deterministic=True))
+    assert all(len(copies) == 1 for copies in by_id.values()), "a span sent twice with different content"

@@ -550,3 +550,26 @@ def test_resume_finds_a_rotated_file_whose_number_shifted_while_the_agent_was_do
     assert follower.stats.errors.get("lost", 0) == 0
     assert [sum(1 for _, k in got if k == tag) for tag in (b"g0", b"g1", b"g2")] == [993, 997, 10]
     assert [g for g, _ in got] == sorted(g for g, _ in got)
+
+
+def test_engine_facts_are_saved_with_the_checkpoint_and_read_back(tmp_path):
+    """The banner's model and version in force at each source's saved position go into the
+    checkpoint (a resume past the banner needs them); the file is still what json.dumps writes,
+    and a checkpoint without them (older agents) reads as none."""
+    from dataclasses import asdict
+
+    from bridge.tail.checkpoint import CheckpointStore, Delivered, FileCheckpoint, SourceCheckpoint
+    store = CheckpointStore(str(tmp_path))
+    files = [FileCheckpoint("/a.log", "s", 0, 1, "ab", 2, 7)]
+    sources = [SourceCheckpoint("s", 1, [Delivered("cmpl-1", 9)])]
+    facts = {"s": {"gen_ai.request.model": "tiny \u2603", "vllm.version": "0.32.0"}}
+    store.save(files, sources, facts)
+    with open(store.path, encoding="utf-8") as f:
+        text = f.read()
+    expected = {"version": 1, "written_at": json.loads(text)["written_at"], "files": [asdict(x) for x in files],
+                "sources": [asdict(x) for x in sources], "engine_facts": facts}
+    assert text == json.dumps(expected, separators=(",", ":"))
+    loaded = CheckpointStore(str(tmp_path)).load()
+    assert (loaded.files, loaded.sources, loaded.facts) == (files, sources, facts)
+    store.save(files, sources)
+    assert CheckpointStore(str(tmp_path)).load().facts == {}

@@ -211,6 +211,10 @@ class Assembler:
         self._next_sweep = 0
         self._startup: Startup | None = None
         self._engine: dict = {}  # what the banner said: gen_ai.request.model, vllm.version
+        # Each change of those facts with the position of the line that made it, so a resume
+        # from any position can start from the facts in force there (`facts_at`, `resume_facts`).
+        self._facts_log: list[tuple[int, dict]] = []
+        self._facts_start: dict = {}  # in force before the first of them
         self._stats_engines: set[str] = set()  # data-parallel engines seen in stats lines
         self._incident_open: _Incident | None = None
         self._death: str | None = None    # error.type of this engine life's death, once it died
@@ -320,6 +324,28 @@ class Assembler:
     @property
     def open_requests(self) -> int:
         return len(self._open)
+
+    def resume_facts(self, facts: dict) -> None:
+        """Start from the engine facts in force where a resume starts (a checkpoint's), as
+        the lines before it, not read again, had set them."""
+        self._engine = dict(facts)
+        self._facts_start = dict(facts)
+
+    def facts_at(self, position: int) -> dict:
+        """The engine facts in force just before `position` (a checkpoint's safe position):
+        what a resume from there must start from so the requests after it get them again.
+        Changes before it are forgotten (the safe position never moves back)."""
+        log = self._facts_log
+        i = 0
+        while i < len(log) and log[i][0] < position:
+            i += 1
+        if i:
+            self._facts_start = log[i - 1][1]
+            del log[:i]
+        return self._facts_start
+
+    def _facts_changed(self, record: Record) -> None:
+        self._facts_log.append((record.offset, dict(self._engine)))
 
     @property
     def min_open_offset(self) -> int | None:
@@ -952,6 +978,7 @@ class Assembler:
             facts.append(("gen_ai.request.model", ev.model))
             self._engine["gen_ai.request.model"] = ev.model
         self._engine["vllm.version"] = ev.version
+        self._facts_changed(record)
         self._startup.add(record, facts)
 
     def _on_startup_fact(self, record: Record, ev: StartupFact) -> None:
@@ -959,8 +986,9 @@ class Assembler:
             self._startup = Startup(record)
         self._startup.add(record, ev.facts)
         for key, value in ev.facts:
-            if key == "vllm.version":
-                self._engine.setdefault(key, value)
+            if key == "vllm.version" and key not in self._engine:
+                self._engine[key] = value
+                self._facts_changed(record)
 
     def _end_startup(self, error_type: str = "", message: str = "") -> None:
         if self._startup is not None:

@@ -52,6 +52,7 @@ class Loaded:
     used: str                      # "current" | "previous" | "none"
     damaged: list[str] = field(default_factory=list)
     written_at: float | None = None
+    facts: dict[str, dict] = field(default_factory=dict)  # source key → engine facts in force at its position
 
 
 def _file_doc(f: FileCheckpoint) -> dict:
@@ -160,7 +161,8 @@ class CheckpointStore:
             try:
                 with open(path, "rb") as f:
                     raw = f.read()
-                files, sources, written = _parse(json.loads(raw))
+                doc = json.loads(raw)
+                files, sources, written = _parse(doc)
             except FileNotFoundError:
                 continue
             except (OSError, ValueError, UnicodeDecodeError) as exc:
@@ -168,22 +170,30 @@ class CheckpointStore:
                 continue
             self._current_good = name == "current"
             self.written_at = written
+            facts = doc.get("engine_facts")
+            facts = {k: v for k, v in facts.items() if isinstance(v, dict)
+                     and all(isinstance(a, str) and isinstance(b, str) for a, b in v.items())} \
+                if isinstance(facts, dict) else {}
             if damaged:
                 self.recoveries[name] = self.recoveries.get(name, 0) + 1
-            return Loaded(files, sources, name, damaged, written)
+            return Loaded(files, sources, name, damaged, written, facts)
         if damaged:
             self.recoveries["none"] = self.recoveries.get("none", 0) + 1
         return Loaded(None, [], "none", damaged)
 
-    def save(self, files: list[FileCheckpoint], sources: list[SourceCheckpoint]) -> None:
+    def save(self, files: list[FileCheckpoint], sources: list[SourceCheckpoint],
+             facts: dict[str, dict] | None = None) -> None:
         """Write the checkpoint atomically (temporary file, fsync, rename, fsync the directory),
         the one it replaces kept as `.prev`; skipped when it says what the file already says
         (an idle agent then costs no writes and no fsyncs); either way it is current as of now.
-        Raises OSError when it cannot be written (the caller retries)."""
+        Raises OSError when it cannot be written (the caller retries).
+        `facts`: per source, the engine facts (the banner's model and version) in force at its
+        saved position, which a resume needs for the requests after it; written when there are."""
         files_json = json.dumps([_file_doc(f) for f in files], separators=(",", ":")).encode()
         parts = self._sources_json(sources)
+        facts_json = b',"engine_facts":%s' % json.dumps(facts, separators=(",", ":")).encode() if facts else b""
         # What the file would say: a kept text that is the same object and length has not changed.
-        body = (files_json, [(head, text, len(text)) for head, text in parts])
+        body = (files_json, facts_json, [(head, text, len(text)) for head, text in parts])
         now = time.time()
         if body == self._last_body:
             self.written_at = now
@@ -196,7 +206,7 @@ class CheckpointStore:
                 f.write(b",%s" % head if i else head)
                 f.write(text)
                 f.write(b"]}")
-            f.write(b"]}")
+            f.write(b"]%s}" % facts_json)
             f.flush()
             os.fsync(f.fileno())
         if self._current_good:
