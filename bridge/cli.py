@@ -220,10 +220,17 @@ def run_agent(args: argparse.Namespace, env: Mapping[str, str], out: TextIO) -> 
     except OSError as exc:
         raise UsageError(f"state_dir {cfg.state_dir}: not writable ({exc.strerror}); give a writable directory "
                          "with --state-dir") from None
-    agent = Agent(cfg, dest, env, log)
-    install_signal_handlers(agent)
-    with route_library_logs(log):  # the SDK's and gRPC's own lines as the agent's JSON, not plain text
-        return agent.run()
+    from bridge.tail.checkpoint import StateDirInUse, lock_state_dir
+    try:
+        lock = lock_state_dir(cfg.state_dir)
+    except StateDirInUse as exc:
+        raise UsageError(f"state_dir {cfg.state_dir}: in use by another agent (pid {exc.holder or 'unknown'}); "
+                         "give each agent its own state_dir (--state-dir), or stop the other one") from None
+    with lock:  # held until the agent has stopped
+        agent = Agent(cfg, dest, env, log)
+        install_signal_handlers(agent)
+        with route_library_logs(log):  # the SDK's and gRPC's own lines as the agent's JSON, not plain text
+            return agent.run()
 
 
 def _replay_config(args: argparse.Namespace) -> ReplayConfig:

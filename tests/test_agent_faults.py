@@ -573,3 +573,27 @@ def test_engine_facts_are_saved_with_the_checkpoint_and_read_back(tmp_path):
     assert (loaded.files, loaded.sources, loaded.facts) == (files, sources, facts)
     store.save(files, sources)
     assert CheckpointStore(str(tmp_path)).load().facts == {}
+
+
+def test_a_second_agent_on_the_same_state_dir_is_refused_and_a_kill_9_frees_it(tmp_path):
+    """Two agents on one state directory would both export every line and write over each
+    other's checkpoints (found by a review: 300 requests became 600 roots). The second one
+    stops at start naming the setting and the holder; the first one's kill -9 frees the lock."""
+    import subprocess
+    import sys
+
+    state = str(tmp_path / "state")
+    first = AgentProc(str(tmp_path / "*.log"), state, "http://127.0.0.1:1").start()
+    try:
+        second = subprocess.run([sys.executable, "-m", "bridge", "run", "--include", str(tmp_path / "*.log"),
+                                 "--state-dir", state, "--otlp-endpoint", "http://127.0.0.1:1",
+                                 "--listen", "127.0.0.1:0"], capture_output=True, text=True, timeout=60)
+        assert second.returncode != 0
+        assert f"state_dir {state}: in use by another agent (pid {first.proc.pid})" in second.stderr
+        assert "--state-dir" in second.stderr
+        first.kill9()
+        again = AgentProc(str(tmp_path / "*.log"), state, "http://127.0.0.1:1").start()
+        assert again.term()[0] == 0
+    finally:
+        if first.proc.poll() is None:
+            first.kill9()

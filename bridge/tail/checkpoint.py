@@ -136,6 +136,36 @@ def _parse(doc) -> tuple[list[FileCheckpoint], list[SourceCheckpoint], float | N
     return files, sources, written if isinstance(written, (int, float)) else None
 
 
+class StateDirInUse(Exception):
+    """Another process holds the state directory's lock (`lock_state_dir`)."""
+
+    def __init__(self, holder: str) -> None:
+        super().__init__(holder)
+        self.holder = holder  # what the holder wrote into the lock file: its pid, or ""
+
+
+def lock_state_dir(state_dir: str):
+    """Hold `state_dir/lock` (an flock) for as long as the returned file stays open, or raise
+    StateDirInUse. Two agents on one state directory would each export every line and write
+    over each other's checkpoints; the kernel drops the lock when its holder exits, even by
+    kill -9, so a restarted agent is never locked out by the one before it."""
+    import fcntl
+
+    f = open(os.path.join(state_dir, "lock"), "a+")
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read(32).strip()
+        f.close()
+        raise StateDirInUse(holder) from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    return f
+
+
 class CheckpointStore:
     """`checkpoints.json`, and `checkpoints.json.prev`: the one it replaced, kept so that a
     damaged current file (disk, hand edit, a tool) still leaves a good place to resume."""
