@@ -36,6 +36,21 @@ def test_year_from_mtime_and_december_to_january_rollover():
     assert b.ts_ns == ns("2025-01-01T00:00:01+00:00")
 
 
+def test_a_stray_january_line_moves_only_itself_and_a_late_december_line_keeps_its_year():
+    """One stray `01-01` line among December ones used to move every later line a year ahead,
+    for good (found by a review); a December line written after the new year belongs to the old."""
+    d = Decoder(year=2026)
+    times = [d(b"INFO %s a.py:1] x\n" % stamp, i).ts_ns
+             for i, stamp in enumerate((b"12-01 09:00:00", b"01-01 00:00:00", b"12-01 09:00:05", b"12-01 09:00:06"))]
+    assert times == [ns("2026-12-01T09:00:00+00:00"), ns("2027-01-01T00:00:00+00:00"),
+                     ns("2026-12-01T09:00:05+00:00"), ns("2026-12-01T09:00:06+00:00")]
+    d = Decoder(year=2026)
+    times = [d(b"INFO %s a.py:1] x\n" % stamp, i).ts_ns
+             for i, stamp in enumerate((b"12-31 23:59:58", b"01-01 00:00:01", b"12-31 23:59:59", b"01-01 00:00:02"))]
+    assert times == [ns("2026-12-31T23:59:58+00:00"), ns("2027-01-01T00:00:01+00:00"),
+                     ns("2026-12-31T23:59:59+00:00"), ns("2027-01-01T00:00:02+00:00")]
+
+
 def test_timezone_is_applied_to_header_stamps():
     r = Decoder(year=2024, tz=zone("Europe/Berlin"))(b"INFO 07-01 12:00:00 a.py:1] x\n", 0)
     assert r.ts_ns == ns("2024-07-01T10:00:00+00:00")

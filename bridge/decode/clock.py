@@ -60,7 +60,9 @@ class HeaderClock:
     """vLLM's `MM-DD HH:MM:SS` → epoch ns.
 
     The year comes from `year`, else from `reference` (the file's mtime: a line is never
-    newer than its file), and rolls forward when the month falls back (Dec → Jan).
+    newer than its file), and rolls forward when the month falls back (Dec → Jan), and back
+    when it jumps ahead (Jan → Dec): a stray January line among December ones, or a December
+    line written late after the new year, moves only the lines it stamps, not all after it.
     """
 
     __slots__ = ("_tz", "_year", "_reference", "_last_month", "_cache_key", "_cache_ns")
@@ -86,6 +88,8 @@ class HeaderClock:
             self._year = self._infer_year(month, day)
         elif month < self._last_month - 6:
             self._year += 1
+        elif month > self._last_month + 6 and self._last_month:
+            self._year -= 1
         self._last_month = month
         try:
             if self._tz is timezone.utc:
