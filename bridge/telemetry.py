@@ -75,7 +75,7 @@ class AgentCollector:
         yield h
         yield gauge("file_bytes_behind", "Bytes written to a file but not read yet.", s["behind"], "path")
         yield gauge("files_watched", "Files open for reading.", s["files_watched"])
-        yield gauge("files_skipped", "Candidate files not followed, by reason (filter, unreadable, not_a_file); "
+        yield gauge("files_skipped", "Candidate files not followed, by reason (filter, unreadable, not_a_file, duplicate); "
                     "the agent's file_skipped log lines name each one.", s.get("files_skipped", {}), "reason")
         yield counter("file_rotations", "Rotations seen, by kind.", s["rotations"], "kind")
         yield counter("file_errors", "File and directory errors, by reason.", s["file_errors"], "reason")

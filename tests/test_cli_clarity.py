@@ -400,7 +400,7 @@ def test_the_follower_says_why_it_skips_unreadable_files_and_directories(tmp_pat
     assert "permission denied" in f.skipped[str(tmp_path / "b.log")][1]
     f.discover()
     assert f.take_changes() == []  # said once, not on every look
-    assert f.skipped_by_kind() == {"filter": 0, "unreadable": 1, "not_a_file": 1}
+    assert f.skipped_by_kind() == {"filter": 0, "unreadable": 1, "not_a_file": 1, "duplicate": 0}
     monkeypatch.setattr(follow, "_open", real_open)  # made readable: followed, no longer skipped
     (tmp_path / "b.log").write_text("y2\n")
     f._listings.clear()
@@ -417,3 +417,26 @@ def test_a_waterfall_names_the_incident_a_request_was_in_flight_for():
     out = bridge("replay", "bridge/samples/seed.log", "--waterfalls", "100").stdout
     assert "  ! engine incident in flight: cuda_oom, error.type oom" in out
     assert not [line for line in out.splitlines() if line.startswith("  ! ") and "None" in line]
+
+
+@pytest.mark.parametrize("containers_first", [False, True])
+def test_a_file_reached_by_its_symlink_and_its_real_path_is_followed_once(tmp_path, containers_first):
+    """kubelet's /var/log/containers/*.log are symlinks to /var/log/pods/…/0.log. Included both
+    ways, one file was followed twice under two source keys, and every request went out as two
+    traces (found by a review). Followed once, by its real path, the other name skipped."""
+    from bridge.tail import follow
+
+    real = tmp_path / "pods" / "llm_vllm-0_3f2a9c1e-1111-2222-3333-444455556666" / "vllm" / "0.log"
+    real.parent.mkdir(parents=True)
+    real.write_text("x\n")
+    (tmp_path / "containers").mkdir()
+    link = tmp_path / "containers" / ("vllm-0_llm_vllm-" + "ab" * 32 + ".log")
+    link.symlink_to(real)
+    globs = [str(tmp_path / "pods/*/*/*.log"), str(tmp_path / "containers/*.log")]
+    f = follow.Follower(follow.Filters(tuple(reversed(globs) if containers_first else globs)))
+    f.discover(first_round=True)
+    assert [tf.path for tf in f.files] == [str(real)]
+    assert f.skipped[str(link)][0] == "duplicate" and str(real) in f.skipped[str(link)][1]
+    f.discover()
+    assert [tf.path for tf in f.files] == [str(real)] and f.skipped_by_kind()["duplicate"] == 1
+    f.close()

@@ -377,6 +377,7 @@ class Follower:
         looked_at = time.time()
         found: set[str] = set()
         denied: list[str] = []
+        accepted: list[tuple[str, Source]] = []
         for pattern in self.filters.include:
             for path, changed in expand(pattern, self.stats, self._listings, denied):
                 path = os.path.abspath(path)
@@ -391,12 +392,16 @@ class Follower:
                         self._judged.clear()
                     source = source_for(path)
                     known = self._judged[path] = (source, self.filters.accepts(path, source))
-                source, accepted = known
-                if accepted:
+                source, ok = known
+                if ok:
                     found.add(path)
-                    self._see(path, source, first_round)
+                    accepted.append((path, source))
                 else:
                     self._skip(path, "filter", self.filters.refusal(path, source) or "filtered", source)
+        # A file reached by two names (kubelet's /var/log/containers symlink and its real path
+        # under /var/log/pods) is followed once, by the real one when both are new.
+        for path, source in sorted(accepted, key=lambda a: os.path.islink(a[0])):
+            self._see(path, source, first_round)
         for d in denied:
             self._skip(os.path.abspath(d), "unreadable", "directory not readable by this user (permission denied)")
         for path, tf in list(self._by_path.items()):
@@ -425,7 +430,7 @@ class Follower:
         return out
 
     def skipped_by_kind(self) -> dict[str, int]:
-        out: dict[str, int] = {"filter": 0, "unreadable": 0, "not_a_file": 0}
+        out: dict[str, int] = {"filter": 0, "unreadable": 0, "not_a_file": 0, "duplicate": 0}
         for kind, _ in self.skipped.values():
             out[kind] = out.get(kind, 0) + 1
         return out
@@ -450,6 +455,12 @@ class Follower:
                 self._catch_missed(path, source, os.fstat(tf.fh.fileno()).st_mtime)
             except (OSError, ValueError):
                 pass
+        if tf is None:
+            twin = self._same_file(path, st)
+            if twin is not None:
+                self._skip(path, "duplicate", f"the same file as {twin} (another name for it): followed once, "
+                                              "by that name", source)
+                return
         ck = self._resume.pop(path, None)
         if ck is not None:
             if ck.inode == st.st_ino and st.st_size >= ck.offset and self._matches(path, ck):
@@ -462,6 +473,17 @@ class Follower:
             self._catch_missed(path, source, self._last_look)  # a name we never saw: anything before it?
         offset = st.st_size if (first_round and self._start_at_end and ck is None) else 0
         self._by_path_open(path, source, self._new_generation(source), offset)
+
+    def _same_file(self, path: str, st: os.stat_result) -> str | None:
+        """The name a followed file is read by, if `path` is another name for it."""
+        for other, tf in self._by_path.items():
+            if tf.inode == st.st_ino and other != path:
+                try:
+                    if os.path.samestat(os.fstat(tf.fh.fileno()), st):
+                        return other
+                except (OSError, ValueError):
+                    continue
+        return None
 
     def _catch_missed(self, path: str, source: Source, since: float) -> None:
         """Files that took the name and were rotated away again between two looks: rotated
