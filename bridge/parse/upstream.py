@@ -57,6 +57,10 @@ def _received(msg: str) -> Event | None:
     m = _RECEIVED.match(msg)
     if m is None:
         return None
+    if m[1].startswith("tokenize-"):
+        # /tokenize and /detokenize (serve/tokenize/serving.py) log their inputs under this
+        # fixed prefix and never reach the engine: no request to trace.
+        return Notice("tokenize_request")
     # Parameters come only from their own fields. The prompt, stop strings and any other client
     # text are quoted literals: blanked out first (positions kept), so text inside them
     # (`n=5, max_tokens=7`, `lora_name='x'`, `SamplingParams(`) is never read as a field. Only
