@@ -562,3 +562,18 @@ def test_an_answer_after_a_death_whose_cause_came_later_was_served(tmp_path):
     assert not [e for e in late.events if e.name == "exception"]
     assert (cut.outcome, cut.error_type, cut.end_ns) == ("failed", "oom", at("08:00:10"))
     assert [e.attrs["exception.type"] for e in cut.events if e.name == "exception"]
+
+
+def test_a_responses_api_request_is_one_root_ended_by_its_response_line(tmp_path):
+    """/v1/responses (openai/responses/serving.py) sends its first turn to the engine as
+    `resp_<id>_0` and logs its end under the bare `resp_<id>`: one client request, one root,
+    ending there with its finish reason, and the response id the client saw (found by a review:
+    it made two roots, one of them 0 s long and starting nowhere)."""
+    rid = "resp_8d2f0b6c1e4a4b7f9a3c2d1e0f9a8b7c"
+    lines = [received("08:00:00", rid + "_0"), added("08:00:00", rid + "_0-8f5c0771"),
+             generated("08:00:02", rid, "stop")]
+    (t,) = roots(both(lines, tmp_path))
+    assert (t.outcome, t.start_ns, t.end_ns, t.end_timing) == ("finished", at("08:00:00"), at("08:00:02"), "observed")
+    assert t.attrs["gen_ai.response.finish_reasons"] == ["stop"]
+    assert (t.attrs["gen_ai.response.id"], t.attrs["gen_ai.operation.name"]) == (rid, "chat")
+    assert "vllm.start_unknown" not in t.attrs

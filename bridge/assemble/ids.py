@@ -3,7 +3,8 @@
 vLLM logs one request under several spellings (reference "Parser implications" 4):
 `Received request chatcmpl-a269…` but V1 ≥ 0.14 `Added request chatcmpl-a269…-a8a65d16`
 (internal `-<8 hex>` suffix); n>1 children `{i}_<id>`; completions `cmpl-<id>-<i>`, one engine
-request per prompt while the response id is `cmpl-<id>`.
+request per prompt while the response id is `cmpl-<id>`; the Responses API (/v1/responses)
+sends its first turn as `resp_<id>_0` and ends it with `Generated response resp_<id>`.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ from collections.abc import Container
 
 _V1_SUFFIX = re.compile(r"-[0-9a-f]{8}$")
 _CHILD = re.compile(r"^\d+_")
-_PROMPT_INDEX = re.compile(r"^(cmpl-.+)-\d+$")
+_PROMPT_INDEX = re.compile(r"^(cmpl-.+)-\d+$|^(resp_.+)_\d+$")
 
 #: id prefix → `gen_ai.operation.name` (OpenTelemetry GenAI conventions).
-_OPERATIONS = (("chatcmpl-", "chat"), ("chat-", "chat"), ("cmpl-", "text_completion"), ("embd-", "embeddings"))
+_OPERATIONS = (("chatcmpl-", "chat"), ("chat-", "chat"), ("cmpl-", "text_completion"), ("embd-", "embeddings"),
+               ("resp_", "chat"))
 
 
 def candidates(rid: str) -> list[str]:
@@ -31,6 +33,8 @@ def candidates(rid: str) -> list[str]:
         out.append(stripped)
     if rid.startswith("cmpl-"):
         out.append(rid + "-0")  # a completion's base id names its first prompt's request
+    elif rid.startswith("resp_"):
+        out.append(rid + "_0")  # a response's id names its first turn (responses/serving.py)
     return out
 
 
@@ -57,7 +61,7 @@ def engine_base(rid: str) -> str:
 def response_id(key: str) -> str:
     """`gen_ai.response.id`: the id the client saw (a completion's prompt index dropped)."""
     m = _PROMPT_INDEX.match(key)
-    return m[1] if m else key
+    return (m[1] or m[2]) if m else key
 
 
 def operation(key: str) -> str | None:
