@@ -577,3 +577,14 @@ def test_a_responses_api_request_is_one_root_ended_by_its_response_line(tmp_path
     assert t.attrs["gen_ai.response.finish_reasons"] == ["stop"]
     assert (t.attrs["gen_ai.response.id"], t.attrs["gen_ai.operation.name"]) == (rid, "chat")
     assert "vllm.start_unknown" not in t.attrs
+
+
+def test_a_chat_whose_logged_finish_reason_is_abort_is_aborted(tmp_path):
+    """`POST /pause` (mode=abort, rl/online/api_router.py) aborts what is in flight with no
+    `Request … aborted` line; a chat that had text logs `finish_reason: abort`
+    (request_logger.py:109). Its client got a cut answer: aborted, not finished (found by a review)."""
+    lines = [received("08:00:00", "chatcmpl-rl-1"), added("08:00:00", "chatcmpl-rl-1-0a0a0a0a"),
+             generated("08:00:02", "chatcmpl-rl-1", "abort")]
+    (t,) = roots(both(lines, tmp_path))
+    assert (t.outcome, t.error_type, t.end_ns) == ("aborted", "aborted", at("08:00:02"))
+    assert t.attrs["gen_ai.response.finish_reasons"] == ["abort"]

@@ -764,6 +764,11 @@ class Assembler:
         if r.terminal_ns is None:
             if ev.finish_reason == "abort" and self._stop_ns is not None:
                 self._stopped(r, record.ts_ns, True)  # aborted by the stop (vLLM's abort mode)
+            elif ev.finish_reason == "abort":
+                # aborted by the engine with no line of its own (`POST /pause`, core.py): the
+                # client got a cut answer whose reason says so
+                self._fail(r, record.ts_ns, "aborted", "aborted", "RequestAborted",
+                           f"Request {ev.request_id} aborted (finish_reason: abort)")
             else:
                 self._terminate(r, record.ts_ns, "finished")
                 self._alive()
