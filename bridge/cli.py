@@ -226,6 +226,10 @@ def run_agent(args: argparse.Namespace, env: Mapping[str, str], out: TextIO) -> 
     except StateDirInUse as exc:
         raise UsageError(f"state_dir {cfg.state_dir}: in use by another agent (pid {exc.holder or 'unknown'}); "
                          "give each agent its own state_dir (--state-dir), or stop the other one") from None
+    except OSError as exc:  # a lock file left by another user, a directory in its place, no flock
+        raise UsageError(f"state_dir {cfg.state_dir}: cannot take its lock file {os.path.join(cfg.state_dir, 'lock')} "
+                         f"({exc.strerror or exc}); remove that file, or give a state_dir this user owns "
+                         "(--state-dir)") from None
     with lock:  # held until the agent has stopped
         agent = Agent(cfg, dest, env, log)
         install_signal_handlers(agent)

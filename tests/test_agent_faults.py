@@ -597,3 +597,17 @@ def test_a_second_agent_on_the_same_state_dir_is_refused_and_a_kill_9_frees_it(t
     finally:
         if first.proc.poll() is None:
             first.kill9()
+
+
+def test_a_lock_file_that_cannot_be_taken_is_one_clear_error_at_start(tmp_path):
+    """A directory where the lock file goes (or one another user owns): a one-line usage error
+    naming the file, not a traceback (found by a review)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "state" / "lock").mkdir(parents=True)
+    r = subprocess.run([sys.executable, "-m", "bridge", "run", "--include", str(tmp_path / "*.log"),
+                        "--state-dir", str(tmp_path / "state"), "--otlp-endpoint", "http://127.0.0.1:1",
+                        "--listen", "127.0.0.1:0"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert f"cannot take its lock file {tmp_path / 'state' / 'lock'}" in r.stderr and "--state-dir" in r.stderr

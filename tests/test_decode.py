@@ -51,6 +51,14 @@ def test_a_stray_january_line_moves_only_itself_and_a_late_december_line_keeps_i
                      ns("2026-12-31T23:59:59+00:00"), ns("2027-01-01T00:00:02+00:00")]
 
 
+def test_a_quiet_gap_of_months_moves_no_year():
+    """A server quiet from January to August: its next line is in the same year (a review found
+    the roll-back firing on any jump ahead of more than six months)."""
+    d = Decoder(year=2026)
+    times = [d(b"INFO %s a.py:1] x\n" % stamp, i).ts_ns for i, stamp in enumerate((b"01-20 09:00:00", b"08-25 09:00:00"))]
+    assert times == [ns("2026-01-20T09:00:00+00:00"), ns("2026-08-25T09:00:00+00:00")]
+
+
 def test_timezone_is_applied_to_header_stamps():
     r = Decoder(year=2024, tz=zone("Europe/Berlin"))(b"INFO 07-01 12:00:00 a.py:1] x\n", 0)
     assert r.ts_ns == ns("2024-07-01T10:00:00+00:00")

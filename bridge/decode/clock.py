@@ -60,18 +60,20 @@ class HeaderClock:
     """vLLM's `MM-DD HH:MM:SS` → epoch ns.
 
     The year comes from `year`, else from `reference` (the file's mtime: a line is never
-    newer than its file), and rolls forward when the month falls back (Dec → Jan), and back
-    when it jumps ahead (Jan → Dec): a stray January line among December ones, or a December
-    line written late after the new year, moves only the lines it stamps, not all after it.
+    newer than its file), and rolls forward when the month falls back (Dec → Jan). That roll
+    is undone when the month jumps ahead again (Jan → Dec): a stray January line among
+    December ones, or a December line written late after the new year, moves only the lines it
+    stamps. A gap of months with no roll before it (a quiet server) moves nothing.
     """
 
-    __slots__ = ("_tz", "_year", "_reference", "_last_month", "_cache_key", "_cache_ns")
+    __slots__ = ("_tz", "_year", "_reference", "_last_month", "_rolled", "_cache_key", "_cache_ns")
 
     def __init__(self, tz: tzinfo = timezone.utc, year: int | None = None, reference: float | None = None):
         self._tz = tz
         self._year = year
         self._reference = reference
         self._last_month = 0
+        self._rolled = False  # the year was last moved by a roll forward, not set
         self._cache_key = ""
         self._cache_ns = 0
 
@@ -88,8 +90,10 @@ class HeaderClock:
             self._year = self._infer_year(month, day)
         elif month < self._last_month - 6:
             self._year += 1
-        elif month > self._last_month + 6 and self._last_month:
+            self._rolled = True
+        elif month > self._last_month + 6 and self._rolled:
             self._year -= 1
+            self._rolled = False
         self._last_month = month
         try:
             if self._tz is timezone.utc:

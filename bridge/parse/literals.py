@@ -49,66 +49,86 @@ def blank_literals(text: str) -> str:
     return _LITERAL.sub(_blank, text)
 
 
-#: A string prefix right before a quote (`b'…'`, `rb'…'`) opens a literal, whatever follows.
-_PREFIX = re.compile(r"(?<![\w])(?:[bBrRuUfF]|[bB][rR]|[rR][bB]|[fF][rR]|[rR][fF])$")
-
-
 def opens_literal(text: str, i: int) -> bool:
     """Whether the quote at `i` opens a literal: not an apostrophe inside a word (`model's`),
     unless that word is a string prefix (`b's …'` is a bytes literal)."""
     if not (text[i] == "'" and i > 0 and text[i - 1].isalpha() and _CONTRACTION.match(text, i + 1)):
         return True
-    return _PREFIX.search(text, max(0, i - 3), i) is not None
+    # `b's …'` reads as a bytes literal only in the lower case Python writes it (a repr):
+    # `grade B's` is a word with its apostrophe
+    return text[i - 1] == "b" and (i < 2 or not text[i - 2].isalnum()) and text.find("'", i + 1) > 0
 
 
-def mask_literals(text: str, mask: str = REDACTED, keep: re.Pattern = DOTTED_NAME) -> str:
+def mask_literals(text: str, mask: str = REDACTED, keep: re.Pattern = DOTTED_NAME, plain=None) -> str:
     """`text` with every quoted literal (an unclosed one runs to the end) and every long
-    literal (except those `keep` matches whole) replaced by `mask`. Plain words stay."""
+    literal (except those `keep` matches whole) replaced by `mask`. Plain words stay.
+    `plain(segment, mask)`: more to mask in the text between literals."""
     out: list[str] = []
     pos = 0
     n = len(text)
     while pos < n:
         m = _QUOTE.search(text, pos)
         if m is None:
-            out.append(_mask_long(text[pos:], mask, keep))
+            out.append(_mask_long(text[pos:], mask, keep, plain))
             break
         i = m.start()
         if not opens_literal(text, i):
-            out.append(_mask_long(text[pos:i + 1], mask, keep))
+            out.append(_mask_long(text[pos:i + 1], mask, keep, plain))
             pos = i + 1
             continue
-        out.append(_mask_long(text[pos:i], mask, keep))
+        out.append(_mask_long(text[pos:i], mask, keep, plain))
         out.append(mask)
         pos = literal_end(text, i)
     return "".join(out)
 
 
-def _mask_long(text: str, mask: str, keep: re.Pattern) -> str:
+def _mask_long(text: str, mask: str, keep: re.Pattern, plain=None) -> str:
+    if plain is not None:
+        text = plain(text, mask)
     if len(text) <= LONG:
         return text
     return _TOKEN.sub(lambda m: m[0] if keep.fullmatch(m[0]) else mask, text)
 
 
-#: What vLLM prints unquoted that a user chose: a backticked value (`The model `x` does not
-#: exist.`), a list of numbers (the token ids a grammar rejected, `for tokens [9707, 11]`), and
-#: a pydantic error's location past its field where a key is not a schema-like name
-#: (`logit_bias.<key>`; `messages.0.content` stays).
-_UNQUOTED_USER = re.compile(
-    r"`[^`\n]*`?"
-    r"|[\[(]\s*-?\d+(?:\s*,\s*-?\d+)+\s*,?\s*[\])]"
-    r"|(?<=validation error for )(?:\w+\s+)?[A-Za-z_]\w*\.\S+"
-    r"|(?<=validation errors for )(?:\w+\s+)?[A-Za-z_]\w*\.\S+")
+#: What vLLM prints unquoted that a user chose, outside quoted literals: a backticked value
+#: (`The model `x` does not exist.`) and a list of numbers (the token ids a grammar rejected,
+#: `for tokens [9707, 11]`). Linear: no two adjacent runs can share the same characters.
+_UNQUOTED_USER = re.compile(r"`[^`\n]*`?|[\[(]\s*-?\d+(?:\s*,\s*-?\d+)*(?:\s*,)?\s*[\])]")
+#: A pydantic ValidationError: `N validation error(s) for Model`, then per error its location
+#: (`field.key.0`) on a line of its own, or on the same line when the record was flattened.
+_PYDANTIC_HEAD = re.compile(r"validation errors? for \w+")
+_PYDANTIC_MESSAGE = re.compile(r" (?:Input should|Field required|Value error|Extra inputs|String should|List should|"
+                               r"Dictionary should|Assertion failed|JSON input|Invalid JSON|Tuple should|Object has|"
+                               r"Unable to|Missing|Unexpected)")
 
 
-_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]*|\d+")
+def _location(loc: str) -> str:
+    """A pydantic location: the field (the request schema's) and list indexes stay; what follows
+    may be a key the client chose (`logit_bias.<key>`, `chat_template_kwargs.<key>`) and goes."""
+    head, dot, rest = loc.partition(".")
+    if not dot:
+        return loc
+    return head + "." + ".".join(p if p.isdigit() else REDACTED for p in rest.split("."))
 
 
-def _mask_unquoted(m: re.Match) -> str:
-    text = m[0]
-    if text[0] not in "`[(":  # a pydantic location: the field and schema-like names stay, other keys go
-        head, *rest = text.split(".")
-        return ".".join([head] + [p if _SCHEMA_NAME.fullmatch(p) else REDACTED for p in rest])
-    return REDACTED
+def _mask_pydantic(text: str) -> str:
+    m = _PYDANTIC_HEAD.search(text)
+    if m is None:
+        return text
+    rest = text[m.end():]
+    if "\n" in rest:  # pydantic's own layout: a location line (not indented), then its message
+        lines = rest.split("\n")
+        return text[:m.end()] + "\n".join([lines[0]] + [_location(x) if x and not x[0].isspace() else x
+                                                       for x in lines[1:]])
+    body = rest.lstrip(" ")
+    lead = rest[:len(rest) - len(body)]
+    msg = _PYDANTIC_MESSAGE.search(body)
+    loc, tail = (body[:msg.start()], body[msg.start():]) if msg else (body, "")
+    return text[:m.end()] + lead + _location(loc) + tail
+
+
+def _mask_plain(text: str, mask: str) -> str:
+    return _UNQUOTED_USER.sub(mask, text)
 
 
 def redact_error_text(text: str) -> str:
@@ -118,4 +138,4 @@ def redact_error_text(text: str) -> str:
     numbers (token ids) and a pydantic location's keys become `<redacted>`."""
     if not text:
         return text
-    return mask_literals(_UNQUOTED_USER.sub(_mask_unquoted, text))
+    return mask_literals(_mask_pydantic(text), plain=_mask_plain)
