@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import time
 
 import pytest
@@ -611,3 +612,62 @@ def test_a_lock_file_that_cannot_be_taken_is_one_clear_error_at_start(tmp_path):
                         "--listen", "127.0.0.1:0"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert f"cannot take its lock file {tmp_path / 'state' / 'lock'}" in r.stderr and "--state-dir" in r.stderr
+
+
+def _seed_requests(base: int, n: int) -> tuple[list[str], list[str]]:
+    lines, ids = [], []
+    for i in range(n):
+        rid = f"0x{base + i:x}"
+        ids.append(rid)
+        lines += [f"INFO 02-15 10:00:01 scheduler.py:234] Scheduling request {rid}: priority=0, "
+                  "num_scheduled_blocks=6, remaining_blocks=4\n",
+                  f"INFO 02-15 10:00:02 api_server.py:120] Request {rid}: prompt_tokens=128, generated_tokens=64, "
+                  "ttft=300.0ms, itl=20.0ms, total_latency=1.0s\n"]
+    return lines, ids
+
+
+@pytest.mark.parametrize("kinds", [("rename", "rename"), ("copytruncate", "copytruncate"), ("copytruncate", "rename")])
+def test_two_rotations_while_the_agent_is_down_lose_nothing(tmp_path, kinds):
+    """The agent stopped; the file rotated twice (kubelet's rename, or logrotate's copytruncate)
+    before it came back. The checkpointed file is found among the rotated ones by its
+    fingerprint, and the one rotated after it must be read too, before the file there now
+    (it was not: its requests were lost). Truth: the requests this test wrote."""
+    from receivers import attrs
+
+    log = pod_log(tmp_path)
+    first, want = _seed_requests(0x1000, 10)
+    with open(log, "w") as f:
+        f.writelines(first)
+    rx = Receiver(free_port(), str(tmp_path / "rx.bin")).start()
+    args = (str(tmp_path / "pods/*/*/*.log"), str(tmp_path / "state"), rx.endpoint, "--start-at", "beginning",
+            "--linger", "0")
+
+    def roots() -> set:
+        return {attrs(s.attributes)["vllm.request.id"] for s in rx.spans() if s.name == "vllm.request"}
+
+    try:
+        agent = AgentProc(*args).start()
+        assert wait_for(lambda: roots() >= set(want), 30)
+        time.sleep(1.5)  # its ack and checkpoint
+        assert agent.term()[0] == 0
+        for n, kind in enumerate(kinds, 1):  # while it is down
+            lines, ids = _seed_requests(0x2000 + 0x100 * n, 10)
+            want += ids
+            with open(log, "a") as f:
+                f.writelines(lines)
+            if kind == "rename":
+                os.rename(log, f"{log}.{n}")
+            else:
+                shutil.copyfile(log, f"{log}.{n}")
+                with open(log, "r+") as f:
+                    f.truncate(0)
+        lines, ids = _seed_requests(0x3000, 10)
+        want += ids
+        with open(log, "a") as f:
+            f.writelines(lines)
+        agent = AgentProc(*args).start()
+        wait_for(lambda: roots() >= set(want), 30)
+        assert agent.term()[0] == 0
+    finally:
+        rx.stop()
+    assert sorted(set(want) - roots()) == []

@@ -322,6 +322,9 @@ class Follower:
         self._read_chunk = read_chunk
         self._clock = clock
         self._resume: dict[str, FileCheckpoint] = {}
+        # Paths whose checkpointed file was rotated away while we were down → the checkpoint's
+        # time: the files rotated after it, from that path, are read before the one there now.
+        self._rotated_while_down: dict[str, float] = {}
         self._denied: set[str] = set()
         self._seen: set[tuple[int, str]] = set()  # (length, fingerprint) of heads read, recent ones
         self._listings: dict[str, tuple[int, list[str]]] = {}  # directory → (mtime, names)
@@ -336,9 +339,12 @@ class Follower:
 
     # -- restore -------------------------------------------------------------------------
 
-    def restore(self, files: list[FileCheckpoint], next_generation: dict[str, int]) -> None:
+    def restore(self, files: list[FileCheckpoint], next_generation: dict[str, int],
+                saved_at: float | None = None) -> None:
         """Resume from checkpoints. A file no longer at its path is looked for among its
-        rotated siblings (`<path>.*`, gzipped too) by fingerprint."""
+        rotated siblings (`<path>.*`, gzipped too) by fingerprint; the siblings rotated after
+        it (written since `saved_at`, the checkpoint's time) are read next, oldest first,
+        before the file at the path now: two rotations while the agent was down lose nothing."""
         self._next_gen.update(next_generation)
         for ck in files:
             if self._matches(ck.path, ck):
@@ -348,6 +354,8 @@ class Follower:
                     self._open(ck.path, source_for(ck.path), ck.generation, ck.offset, detached=True)
                 continue
             self._find_rotated(ck)
+            if saved_at is not None and any(fnmatch.fnmatch(ck.path, p) for p in self.filters.include):
+                self._rotated_while_down[ck.path] = min(saved_at, self._rotated_while_down.get(ck.path, saved_at))
 
     def _find_rotated(self, ck: FileCheckpoint) -> None:
         """Open the file a checkpoint names among its rotated siblings (by fingerprint): first
@@ -469,7 +477,10 @@ class Follower:
             # Rotated (renamed or copied and truncated) between the restore and this look:
             # the checkpointed file is a sibling now; what is at the path is a new generation.
             self._find_rotated(ck)
-        if ck is None and not first_round and self._last_look is not None:
+        down_since = self._rotated_while_down.pop(path, None)
+        if down_since is not None:
+            self._catch_missed(path, source, down_since)  # rotated while we were down, after the checkpoint's file
+        elif ck is None and not first_round and self._last_look is not None:
             self._catch_missed(path, source, self._last_look)  # a name we never saw: anything before it?
         offset = st.st_size if (first_round and self._start_at_end and ck is None) else 0
         self._by_path_open(path, source, self._new_generation(source), offset)
