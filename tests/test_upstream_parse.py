@@ -43,6 +43,9 @@ CASES = [
     ("Request chatcmpl-a failed (input error): prompt is too long.", RequestFailed("chatcmpl-a", "input", "input error: prompt is too long")),
     ("Request chatcmpl-a failed due to CUDA out of memory.", RequestFailed("chatcmpl-a", "oom", "CUDA out of memory")),
     ("Request chatcmpl-a failed.", RequestFailed("chatcmpl-a", "other", "failed")),
+    # v1/engine/core.py:1712 (DEBUG), during a drain: the new request is aborted
+    ("[shutdown] EngineCore: rejecting new request request_id=chatcmpl-late-1a2b3c4d",
+     RequestsAborted(("chatcmpl-late-1a2b3c4d",))),
     # serve/tokenize/serving.py: /tokenize and /detokenize log their input and never reach the engine
     ("Received request tokenize-a1b2c3d4e5f60718: params: None, lora_request: None.", Notice("tokenize_request")),
     # generate/base/serving.py (0.32): an HTTP 500 after the engine ended the request

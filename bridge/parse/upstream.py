@@ -235,6 +235,8 @@ _SIGNAL_DEBUG = re.compile(r"Received \d+ signal\.?$")
 _SIGNAL_STARTS = ("[shutdown] API server: shutdown triggered", "[shutdown] EngineCore: trigger received signal",
                   "[shutdown] EngineCore: start mode=")
 _IN_FLIGHT = re.compile(r"\[shutdown\] EngineCore: (?:aborting|draining) in-flight requests count=(\d+)")
+#: core.py:1712 (DEBUG): during a drain the engine core aborts each request that arrives
+_REJECTED = "[shutdown] EngineCore: rejecting new request request_id="
 
 
 _MODE = re.compile(r" mode=(abort|drain)\b")
@@ -251,6 +253,9 @@ def _shutdown(msg: str) -> Event | None:
     m = _IN_FLIGHT.match(msg)
     if m is not None:
         return ServerStop("in_flight", int(m[1]))
+    if msg.startswith(_REJECTED):
+        rid = msg[len(_REJECTED):].split(" ", 1)[0].rstrip(".")
+        return RequestsAborted((rid,)) if rid else _STOP_SERVER
     if msg.startswith("[shutdown] EngineCore: request processing complete"):
         return _STOP_DRAINED
     if msg.startswith(ENGINE_EXITED):
