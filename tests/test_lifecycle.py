@@ -588,3 +588,17 @@ def test_a_chat_whose_logged_finish_reason_is_abort_is_aborted(tmp_path):
     (t,) = roots(both(lines, tmp_path))
     assert (t.outcome, t.error_type, t.end_ns) == ("aborted", "aborted", at("08:00:02"))
     assert t.attrs["gen_ai.response.finish_reasons"] == ["abort"]
+
+
+def test_with_data_parallel_one_engines_idle_line_closes_nothing(tmp_path):
+    """`--data-parallel-size 2` without aggregated logging: each engine logs its own stats line,
+    engine 000 first (v1/metrics/loggers.py). Its `Running: 0` says nothing of engine 001's
+    request, even in the first interval, before engine 001 has logged (found by a review)."""
+    banner = core("07:59:50", "core.py:133", "Initializing a V1 LLM engine (v0.32.0) with config: model='/m/tiny', "
+                                             "data_parallel_size=2, tokenizer='/m/tiny'")
+    lines = [banner, received("08:00:00", "cmpl-long-0"), added("08:00:00", "cmpl-long-0-1a1a1a1a"),
+             stats("08:00:05", running=0),
+             stats("08:00:05", running=1).replace("Engine 000", "Engine 001"),
+             *sigterm_abort_mode("08:00:06", 1), *UVICORN_STOP]
+    (t,) = roots(both(lines, tmp_path))
+    assert (t.outcome, t.error_type) == ("aborted", "shutdown")  # in flight at the stop, on engine 001

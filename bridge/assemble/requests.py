@@ -216,6 +216,7 @@ class Assembler:
         self._facts_log: list[tuple[int, dict]] = []
         self._facts_start: dict = {}  # in force before the first of them
         self._stats_engines: set[str] = set()  # data-parallel engines seen in stats lines
+        self._data_parallel = 1  # engines the banner says log their own stats lines
         self._incident_open: _Incident | None = None
         self._death: str | None = None    # error.type of this engine life's death, once it died
         self._stop_ns: int | None = None  # a deliberate stop began (and the engine had not died)
@@ -871,7 +872,9 @@ class Assembler:
                 r.min_free_ratio = free
         if ev.engine is not None:
             self._stats_engines.add(ev.engine)
-        if len(self._stats_engines) <= 1 or "Aggregated" in (ev.engine or ""):
+        # One engine's line speaks for the server only when it is the only engine: with
+        # data parallelism (the banner's size, or more than one seen) only an aggregated line does.
+        if (len(self._stats_engines) <= 1 and self._data_parallel <= 1) or "Aggregated" in (ev.engine or ""):
             held = ev.running + (ev.waiting or 0) + (ev.swapped or 0)
             self._held = (record.ts_ns, held)
             if held == 0:
@@ -974,6 +977,7 @@ class Assembler:
         for r in list(self._in_flight.values()):  # the engine that held them is gone
             self._close_unended(r)
         self._death = self._stop_ns = self._held = None  # a new engine life
+        self._data_parallel = max(1, ev.data_parallel)
         self._stop_mode = ""
         self._startup.has_banner = True
         facts = [("vllm.version", ev.version)]

@@ -226,6 +226,7 @@ class EngineConfig:
     version: str
     engine: str  # "V0", "V1" or "" (≤ v0.7 did not say)
     model: str | None
+    data_parallel: int = 1  # data_parallel_size: engines that each log their own stats lines
 
 
 @dataclass(frozen=True, slots=True)

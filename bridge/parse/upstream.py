@@ -330,6 +330,7 @@ def _stats(msg: str) -> Event | None:
 _BANNER = re.compile(r"Initializing an? (?:(V[01]) )?LLM engine \(v([^)]*)\) with config: ")
 _MODEL = re.compile(r"(?:^|[\s,(])model=(?:'([^']*)'|\"([^\"]*)\")")
 _SERVED = re.compile(r"[\s,(]served_model_name=([^,\s)]+)")
+_DATA_PARALLEL = re.compile(r"[\s,(]data_parallel_size=(\d{1,4})\b")
 _FACTS = [  # (key, regex, attribute names of the groups)
     ("Load", re.compile(r"Loading model weights took " + _NUM + r" Gi?B"), ("vllm.startup.weights_gib",)),
     ("Mode", re.compile(r"Model loading took " + _NUM + r" Gi?B(?: memory)? and " + _NUM + r" s"),
@@ -402,7 +403,8 @@ def _banner(msg: str) -> Event | None:
     served = _SERVED.search(msg, m.end() - 1)
     mm = _MODEL.search(msg, m.end() - 1)
     model = served[1] if served else (mm[1] if mm[1] is not None else mm[2]) if mm else None
-    return EngineConfig(m[2], m[1] or "", model)
+    dp = _DATA_PARALLEL.search(msg, m.end() - 1)
+    return EngineConfig(m[2], m[1] or "", model, int(dp[1]) if dp else 1)
 
 
 def _blocks(msg: str) -> Event | None:
