@@ -671,3 +671,59 @@ def test_two_rotations_while_the_agent_is_down_lose_nothing(tmp_path, kinds):
     finally:
         rx.stop()
     assert sorted(set(want) - roots()) == []
+
+
+def test_a_file_read_before_the_stop_and_gzipped_while_down_is_not_sent_again(tmp_path):
+    """kubelet gzips the file it rotated before at its next rotation: a new `.gz` file with a
+    new mtime, holding lines the agent read (and acked) before it stopped. Reading it again
+    after the restart would send its requests under new ids, a second trace each (found by a
+    review of the catch-up above). Truth: the requests this test wrote, each sent once."""
+    import gzip
+
+    from receivers import attrs
+
+    log = pod_log(tmp_path)
+    rx = Receiver(free_port(), str(tmp_path / "rx.bin")).start()
+    args = (str(tmp_path / "pods/*/*/*.log"), str(tmp_path / "state"), rx.endpoint, "--start-at", "beginning",
+            "--linger", "0")
+
+    def roots() -> list:
+        return [(attrs(s.attributes)["vllm.request.id"], s.trace_id) for s in rx.spans() if s.name == "vllm.request"]
+
+    want: list[str] = []
+
+    def write(base: int) -> None:
+        lines, ids = _seed_requests(base, 10)
+        want.extend(ids)
+        with open(log, "a") as f:
+            f.writelines(lines)
+
+    try:
+        write(0x1000)
+        agent = AgentProc(*args).start()
+        assert wait_for(lambda: {r for r, _ in roots()} >= set(want), 30)
+        os.rename(log, log + ".20260215-100000")  # kubelet's rotation, the agent running
+        write(0x2000)
+        assert wait_for(lambda: {r for r, _ in roots()} >= set(want), 30)
+        time.sleep(6)  # the rotated file read to its end and closed, the checkpoint saved
+        assert agent.term()[0] == 0
+        time.sleep(1.1)
+        write(0x3000)
+        os.rename(log, log + ".20260215-110000")  # the next rotation, the agent down
+        old = log + ".20260215-100000"
+        with open(old, "rb") as src, gzip.open(old + ".gz.tmp", "wb") as dst:  # kubelet's compressLog
+            shutil.copyfileobj(src, dst)
+        os.rename(old + ".gz.tmp", old + ".gz")
+        os.remove(old)
+        write(0x4000)
+        agent = AgentProc(*args).start()
+        wait_for(lambda: {r for r, _ in roots()} >= set(want), 30)
+        time.sleep(3)
+        assert agent.term()[0] == 0
+    finally:
+        rx.stop()
+    traces: dict[str, set] = {}
+    for rid, tid in roots():
+        traces.setdefault(rid, set()).add(tid)
+    assert sorted(set(want) - set(traces)) == []
+    assert {rid: len(t) for rid, t in traces.items() if len(t) > 1} == {}
