@@ -673,11 +673,13 @@ def test_two_rotations_while_the_agent_is_down_lose_nothing(tmp_path, kinds):
     assert sorted(set(want) - roots()) == []
 
 
-def test_a_file_read_before_the_stop_and_gzipped_while_down_is_not_sent_again(tmp_path):
+@pytest.mark.parametrize("while_down", [True, False])
+def test_a_file_read_before_a_restart_and_gzipped_later_is_not_sent_again(tmp_path, while_down):
     """kubelet gzips the file it rotated before at its next rotation: a new `.gz` file with a
     new mtime, holding lines the agent read (and acked) before it stopped. Reading it again
-    after the restart would send its requests under new ids, a second trace each (found by a
-    review of the catch-up above). Truth: the requests this test wrote, each sent once."""
+    after the restart, at the next rotation while down or while running, would send its
+    requests under new ids, a second trace each (found by a review of the catch-up above; the
+    running case since a7972f6). Truth: the requests this test wrote, each sent once."""
     import gzip
 
     from receivers import attrs
@@ -707,16 +709,20 @@ def test_a_file_read_before_the_stop_and_gzipped_while_down_is_not_sent_again(tm
         assert wait_for(lambda: {r for r, _ in roots()} >= set(want), 30)
         time.sleep(6)  # the rotated file read to its end and closed, the checkpoint saved
         assert agent.term()[0] == 0
+        if not while_down:
+            agent = AgentProc(*args).start()  # a plain restart, nothing rotated
+            time.sleep(2.5)
         time.sleep(1.1)
         write(0x3000)
-        os.rename(log, log + ".20260215-110000")  # the next rotation, the agent down
+        os.rename(log, log + ".20260215-110000")  # the next rotation
         old = log + ".20260215-100000"
         with open(old, "rb") as src, gzip.open(old + ".gz.tmp", "wb") as dst:  # kubelet's compressLog
             shutil.copyfileobj(src, dst)
         os.rename(old + ".gz.tmp", old + ".gz")
         os.remove(old)
         write(0x4000)
-        agent = AgentProc(*args).start()
+        if while_down:
+            agent = AgentProc(*args).start()
         wait_for(lambda: {r for r, _ in roots()} >= set(want), 30)
         time.sleep(3)
         assert agent.term()[0] == 0

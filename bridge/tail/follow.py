@@ -479,7 +479,7 @@ class Follower:
             self._find_rotated(ck)
         down_since = self._rotated_while_down.pop(path, None)
         if down_since is not None:
-            self._catch_missed(path, source, down_since, plain_only=True)  # rotated while we were down
+            self._catch_missed(path, source, down_since)  # rotated while we were down
         elif ck is None and not first_round and self._last_look is not None:
             self._catch_missed(path, source, self._last_look)  # a name we never saw: anything before it?
         offset = st.st_size if (first_round and self._start_at_end and ck is None) else 0
@@ -496,20 +496,21 @@ class Follower:
                     continue
         return None
 
-    def _catch_missed(self, path: str, source: Source, since: float, plain_only: bool = False) -> None:
-        """Files that took the name and were rotated away again between two looks: rotated
-        siblings we have never read, written since `since` (the last write to the file we
-        were reading, or our last look). Oldest first. `plain_only` (after a restart, which
-        remembers no heads read): a `.gz` sibling is passed over, as kubelet gzips a file it
-        rotated earlier at its next rotation, which makes an old file look new."""
+    def _catch_missed(self, path: str, source: Source, since: float) -> None:
+        """Files that took the name and were rotated away again between two looks (or while
+        the agent was down): rotated siblings we have never read, written since `since` (the
+        last write to the file we were reading, our last look, or the checkpoint's time).
+        Oldest first. A `.gz` sibling is passed over: kubelet gzips the file it rotated before
+        at its next rotation, which makes a file read long ago look new, and a restarted agent
+        remembers no file it read (it would send that file's requests again, as new traces)."""
         open_inodes = {t.inode for t in self.files if not t.path.endswith(".gz")}
         candidates = []
         for sibling in glob.glob(glob.escape(path) + ".*"):
-            if plain_only and sibling.endswith(".gz"):
+            if sibling.endswith(".gz"):
                 continue
             try:
                 st = os.stat(sibling)
-                if st.st_mtime < since or (st.st_ino in open_inodes and not sibling.endswith(".gz")):
+                if st.st_mtime < since or st.st_ino in open_inodes:
                     continue
                 head = read_head(sibling)
             except OSError:
