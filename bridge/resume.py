@@ -113,7 +113,7 @@ class Checkpointer:
                 facts[key] = st.facts
             checkpoints.append(SourceCheckpoint(key, next_gen.get(key, 0), st.delivered))  # read, not kept
         try:
-            self.store.save(files, checkpoints, facts)
+            self.store.save(files, checkpoints, facts, follower.known_heads())
         except OSError as exc:
             self.failures += 1
             if not self.failing:

@@ -733,3 +733,200 @@ def test_a_file_read_before_a_restart_and_gzipped_later_is_not_sent_again(tmp_pa
         traces.setdefault(rid, set()).add(tid)
     assert sorted(set(want) - set(traces)) == []
     assert {rid: len(t) for rid, t in traces.items() if len(t) > 1} == {}
+
+
+def _kubelet_rotate(log: str, stamp: str) -> None:
+    """kubelet's rotation: `0.log` → `0.log.<stamp>`, and the file it rotated before gzipped
+    (`compressLog`: a `.gz.tmp` renamed to `.gz`, the plain one removed)."""
+    import gzip
+
+    plain = [p for p in os.listdir(os.path.dirname(log))
+             if p.startswith("0.log.") and not p.endswith((".gz", ".tmp"))]
+    os.rename(log, f"{log}.{stamp}")
+    for name in plain:
+        old = os.path.join(os.path.dirname(log), name)
+        with open(old, "rb") as src, gzip.open(old + ".gz.tmp", "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        os.rename(old + ".gz.tmp", old + ".gz")
+        os.remove(old)
+
+
+class _Roots:
+    """The requests a receiver got, and the trace ids each came in."""
+
+    def __init__(self, rx) -> None:
+        self.rx = rx
+
+    def traces(self) -> dict[str, set]:
+        from receivers import attrs
+
+        out: dict[str, set] = {}
+        for s in self.rx.spans():
+            if s.name == "vllm.request":
+                out.setdefault(attrs(s.attributes)["vllm.request.id"], set()).add(s.trace_id)
+        return out
+
+    def have(self, want) -> bool:
+        return set(self.traces()) >= set(want)
+
+
+@pytest.mark.parametrize("clock", ["as_is", "stepped_back"])
+def test_files_rotated_and_gzipped_while_the_agent_is_down_are_read_once(tmp_path, clock):
+    """Three kubelet rotations while the agent is down: the checkpointed file and the next one
+    are gzipped by the time it is back. Every request must arrive, once: the middle file was
+    lost when it was gzipped (no catch-up read a `.gz`: an old one is a file read long ago), and
+    with the clock stepped back across the downtime (the rotated files older than the
+    checkpoint by mtime) every file rotated while down was lost. The checkpoint now keeps the
+    heads of the files known at each path. Truth: the requests this test wrote."""
+    log = pod_log(tmp_path)
+    rx = Receiver(free_port(), str(tmp_path / "rx.bin")).start()
+    args = (str(tmp_path / "pods/*/*/*.log"), str(tmp_path / "state"), rx.endpoint, "--start-at", "beginning",
+            "--linger", "0")
+    roots, want = _Roots(rx), []
+
+    def write(base: int) -> None:
+        lines, ids = _seed_requests(base, 10)
+        want.extend(ids)
+        with open(log, "a") as f:
+            f.writelines(lines)
+
+    try:
+        write(0x1000)
+        agent = AgentProc(*args).start()
+        assert wait_for(lambda: roots.have(want), 30)
+        time.sleep(1.5)  # its ack and checkpoint
+        assert agent.term()[0] == 0
+        for n, stamp in enumerate(("20260215-100000", "20260215-110000", "20260215-120000")):
+            write(0x2000 + 0x100 * n)
+            _kubelet_rotate(log, stamp)
+        write(0x3000)
+        if clock == "stepped_back":
+            d = os.path.dirname(log)
+            for name in os.listdir(d):
+                os.utime(os.path.join(d, name), (time.time() - 86400, time.time() - 86400))
+        assert sorted(os.listdir(os.path.dirname(log))) == [
+            "0.log", "0.log.20260215-100000.gz", "0.log.20260215-110000.gz", "0.log.20260215-120000"]
+        agent = AgentProc(*args).start()
+        wait_for(lambda: roots.have(want), 30)
+        time.sleep(2)  # a second copy would show by now
+        assert agent.term()[0] == 0
+    finally:
+        rx.stop()
+    traces = roots.traces()
+    assert sorted(set(want) - set(traces)) == []
+    assert {rid: len(t) for rid, t in traces.items() if len(t) > 1} == {}
+
+
+def test_files_rotated_before_the_agent_first_started_are_never_read(tmp_path):
+    """A rotated file already there when the agent first starts is history it was not asked
+    to read (its start reads the file at the path). kubelet gzips it at the next rotation, a
+    new file by mtime: it must still not be read, not then and not after a restart."""
+    log = pod_log(tmp_path)
+    old, _ = _seed_requests(0x9000, 10)
+    with open(log + ".20260215-090000", "w") as f:
+        f.writelines(old)
+    rx = Receiver(free_port(), str(tmp_path / "rx.bin")).start()
+    args = (str(tmp_path / "pods/*/*/*.log"), str(tmp_path / "state"), rx.endpoint, "--start-at", "beginning",
+            "--linger", "0")
+    roots, want = _Roots(rx), []
+
+    def write(base: int) -> None:
+        lines, ids = _seed_requests(base, 10)
+        want.extend(ids)
+        with open(log, "a") as f:
+            f.writelines(lines)
+
+    try:
+        write(0x1000)
+        agent = AgentProc(*args).start()
+        assert wait_for(lambda: roots.have(want), 30)
+        time.sleep(1.1)
+        write(0x2000)
+        _kubelet_rotate(log, "20260215-100000")  # the old file gzipped, the agent running
+        write(0x3000)
+        assert wait_for(lambda: roots.have(want), 30)
+        time.sleep(1.5)
+        assert agent.term()[0] == 0
+        write(0x4000)
+        _kubelet_rotate(log, "20260215-110000")  # and again while it is down
+        write(0x5000)
+        agent = AgentProc(*args).start()
+        assert wait_for(lambda: roots.have(want), 30)
+        time.sleep(2)
+        assert agent.term()[0] == 0
+    finally:
+        rx.stop()
+    traces = roots.traces()
+    assert set(traces) == set(want)  # none of the old file's 0x9000…
+    assert {rid: len(t) for rid, t in traces.items() if len(t) > 1} == {}
+
+
+@pytest.mark.parametrize("kind", ["rename", "copytruncate"])
+def test_logrotate_dateext_names_are_siblings(tmp_path, kind):
+    """logrotate's `dateext` names the rotated file `0.log-20260215`, not `0.log.<n>`. A copy
+    made by copytruncate under that name holds the lines not read yet when the file was
+    truncated, and a file renamed so while the agent is down holds lines not read at all:
+    both were missed (only `0.log.*` was looked at). Truth: the requests this test wrote."""
+    log = pod_log(tmp_path)
+    rx = Receiver(free_port(), str(tmp_path / "rx.bin")).start()
+    args = (str(tmp_path / "pods/*/*/*.log"), str(tmp_path / "state"), rx.endpoint, "--start-at", "beginning",
+            "--linger", "0")
+    roots, want = _Roots(rx), []
+
+    def write(base: int) -> None:
+        lines, ids = _seed_requests(base, 10)
+        want.extend(ids)
+        with open(log, "a") as f:
+            f.writelines(lines)
+
+    def rotate(suffix: str) -> None:
+        if kind == "rename":
+            os.rename(log, log + suffix)
+        else:
+            shutil.copyfile(log, log + suffix)
+            with open(log, "r+") as f:
+                f.truncate(0)
+
+    try:
+        write(0x1000)
+        agent = AgentProc(*args).start()
+        assert wait_for(lambda: roots.have(want), 30)
+        time.sleep(1.5)
+        assert agent.term()[0] == 0
+        write(0x2000)
+        rotate("-20260215")
+        write(0x3000)
+        rotate("-20260216")
+        write(0x4000)
+        agent = AgentProc(*args).start()
+        wait_for(lambda: roots.have(want), 30)
+        time.sleep(2)
+        assert agent.term()[0] == 0
+    finally:
+        rx.stop()
+    traces = roots.traces()
+    assert sorted(set(want) - set(traces)) == []
+    assert {rid: len(t) for rid, t in traces.items() if len(t) > 1} == {}
+
+
+def test_known_heads_round_trip_and_a_bad_entry_is_left_out(tmp_path):
+    """The checkpoint keeps the follower's known heads per path; an older agent's checkpoint
+    has none, and an entry of another shape is dropped alone (that path falls back to what a
+    checkpoint without heads gets), the rest of the checkpoint trusted."""
+    from bridge.tail.checkpoint import CheckpointStore, FileCheckpoint, SourceCheckpoint
+
+    store = CheckpointStore(str(tmp_path))
+    files = [FileCheckpoint("/a/0.log", "s", 0, 1, "ab", 2, 7)]
+    heads = {"/a/0.log": (True, [(256, "f00d"), (100, "beef")]), "/b/0.log": (False, [(256, "cafe")])}
+    store.save(files, [SourceCheckpoint("s", 1)], None, heads)
+    assert CheckpointStore(str(tmp_path)).load().heads == heads
+    with open(store.path) as f:
+        doc = json.load(f)
+    doc["known_heads"]["/b/0.log"] = {"complete": True, "heads": [["256", "cafe"]]}
+    with open(store.path, "w") as f:
+        json.dump(doc, f)
+    loaded = CheckpointStore(str(tmp_path)).load()
+    assert loaded.used == "current" and loaded.files == files
+    assert loaded.heads == {"/a/0.log": heads["/a/0.log"]}
+    store.save(files, [SourceCheckpoint("s", 1)])
+    assert CheckpointStore(str(tmp_path)).load().heads == {}

@@ -53,6 +53,9 @@ class Loaded:
     damaged: list[str] = field(default_factory=list)
     written_at: float | None = None
     facts: dict[str, dict] = field(default_factory=dict)  # source key → engine facts in force at its position
+    # path → (complete, [(length, fingerprint)]): the heads of the files known at each followed
+    # path (tail.follow's `known_heads`); empty from a checkpoint written before they were kept
+    heads: dict[str, tuple[bool, list[tuple[int, str]]]] = field(default_factory=dict)
 
 
 def _file_doc(f: FileCheckpoint) -> dict:
@@ -136,6 +139,21 @@ def _parse(doc) -> tuple[list[FileCheckpoint], list[SourceCheckpoint], float | N
     return files, sources, written if isinstance(written, (int, float)) else None
 
 
+def _heads(raw) -> dict[str, tuple[bool, list[tuple[int, str]]]]:
+    """`known_heads` as saved; an entry of another shape is left out (its path then falls
+    back to what a checkpoint without heads gets), never a reason to distrust the rest."""
+    out: dict[str, tuple[bool, list[tuple[int, str]]]] = {}
+    if not isinstance(raw, dict):
+        return out
+    for path, entry in raw.items():
+        if not (isinstance(entry, dict) and isinstance(entry.get("heads"), list)):
+            continue
+        heads = entry["heads"]
+        if all(isinstance(h, list) and len(h) == 2 and type(h[0]) is int and isinstance(h[1], str) for h in heads):
+            out[path] = (entry.get("complete") is True, [(h[0], h[1]) for h in heads])
+    return out
+
+
 class StateDirInUse(Exception):
     """Another process holds the state directory's lock (`lock_state_dir`)."""
 
@@ -206,24 +224,29 @@ class CheckpointStore:
                 if isinstance(facts, dict) else {}
             if damaged:
                 self.recoveries[name] = self.recoveries.get(name, 0) + 1
-            return Loaded(files, sources, name, damaged, written, facts)
+            return Loaded(files, sources, name, damaged, written, facts, _heads(doc.get("known_heads")))
         if damaged:
             self.recoveries["none"] = self.recoveries.get("none", 0) + 1
         return Loaded(None, [], "none", damaged)
 
     def save(self, files: list[FileCheckpoint], sources: list[SourceCheckpoint],
-             facts: dict[str, dict] | None = None) -> None:
+             facts: dict[str, dict] | None = None,
+             heads: dict[str, tuple[bool, list[tuple[int, str]]]] | None = None) -> None:
         """Write the checkpoint atomically (temporary file, fsync, rename, fsync the directory),
         the one it replaces kept as `.prev`; skipped when it says what the file already says
         (an idle agent then costs no writes and no fsyncs); either way it is current as of now.
         Raises OSError when it cannot be written (the caller retries).
         `facts`: per source, the engine facts (the banner's model and version) in force at its
-        saved position, which a resume needs for the requests after it; written when there are."""
+        saved position, which a resume needs for the requests after it; written when there are.
+        `heads`: the follower's known heads per path (`Loaded.heads`); written when there are."""
         files_json = json.dumps([_file_doc(f) for f in files], separators=(",", ":")).encode()
         parts = self._sources_json(sources)
-        facts_json = b',"engine_facts":%s' % json.dumps(facts, separators=(",", ":")).encode() if facts else b""
+        extra_json = b',"engine_facts":%s' % json.dumps(facts, separators=(",", ":")).encode() if facts else b""
+        if heads:
+            doc = {p: {"complete": c, "heads": [[n, fp] for n, fp in h]} for p, (c, h) in heads.items()}
+            extra_json += b',"known_heads":%s' % json.dumps(doc, separators=(",", ":")).encode()
         # What the file would say: a kept text that is the same object and length has not changed.
-        body = (files_json, facts_json, [(head, text, len(text)) for head, text in parts])
+        body = (files_json, extra_json, [(head, text, len(text)) for head, text in parts])
         now = time.time()
         if body == self._last_body:
             self.written_at = now
@@ -236,7 +259,7 @@ class CheckpointStore:
                 f.write(b",%s" % head if i else head)
                 f.write(text)
                 f.write(b"]}")
-            f.write(b"]%s}" % facts_json)
+            f.write(b"]%s}" % extra_json)
             f.flush()
             os.fsync(f.fileno())
         if self._current_good:

@@ -24,6 +24,7 @@ import gzip
 import os
 import stat
 import time
+import zlib
 from dataclasses import dataclass, field
 from hashlib import blake2b
 from itertools import accumulate
@@ -37,6 +38,7 @@ MAX_LINE_BYTES = 4 << 20   # a longer line is cut into pieces (counted)
 _CHUNK_MAX = 64 << 20         # a bigger read (a rotated file's rest, all at once) goes line by line
 LONG_LINE_BYTES = 64 << 10  # lines longer than this are counted: a sign of a stuck writer or a dump
 RETIRE_AFTER_S = 5.0       # a detached file quiet this long at its end is closed
+_KNOWN_PER_PATH = 256      # heads kept per path (kubelet keeps 5 files, logrotate `rotate N`)
 
 
 def _generation(tf: TrackedFile) -> int:
@@ -52,8 +54,36 @@ def _open(path: str):
 
 
 def read_head(path: str, n: int = FINGERPRINT_BYTES) -> bytes:
-    with _open(path) as f:
-        return f.read(n)
+    """The first `n` bytes (of the uncompressed stream for `.gz`). A damaged or half-written
+    gzip file raises OSError like an unreadable one (gzip raises EOFError and zlib.error too)."""
+    try:
+        with _open(path) as f:
+            return f.read(n)
+    except (EOFError, zlib.error) as exc:
+        raise OSError(f"{path}: {exc}") from None
+
+
+def siblings(path: str) -> list[str]:
+    """The files rotated from `path`: `<path>.*` (kubelet's `0.log.<stamp>`, logrotate's
+    `.1`, `.2.gz`) and `<path>-*` (logrotate's `dateext`), sorted; never a temporary file
+    (kubelet writes `<file>.gz.tmp` before renaming it to `.gz`)."""
+    esc = glob.escape(path)
+    return sorted(p for p in glob.glob(esc + ".*") + glob.glob(esc + "-*") if not p.endswith(".tmp"))
+
+
+def rotation_order(path: str, sibling: str, mtime: float) -> tuple:
+    """Oldest first, by the name the rotation gave: a number counts back (logrotate's `.1` is
+    the newest), a date or stamp (kubelet's `20260215-100000`, `dateext`) counts forward; the
+    modification time only where the name tells nothing. Not by mtime first: kubelet gzips a
+    file at the next rotation, which makes an older file's `.gz` newer than the file after it."""
+    suffix = sibling[len(path) + 1:]
+    if suffix.endswith(".gz"):
+        suffix = suffix[:-3]
+    if suffix.isdigit():
+        return (0, -int(suffix), mtime)
+    if suffix[:1].isdigit():
+        return (1, suffix, mtime)
+    return (2, mtime, sibling)
 
 
 @dataclass(slots=True)
@@ -326,7 +356,13 @@ class Follower:
         # time: the files rotated after it, from that path, are read before the one there now.
         self._rotated_while_down: dict[str, float] = {}
         self._denied: set[str] = set()
-        self._seen: set[tuple[int, str]] = set()  # (length, fingerprint) of heads read, recent ones
+        # Per followed path, the heads (length, fingerprint) of the files known to have been
+        # at it: every file opened, and the rotated siblings there when it was first seen (not
+        # read, deliberately). A sibling with a head not known is one that took the name and was
+        # rotated away between two looks. Checkpointed, so a restart tells the files it read
+        # from the ones rotated while it was down, gzipped or not, whatever the clocks did.
+        self._known: dict[str, dict[tuple[int, str], None]] = {}
+        self._exact: set[str] = set()  # paths whose known heads are complete (see _catch_missed)
         self._listings: dict[str, tuple[int, list[str]]] = {}  # directory → (mtime, names)
         self._last_look: float | None = None  # wall time of the last discovery
         self._judged: dict[str, tuple[Source, bool]] = {}     # path → (source, passes the filters)
@@ -340,12 +376,19 @@ class Follower:
     # -- restore -------------------------------------------------------------------------
 
     def restore(self, files: list[FileCheckpoint], next_generation: dict[str, int],
-                saved_at: float | None = None) -> None:
+                saved_at: float | None = None,
+                heads: dict[str, tuple[bool, list[tuple[int, str]]]] | None = None) -> None:
         """Resume from checkpoints. A file no longer at its path is looked for among its
-        rotated siblings (`<path>.*`, gzipped too) by fingerprint; the siblings rotated after
-        it (written since `saved_at`, the checkpoint's time) are read next, oldest first,
-        before the file at the path now: two rotations while the agent was down lose nothing."""
+        rotated siblings (`<path>.*`, `<path>-*`, gzipped too) by fingerprint; the siblings
+        rotated after it are read next, oldest first, before the file at the path now: two
+        rotations while the agent was down lose nothing. `heads`: the known heads per path
+        (`known_heads`), which tell those siblings exactly; a checkpoint from before they were
+        kept falls back to the plain siblings written since `saved_at`, its time."""
         self._next_gen.update(next_generation)
+        for path, (complete, known) in (heads or {}).items():
+            self._known[path] = dict.fromkeys(known)
+            if complete:
+                self._exact.add(path)
         for ck in files:
             if self._matches(ck.path, ck):
                 if any(fnmatch.fnmatch(ck.path, p) for p in self.filters.include):
@@ -361,7 +404,7 @@ class Follower:
         """Open the file a checkpoint names among its rotated siblings (by fingerprint): first
         `<path>.*`, then any file of its directory, as a rotation that numbers its files shifts
         a rotated one on (`0.log.1` is `0.log.2` after the next rotation)."""
-        first = sorted(glob.glob(glob.escape(ck.path) + ".*"))
+        first = siblings(ck.path)
         taken = {t.path for t in self.files}
         rest = sorted(p for p in glob.glob(os.path.join(glob.escape(os.path.dirname(ck.path)), "*"))
                       if p != ck.path and p not in first and p not in taken and os.path.isfile(p))
@@ -473,6 +516,7 @@ class Follower:
         if ck is not None:
             if ck.inode == st.st_ino and st.st_size >= ck.offset and self._matches(path, ck):
                 self._by_path_open(path, source, ck.generation, ck.offset)
+                self._know_siblings(path)  # not rotated while we were down: nothing there is new
                 return
             # Rotated (renamed or copied and truncated) between the restore and this look:
             # the checkpointed file is a sibling now; what is at the path is a new generation.
@@ -480,8 +524,9 @@ class Follower:
         down_since = self._rotated_while_down.pop(path, None)
         if down_since is not None:
             self._catch_missed(path, source, down_since)  # rotated while we were down
-        elif ck is None and not first_round and self._last_look is not None:
+        elif ck is None and not first_round and self._last_look is not None and path not in self._exact:
             self._catch_missed(path, source, self._last_look)  # a name we never saw: anything before it?
+        self._know_siblings(path)
         offset = st.st_size if (first_round and self._start_at_end and ck is None) else 0
         self._by_path_open(path, source, self._new_generation(source), offset)
 
@@ -498,28 +543,76 @@ class Follower:
 
     def _catch_missed(self, path: str, source: Source, since: float) -> None:
         """Files that took the name and were rotated away again between two looks (or while
-        the agent was down): rotated siblings we have never read, written since `since` (the
-        last write to the file we were reading, our last look, or the checkpoint's time).
-        Oldest first. A `.gz` sibling is passed over: kubelet gzips the file it rotated before
-        at its next rotation, which makes a file read long ago look new, and a restarted agent
-        remembers no file it read (it would send that file's requests again, as new traces)."""
+        the agent was down): rotated siblings never read, oldest first (`rotation_order`).
+        Where the path's known heads are complete (`_exact`: it was seen here from its start,
+        or the checkpoint kept them), that is every sibling whose head is not known, `.gz` or
+        not. Otherwise (a name first seen now, a checkpoint from before the heads were kept)
+        only plain siblings written since `since` (our last look, or the checkpoint's time):
+        kubelet gzips the file it rotated before at its next rotation, which makes a file read
+        long ago look new when nothing says it was read."""
+        exact = path in self._exact
         open_inodes = {t.inode for t in self.files if not t.path.endswith(".gz")}
         candidates = []
-        for sibling in glob.glob(glob.escape(path) + ".*"):
-            if sibling.endswith(".gz"):
+        for sibling in siblings(path):
+            if sibling.endswith(".gz") and not exact:
                 continue
             try:
                 st = os.stat(sibling)
-                if st.st_mtime < since or st.st_ino in open_inodes:
+                if (not exact and st.st_mtime < since) or st.st_ino in open_inodes:
                     continue
                 head = read_head(sibling)
             except OSError:
                 continue
-            if (len(head), fingerprint(head)) not in self._seen:
-                candidates.append((st.st_mtime, sibling))
+            if head and not self._is_known(head):
+                candidates.append((rotation_order(path, sibling, st.st_mtime), sibling))
         for _, sibling in sorted(candidates):
             self.stats.count(self.stats.rotations, "caught_up")
             self._open(sibling, source, self._new_generation(source), 0, detached=True)
+
+    def _is_known(self, head: bytes) -> bool:
+        """Known at any path: a sibling resumed by its rotated name, or a file renamed from
+        one followed path to another, is known where it was opened."""
+        key = (len(head), fingerprint(head))
+        if any(key in known for known in self._known.values()):
+            return True
+        lengths = {n for known in self._known.values() for n, _ in known if n < len(head)}
+        for n in lengths:  # known while it was shorter: it has grown since
+            key = (n, fingerprint(head[:n]))
+            if any(key in known for known in self._known.values()):
+                return True
+        return False
+
+    def _know(self, path: str, head: tuple[int, str]) -> None:
+        known = self._known.setdefault(path, {})
+        known.pop(head, None)
+        known[head] = None
+        if len(known) > _KNOWN_PER_PATH:
+            del known[next(iter(known))]
+
+    def _know_siblings(self, path: str) -> None:
+        """Every rotated sibling at `path` now is one we read or chose not to read: known, so
+        that from here on a sibling not known is one that came and went between two looks."""
+        for sibling in siblings(path):
+            try:
+                head = read_head(sibling)
+            except OSError:
+                continue
+            if head:
+                self._know(path, (len(head), fingerprint(head)))
+        self._exact.add(path)
+
+    def known_heads(self) -> dict[str, tuple[bool, list[tuple[int, str]]]]:
+        """Per path, whether its known heads are complete, and the heads (the checkpoint keeps them)."""
+        return {p: (p in self._exact, list(known)) for p, known in self._known.items() if known}
+
+    def _forget(self, paths) -> None:
+        """Drop the known heads of paths no longer followed, read or awaited (a deleted pod's)."""
+        live = set(self._by_path) | set(self._resume) | set(self._rotated_while_down)
+        live.update(tf.source.path for tf in self.files)
+        for p in paths:
+            if p not in live:
+                self._known.pop(p, None)
+                self._exact.discard(p)
 
     def _new_generation(self, source: Source) -> int:
         gen = self._next_gen.get(source.key, 0)
@@ -565,9 +658,7 @@ class Follower:
 
     def _remember(self, tf: TrackedFile) -> None:
         if tf.fp_len:
-            if len(self._seen) > 4096:
-                self._seen.clear()
-            self._seen.add((tf.fp_len, tf.fp))
+            self._know(tf.source.path, (tf.fp_len, tf.fp))
 
     # -- reading -------------------------------------------------------------------------
 
@@ -589,7 +680,7 @@ class Follower:
                 return []
         # Shrunk under us. A copy with our fingerprint holds what we had not read yet.
         copy = None
-        for sibling in sorted(glob.glob(glob.escape(tf.path) + ".*")):
+        for sibling in siblings(tf.path):
             try:
                 if os.path.getsize(sibling) >= tf.offset and fingerprint(read_head(sibling, tf.fp_len)) == tf.fp:
                     copy = sibling
@@ -663,6 +754,7 @@ class Follower:
         if self.just_retired:
             self.files = [tf for tf in self.files if not tf.done]
             self.stats.files_retired += len(self.just_retired)
+            self._forget({tf.source.path for tf in self.just_retired})
         return out
 
     def behind(self) -> dict[str, int]:
