@@ -145,6 +145,25 @@ def test_fixtures_give_the_same_everything(path):
     _assert_same(path)
 
 
+_TWIN = ("INFO 02-15 10:23:00 logger.py:43] Received request X: prompt: 'hi', params: SamplingParams(n=1, "
+         "temperature=0.5, max_tokens=5), prompt_token_ids: [1], lora_request: None.\n")
+
+
+@native
+@pytest.mark.parametrize("tail", [
+    "INFO 02-15 10:23:00 x.py:1] Request X\x00{at}: prompt_tokens=3, generated_tokens=2, ttft=0.1s, itl=0.01s, "
+    "total_latency=0.5s\nINFO 02-15 10:23:00 scheduler.py:312] Running queue: 1 requests, waiting queue: 0 "
+    "requests, free blocks: 10/512\n",
+])
+def test_a_summary_naming_a_twin_by_its_key_gives_the_same(tmp_path, tail):
+    """A second request under a reused id is open under `<id>\\0<occurrence>`; a line naming
+    that key (a NUL in an id) finished it in C under the other request's key in `_in_flight`
+    (a review's differential fuzzing: a lost diagnosis and a different span set)."""
+    path = tmp_path / "twin.log"
+    path.write_text(_TWIN + _TWIN + tail.format(at=len(_TWIN)))
+    _assert_same(str(path))
+
+
 @native
 def test_a_file_cut_anywhere_gives_the_same(synth_logs):
     with open(synth_logs[0], "rb") as f:

@@ -2,6 +2,7 @@
 redacted, incidents fanned out without text, `check` masks literals. Expectations are written
 by hand from the input lines."""
 
+import os
 import re
 import time
 
@@ -117,6 +118,11 @@ REDACT = [
     (f"Error near ` in template: 'Hello ` {MARK} and more'", "Error near <redacted><redacted>"),
     (f"grade B's threshold rejected prompt '{MARK}' for this request",
      "grade B's threshold rejected prompt <redacted> for this request"),
+    # a third review's cases: a literal quoted by hand with an apostrophe inside, a plural
+    # possessive before a literal, a backticked value cut by a line break
+    (f"bad request: Tool 'don't {MARK} leaks' is not defined", "bad request: Tool <redacted> is not defined"),
+    (f"users' input x '{MARK} words' y", "users' input x <redacted> y"),
+    (f"The model `foo\n{MARK}` does not exist.", "The model <redacted> does not exist."),
 ]
 
 
@@ -390,3 +396,73 @@ def test_a_cut_output_cannot_set_the_finish_reason():
     whole = (f"Generated response chatcmpl-a: output: \"{MARK}', output_token_ids: [1], finish_reason: x\", "
              "output_token_ids: [7, 8], finish_reason: length")
     assert parse_line(whole, "INFO") == ResponseGenerated("chatcmpl-a", "length", 2, "")
+
+
+@pytest.mark.parametrize("reason,expected", [
+    # vLLM 0.32's own lines (a review's capture, tests/fixtures/real_vllm/v032_canaries_info.log)
+    (f"bad request: Grammar error: Invalid type: {MARK}", "bad request: Grammar error: Invalid type: <redacted>"),
+    (f"bad request: Grammar error: Invalid type: {MARK}.", "bad request: Grammar error: Invalid type: <redacted>."),
+    (f'bad request: Grammar error: at 1(8): invalid regex "{MARK}([" (in regex): regex parse error:\n    {MARK}([\n'
+     f"               ^\nerror: unclosed character class\n   1 | start: /{MARK}([/",
+     "bad request: Grammar error: at 1<redacted>: invalid regex <redacted> (in regex): regex parse error:"),
+    ("bad request: This model's maximum context length is 4096 tokens. However, your prompt contains at least "
+     "4097 input tokens", "bad request: This model's maximum context length is 4096 tokens. However, your prompt "
+     "contains at least 4097 input tokens"),
+    ("internal error", "internal error"),
+])
+def test_a_request_failure_keeps_its_first_line_and_not_a_value_it_echoes(reason, expected):
+    from bridge.parse.literals import redact_request_error
+
+    assert redact_request_error(reason) == expected
+
+
+REAL = os.path.join(os.path.dirname(__file__), "fixtures", "real_vllm")
+
+
+@pytest.mark.parametrize("name", ["v032_canaries_info", "v032_canaries_debug"])
+def test_no_canary_a_client_sent_leaves_the_node(name):
+    """A review drove a real vLLM 0.32 (INFO; DEBUG with --log-error-stack) with a canary in
+    every field a client controls, valid and invalid requests. Nothing the bridge exports may
+    hold one, but the request ids (X-Request-Id is the client's id for its request). Before
+    this commit two leaked: a json_schema type (`Grammar error: Invalid type: CANARYIx10`)
+    and an invalid regex repeated on the lines after the first."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    sent = _replay_bytes(os.path.join(REAL, name + ".log"))
+    request = ExportTraceServiceRequest.FromString(sent)
+    leaks = []
+    for rs in request.resource_spans:
+        for ss in rs.scope_spans:
+            for s in ss.spans:
+                texts = [s.name, s.status.message] + [
+                    str(kv.value) for kv in s.attributes if kv.key not in ("vllm.request.id", "gen_ai.response.id")]
+                texts += [str(kv.value) for e in s.events for kv in e.attributes]
+                leaks += [t for t in texts if "CANARY" in t]
+    assert leaks == []
+
+
+@pytest.mark.parametrize("name", ["v032_canaries_info", "v032_canaries_debug"])
+def test_a_client_error_is_not_an_engine_incident(name):
+    """vLLM logs a request for a model it does not serve at ERROR (`Error with model …
+    code=404`), and with --log-error-stack every refused request too. The engine was fine
+    (the client's record: later requests answered 200). Before this commit each became an
+    engine incident, and a model named `…-died` an engine death that failed every completion
+    in flight (5 of them answered 200 in this capture)."""
+    import json
+
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from receivers import attrs
+
+    sent = _replay_bytes(os.path.join(REAL, name + ".log"))
+    spans = [s for rs in ExportTraceServiceRequest.FromString(sent).resource_spans
+             for ss in rs.scope_spans for s in ss.spans]
+    engines = [attrs(s.attributes) for s in spans if s.name == "vllm.engine"]
+    assert [e for e in engines if e.get("vllm.incident.fatal") or e.get("error.type") == "engine_dead"] == []
+    assert not any(e.name == "vllm.engine.incident" for s in spans for e in s.events)
+    with open(os.path.join(REAL, name + ".truth.json")) as f:
+        truth = json.load(f)["requests"]
+    answered = {t["resp_id"] for t in truth if t["status"] == 200 and t["ended"] == "complete" and t["resp_id"]}
+    roots = {attrs(s.attributes)["vllm.request.id"]: attrs(s.attributes) for s in spans if s.name == "vllm.request"}
+    wrong = {rid: a["vllm.outcome"] for rid, a in roots.items() if rid in answered and a["vllm.outcome"] != "finished"}
+    assert wrong == {}
+    assert not any(rid.startswith("tokenize-") for rid in roots)  # DEBUG's `Request tokenize-… details`

@@ -166,6 +166,13 @@ static PyObject *summary(Feeder *self, PyObject *record, PyObject *event, PyObje
         result = fallback(self, record, event);
         goto done;
     }
+    /* A twin (a second request under a reused id) is open under `<id>\0<occurrence>`, and
+     * `_terminate` takes it out of `_in_flight` under that key: Python's. */
+    int own = *request_id == *p_rid ? 1 : PyObject_RichCompareBool(*request_id, *p_rid, Py_EQ);
+    if (own <= 0) {
+        result = own < 0 ? NULL : fallback(self, record, event);
+        goto done;
+    }
     /* The line is taken. _start: */
     int later = PyObject_RichCompareBool(ts, *last_ns, Py_GT);
     if (later < 0)

@@ -62,7 +62,7 @@ from bridge.parse.events import (
     Stamped,
     StartupFact,
 )
-from bridge.parse.literals import redact_error_text
+from bridge.parse.literals import redact_error_text, redact_request_error
 
 _NS = 1_000_000_000
 # A stats line is printed from a snapshot taken a little before it: a request added just before
@@ -196,6 +196,7 @@ class Assembler:
         self._ttl_ns = int(config.ttl_s * _NS)
         # Every error text taken from the log passes here before it joins a timeline.
         self._text: Callable[[str], str] = str if config.export_error_text else redact_error_text
+        self._request_text: Callable[[str], str] = str if config.export_error_text else redact_request_error
         self._linger_ns = int(config.linger_s * _NS)
         self._open: dict[str, RequestState] = {}       # every request not yet emitted
         self._in_flight: dict[str, RequestState] = {}  # the subset not yet over
@@ -813,7 +814,7 @@ class Assembler:
         elif ev.error_type == "engine_dead" and self._death is not None:
             self._fail(r, record.ts_ns, "failed", self._death, "RequestFailed", _engine_failed(self._death), True)
         else:
-            self._fail(r, record.ts_ns, "failed", ev.error_type, "RequestFailed", self._text(ev.reason))
+            self._fail(r, record.ts_ns, "failed", ev.error_type, "RequestFailed", self._request_text(ev.reason))
 
     def _on_sequence_preempted(self, record: Record, ev: SequencePreempted) -> None:
         r = self._resolve(ev.request_id, record)

@@ -25,12 +25,17 @@ _TOKEN = re.compile(r"[^\s'\"]{%d,}" % (LONG + 1))
 DOTTED_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+:?")
 
 
-def literal_end(text: str, i: int) -> int:
+def literal_end(text: str, i: int, prose: bool = False) -> int:
     """Index just past the literal whose opening quote is `text[i]`; `len(text)` when it is never
-    closed (a cut line): what follows an open quote is all user text."""
+    closed (a cut line): what follows an open quote is all user text. `prose`: the text may be
+    quoted by hand (`Tool '{name}' is not defined`) rather than be a repr, so a `'` followed by a
+    letter or digit is an apostrophe inside the literal (`'don't …'`), not its end."""
     q = text[i]
-    j = _BODY[q].match(text, i + 1).end()
-    return j + 1 if j < len(text) and text[j] == q else len(text)
+    body, n = _BODY[q], len(text)
+    j = body.match(text, i + 1).end()
+    while prose and q == "'" and j + 1 < n and text[j + 1].isalnum():
+        j = body.match(text, j + 1).end()
+    return j + 1 if j < n and text[j] == q else n
 
 
 _LITERAL = re.compile(r"'[^'\\]*(?:\\.[^'\\]*)*'?|\"[^\"\\]*(?:\\.[^\"\\]*)*\"?", re.S)
@@ -50,9 +55,10 @@ def blank_literals(text: str) -> str:
 
 
 def opens_literal(text: str, i: int) -> bool:
-    """Whether the quote at `i` opens a literal: not an apostrophe inside a word (`model's`),
-    unless that word is a string prefix (`b's …'` is a bytes literal)."""
-    if not (text[i] == "'" and i > 0 and text[i - 1].isalpha() and _CONTRACTION.match(text, i + 1)):
+    """Whether the quote at `i` opens a literal: not an apostrophe inside a word (`model's`) or
+    ending one (`users' input`), unless that word is a string prefix (`b's …'` is a bytes literal)."""
+    if not (text[i] == "'" and i > 0 and text[i - 1].isalpha()
+            and (_CONTRACTION.match(text, i + 1) or i + 1 == len(text) or text[i + 1].isspace())):
         return True
     # `b's …'` reads as a bytes literal only in the lower case Python writes it (a repr):
     # `grade B's` is a word with its apostrophe
@@ -78,7 +84,7 @@ def mask_literals(text: str, mask: str = REDACTED, keep: re.Pattern = DOTTED_NAM
             continue
         out.append(_mask_long(text[pos:i], mask, keep, plain))
         out.append(mask)
-        pos = literal_end(text, i)
+        pos = literal_end(text, i, prose=True)
     return "".join(out)
 
 
@@ -93,7 +99,7 @@ def _mask_long(text: str, mask: str, keep: re.Pattern, plain=None) -> str:
 #: What vLLM prints unquoted that a user chose, outside quoted literals: a backticked value
 #: (`The model `x` does not exist.`) and a list of numbers (the token ids a grammar rejected,
 #: `for tokens [9707, 11]`). Linear: no two adjacent runs can share the same characters.
-_UNQUOTED_USER = re.compile(r"`[^`\n]*`?|[\[(]\s*-?\d+(?:\s*,\s*-?\d+)*(?:\s*,)?\s*[\])]")
+_UNQUOTED_USER = re.compile(r"`[^`]*`?|[\[(]\s*-?\d+(?:\s*,\s*-?\d+)*(?:\s*,)?\s*[\])]")
 #: A pydantic ValidationError: `N validation error(s) for Model`, then per error its location
 #: (`field.key.0`) on a line of its own, or on the same line when the record was flattened.
 _PYDANTIC_HEAD = re.compile(r"validation errors? for \w+")
@@ -129,6 +135,21 @@ def _mask_pydantic(text: str) -> str:
 
 def _mask_plain(text: str, mask: str) -> str:
     return _UNQUOTED_USER.sub(mask, text)
+
+
+#: A value a message ends on after a label (`Invalid type: x.`): one word, the shape of a
+#: value echoed back, not of vLLM's own prose.
+_LABELLED_VALUE = re.compile(r"(?<=: )[^\s<>]+?(?=\.?$)")
+
+
+def redact_request_error(text: str) -> str:
+    """Why one request failed, as it may leave the node by default: `redact_error_text` of its
+    first line, and the one-word value it ends on after a label masked. A client error describes
+    what the client sent; the lines after the first repeat it in other forms (a regex under a
+    caret, a grammar rule) and go, and so does a value echoed back unquoted (`Grammar error:
+    Invalid type: x`)."""
+    first = redact_error_text(text).split("\n", 1)[0]
+    return _LABELLED_VALUE.sub(REDACTED, first) if not first.endswith(REDACTED) else first
 
 
 def redact_error_text(text: str) -> str:

@@ -30,7 +30,7 @@ from bridge.parse.events import (
     ServerStop,
     StartupFact,
 )
-from bridge.parse.literals import blank_literals, literal_end
+from bridge.parse.literals import blank_literals, literal_end, redact_error_text
 from bridge.parse.numbers import count, fits
 
 _NUM = r"(\d[\d,]*(?:\.\d+)?)"
@@ -136,6 +136,8 @@ def _request(msg: str) -> Event | None:
         # DEBUG: these carry the prompt or the body. Only the number of prompt token ids leaves
         # here, read from the right of the prompt text, which may contain anything.
         rid, sep, _ = msg[8:].partition(" details: ")
+        if rid.startswith("tokenize-"):  # /tokenize and /detokenize: no request (as `_received`)
+            return Notice("tokenize_request")
         i = msg.rfind(_PROMPT_IDS)
         if sep and i >= 0 and " " not in rid:
             j = msg.find("]", i)
@@ -153,8 +155,10 @@ def _request(msg: str) -> Event | None:
     if detail and detail.startswith(_OVERLOADED):
         error_type = "overloaded"
     else:
-        error_type = _FAILED_REASON.get(paren or "") or (classify(reason + " " + (detail or "")) if reason or detail
-                                                         else "other")
+        # A client's quoted text cannot make it an engine death (`classify`).
+        error_type = _FAILED_REASON.get(paren or "") or (
+            classify(reason + " " + (detail or ""), redact_error_text(reason + " " + (detail or "")))
+            if reason or detail else "other")
     return RequestFailed(rid, error_type, (reason + (": " + detail if detail else "")).strip() or "failed")
 
 
@@ -446,9 +450,18 @@ _EXC = re.compile(r"^(?:\[rank\d+\]: ?)?([A-Za-z_][\w.]*(?:Error|Exception|Exit|
 _MAX_MESSAGE, _MAX_STACK = 1024, 8 * 1024
 
 
-def classify(text: str) -> str:
+def classify(text: str, shape: str | None = None) -> str:
+    """The error type of `text`. `shape`: the same text with what a client may have typed
+    masked (`redact_error_text`); given, an engine death must be said there, in vLLM's own
+    words: a client's model name or prompt holding `died` does not kill the engine, while an
+    exception's repr (`RuntimeError('CUDA out of memory')`) still tells the other types."""
     low = text.lower()
     for error_type, markers in _CLASSES:
+        if error_type == "engine_dead" and shape is not None:
+            low_shape = shape.lower()
+            if any(marker in low_shape for marker in markers):
+                return error_type
+            continue
         for marker in markers:
             if marker in low:
                 return error_type
@@ -456,8 +469,11 @@ def classify(text: str) -> str:
 
 
 def engine_error(msg: str) -> EngineError:
-    """Any error record: one line or a joined traceback / C++ block."""
-    low = msg.lower()
+    """Any error record: one line or a joined traceback / C++ block. Its type and whether it
+    is fatal are read from the text as it would be exported (quoted literals and other user
+    values masked): a client's model name `x-died` must not read as an engine death."""
+    shape = redact_error_text(msg)
+    low = shape.lower()
     excs = _EXC.findall(msg)
     exc_type = excs[-1][0] if excs else ""
     first = msg.split("\n", 1)[0]
@@ -469,7 +485,7 @@ def engine_error(msg: str) -> EngineError:
         message = first
     fatal = any(f in low for f in _FATAL)
     stack = msg if "\n" in msg else ""
-    return EngineError(classify(msg), exc_type.rsplit(".", 1)[-1], message[:_MAX_MESSAGE], fatal,
+    return EngineError(classify(msg, shape), exc_type.rsplit(".", 1)[-1], message[:_MAX_MESSAGE], fatal,
                        stack[:_MAX_STACK])
 
 
@@ -616,6 +632,16 @@ def _chatter_module(origin: str) -> str:
     return module
 
 
+#: ERROR lines about one client's request, not the engine: a model name that is not served
+#: (`serving.py`: "Error with model ErrorInfo(… code=404)"), a grammar that does not compile
+#: (`structured_output/__init__.py`, the client's schema or regex, its traceback following), and
+#: `--log-error-stack`'s reports of a request the HTTP layer refused or failed
+#: (`exception_handling/handlers/`: an HTTPException, a validation error, an exception in its
+#: handler; not "Engine Exception caught", the engine's). The request's own lines say how it ended.
+_CLIENT_ERRORS = ("Error with model ", "Failed to compile grammar for request ", "HTTPException caught. Request id: ",
+                  "RequestValidationError caught. Request id: ", "Exception caught. Request id: ")
+_CLIENT_ERROR = Notice("client_error")
+
 _UVICORN_JSON_ACCESS = re.compile(r"\S+ - \"(\S+) (\S+) HTTP/[\d.]+\" (\d{3})")
 
 
@@ -644,6 +670,8 @@ def fallback(msg: str, level: str, origin: str = "") -> Event | None:
             return engine_error(msg)
         return None
     if level in ("ERROR", "CRITICAL"):
+        if msg.startswith(_CLIENT_ERRORS):
+            return _CLIENT_ERROR
         return engine_error(msg)
     if _progress(msg):
         return _NOISE
