@@ -166,7 +166,7 @@ def _patterns():
                 for v in (item if isinstance(item, tuple) else (item,)):
                     if isinstance(v, re.Pattern) and isinstance(v.pattern, str) and id(v) not in found:
                         ops = ["match"] + [op for op in ("search", "findall", "finditer", "sub")
-                                           if f"{name}.{op}(" in sources]
+                                           if re.search(rf"(?<![\w.]){re.escape(name)}\.{op}\(", sources)]
                         found[id(v)] = (f"{mod.__name__}.{name}", v, tuple(ops))
     return sorted(found.values(), key=lambda x: x[0])
 

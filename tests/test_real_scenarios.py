@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "scenarios"))
 from driver import SERVER, run  # noqa: E402
 
 pytestmark = pytest.mark.real_vllm
-CI_SCENARIOS = ["sigterm_inflight", "engine_kill9", "reused_id", "json_logging"]
+CI_SCENARIOS = ["sigterm_inflight", "engine_kill9", "reused_id", "json_logging", "client_errors"]
 WANTED = os.environ.get("VLLM_TRACE_BRIDGE_SCENARIOS", "")
 NAMES = list(SERVER) if WANTED == "all" else (WANTED.split(",") if WANTED else CI_SCENARIOS)
 
@@ -39,7 +39,8 @@ def test_live_scenario(name, tmp_path, vllm_install):
     log = tmp_path / "server.log"
     truth = run(name, vllm_install, str(log), free_port())
     (tmp_path / "truth.json").write_text(json.dumps(truth, indent=1))   # beside the log, for a post-mortem
-    assert all(r["status"] in (200, 400) or r["expect"] in ("shutdown", "engine_dead") for r in truth["requests"])
+    assert all(r["status"] in (200, 400) or r["expect"] in ("shutdown", "engine_dead")
+               or (r["status"], r["expect"]) == (404, "not_found") for r in truth["requests"])
     assert [r["status"] for r in truth["requests"] if r["expect"] == "input"] == \
         [400] * sum(r["expect"] == "input" for r in truth["requests"])
     report = check_file(str(log))

@@ -29,6 +29,7 @@ from vllm_server import MODEL_NAME, VllmServer
 #   shutdown     in flight when the server was stopped on purpose (SIGTERM)
 #   engine_dead  in flight when the EngineCore process was killed
 #   input        refused with HTTP 400 before the engine
+#   not_found    refused with HTTP 404: a model the server does not serve (logged at ERROR)
 # (`aborted` is for a client that went away; no scenario here cuts its own requests.)
 
 
@@ -39,7 +40,7 @@ class Truth:
     n: int
     max_tokens: int
     sent_id: str | None         # the X-Request-Id header sent, if any
-    expect: str = ""            # ok | shutdown | engine_dead | input
+    expect: str = ""            # ok | shutdown | engine_dead | input | not_found
     status: int = 0             # 0: no status line (the connection died first)
     response_id: str = ""       # the `id` of the body or of the first chunk
     t_send_ns: int = 0
@@ -233,6 +234,7 @@ SERVER = {
     "queue_pressure": (("--max-num-seqs", "2"), None, False),
     "n_gt_1": ((), None, False),
     "bad_requests": ((), None, False),
+    "client_errors": ((), None, False),
     "no_log_requests": ((), None, True),
     "json_logging": (("--logging-config.formatter", "json"), None, False),
     "engine_kill9": ((), None, False),
@@ -292,6 +294,19 @@ def _drive(name: str, server: VllmServer, rec: Recorder, events: dict) -> None:
         rec.send("chat", n=0, expect="input")
         rec.send("completion", logprobs=1000, sent_id="bad-logprobs", expect="input")
         rec.send("chat")
+    elif name == "client_errors":
+        # Clients' mistakes while others are served: vLLM logs an unknown model at ERROR, and a
+        # json_schema it cannot compile fails that request; the engine is fine throughout. The
+        # model's name says `died`, as a client may name anything.
+        rec.background(kind="completion", stream=True, sent_id="served-cmpl", max_tokens=300, ignore_eos=True)
+        rec.background(kind="chat", stream=True, sent_id="served-chat", max_tokens=300, ignore_eos=True)
+        rec.wait_streaming(2)
+        rec.send("chat", model="tiny-died", sent_id="gone-model", expect="not_found")
+        rec.send("completion", model="engine-died-fatal-error", expect="not_found")
+        rec.send("chat", sent_id="bad-schema", expect="input", response_format={
+            "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "not-a-type"}}})
+        rec.join()
+        rec.send("completion")
     elif name == "no_log_requests":
         rec.send("completion")
         rec.send("chat")
