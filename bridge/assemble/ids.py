@@ -38,6 +38,13 @@ def candidates(rid: str) -> list[str]:
     return out
 
 
+def respelled(rid: str) -> bool:
+    """Whether `rid` may be another spelling of an id (`candidates` gives more than itself):
+    every other spelling comes from a `-` or an `_` in it. A seed-dialect id (`0x7f8c4a001010`)
+    never is, and skipping the lookups saves a regex match and a substitution per request."""
+    return "-" in rid or "_" in rid
+
+
 def resolve(rid: str, open_ids: Container[str]) -> str | None:
     """The open request this spelling names, or None."""
     for c in candidates(rid):

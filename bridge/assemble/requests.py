@@ -411,7 +411,7 @@ class Assembler:
     def _seed_id(self, rid: str) -> str:
         """A seed line's id, or the upstream request in flight it names (`<id>-<8 hex>` is V1's
         engine-side spelling of `<id>`): the vLLM plugin's lines join vLLM's own."""
-        if rid in self._open or not self._open:
+        if rid in self._open or not self._open or not ids.respelled(rid):
             return rid
         return ids.resolve(rid, self._open) or rid
 
