@@ -409,6 +409,8 @@ def test_a_cut_output_cannot_set_the_finish_reason():
      "4097 input tokens", "bad request: This model's maximum context length is 4096 tokens. However, your prompt "
      "contains at least 4097 input tokens"),
     ("internal error", "internal error"),
+    # a number it ends on is vLLM's limit or the client's count, not text (a review: masked)
+    ("bad request: max_tokens is too large, max allowed: 4096.", "bad request: max_tokens is too large, max allowed: 4096."),
 ])
 def test_a_request_failure_keeps_its_first_line_and_not_a_value_it_echoes(reason, expected):
     from bridge.parse.literals import redact_request_error

@@ -138,8 +138,8 @@ def _mask_plain(text: str, mask: str) -> str:
 
 
 #: A value a message ends on after a label (`Invalid type: x.`): one word, the shape of a
-#: value echoed back, not of vLLM's own prose.
-_LABELLED_VALUE = re.compile(r"(?<=: )[^\s<>]+?(?=\.?$)")
+#: value echoed back, not of vLLM's own prose; a number (`max allowed: 4096`) stays.
+_LABELLED_VALUE = re.compile(r"(?<=: )(?![-+]?\d[\d.,]*$)[^\s<>]+?(?=\.?$)")  # a number stays
 
 
 def redact_request_error(text: str) -> str:

@@ -67,7 +67,7 @@ def siblings(path: str) -> list[str]:
     """The files rotated from `path`: `<path>.*` (kubelet's `0.log.<stamp>`, logrotate's
     `.1`, `.2.gz`) and `<path>-*` (logrotate's `dateext`), sorted; never a temporary file
     (kubelet writes `<file>.gz.tmp` before renaming it to `.gz`)."""
-    esc = glob.escape(path)
+    esc = glob.escape(os.path.realpath(path))  # a kubelet symlink's rotated files sit by its target
     return sorted(p for p in glob.glob(esc + ".*") + glob.glob(esc + "-*") if not p.endswith(".tmp"))
 
 
@@ -76,7 +76,7 @@ def rotation_order(path: str, sibling: str, mtime: float) -> tuple:
     the newest), a date or stamp (kubelet's `20260215-100000`, `dateext`) counts forward; the
     modification time only where the name tells nothing. Not by mtime first: kubelet gzips a
     file at the next rotation, which makes an older file's `.gz` newer than the file after it."""
-    suffix = sibling[len(path) + 1:]
+    suffix = sibling[len(os.path.realpath(path)) + 1:]
     if suffix.endswith(".gz"):
         suffix = suffix[:-3]
     if suffix.isdigit():
@@ -363,6 +363,7 @@ class Follower:
         # from the ones rotated while it was down, gzipped or not, whatever the clocks did.
         self._known: dict[str, dict[tuple[int, str], None]] = {}
         self._exact: set[str] = set()  # paths whose known heads are complete (see _catch_missed)
+        self._restored_at: float | None = None  # the checkpoint's time, when resumed from one
         self._listings: dict[str, tuple[int, list[str]]] = {}  # directory → (mtime, names)
         self._last_look: float | None = None  # wall time of the last discovery
         self._judged: dict[str, tuple[Source, bool]] = {}     # path → (source, passes the filters)
@@ -385,6 +386,7 @@ class Follower:
         (`known_heads`), which tell those siblings exactly; a checkpoint from before they were
         kept falls back to the plain siblings written since `saved_at`, its time."""
         self._next_gen.update(next_generation)
+        self._restored_at = saved_at
         for path, (complete, known) in (heads or {}).items():
             self._known[path] = dict.fromkeys(known)
             if complete:
@@ -465,6 +467,10 @@ class Follower:
                                               "closed" if gone else "no longer matches the filters",
                                               source=tf.source.key))
         self._last_look = looked_at
+        gone = [p for p in self._rotated_while_down if p not in found]  # its pod went while we were down
+        for p in gone:
+            del self._rotated_while_down[p]
+        self._forget(gone)
 
     def _skip(self, path: str, kind: str, why: str, source: Source | None = None) -> None:
         """Remember (and report once) a candidate not followed, and why."""
@@ -524,8 +530,11 @@ class Follower:
         down_since = self._rotated_while_down.pop(path, None)
         if down_since is not None:
             self._catch_missed(path, source, down_since)  # rotated while we were down
-        elif ck is None and not first_round and self._last_look is not None and path not in self._exact:
-            self._catch_missed(path, source, self._last_look)  # a name we never saw: anything before it?
+        elif ck is None and path not in self._exact and (since := self._restored_at if self._last_look is None
+                                                         else self._last_look) is not None:
+            # A name we never saw: anything rotated from it since our last look, or, on a
+            # restart, since the checkpoint (a pod that started and rotated while we were down).
+            self._catch_missed(path, source, since)
         self._know_siblings(path)
         offset = st.st_size if (first_round and self._start_at_end and ck is None) else 0
         self._by_path_open(path, source, self._new_generation(source), offset)
@@ -564,8 +573,12 @@ class Follower:
             except OSError:
                 continue
             if head and not self._is_known(head):
-                candidates.append((rotation_order(path, sibling, st.st_mtime), sibling))
-        for _, sibling in sorted(candidates):
+                candidates.append((rotation_order(path, sibling, st.st_mtime), sibling, head))
+        # One file under two names: `0.log.1` and the `0.log.1.gz` gzip is writing (or has just
+        # written, before it removes the plain one). The plain one is whole; read it once.
+        plain_heads = {head for _, sibling, head in candidates if not sibling.endswith(".gz")}
+        candidates = [c for c in candidates if not (c[1].endswith(".gz") and c[2] in plain_heads)]
+        for _, sibling, _ in sorted(candidates):
             self.stats.count(self.stats.rotations, "caught_up")
             self._open(sibling, source, self._new_generation(source), 0, detached=True)
 
@@ -682,7 +695,9 @@ class Follower:
         copy = None
         for sibling in siblings(tf.path):
             try:
-                if os.path.getsize(sibling) >= tf.offset and fingerprint(read_head(sibling, tf.fp_len)) == tf.fp:
+                # (a `.gz` copy, compressed at once, is smaller than what it holds)
+                if (sibling.endswith(".gz") or os.path.getsize(sibling) >= tf.offset) \
+                        and fingerprint(read_head(sibling, tf.fp_len)) == tf.fp:
                     copy = sibling
                     break
             except OSError:
@@ -697,7 +712,7 @@ class Follower:
                     fh.seek(tf.offset + len(tf.partial))
                     tf.fh = fh
                     lines = tf.read(1 << 62, self.stats) + tf.flush_partial()
-            except OSError:
+            except (OSError, EOFError, zlib.error):
                 self.stats.count(self.stats.errors, "io")
             finally:
                 tf.fh = live
@@ -733,6 +748,10 @@ class Follower:
                 except OSError:
                     self.stats.count(self.stats.errors, "io")
                     lines = []
+                except (EOFError, zlib.error):  # a damaged or cut gzip file: what it held up to there
+                    self.stats.count(self.stats.errors, "damaged_gzip")
+                    lines = early + tf.flush_partial()
+                    tf.close()
                 tf.seen = sig if tf.at_eof else None
             if tf.fp_len < FINGERPRINT_BYTES and lines:
                 tf.refresh_fingerprint()
