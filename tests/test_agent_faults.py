@@ -1089,3 +1089,101 @@ def test_heads_of_a_path_gone_while_the_agent_was_down_are_not_kept(tmp_path):
             assert list(json.load(f)["known_heads"]) == [logs[0]]
     finally:
         p.rx.stop()
+
+
+def _follower_lines(follower) -> list[bytes]:
+    """Discover and read until nothing more comes: every line handed out, in order."""
+    out: list[bytes] = []
+    for _ in range(20):
+        follower.discover()
+        got = [raw for _, lines in follower.poll() for _, raw in lines]
+        out += got
+        if not got:
+            break
+    return out
+
+
+def test_a_fifo_named_like_a_rotated_file_is_never_opened(tmp_path):
+    """Opening a FIFO blocks until a writer comes: a `0.log.<stamp>` FIFO beside a followed
+    file hung the agent for good, `/healthz` still answering (a review). Only regular files
+    are rotated siblings."""
+    import threading
+
+    from bridge.tail.follow import Filters, Follower, siblings
+
+    log = tmp_path / "0.log"
+    log.write_bytes(b"a\n")
+    os.mkfifo(str(log) + ".20260215-090000")
+    assert siblings(str(log)) == []
+    follower = Follower(Filters((str(log),)))
+    done = threading.Event()
+
+    def run() -> None:
+        follower.discover(first_round=True)
+        os.rename(log, str(log) + ".20260215-100000")
+        log.write_bytes(b"b\n")
+        _follower_lines(follower)
+        done.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    assert done.wait(10), "the follower blocked"
+
+
+def test_a_path_with_more_rotated_files_than_heads_kept_reads_no_history(tmp_path, monkeypatch):
+    """More rotated files than the heads kept per path (logrotate `rotate 365`): a head let
+    go looked like a file that came and went, so history was read, and read again at each
+    rotation (a review, with 260 files and 256 heads). Letting a head go makes the path's
+    heads incomplete: it falls back to the files written since the last look."""
+    from bridge.tail import follow
+
+    monkeypatch.setattr(follow, "_KNOWN_PER_PATH", 8)
+    log = tmp_path / "0.log"
+    for i in range(12):
+        (tmp_path / f"0.log-202501{i + 1:02d}").write_bytes(f"history {i}\n".encode())
+    log.write_bytes(b"now 1\n")
+    follower = follow.Follower(follow.Filters((str(log),)))
+    follower.discover(first_round=True)
+    first = _follower_lines(follower)
+    os.rename(log, str(log) + "-20260301")
+    log.write_bytes(b"now 2\n")
+    later = _follower_lines(follower)
+    assert first + later == [b"now 1\n", b"now 2\n"]
+
+
+def test_a_file_that_came_and_went_after_a_look_found_none_is_read(tmp_path):
+    """The file at a followed path renamed away, a look finds no file there; then B takes the
+    name and is rotated away (gzipped), and C takes it, before the next look. B was lost: a
+    path with complete heads skipped the catch-up when its name came back (a review)."""
+    import gzip
+
+    from bridge.tail.follow import Filters, Follower
+
+    log = tmp_path / "0.log"
+    log.write_bytes(b"a\n")
+    follower = Follower(Filters((str(log),)))
+    follower.discover(first_round=True)
+    got = _follower_lines(follower)
+    os.rename(log, str(log) + ".20260215-100001")
+    got += _follower_lines(follower)  # a look: no file at the name
+    with gzip.open(str(log) + ".20260215-100002.gz", "wb") as f:  # B came and went
+        f.write(b"b\n")
+    log.write_bytes(b"c\n")  # C
+    got += _follower_lines(follower)
+    assert got == [b"a\n", b"b\n", b"c\n"]
+
+
+def test_a_checkpointed_file_deleted_while_down_is_not_found_in_a_live_file(tmp_path):
+    """A container restarted while the agent was down and kubelet deleted `0.log`: the
+    search for it among its directory's files took `1.log` (a live, followed file) when its
+    first bytes were the same (plain-text logs opening on the same banner), and read it twice
+    (a review). A followed file is never taken for a rotated one."""
+    from bridge.tail.checkpoint import FileCheckpoint
+    from bridge.tail.follow import Filters, Follower, fingerprint
+
+    banner = b"INFO 02-15 10:00:00 api_server.py:1] vLLM API server version 0.32.0\n" * 4
+    (tmp_path / "1.log").write_bytes(banner + b"second life\n")
+    ck = FileCheckpoint(str(tmp_path / "0.log"), "s", 0, 1, fingerprint(banner[:256]), 256, len(banner))
+    follower = Follower(Filters((str(tmp_path / "*.log"),)))
+    follower.restore([ck], {"s": 1}, time.time() - 60, {})
+    assert [tf.path for tf in follower.files] == []
+    assert follower.stats.errors.get("lost") == 1

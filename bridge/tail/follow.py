@@ -38,7 +38,7 @@ MAX_LINE_BYTES = 4 << 20   # a longer line is cut into pieces (counted)
 _CHUNK_MAX = 64 << 20         # a bigger read (a rotated file's rest, all at once) goes line by line
 LONG_LINE_BYTES = 64 << 10  # lines longer than this are counted: a sign of a stuck writer or a dump
 RETIRE_AFTER_S = 5.0       # a detached file quiet this long at its end is closed
-_KNOWN_PER_PATH = 256      # heads kept per path (kubelet keeps 5 files, logrotate `rotate N`)
+_KNOWN_PER_PATH = 1024     # heads kept per path (kubelet keeps 5 files, logrotate `rotate N`)
 
 
 def _generation(tf: TrackedFile) -> int:
@@ -66,9 +66,11 @@ def read_head(path: str, n: int = FINGERPRINT_BYTES) -> bytes:
 def siblings(path: str) -> list[str]:
     """The files rotated from `path`: `<path>.*` (kubelet's `0.log.<stamp>`, logrotate's
     `.1`, `.2.gz`) and `<path>-*` (logrotate's `dateext`), sorted; never a temporary file
-    (kubelet writes `<file>.gz.tmp` before renaming it to `.gz`)."""
+    (kubelet writes `<file>.gz.tmp` before renaming it to `.gz`), never anything but a regular file."""
     esc = glob.escape(os.path.realpath(path))  # a kubelet symlink's rotated files sit by its target
-    return sorted(p for p in glob.glob(esc + ".*") + glob.glob(esc + "-*") if not p.endswith(".tmp"))
+    # Regular files only: opening a FIFO named like one blocks until a writer comes (for ever).
+    return sorted(p for p in glob.glob(esc + ".*") + glob.glob(esc + "-*")
+                  if not p.endswith(".tmp") and os.path.isfile(p))
 
 
 def rotation_order(path: str, sibling: str, mtime: float) -> tuple:
@@ -409,7 +411,8 @@ class Follower:
         first = siblings(ck.path)
         taken = {t.path for t in self.files}
         rest = sorted(p for p in glob.glob(os.path.join(glob.escape(os.path.dirname(ck.path)), "*"))
-                      if p != ck.path and p not in first and p not in taken and os.path.isfile(p))
+                      if p != ck.path and p not in first and p not in taken and os.path.isfile(p)
+                      and not any(fnmatch.fnmatch(p, inc) for inc in self.filters.include))  # a live file
         for sibling in first + rest:
             if self._matches(sibling, ck):
                 self._open(sibling, source_for(ck.path), ck.generation, ck.offset, detached=True)
@@ -530,11 +533,13 @@ class Follower:
         down_since = self._rotated_while_down.pop(path, None)
         if down_since is not None:
             self._catch_missed(path, source, down_since)  # rotated while we were down
-        elif ck is None and path not in self._exact and (since := self._restored_at if self._last_look is None
-                                                         else self._last_look) is not None:
-            # A name we never saw: anything rotated from it since our last look, or, on a
-            # restart, since the checkpoint (a pod that started and rotated while we were down).
-            self._catch_missed(path, source, since)
+        elif ck is None and (path in self._exact or (since := self._restored_at if self._last_look is None
+                                                    else self._last_look) is not None):
+            # A file at a name we follow but had no file open at (a look found it gone: what
+            # came and went since is not known), or a name we never saw: anything rotated from
+            # it since our last look, or, on a restart, since the checkpoint (a pod that
+            # started and rotated while we were down).
+            self._catch_missed(path, source, 0.0 if path in self._exact else since)
         self._know_siblings(path)
         offset = st.st_size if (first_round and self._start_at_end and ck is None) else 0
         self._by_path_open(path, source, self._new_generation(source), offset)
@@ -601,6 +606,9 @@ class Follower:
         known[head] = None
         if len(known) > _KNOWN_PER_PATH:
             del known[next(iter(known))]
+            # No longer complete: the head let go may be a file still there, which would then
+            # look unread. The path falls back to what a name without heads gets.
+            self._exact.discard(path)
 
     def _know_siblings(self, path: str) -> None:
         """Every rotated sibling at `path` now is one we read or chose not to read: known, so
