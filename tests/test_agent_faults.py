@@ -778,87 +778,52 @@ def test_files_rotated_and_gzipped_while_the_agent_is_down_are_read_once(tmp_pat
     with the clock stepped back across the downtime (the rotated files older than the
     checkpoint by mtime) every file rotated while down was lost. The checkpoint now keeps the
     heads of the files known at each path. Truth: the requests this test wrote."""
+    p = _Pods(tmp_path)
     log = pod_log(tmp_path)
-    rx = Receiver(free_port(), str(tmp_path / "rx.bin")).start()
-    args = (str(tmp_path / "pods/*/*/*.log"), str(tmp_path / "state"), rx.endpoint, "--start-at", "beginning",
-            "--linger", "0")
-    roots, want = _Roots(rx), []
-
-    def write(base: int) -> None:
-        lines, ids = _seed_requests(base, 10)
-        want.extend(ids)
-        with open(log, "a") as f:
-            f.writelines(lines)
-
     try:
-        write(0x1000)
-        agent = AgentProc(*args).start()
-        assert wait_for(lambda: roots.have(want), 30)
-        time.sleep(1.5)  # its ack and checkpoint
-        assert agent.term()[0] == 0
+        p.write(log, 0x1000)
+        p.run(1.5)
         for n, stamp in enumerate(("20260215-100000", "20260215-110000", "20260215-120000")):
-            write(0x2000 + 0x100 * n)
+            p.write(log, 0x2000 + 0x100 * n)
             _kubelet_rotate(log, stamp)
-        write(0x3000)
+        p.write(log, 0x3000)
         if clock == "stepped_back":
             d = os.path.dirname(log)
             for name in os.listdir(d):
                 os.utime(os.path.join(d, name), (time.time() - 86400, time.time() - 86400))
         assert sorted(os.listdir(os.path.dirname(log))) == [
             "0.log", "0.log.20260215-100000.gz", "0.log.20260215-110000.gz", "0.log.20260215-120000"]
-        agent = AgentProc(*args).start()
-        wait_for(lambda: roots.have(want), 30)
-        time.sleep(2)  # a second copy would show by now
-        assert agent.term()[0] == 0
+        p.run()
     finally:
-        rx.stop()
-    traces = roots.traces()
-    assert sorted(set(want) - set(traces)) == []
-    assert {rid: len(t) for rid, t in traces.items() if len(t) > 1} == {}
+        p.check()
 
 
 def test_files_rotated_before_the_agent_first_started_are_never_read(tmp_path):
     """A rotated file already there when the agent first starts is history it was not asked
     to read (its start reads the file at the path). kubelet gzips it at the next rotation, a
     new file by mtime: it must still not be read, not then and not after a restart."""
+    p = _Pods(tmp_path)
     log = pod_log(tmp_path)
     old, _ = _seed_requests(0x9000, 10)
     with open(log + ".20260215-090000", "w") as f:
         f.writelines(old)
-    rx = Receiver(free_port(), str(tmp_path / "rx.bin")).start()
-    args = (str(tmp_path / "pods/*/*/*.log"), str(tmp_path / "state"), rx.endpoint, "--start-at", "beginning",
-            "--linger", "0")
-    roots, want = _Roots(rx), []
-
-    def write(base: int) -> None:
-        lines, ids = _seed_requests(base, 10)
-        want.extend(ids)
-        with open(log, "a") as f:
-            f.writelines(lines)
-
     try:
-        write(0x1000)
-        agent = AgentProc(*args).start()
-        assert wait_for(lambda: roots.have(want), 30)
+        p.write(log, 0x1000)
+        p.agent = AgentProc(*p.args).start()
+        assert wait_for(lambda: p.roots.have(p.want), 30)
         time.sleep(1.1)
-        write(0x2000)
+        p.write(log, 0x2000)
         _kubelet_rotate(log, "20260215-100000")  # the old file gzipped, the agent running
-        write(0x3000)
-        assert wait_for(lambda: roots.have(want), 30)
+        p.write(log, 0x3000)
+        assert wait_for(lambda: p.roots.have(p.want), 30)
         time.sleep(1.5)
-        assert agent.term()[0] == 0
-        write(0x4000)
+        assert p.agent.term()[0] == 0
+        p.write(log, 0x4000)
         _kubelet_rotate(log, "20260215-110000")  # and again while it is down
-        write(0x5000)
-        agent = AgentProc(*args).start()
-        assert wait_for(lambda: roots.have(want), 30)
-        time.sleep(2)
-        assert agent.term()[0] == 0
+        p.write(log, 0x5000)
+        p.run()
     finally:
-        rx.stop()
-    traces = roots.traces()
-    assert set(traces) == set(want)  # none of the old file's 0x9000…
-    assert {rid: len(t) for rid, t in traces.items() if len(t) > 1} == {}
+        p.check()  # none of the old file's 0x9000…: only what the test wants
 
 
 @pytest.mark.parametrize("kind", ["rename", "copytruncate"])
@@ -867,17 +832,8 @@ def test_logrotate_dateext_names_are_siblings(tmp_path, kind):
     made by copytruncate under that name holds the lines not read yet when the file was
     truncated, and a file renamed so while the agent is down holds lines not read at all:
     both were missed (only `0.log.*` was looked at). Truth: the requests this test wrote."""
+    p = _Pods(tmp_path)
     log = pod_log(tmp_path)
-    rx = Receiver(free_port(), str(tmp_path / "rx.bin")).start()
-    args = (str(tmp_path / "pods/*/*/*.log"), str(tmp_path / "state"), rx.endpoint, "--start-at", "beginning",
-            "--linger", "0")
-    roots, want = _Roots(rx), []
-
-    def write(base: int) -> None:
-        lines, ids = _seed_requests(base, 10)
-        want.extend(ids)
-        with open(log, "a") as f:
-            f.writelines(lines)
 
     def rotate(suffix: str) -> None:
         if kind == "rename":
@@ -888,25 +844,16 @@ def test_logrotate_dateext_names_are_siblings(tmp_path, kind):
                 f.truncate(0)
 
     try:
-        write(0x1000)
-        agent = AgentProc(*args).start()
-        assert wait_for(lambda: roots.have(want), 30)
-        time.sleep(1.5)
-        assert agent.term()[0] == 0
-        write(0x2000)
+        p.write(log, 0x1000)
+        p.run(1.5)
+        p.write(log, 0x2000)
         rotate("-20260215")
-        write(0x3000)
+        p.write(log, 0x3000)
         rotate("-20260216")
-        write(0x4000)
-        agent = AgentProc(*args).start()
-        wait_for(lambda: roots.have(want), 30)
-        time.sleep(2)
-        assert agent.term()[0] == 0
+        p.write(log, 0x4000)
+        p.run()
     finally:
-        rx.stop()
-    traces = roots.traces()
-    assert sorted(set(want) - set(traces)) == []
-    assert {rid: len(t) for rid, t in traces.items() if len(t) > 1} == {}
+        p.check()
 
 
 def test_known_heads_round_trip_and_a_bad_entry_is_left_out(tmp_path):
