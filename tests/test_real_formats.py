@@ -53,6 +53,13 @@ def test_json_log_record_decodes_with_year_milliseconds_and_process():
      ResponseGenerated("chatcmpl-x", None, 3, "details")),
     ("Generated response chatcmpl-x (streaming delta) details: output_token_ids: [98]", "DEBUG", "request_logger.py:1",
      ResponseGenerated("chatcmpl-x", None, None, "delta")),
+    # the Responses API logs a tuple (vLLM 0.32, a review's capture), `(7,)` for one id
+    ("Generated response resp_89166c237c87b4ba details: output_token_ids: (389, 158, 85, 372, 161, 268, 143, 231)",
+     "DEBUG", "request_logger.py:101", ResponseGenerated("resp_89166c237c87b4ba", None, 8, "details")),
+    ("Generated response resp_1 details: output_token_ids: (7,)", "DEBUG", "request_logger.py:101",
+     ResponseGenerated("resp_1", None, 1, "details")),
+    ("Generated response resp_1 details: output_token_ids: ()", "DEBUG", "request_logger.py:101",
+     ResponseGenerated("resp_1", None, 0, "details")),
     ("Generated response chatcmpl-x (streaming complete) details: output_token_ids: None", "DEBUG",
      "request_logger.py:1", ResponseGenerated("chatcmpl-x", None, None, "complete")),
     ("Generated response chatcmpl-x (streaming complete): output: 'a, finish_reason: stop', "

@@ -165,18 +165,21 @@ def _request(msg: str) -> Event | None:
 _GENERATED = re.compile(r"Generated response (\S+?)(?: \(streaming (delta|complete)\))?: ")
 _TOKEN_IDS = ", output_token_ids: "
 _FINISH = ", finish_reason: "
+#: The ids are a list, or a tuple (the Responses API's, `(7,)` for one).
 _DETAILS = re.compile(
-    r"Generated response (\S+?)(?: \(streaming (delta|complete)\))? details: output_token_ids: (?:\[([^\]]*)\]|None)")
+    r"Generated response (\S+?)(?: \(streaming (delta|complete)\))? details: output_token_ids: "
+    r"(?:\[([^\]]*)\]|\(([^)]*)\)|None)")
 
 
 def _generated(msg: str) -> Event | None:
     d = _DETAILS.match(msg)
     if d is not None:  # DEBUG (≈ v0.30+): the token ids alone; only their count leaves here
-        if d[3] is None or d[2] == "delta":
+        ids = d[3] if d[3] is not None else d[4]
+        if ids is None or d[2] == "delta":
             # A stream's deltas are not all logged (an empty one is skipped), so their sum would
             # undercount; `(streaming complete)` says None. Only a whole response is counted.
             return ResponseGenerated(d[1], None, None, d[2] or "details")
-        inner = d[3].strip()
+        inner = ids.strip().rstrip(",")
         return ResponseGenerated(d[1], None, inner.count(",") + 1 if inner else 0, d[2] or "details")
     m = _GENERATED.match(msg)
     if m is None:
