@@ -1134,3 +1134,99 @@ def test_a_checkpointed_file_deleted_while_down_is_not_found_in_a_live_file(tmp_
     follower.restore([ck], {"s": 1}, time.time() - 60, {})
     assert [tf.path for tf in follower.files] == []
     assert follower.stats.errors.get("lost") == 1
+
+
+@pytest.mark.parametrize("restart", [False, True])
+def test_a_path_over_the_heads_kept_never_counts_as_complete_again(tmp_path, monkeypatch, restart):
+    """Once a path has more rotated files than heads kept, a later look (a restart with the
+    file still there, or an empty file at the path) marked it complete again, with its oldest
+    heads gone: the next rotation read them as history (a review of the first fix)."""
+    from bridge.tail import follow
+
+    monkeypatch.setattr(follow, "_KNOWN_PER_PATH", 8)
+    log = tmp_path / "0.log"
+    for i in range(12):
+        (tmp_path / f"0.log-202501{i + 1:02d}").write_bytes(f"history {i}\n".encode())
+    log.write_bytes(b"")
+    f = follow.Follower(follow.Filters((str(log),)))
+    f.discover(first_round=True)
+    got = _follower_lines(f)
+    if restart:
+        heads = f.known_heads()
+        f = follow.Follower(follow.Filters((str(log),)))
+        f.restore([], {}, time.time(), heads)
+    log.write_bytes(b"now 1\n")
+    got += _follower_lines(f)
+    os.rename(log, str(log) + "-20260301")
+    log.write_bytes(b"now 2\n")
+    got += _follower_lines(f)
+    assert got == [b"now 1\n", b"now 2\n"]
+
+
+def test_a_name_empty_for_longer_than_a_retirement_keeps_what_is_known_of_it(tmp_path):
+    """The came-and-went case above, with the name empty for longer than a rotated file is
+    kept open: its known heads were dropped with the closed file, and the gzipped file that
+    came and went was then passed over (a review)."""
+    import gzip
+
+    from bridge.tail import follow
+
+    now = [0.0]
+    log = tmp_path / "0.log"
+    log.write_bytes(b"a\n")
+    f = follow.Follower(follow.Filters((str(log),)), clock=lambda: now[0])
+    f.discover(first_round=True)
+    got = _follower_lines(f)
+    os.rename(log, str(log) + ".20260215-100001")
+    for _ in range(3):
+        got += _follower_lines(f)
+        now[0] += follow.RETIRE_AFTER_S
+    assert f.files == []  # the renamed file read to its end and closed
+    with gzip.open(str(log) + ".20260215-100002.gz", "wb") as g:
+        g.write(b"b\n")
+    log.write_bytes(b"c\n")
+    got += _follower_lines(f)
+    assert got == [b"a\n", b"b\n", b"c\n"]
+
+
+@pytest.mark.parametrize("glob_", ["*", "*.log*"])
+def test_an_include_glob_that_matches_rotated_files_reads_each_once(tmp_path, glob_):
+    """`--include '.../*'` or `'*.log*'` also matches rotated files: they were followed as files
+    of their own, read again from their start as new requests, and on a first start history
+    was read (a review). A rotated file of a matched path is read with it, once."""
+    import gzip
+
+    from bridge.tail import follow
+
+    log = tmp_path / "0.log"
+    (tmp_path / "0.log.20260215-090000").write_bytes(b"history\n")
+    log.write_bytes(b"a\n")
+    f = follow.Follower(follow.Filters((str(tmp_path / glob_),)))
+    f.discover(first_round=True)
+    got = _follower_lines(f)
+    os.rename(log, str(log) + ".20260215-100000")
+    log.write_bytes(b"b\n")
+    got += _follower_lines(f)
+    with gzip.open(str(log) + ".20260215-090000.gz", "wb") as g:  # kubelet gzips the one before
+        g.write(b"history\n")
+    os.remove(str(log) + ".20260215-090000")
+    got += _follower_lines(f)
+    assert got == [b"a\n", b"b\n"]
+    assert f.skipped_by_kind().get("rotated", 0) >= 1
+
+
+def test_a_relative_include_resumes_where_it_was(tmp_path):
+    """`--include pods/*/*/*.log`, relative: discovery makes paths absolute, the globs were
+    not, so a restart took the checkpointed file at its path for a rotated one and sent every
+    request again, as a second trace (a review)."""
+    from agentkit import ROOT
+
+    p = _Pods(tmp_path, os.path.relpath(str(tmp_path / "pods/*/*/*.log"), ROOT))  # the agent runs in ROOT
+    log = pod_log(tmp_path)
+    try:
+        p.write(log, 0x1000)
+        p.run()
+        p.write(log, 0x2000)
+        p.run()
+    finally:
+        p.check()

@@ -73,6 +73,16 @@ def siblings(path: str) -> list[str]:
                   if not p.endswith(".tmp") and os.path.isfile(p))
 
 
+def _rotated_name(path: str, names: set[str]) -> str | None:
+    """The path among `names` that `path` is a rotated file of (`0.log.1`, `0.log-20260215.gz`
+    of `0.log`), or None."""
+    start = path.rfind("/") + 1
+    for i in range(start + 1, len(path)):
+        if path[i] in ".-" and path[:i] in names:
+            return path[:i]
+    return None
+
+
 def rotation_order(path: str, sibling: str, mtime: float) -> tuple:
     """Oldest first, by the name the rotation gave: a number counts back (logrotate's `.1` is
     the newest), a date or stamp (kubelet's `20260215-100000`, `dateext`) counts forward; the
@@ -96,6 +106,13 @@ class Filters:
     pods: tuple[str, ...] = ("*",)
     containers: tuple[str, ...] = ("*",)
     gateway: tuple[str, ...] = ()  # access logs: followed whatever pod or container wrote them
+
+    def __post_init__(self) -> None:
+        # Paths are compared absolute (discovery makes them so): a relative glob (`--include
+        # pods/*/*/*.log`) is made absolute here, or a restart could not tell a checkpointed
+        # file at its path from a rotated one, and sent it again (a review).
+        self.include, self.exclude, self.gateway = (tuple(os.path.abspath(p) for p in globs)
+                                                    for globs in (self.include, self.exclude, self.gateway))
 
     def accepts(self, path: str, source: Source) -> bool:
         return self.refusal(path, source) is None
@@ -366,6 +383,7 @@ class Follower:
         self._known: dict[str, dict[tuple[int, str], None]] = {}
         self._exact: set[str] = set()  # paths whose known heads are complete (see _catch_missed)
         self._restored_at: float | None = None  # the checkpoint's time, when resumed from one
+        self._overflowed: set[str] = set()  # paths that had more files than heads kept: never complete
         self._listings: dict[str, tuple[int, list[str]]] = {}  # directory → (mtime, names)
         self._last_look: float | None = None  # wall time of the last discovery
         self._judged: dict[str, tuple[Source, bool]] = {}     # path → (source, passes the filters)
@@ -454,9 +472,20 @@ class Follower:
                     accepted.append((path, source))
                 else:
                     self._skip(path, "filter", self.filters.refusal(path, source) or "filtered", source)
+        # A glob that also matches rotated files (`*/*/*`, `*.log*`): a rotated file of a path
+        # it matches is the rotation handling's to read, once, as the file it was; followed as
+        # a file of its own it was read again, as new requests (a review).
+        names = set(found)  # every path matched this round, the ones of unchanged directories too
+        rotated = {p for p, _ in accepted if _rotated_name(p, names)}
+        for p in sorted(rotated):
+            self._skip(p, "rotated", f"a rotated file of {_rotated_name(p, names)}: read with it, when it is "
+                                     "rotated, not as a file of its own")
         # A file reached by two names (kubelet's /var/log/containers symlink and its real path
         # under /var/log/pods) is followed once, by the real one when both are new.
         for path, source in sorted(accepted, key=lambda a: os.path.islink(a[0])):
+            if path in rotated:
+                found.discard(path)
+                continue
             self._see(path, source, first_round)
         for d in denied:
             self._skip(os.path.abspath(d), "unreadable", "directory not readable by this user (permission denied)")
@@ -606,32 +635,38 @@ class Follower:
         known[head] = None
         if len(known) > _KNOWN_PER_PATH:
             del known[next(iter(known))]
-            # No longer complete: the head let go may be a file still there, which would then
-            # look unread. The path falls back to what a name without heads gets.
+            # No longer complete, and never again: the head let go may be a file still there,
+            # which would then look unread. The path keeps the rule of a name without heads.
             self._exact.discard(path)
+            self._overflowed.add(path)
 
     def _know_siblings(self, path: str) -> None:
         """Every rotated sibling at `path` now is one we read or chose not to read: known, so
         that from here on a sibling not known is one that came and went between two looks."""
-        for sibling in siblings(path):
+        found = siblings(path)
+        for sibling in found:
             try:
                 head = read_head(sibling)
             except OSError:
                 continue
             if head:
                 self._know(path, (len(head), fingerprint(head)))
-        self._exact.add(path)
+        if len(found) < _KNOWN_PER_PATH and path not in self._overflowed:  # room for them and the file at the path
+            self._exact.add(path)
 
     def known_heads(self) -> dict[str, tuple[bool, list[tuple[int, str]]]]:
         """Per path, whether its known heads are complete, and the heads (the checkpoint keeps them)."""
         return {p: (p in self._exact, list(known)) for p, known in self._known.items() if known}
 
     def _forget(self, paths) -> None:
-        """Drop the known heads of paths no longer followed, read or awaited (a deleted pod's)."""
+        """Drop the known heads of paths no longer followed, read or awaited, in a directory
+        that is gone (a deleted pod's)."""
         live = set(self._by_path) | set(self._resume) | set(self._rotated_while_down)
         live.update(tf.source.path for tf in self.files)
         for p in paths:
-            if p not in live:
+            # A name between two files (renamed away, the next not there yet) keeps what is
+            # known of it: its directory is still there.
+            if p not in live and not os.path.isdir(os.path.dirname(p)):
                 self._known.pop(p, None)
                 self._exact.discard(p)
 
