@@ -112,6 +112,13 @@ class Agent:
         telemetry = TelemetryServer(cfg.listen, self.health.snapshot, self.health.readiness)
         telemetry.start()
         self.telemetry_port = telemetry.port
+        rotated_names = ("0.log.20260215-100000", "0.log.20260215-100000.gz", "0.log.1", "0.log-20260215")
+        for glob_ in cfg.include:
+            if any(fnmatch.fnmatch(name, os.path.basename(glob_)) for name in rotated_names):
+                self.log.warning("include_matches_rotated_files", include=glob_,
+                                 note="rotated files (0.log.<stamp>, .gz, .1) would be followed as files of their own "
+                                      "too, and their requests sent again as new traces",
+                                 fix="end the glob with the live file's name, e.g. /var/log/pods/*/*/*.log")
         self.log.info("agent_started", include=list(cfg.include), state_dir=cfg.state_dir,
                       endpoint=self._dest.endpoint, protocol=self._dest.protocol, telemetry_port=telemetry.port,
                       resumed_files=len(files))

@@ -1189,32 +1189,6 @@ def test_a_name_empty_for_longer_than_a_retirement_keeps_what_is_known_of_it(tmp
     assert got == [b"a\n", b"b\n", b"c\n"]
 
 
-@pytest.mark.parametrize("glob_", ["*", "*.log*"])
-def test_an_include_glob_that_matches_rotated_files_reads_each_once(tmp_path, glob_):
-    """`--include '.../*'` or `'*.log*'` also matches rotated files: they were followed as files
-    of their own, read again from their start as new requests, and on a first start history
-    was read (a review). A rotated file of a matched path is read with it, once."""
-    import gzip
-
-    from bridge.tail import follow
-
-    log = tmp_path / "0.log"
-    (tmp_path / "0.log.20260215-090000").write_bytes(b"history\n")
-    log.write_bytes(b"a\n")
-    f = follow.Follower(follow.Filters((str(tmp_path / glob_),)))
-    f.discover(first_round=True)
-    got = _follower_lines(f)
-    os.rename(log, str(log) + ".20260215-100000")
-    log.write_bytes(b"b\n")
-    got += _follower_lines(f)
-    with gzip.open(str(log) + ".20260215-090000.gz", "wb") as g:  # kubelet gzips the one before
-        g.write(b"history\n")
-    os.remove(str(log) + ".20260215-090000")
-    got += _follower_lines(f)
-    assert got == [b"a\n", b"b\n"]
-    assert f.skipped_by_kind().get("rotated", 0) >= 1
-
-
 def test_a_relative_include_resumes_where_it_was(tmp_path):
     """`--include pods/*/*/*.log`, relative: discovery makes paths absolute, the globs were
     not, so a restart took the checkpointed file at its path for a rotated one and sent every
@@ -1230,3 +1204,57 @@ def test_a_relative_include_resumes_where_it_was(tmp_path):
         p.run()
     finally:
         p.check()
+
+
+def test_relative_exclude_and_gateway_globs_still_match_anywhere():
+    """Only include globs are expanded from the working directory and made absolute; an
+    exclude glob is matched, and `*istio-proxy*` matches a path anywhere (a review: made
+    absolute, it matched only under the working directory and excluded nothing)."""
+    from bridge.tail.follow import Filters, source_for
+
+    f = Filters(("pods/*/*/*.log",), ("*istio-proxy*",), gateway=("*nginx*",))
+    assert f.include == (os.path.abspath("pods/*/*/*.log"),)
+    path = "/var/log/pods/ns_p_u/istio-proxy/0.log"
+    assert f.refusal(path, source_for(path)) == "matches exclude '*istio-proxy*'"
+    assert f.gateway == ("*nginx*",)
+
+
+def test_heads_of_a_pod_whose_file_went_before_its_directory_are_dropped(tmp_path, monkeypatch):
+    """kubelet's GC removes a container's file, and the pod's directory later: the heads were
+    kept for good, in every checkpoint (a review). A look drops, once a minute, the heads of
+    paths whose directory is gone."""
+    from bridge.tail import follow
+
+    clock = [1000.0]
+    monkeypatch.setattr(follow.time, "time", lambda: clock[0])
+    pod = tmp_path / "pod"
+    pod.mkdir()
+    log = pod / "0.log"
+    log.write_bytes(b"a\n")
+    f = follow.Follower(follow.Filters((str(tmp_path / "*" / "*.log"),)), clock=lambda: clock[0])
+    f.discover(first_round=True)
+    _follower_lines(f)
+    assert list(f.known_heads()) == [str(log)]
+    log.unlink()
+    for _ in range(3):
+        _follower_lines(f)
+        clock[0] += follow.RETIRE_AFTER_S
+    shutil.rmtree(pod)
+    clock[0] += 61
+    f.discover()
+    assert f.known_heads() == {}
+
+
+def test_an_include_glob_that_matches_rotated_files_is_warned_of(tmp_path):
+    """`--include '.../*'` also matches rotated files, which are then followed as files of
+    their own and sent again (a review): the agent says so at start, naming the fix."""
+    log = pod_log(tmp_path)
+    with open(log, "w") as f:
+        f.write("INFO 02-15 10:00:00 x.py:1] hello\n")
+    agent = AgentProc(str(tmp_path / "pods/*/*/*"), str(tmp_path / "state"), "http://127.0.0.1:1").start()
+    try:
+        assert wait_for(lambda: "include_matches_rotated_files" in open(agent.stderr_path).read(), 20)
+    finally:
+        agent.term()
+    text = open(agent.stderr_path).read()
+    assert "/var/log/pods/*/*/*.log" in text

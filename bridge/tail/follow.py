@@ -73,16 +73,6 @@ def siblings(path: str) -> list[str]:
                   if not p.endswith(".tmp") and os.path.isfile(p))
 
 
-def _rotated_name(path: str, names: set[str]) -> str | None:
-    """The path among `names` that `path` is a rotated file of (`0.log.1`, `0.log-20260215.gz`
-    of `0.log`), or None."""
-    start = path.rfind("/") + 1
-    for i in range(start + 1, len(path)):
-        if path[i] in ".-" and path[:i] in names:
-            return path[:i]
-    return None
-
-
 def rotation_order(path: str, sibling: str, mtime: float) -> tuple:
     """Oldest first, by the name the rotation gave: a number counts back (logrotate's `.1` is
     the newest), a date or stamp (kubelet's `20260215-100000`, `dateext`) counts forward; the
@@ -108,11 +98,11 @@ class Filters:
     gateway: tuple[str, ...] = ()  # access logs: followed whatever pod or container wrote them
 
     def __post_init__(self) -> None:
-        # Paths are compared absolute (discovery makes them so): a relative glob (`--include
-        # pods/*/*/*.log`) is made absolute here, or a restart could not tell a checkpointed
-        # file at its path from a rotated one, and sent it again (a review).
-        self.include, self.exclude, self.gateway = (tuple(os.path.abspath(p) for p in globs)
-                                                    for globs in (self.include, self.exclude, self.gateway))
+        # Include globs are expanded from the working directory and the paths found are made
+        # absolute: so are the globs, or a restart could not tell a checkpointed file at its
+        # path from a rotated one, and sent it again (a review). Exclude and gateway globs are
+        # only matched (`*` spans `/`: `*istio-proxy*` matches anywhere) and stay as given.
+        self.include = tuple(os.path.abspath(p) for p in self.include)
 
     def accepts(self, path: str, source: Source) -> bool:
         return self.refusal(path, source) is None
@@ -384,6 +374,7 @@ class Follower:
         self._exact: set[str] = set()  # paths whose known heads are complete (see _catch_missed)
         self._restored_at: float | None = None  # the checkpoint's time, when resumed from one
         self._overflowed: set[str] = set()  # paths that had more files than heads kept: never complete
+        self._pruned_at = 0.0  # when the known heads of gone directories were last dropped
         self._listings: dict[str, tuple[int, list[str]]] = {}  # directory → (mtime, names)
         self._last_look: float | None = None  # wall time of the last discovery
         self._judged: dict[str, tuple[Source, bool]] = {}     # path → (source, passes the filters)
@@ -472,20 +463,9 @@ class Follower:
                     accepted.append((path, source))
                 else:
                     self._skip(path, "filter", self.filters.refusal(path, source) or "filtered", source)
-        # A glob that also matches rotated files (`*/*/*`, `*.log*`): a rotated file of a path
-        # it matches is the rotation handling's to read, once, as the file it was; followed as
-        # a file of its own it was read again, as new requests (a review).
-        names = set(found)  # every path matched this round, the ones of unchanged directories too
-        rotated = {p for p, _ in accepted if _rotated_name(p, names)}
-        for p in sorted(rotated):
-            self._skip(p, "rotated", f"a rotated file of {_rotated_name(p, names)}: read with it, when it is "
-                                     "rotated, not as a file of its own")
         # A file reached by two names (kubelet's /var/log/containers symlink and its real path
         # under /var/log/pods) is followed once, by the real one when both are new.
         for path, source in sorted(accepted, key=lambda a: os.path.islink(a[0])):
-            if path in rotated:
-                found.discard(path)
-                continue
             self._see(path, source, first_round)
         for d in denied:
             self._skip(os.path.abspath(d), "unreadable", "directory not readable by this user (permission denied)")
@@ -503,6 +483,9 @@ class Follower:
         for p in gone:
             del self._rotated_while_down[p]
         self._forget(gone)
+        if looked_at - self._pruned_at >= 60:  # a pod whose file went first and directory later
+            self._pruned_at = looked_at
+            self._forget([p for p in self._known if p not in found])
 
     def _skip(self, path: str, kind: str, why: str, source: Source | None = None) -> None:
         """Remember (and report once) a candidate not followed, and why."""
@@ -669,6 +652,7 @@ class Follower:
             if p not in live and not os.path.isdir(os.path.dirname(p)):
                 self._known.pop(p, None)
                 self._exact.discard(p)
+                self._overflowed.discard(p)
 
     def _new_generation(self, source: Source) -> int:
         gen = self._next_gen.get(source.key, 0)
