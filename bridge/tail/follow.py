@@ -517,6 +517,7 @@ class Follower:
             self._skip(path, "not_a_file", "not a regular file (a directory matched the include glob?)", source)
             return
         tf = self._by_path.get(path)
+        renamed_since = None  # renamed away: what came and went since its last write
         if tf is not None:
             if tf.inode == st.st_ino:
                 return
@@ -524,7 +525,7 @@ class Follower:
             self.stats.count(self.stats.rotations, "rename")
             del self._by_path[path]
             try:
-                self._catch_missed(path, source, os.fstat(tf.fh.fileno()).st_mtime)
+                renamed_since = os.fstat(tf.fh.fileno()).st_mtime
             except (OSError, ValueError):
                 pass
         if tf is None:
@@ -542,16 +543,19 @@ class Follower:
             # Rotated (renamed or copied and truncated) between the restore and this look:
             # the checkpointed file is a sibling now; what is at the path is a new generation.
             self._find_rotated(ck)
-        down_since = self._rotated_while_down.pop(path, None)
-        if down_since is not None:
-            self._catch_missed(path, source, down_since)  # rotated while we were down
-        elif ck is None and (path in self._exact or (since := self._restored_at if self._last_look is None
-                                                    else self._last_look) is not None):
-            # A file at a name we follow but had no file open at (a look found it gone: what
-            # came and went since is not known), or a name we never saw: anything rotated from
-            # it since our last look, or, on a restart, since the checkpoint (a pod that
-            # started and rotated while we were down).
-            self._catch_missed(path, source, 0.0 if path in self._exact else since)
+        # One catch-up of the files that came and went at this name, from the earliest time
+        # anything can have been missed: rotated while we were down (the checkpoint's time);
+        # renamed away under us (its last write); a name with complete heads (any time: the
+        # heads tell); a name never seen (our last look, or on a restart the checkpoint's
+        # time: a pod that started and rotated while we were down).
+        since = self._rotated_while_down.pop(path, None)
+        if since is None:
+            since = renamed_since
+        if since is None and ck is None:
+            since = 0.0 if path in self._exact else (self._restored_at if self._last_look is None
+                                                     else self._last_look)
+        if since is not None:
+            self._catch_missed(path, source, since)
         self._know_siblings(path)
         offset = st.st_size if (first_round and self._start_at_end and ck is None) else 0
         self._by_path_open(path, source, self._new_generation(source), offset)
