@@ -905,6 +905,16 @@ class _Pods:
         assert self.agent.proc.poll() is None, "the agent died"
         assert self.agent.term()[0] == 0
 
+    def rotated_while_down(self, first: str, log: str, base: int) -> None:
+        """A run over `first`; with the agent down, `log` written (`base`…), rotated as kubelet
+        does and written on (`base + 0x1000`…); a run again."""
+        self.write(first, 0x1000)
+        self.run()
+        self.write(log, base)
+        _kubelet_rotate(log, "20260215-100000")
+        self.write(log, base + 0x1000)
+        self.run()
+
     def check(self) -> None:
         self.rx.stop()
         traces = self.roots.traces()
@@ -949,14 +959,8 @@ def test_a_pod_that_started_and_rotated_while_the_agent_was_down_is_read_whole(t
     files already rotated when a path is first seen are history the agent was not asked for;
     on a restart, what was written since the checkpoint is not history)."""
     p = _Pods(tmp_path)
-    log, log2 = pod_log(tmp_path), pod_log(tmp_path, "vllm-1")
     try:
-        p.write(log, 0x1000)
-        p.run()
-        p.write(log2, 0x5000)
-        _kubelet_rotate(log2, "20260215-100000")
-        p.write(log2, 0x6000)
-        p.run()
+        p.rotated_while_down(pod_log(tmp_path), pod_log(tmp_path, "vllm-1"), 0x5000)
     finally:
         p.check()
 
@@ -971,12 +975,7 @@ def test_rotations_of_a_file_followed_by_its_containers_symlink(tmp_path):
     os.symlink(log, links / ("vllm-0_llm_vllm-" + "ab" * 32 + ".log"))
     p = _Pods(tmp_path, str(links / "*.log"))
     try:
-        p.write(log, 0x1000)
-        p.run()
-        p.write(log, 0x2000)
-        _kubelet_rotate(log, "20260215-100000")
-        p.write(log, 0x3000)
-        p.run()
+        p.rotated_while_down(log, log, 0x2000)
     finally:
         p.check()
 
@@ -1076,17 +1075,22 @@ def test_a_fifo_named_like_a_rotated_file_is_never_opened(tmp_path):
     assert done.wait(10), "the follower blocked"
 
 
+def _more_rotated_files_than_heads_kept(tmp_path, monkeypatch):
+    """follow, with 8 heads kept per path, and `0.log`'s path beside 12 dateext files of history."""
+    from bridge.tail import follow
+
+    monkeypatch.setattr(follow, "_KNOWN_PER_PATH", 8)
+    for i in range(12):
+        (tmp_path / f"0.log-202501{i + 1:02d}").write_bytes(f"history {i}\n".encode())
+    return follow, tmp_path / "0.log"
+
+
 def test_a_path_with_more_rotated_files_than_heads_kept_reads_no_history(tmp_path, monkeypatch):
     """More rotated files than the heads kept per path (logrotate `rotate 365`): a head let
     go looked like a file that came and went, so history was read, and read again at each
     rotation (a review, with 260 files and 256 heads). Letting a head go makes the path's
     heads incomplete: it falls back to the files written since the last look."""
-    from bridge.tail import follow
-
-    monkeypatch.setattr(follow, "_KNOWN_PER_PATH", 8)
-    log = tmp_path / "0.log"
-    for i in range(12):
-        (tmp_path / f"0.log-202501{i + 1:02d}").write_bytes(f"history {i}\n".encode())
+    follow, log = _more_rotated_files_than_heads_kept(tmp_path, monkeypatch)
     log.write_bytes(b"now 1\n")
     follower = follow.Follower(follow.Filters((str(log),)))
     follower.discover(first_round=True)
@@ -1141,12 +1145,7 @@ def test_a_path_over_the_heads_kept_never_counts_as_complete_again(tmp_path, mon
     """Once a path has more rotated files than heads kept, a later look (a restart with the
     file still there, or an empty file at the path) marked it complete again, with its oldest
     heads gone: the next rotation read them as history (a review of the first fix)."""
-    from bridge.tail import follow
-
-    monkeypatch.setattr(follow, "_KNOWN_PER_PATH", 8)
-    log = tmp_path / "0.log"
-    for i in range(12):
-        (tmp_path / f"0.log-202501{i + 1:02d}").write_bytes(f"history {i}\n".encode())
+    follow, log = _more_rotated_files_than_heads_kept(tmp_path, monkeypatch)
     log.write_bytes(b"")
     f = follow.Follower(follow.Filters((str(log),)))
     f.discover(first_round=True)
