@@ -41,7 +41,7 @@ from bridge.faults import failing, injected_faults, maybe_fail, PoisonedLines
 from bridge.resume import Checkpointer, file_checkpoint
 from bridge.sources import Pending, SourceState
 from bridge.tail.checkpoint import Delivered
-from bridge.tail.follow import GEN_SHIFT, Filters, Follower, TrackedFile
+from bridge.tail.follow import GEN_SHIFT, Filters, Follower, TrackedFile, matches_rotated_files
 from bridge.tail.report import log_changes, warn_if_nothing
 
 _MASK = (1 << GEN_SHIFT) - 1
@@ -112,9 +112,8 @@ class Agent:
         telemetry = TelemetryServer(cfg.listen, self.health.snapshot, self.health.readiness)
         telemetry.start()
         self.telemetry_port = telemetry.port
-        rotated_names = ("0.log.20260215-100000", "0.log.20260215-100000.gz", "0.log.1", "0.log-20260215")
         for glob_ in cfg.include:
-            if any(fnmatch.fnmatch(name, os.path.basename(glob_)) for name in rotated_names):
+            if matches_rotated_files(glob_):
                 self.log.warning("include_matches_rotated_files", include=glob_,
                                  note="rotated files (0.log.<stamp>, .gz, .1) would be followed as files of their own "
                                       "too, and their requests sent again as new traces",

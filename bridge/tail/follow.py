@@ -73,6 +73,16 @@ def siblings(path: str) -> list[str]:
                   if not p.endswith(".tmp") and os.path.isfile(p))
 
 
+#: Names rotation gives `0.log` (kubelet's stamp and its gzip, logrotate's number and dateext).
+_ROTATED_EXAMPLES = ("0.log.20260215-100000", "0.log.20260215-100000.gz", "0.log.1", "0.log-20260215")
+
+
+def matches_rotated_files(glob_: str) -> bool:
+    """Whether an include glob also matches rotated files (`*/*/*`, `*.log*`): each would be
+    followed as a file of its own as well as read with the file it was rotated from."""
+    return any(fnmatch.fnmatch(name, os.path.basename(glob_)) for name in _ROTATED_EXAMPLES)
+
+
 def rotation_order(path: str, sibling: str, mtime: float) -> tuple:
     """Oldest first, by the name the rotation gave: a number counts back (logrotate's `.1` is
     the newest), a date or stamp (kubelet's `20260215-100000`, `dateext`) counts forward; the
