@@ -28,7 +28,7 @@ from bridge.delivery import Delivery
 from bridge.decode.clock import zone
 from bridge.decode.stream import RecordStream
 from bridge.tail.source import Source
-from bridge.export.otlp import base_resource
+from bridge.export.resource import base_resource
 from bridge.export.transport import Destination, make_transport
 from bridge.health import AgentCounters, Health
 from bridge.logs import ExportProgress

@@ -16,7 +16,7 @@ from bridge.assemble import AssembleConfig, Thresholds
 from bridge.decode.clock import zone
 from bridge.export.batch import OtlpSink
 from bridge.export.console import Waterfall
-from bridge.export.otlp import base_resource
+from bridge.export.resource import base_resource
 from bridge.export.summary import Summary
 from bridge.export.transport import destination, make_transport
 from bridge.logs import make_logger, route_library_logs

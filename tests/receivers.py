@@ -96,13 +96,44 @@ class GrpcReceiver(_Store, trace_service_pb2_grpc.TraceServiceServicer):
 
 
 class HttpReceiver(_Store):
-    def __init__(self) -> None:
+    """OTLP/HTTP on 127.0.0.1. `fail_first`: answer that many requests 503 (with
+    `retry_after`, if given, as a Retry-After header); `keep_alive`: HTTP/1.1 persistent
+    connections (else HTTP/1.0, one request per connection); `tls`: (certificate, key) files,
+    served as https; `silent_close`: HTTP/1.1, but each connection is closed after one answer
+    without saying so (a keep-alive connection the server timed out). Each request's headers
+    are kept in `headers`, connections counted."""
+
+    def __init__(self, fail_first: int = 0, retry_after: str | None = None, keep_alive: bool = False,
+                 tls: tuple[str, str] | None = None, silent_close: bool = False) -> None:
         super().__init__()
         store = self
+        self.rejected = 0
+        self.headers: list[dict[str, str]] = []
+        self.connections = 0
+        self._scheme = "https" if tls else "http"
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1" if keep_alive or silent_close else "HTTP/1.0"
+
+            def setup(self):
+                super().setup()
+                with store._lock:
+                    store.connections += 1
+
             def do_POST(self):  # noqa: N802
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                with store._lock:
+                    store.headers.append({k.lower(): v for k, v in self.headers.items()})
+                    fail = store.rejected < fail_first
+                    if fail:
+                        store.rejected += 1
+                if fail:
+                    self.send_response(503)
+                    if retry_after is not None:
+                        self.send_header("Retry-After", retry_after)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 enc = self.headers.get("Content-Encoding", "")
                 if enc == "gzip":
                     body = gzip.decompress(body)
@@ -110,6 +141,7 @@ class HttpReceiver(_Store):
                     body = zlib.decompress(body)
                 if self.path != "/v1/traces" or self.headers.get("Content-Type") != "application/x-protobuf":
                     self.send_response(404)
+                    self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
                 store.add(body)
@@ -119,17 +151,25 @@ class HttpReceiver(_Store):
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
                 self.wfile.write(payload)
+                if silent_close:
+                    self.close_connection = True
 
             def log_message(self, *args):
                 pass
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        if tls:
+            import ssl
+
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(*tls)
+            self._server.socket = ctx.wrap_socket(self._server.socket, server_side=True)
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self._scheme}://127.0.0.1:{self.port}"
 
     def __enter__(self) -> HttpReceiver:
         self._thread.start()

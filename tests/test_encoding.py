@@ -84,6 +84,31 @@ def test_generated_logs_in_batches_and_from_two_sources_match_the_reference(tmp_
     assert any(len(ExportTraceServiceRequest.FromString(g).resource_spans) == 2 for g in got)
 
 
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+
+
+def test_engine_spans_of_real_logs_and_odd_incidents_match_the_reference():
+    """Startups (ok and failed), engine deaths, OOM, NCCL, timeouts from the fixtures (real vLLM
+    captures among them), and incidents no fixture has: a stack trace, no message, attributes
+    of every type."""
+    import dataclasses
+    import glob
+
+    from bridge.assemble import EngineTimeline
+
+    engines = [t for path in sorted(glob.glob(os.path.join(FIXTURES, "**", "*.log"), recursive=True))
+               for t in timelines(path) if isinstance(t, EngineTimeline)]
+    assert {t.kind for t in engines} >= {"startup", "engine_dead", "oom", "model_load"}
+    assert any(t.error_type for t in engines) and any(not t.error_type for t in engines)
+    base = next(t for t in engines if t.error_type)
+    odd = [dataclasses.replace(base, attrs={**base.attrs, "exception.stacktrace": "Traceback …\n  x", "n": 3,
+                                            "f": 0.5, "flag": True, "list": ["a", "b"]}),
+           dataclasses.replace(base, message="", attrs={"exception.type": "X"}),
+           dataclasses.replace(base, kind="startup", error_type="", message="", attrs={})]
+    (got,), (want,) = encode_both(engines + odd)
+    assert_same(got, want)
+
+
 def test_dropped_events_and_attribute_corner_cases(tmp_path):
     tls = timelines(SAMPLE)
     t = copy.deepcopy(next(t for t in tls if t.__class__.__name__ == "RequestTimeline" and t.phases))

@@ -7,7 +7,6 @@ the messages is `transport`'s job, so the encoding can change without touching d
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Mapping
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -18,24 +17,11 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 from bridge.assemble.timeline import EngineTimeline, IncidentEvent, RequestTimeline, SpanEvent
 from bridge.tail.source import Source
 from bridge.export.ids import big_float as _big_float, incident_ids, span_id, trace_id
+from bridge.export.resource import base_resource  # noqa: F401 - where it was first
 
 SCOPE_NAME, SCOPE_VERSION = "vllm-trace-bridge", "0.1.0"
 _SERVER, _INTERNAL = Span.SpanKind.SPAN_KIND_SERVER, Span.SpanKind.SPAN_KIND_INTERNAL
 _ERROR = Status.StatusCode.STATUS_CODE_ERROR
-
-
-def base_resource(env: Mapping[str, str]) -> dict[str, str]:
-    """Resource attributes shared by every source: our defaults, overridden by
-    `OTEL_RESOURCE_ATTRIBUTES` and `OTEL_SERVICE_NAME` as the SDK's own detector reads them
-    (so syntax and percent-decoding match every other OpenTelemetry component)."""
-    from opentelemetry.sdk.resources import OTELResourceDetector
-
-    attrs: dict[str, str] = {"service.name": "vllm", "host.name": socket.gethostname()}
-    node = env.get("K8S_NODE_NAME") or env.get("NODE_NAME")
-    if node:
-        attrs["k8s.node.name"] = node
-    attrs.update({k: str(v) for k, v in OTELResourceDetector().detect().attributes.items()})
-    return attrs
 
 
 def any_value(v) -> AnyValue:

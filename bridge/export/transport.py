@@ -109,7 +109,27 @@ def _grpc_transport(endpoint: str) -> Transport:
     return GrpcTransport(endpoint=endpoint)
 
 
+class LeanHttpTransport(Transport):
+    """The SDK's OTLP/HTTP client over the standard library's http.client (`httpconn`)."""
+
+    def __init__(self, client) -> None:
+        self._client = client
+
+    def send(self, request: EncodedRequest) -> bool:
+        return self._client.export(request.payload).success
+
+    def close(self) -> None:
+        self._client.shutdown()
+
+
 def _http_transport(endpoint: str) -> Transport:
+    from bridge.export.httpconn import lean_http_client
+
+    client = lean_http_client(endpoint)
+    if client is not None:
+        return LeanHttpTransport(client)
+
+    # A proxy, CA bundle or credentials that `requests` reads: the SDK exporter as it comes.
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
     class HttpTransport(OTLPSpanExporter, Transport):

@@ -5,8 +5,7 @@ everything else in the bridge together. The OTLP trace schema is small and fixed
 module writes its wire format itself (protobuf encoding: tag, varint length, body) for exactly
 the messages the bridge sends: ExportTraceServiceRequest → ResourceSpans → (Resource,
 ScopeSpans → InstrumentationScope, Span → KeyValue/AnyValue/ArrayValue, Event, Status).
-Request spans, nearly all of the volume, are written here; the rare engine-incident spans are
-built by the reference mapping and serialised one by one.
+Request spans, nearly all of the volume, and engine spans (incidents, startups) are written here.
 
 What makes it cheap:
 - every KeyValue whose value repeats (strings, ints, flags, diagnosis lists) is encoded once
@@ -416,12 +415,26 @@ class WireEncoder:
         return _LINK + varint(len(body)) + body
 
     def _engine(self, t: EngineTimeline, out: list[bytes]) -> int:
-        """Engine incidents are rare (a handful per log): they go through the reference mapping
-        itself, serialised span by span, so the two can never drift apart."""
-        from bridge.export.otlp import engine_spans
-
-        spans = engine_spans(t)
-        for s in spans:
-            b = s.SerializeToString()
-            out += (_SPAN_IN_SCOPE, varint(len(b)), b)
-        return len(spans)
+        """`otlp.engine_spans`: `vllm.engine` for an incident (status ERROR), `vllm.startup` for
+        an engine's startup (ERROR only when an error ended it). Written here rather than
+        through the proto messages so that exporting never imports the protobuf runtime; tests
+        compare the two as for request spans."""
+        tid = trace_id(t.source.key, "engine", t.kind, t.occurrence)
+        name = "vllm.startup" if t.kind == "startup" else "vllm.engine"
+        attrs = t.attrs
+        parts = [_TRACE_ID, tid, _SPAN_ID, span_id(tid, name), self._name(b"\x2a", name), _KIND_INTERNAL,
+                 _pack_times(0x39, t.start_ns, 0x41, t.end_ns)]
+        self._span_extend(parts, {k: v for k, v in attrs.items() if k != "exception.stacktrace"})
+        if t.error_type:
+            exc = {"exception.type": attrs.get("exception.type", t.kind), "exception.message": t.message}
+            if "exception.stacktrace" in attrs:
+                exc["exception.stacktrace"] = attrs["exception.stacktrace"]
+            kv = self._event_kv
+            body = _pack_fixed64(0x09, t.end_ns) + field(b"\x12", b"exception") + b"".join(
+                [kv(k, v) for k, v in exc.items()])
+            parts += (_EVENT, varint(len(body)), body)
+            status = field(b"\x12", t.message.encode()) if t.message else b""
+            parts.append(field(_STATUS, status + _STATUS_ERROR))
+        span = b"".join(parts)
+        out += (_SPAN_IN_SCOPE, varint(len(span)), span)
+        return 1

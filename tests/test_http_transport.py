@@ -1,0 +1,140 @@
+"""OTLP/HTTP over the standard library's http.client under the SDK's own client (`httpconn`):
+what users rely on from the SDK exporter still holds — retry and Retry-After, headers, TLS with
+the variables' certificates, reconnecting — and where `requests` would read more from the
+environment (a proxy), the SDK exporter as it comes is used. Every check is against what a real
+receiver on 127.0.0.1 got, decoded from the wire, and the requests the test itself wrote."""
+
+from __future__ import annotations
+
+import io
+import shutil
+import subprocess
+
+import pytest
+from receivers import HttpReceiver
+
+from bridge.cli import main
+from bridge.export.httpconn import needs_requests
+from bridge.export.transport import Destination, LeanHttpTransport, make_transport
+from bridge.synth import SynthConfig, write_file
+
+
+def _replay(path: str, endpoint: str) -> tuple[int, str]:
+    out = io.StringIO()
+    code = main(["replay", path, "--otlp-endpoint", endpoint, "--protocol", "http/protobuf"], env={}, out=out)
+    return code, out.getvalue()
+
+
+def _roots(rx) -> list[str]:
+    return [s.name for _, s in rx.spans() if s.name == "vllm.request"]
+
+
+@pytest.fixture
+def log(tmp_path):
+    path = str(tmp_path / "seed.log")
+    return path, write_file(path, SynthConfig(requests=40, seed=3))
+
+
+@pytest.fixture
+def no_proxy_env(monkeypatch):
+    for key in ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NETRC"):
+        monkeypatch.delenv(key, raising=False)
+
+
+def test_the_lean_transport_is_the_one_used_with_this_sdk(no_proxy_env):
+    """If the SDK's client changed shape, the bridge would silently fall back to `requests`
+    (correct, but ~50 ms more at every start): this fails instead, so the change is seen."""
+    t = make_transport(Destination("http://127.0.0.1:1/v1/traces", "http/protobuf"))
+    try:
+        assert type(t) is LeanHttpTransport
+    finally:
+        t.close()
+
+
+def test_a_proxy_in_the_environment_keeps_the_sdk_exporter(monkeypatch):
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
+    assert needs_requests({"HTTPS_PROXY": "http://proxy.invalid:3128"}) == "HTTPS_PROXY"
+    assert needs_requests({"no_proxy": "10.0.0.0/8"}) is None
+    t = make_transport(Destination("http://127.0.0.1:1/v1/traces", "http/protobuf"))
+    try:
+        assert type(t) is not LeanHttpTransport
+    finally:
+        t.close()
+
+
+@pytest.mark.parametrize("keep_alive", [False, True])
+def test_every_batch_arrives_over_one_or_many_connections(tmp_path, no_proxy_env, keep_alive):
+    """HTTP/1.0 closes after each answer; HTTP/1.1 keeps the connection: both deliver all."""
+    path = str(tmp_path / "seed.log")
+    truth = write_file(path, SynthConfig(requests=700, seed=8))  # several 1024-span batches
+    with HttpReceiver(keep_alive=keep_alive) as rx:
+        code, out = _replay(path, rx.endpoint)
+    assert code == 0, out
+    assert len(rx.requests) >= 2
+    assert len(_roots(rx)) == len(truth.requests)
+    assert rx.connections == (1 if keep_alive else len(rx.requests))
+
+
+def test_a_connection_the_server_closed_unannounced_is_reopened(tmp_path, no_proxy_env):
+    path = str(tmp_path / "seed.log")
+    truth = write_file(path, SynthConfig(requests=700, seed=9))
+    with HttpReceiver(silent_close=True) as rx:
+        code, out = _replay(path, rx.endpoint)
+    assert code == 0, out
+    assert len(rx.requests) >= 2 and rx.connections == len(rx.requests)
+    assert len(_roots(rx)) == len(truth.requests)
+
+
+def test_a_503_with_retry_after_is_retried_and_nothing_is_lost(log, no_proxy_env):
+    path, truth = log
+    with HttpReceiver(fail_first=2, retry_after="0", keep_alive=True) as rx:
+        code, out = _replay(path, rx.endpoint)
+    assert code == 0, out
+    assert rx.rejected == 2
+    assert len(_roots(rx)) == len(truth.requests)
+
+
+def test_headers_from_the_standard_variable_reach_the_receiver(log, monkeypatch, no_proxy_env):
+    path, _ = log
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "authorization=Bearer%20t0k,x-tenant=a")
+    with HttpReceiver() as rx:
+        code, out = _replay(path, rx.endpoint)
+    assert code == 0, out
+    assert rx.headers and all(h["authorization"] == "Bearer t0k" and h["x-tenant"] == "a" for h in rx.headers)
+    assert all(h["content-type"] == "application/x-protobuf" for h in rx.headers)
+
+
+def test_a_receiver_that_went_away_fails_with_exit_1(log, monkeypatch, no_proxy_env):
+    path, _ = log
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
+    with HttpReceiver() as rx:
+        endpoint = rx.endpoint
+    code, out = _replay(path, endpoint)
+    assert code == 1
+    assert "NOT delivered" in out
+
+
+@pytest.fixture
+def self_signed(tmp_path):
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl (Debian package) is not installed")
+    cert, key = str(tmp_path / "cert.pem"), str(tmp_path / "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", key, "-out", cert],
+                   check=True, capture_output=True)
+    return cert, key
+
+
+def test_tls_trusts_the_certificate_the_variable_names(log, monkeypatch, no_proxy_env, self_signed):
+    path, truth = log
+    cert, key = self_signed
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "2")
+    with HttpReceiver(tls=(cert, key), keep_alive=True) as rx:
+        # Not trusted: no span goes to a server whose certificate nobody vouched for.
+        code, out = _replay(path, rx.endpoint)
+        assert code == 1 and not rx.requests
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", cert)
+        code, out = _replay(path, rx.endpoint)
+    assert code == 0, out
+    assert rx.endpoint.startswith("https://")
+    assert len(_roots(rx)) == len(truth.requests)
