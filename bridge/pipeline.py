@@ -19,7 +19,7 @@ from bridge.decode.stream import RecordStream
 from bridge.parse import Parser, ParseStats
 from bridge.parse.rules import Rules
 from bridge.tail import read_lines
-from bridge.tail.follow import GEN_SHIFT
+from bridge.tail.files import GEN_SHIFT
 
 Sink = Callable[[Timeline], None]
 

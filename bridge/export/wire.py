@@ -268,7 +268,16 @@ class WireEncoder:
             entry = self._by_source[timeline.source.key] = (timeline.source, [])
         chunks = entry[1]
         held = len(chunks)
-        if isinstance(timeline, RequestTimeline):
+        if self._fast is not None and type(timeline) is RequestTimeline:  # the common case, in one call
+            spans = self._fast(timeline, self._fast_events)
+            if spans is not None:
+                chunks.append(spans)
+                n = 1 + len(timeline.phases)
+                self.count += n
+                self.size += len(spans)
+                return n
+            n = self._request(timeline, chunks, declined=True)
+        elif isinstance(timeline, RequestTimeline):
             n = self._request(timeline, chunks)
         else:
             n = self._engine(timeline, chunks)
@@ -345,8 +354,9 @@ class WireEncoder:
             self._timings[key] = b
         return b
 
-    def _request(self, t: RequestTimeline, out: list[bytes]) -> int:
-        if self._fast is not None:
+    def _request(self, t: RequestTimeline, out: list[bytes], declined: bool = False) -> int:
+        """`declined`: the C encoder was asked already and declined this timeline."""
+        if self._fast is not None and not declined:
             spans = self._fast(t, self._fast_events)  # ids computed as ids.py does, in C
             if spans is not None:
                 out.append(spans)

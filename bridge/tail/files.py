@@ -5,6 +5,9 @@ from __future__ import annotations
 import gzip
 from collections.abc import Iterator
 
+# A position is (generation << GEN_SHIFT) + byte offset: the files of one source (a container's
+# rotations, restarts) are its generations, so positions stay ordered across them.
+GEN_SHIFT = 40
 
 
 def read_lines(path: str, base: int = 0, at: list[int] | None = None) -> Iterator[tuple[int, bytes]]:

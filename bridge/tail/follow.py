@@ -31,8 +31,8 @@ from itertools import accumulate
 
 from bridge.tail.source import Source, source_for
 from bridge.tail.checkpoint import FileCheckpoint
+from bridge.tail.files import GEN_SHIFT
 
-GEN_SHIFT = 40
 FINGERPRINT_BYTES = 256
 MAX_LINE_BYTES = 4 << 20   # a longer line is cut into pieces (counted)
 _CHUNK_MAX = 64 << 20         # a bigger read (a rotated file's rest, all at once) goes line by line
