@@ -1,12 +1,12 @@
 """Agent-mode figures: line-to-span latency at a steady write rate, and idle CPU.
 
-    python bench/agent.py [--rate 1000] [--seconds 30] [--idle-files 200] [--idle-seconds 30]
+    python bench/agent.py [--rate 1000] [--seconds 30] [--idle-files 200] [--idle-seconds 30] [--protocol grpc]
 
 Latency: a writer appends CRI-framed seed-dialect lines at `--rate` lines/s to a kubelet-style
 path; the agent (`vllm-trace-bridge run`, default settings, its own process) exports to a
-real OTLP gRPC receiver in this process. For every request, latency = the moment its root
-span arrived − the moment the writer flushed the last line that request needs (its last
-block free). Idle: the agent watches `--idle-files` files that never change; its CPU time
+real OTLP receiver in this process (gRPC, or OTLP/HTTP with `--protocol http/protobuf`). For
+every request, latency = the moment its root span arrived − the moment the writer flushed the
+last line that request needs (its last block free). Idle: the agent watches `--idle-files` files that never change; its CPU time
 (user+sys from /proc) over `--idle-seconds` is reported as % of one core. Figures only.
 """
 
@@ -26,12 +26,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 
-from receivers import GrpcReceiver, attrs  # noqa: E402
+from receivers import GrpcReceiver, HttpReceiver, attrs  # noqa: E402
 
 from bridge.synth import SynthConfig, generate, write  # noqa: E402
 
 
-class TimedReceiver(GrpcReceiver):
+class _Timed:
+    """Notes when each root span arrived (mixed into a real receiver below)."""
+
     def __init__(self) -> None:
         super().__init__()
         self.arrivals: list[tuple[str, int, float]] = []  # (request id, start ns, arrival wall time)
@@ -46,16 +48,25 @@ class TimedReceiver(GrpcReceiver):
                         self.arrivals.append((attrs(s.attributes)["vllm.request.id"], s.start_time_unix_nano, now))
 
 
+class TimedGrpc(_Timed, GrpcReceiver):
+    pass
+
+
+class TimedHttp(_Timed, HttpReceiver):
+    pass
+
+
 def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def start_agent(tmp: str, endpoint: str) -> subprocess.Popen:
+def start_agent(tmp: str, endpoint: str, protocol: str = "grpc") -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "bridge", "run", "--include", f"{tmp}/pods/*/*/*.log", "--state-dir",
-         f"{tmp}/state", "--otlp-endpoint", endpoint, "--listen", "127.0.0.1:0", "--log-format", "json"],
+         f"{tmp}/state", "--otlp-endpoint", endpoint, "--otlp-protocol", protocol, "--listen", "127.0.0.1:0",
+         "--log-format", "json"],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -65,7 +76,7 @@ def pod_dir(tmp: str, i: int) -> str:
     return d
 
 
-def latency(rate: float, seconds: float) -> dict:
+def latency(rate: float, seconds: float, protocol: str = "grpc") -> dict:
     tmp = tempfile.mkdtemp(prefix="vtb-lat-")
     requests = int(rate * seconds / 10.2)
     cfg = SynthConfig(requests=requests, seed=17, cri=True, mean_interarrival_s=10.2 / rate,
@@ -97,9 +108,9 @@ def latency(rate: float, seconds: float) -> dict:
             open_ids.discard(rid)
         if rid in seen:
             last_index[(rid, seen[rid])] = i
-    rx = TimedReceiver()
+    rx = TimedHttp() if protocol == "http/protobuf" else TimedGrpc()
     rx.__enter__()
-    agent = start_agent(tmp, rx.endpoint)
+    agent = start_agent(tmp, rx.endpoint, protocol)
     written_at = [0.0] * len(lines)
     try:
         time.sleep(2)  # agent start-up
@@ -169,9 +180,11 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=30)
     ap.add_argument("--idle-files", type=int, default=200)
     ap.add_argument("--idle-seconds", type=float, default=30)
+    ap.add_argument("--protocol", choices=("grpc", "http/protobuf"), default="grpc",
+                    help="the agent's OTLP transport for the latency run (a real receiver of that kind)")
     a = ap.parse_args()
-    lat = latency(a.rate, a.seconds)
-    print(f"latency at {a.rate:.0f} lines/s, default settings: {lat['requests']} requests, "
+    lat = latency(a.rate, a.seconds, a.protocol)
+    print(f"latency at {a.rate:.0f} lines/s over {a.protocol}, default settings: {lat['requests']} requests, "
           f"p50 {lat['p50'] * 1000:.0f} ms, p99 {lat['p99'] * 1000:.0f} ms, max {lat['max'] * 1000:.0f} ms")
     idl = idle(a.idle_files, a.idle_seconds)
     print(f"idle: {idl['files']} files watched, {idl['cpu_pct']:.2f} % of one core")

@@ -138,3 +138,32 @@ def test_tls_trusts_the_certificate_the_variable_names(log, monkeypatch, no_prox
     assert code == 0, out
     assert rx.endpoint.startswith("https://")
     assert len(_roots(rx)) == len(truth.requests)
+
+
+def test_close_ends_a_request_a_silent_receiver_holds():
+    """A receiver that accepts and never answers must not hold a shutdown for the timeout."""
+    import socket
+    import threading
+    import time
+
+    from bridge.export.httpconn import StdlibTransport
+
+    server = socket.create_server(("127.0.0.1", 0))
+    held = []
+    threading.Thread(target=lambda: held.append(server.accept()), daemon=True).start()
+    transport = StdlibTransport()
+    result = []
+    url = f"http://127.0.0.1:{server.getsockname()[1]}/v1/traces"
+    worker = threading.Thread(target=lambda: result.append(transport.request("POST", url, data=b"x", timeout=30)))
+    try:
+        worker.start()
+        time.sleep(0.3)
+        start = time.monotonic()
+        transport.close()
+        worker.join(5)
+        assert not worker.is_alive() and time.monotonic() - start < 5
+        assert result[0].error is not None and transport.is_connection_error(result[0].error)
+    finally:
+        server.close()
+        for conn, _ in held:
+            conn.close()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import http.client
 import os
+import socket
 import ssl
 import threading
 from collections.abc import Mapping
@@ -141,6 +142,16 @@ class StdlibTransport(BaseHTTPTransport):
         return isinstance(exception, (OSError, http.client.HTTPException))
 
     def close(self) -> None:
+        """Also ends a request in flight at once (a receiver that accepted and never answers
+        would hold a shutdown for the whole timeout): shutting the socket down wakes the
+        thread waiting on it, as closing it would not."""
+        conn = self._conn
+        sock = conn.sock if conn is not None else None
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
         with self._lock:
             self._drop()
 
