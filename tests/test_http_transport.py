@@ -167,3 +167,123 @@ def test_close_ends_a_request_a_silent_receiver_holds():
         server.close()
         for conn, _ in held:
             conn.close()
+
+
+def _raw_server(answer: bytes, read_body: bool):
+    """A bounded one-thread HTTP server on 127.0.0.1 answering every request with `answer`,
+    after reading the body or (`read_body=False`) right after the headers, then closing."""
+    import socket
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.2)
+    seen = {"requests": 0, "paths": [], "stop": False}
+
+    def loop():
+        while not seen["stop"]:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(5)
+                buf = b""
+                while b"\r\n\r\n" not in buf:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    buf += chunk
+                head, _, rest = buf.partition(b"\r\n\r\n")
+                seen["requests"] += 1
+                seen["paths"].append(head.split(b" ")[1].decode())
+                length = next((int(x.split(b":")[1]) for x in head.split(b"\r\n")
+                               if x.lower().startswith(b"content-length")), 0)
+                while read_body and len(rest) < length:
+                    chunk = conn.recv(1 << 20)
+                    if not chunk:
+                        break
+                    rest += chunk
+                conn.sendall(answer)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+
+    def stop():
+        seen["stop"] = True
+        thread.join(2)
+        server.close()
+
+    return f"http://127.0.0.1:{server.getsockname()[1]}", seen, stop
+
+
+def _client(endpoint: str):
+    from bridge.export.httpconn import lean_http_client
+
+    client = lean_http_client(endpoint, {})
+    assert client is not None
+    return client
+
+
+def test_an_answer_before_the_body_is_read_is_reported_not_retried():
+    """The Collector answers 413 to a batch over its limit before reading it, and closes: the
+    413 is what the exporter reports (not a reset it retries six times)."""
+    base, seen, stop = _raw_server(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                                   read_body=False)
+    client = _client(base + "/v1/traces")
+    try:
+        result = client.export(b"\x00" * (16 << 20))
+    finally:
+        client.shutdown()
+        stop()
+    assert (result.success, result.status_code, seen["requests"]) == (False, 413, 1)
+
+
+def test_a_path_is_percent_encoded_as_requests_sends_it():
+    base, seen, stop = _raw_server(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", read_body=True)
+    client = _client(base + "/otlp v1/tr\u00e4ces?tenant=a b")
+    try:
+        assert client.export(b"x").success
+    finally:
+        client.shutdown()
+        stop()
+    assert seen["paths"] == ["/otlp%20v1/tr%C3%A4ces?tenant=a%20b"]
+
+
+def test_shutdown_is_not_held_by_the_sdks_retry_against_a_silent_receiver():
+    """Shutting down wakes the request in flight; the SDK's client then retries a connection
+    error at once, and that retry must not open a new connection and wait the timeout out."""
+    import socket
+    import threading
+    import time
+
+    server = socket.create_server(("127.0.0.1", 0))
+    accepted = []
+    threading.Thread(target=lambda: [accepted.append(server.accept()) for _ in range(2)], daemon=True).start()
+    client = _client(f"http://127.0.0.1:{server.getsockname()[1]}/v1/traces")
+    client._timeout = 20.0
+    result = []
+    worker = threading.Thread(target=lambda: result.append(client.export(b"x")))
+    try:
+        worker.start()
+        time.sleep(0.3)
+        start = time.monotonic()
+        client.shutdown()
+        worker.join(10)
+        assert not worker.is_alive() and time.monotonic() - start < 3
+        assert result and not result[0].success
+        assert len(accepted) == 1  # no second connection after the shutdown
+    finally:
+        server.close()
+        for conn, _ in accepted:
+            conn.close()
+
+
+@pytest.mark.parametrize("endpoint,env", [
+    ("http://user:s3cret@127.0.0.1:4318/v1/traces", {}),       # requests sends Basic auth from the URL
+    ("127.0.0.1:4318/v1/traces", {}),                           # no scheme: requests' own error
+    ("https://127.0.0.1:4318/v1/traces", {"OTEL_EXPORTER_OTLP_CERTIFICATE": "/nonexistent/ca.pem"}),
+])
+def test_what_requests_handles_in_its_own_way_stays_with_it(endpoint, env):
+    from bridge.export.httpconn import lean_http_client
+
+    assert lean_http_client(endpoint, env) is None

@@ -8,8 +8,10 @@ at every start and reads the proxy variables from the environment twice per requ
 nothing when no proxy is set (#22, docs/performance.md).
 
 Where `requests` would do more than open a connection — a proxy or `.netrc` credentials read
-from the environment, or a credential-provider session — `lean_http_client` returns None and
-the caller keeps the SDK exporter as it comes, so nothing a user configured is lost. The CA
+from the environment, a credential-provider session, credentials in the endpoint URL — or
+would fail in its own words (no scheme, a CA or client certificate it cannot load),
+`lean_http_client` returns None and the caller keeps the SDK exporter as it comes, so nothing a
+user configured is lost. The CA
 bundle `requests` would trust is trusted here too: `REQUESTS_CA_BUNDLE`, `CURL_CA_BUNDLE`, else
 certifi's; but an `OTEL_EXPORTER_OTLP_[TRACES_]CERTIFICATE` wins over those variables here,
 where `requests` lets them override it.
@@ -24,7 +26,7 @@ import ssl
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from opentelemetry.exporter.http.transport._base import BaseHTTPResult, BaseHTTPTransport
 
@@ -76,6 +78,7 @@ class StdlibTransport(BaseHTTPTransport):
         self._key: tuple[str, str, int | None] | None = None
         self._lock = threading.Lock()
         self._context: ssl.SSLContext | None = None
+        self._closed = False
 
     def _ssl_context(self) -> ssl.SSLContext:
         if self._context is None:
@@ -123,11 +126,19 @@ class StdlibTransport(BaseHTTPTransport):
     def request(self, method: str, url: str, *, headers: dict[str, str] | None = None,
                 timeout: float | None = None, data: bytes | None = None) -> BaseHTTPResult:
         parts = urlsplit(url)
-        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        # Percent-encoded as `requests` does (requote_uri): a space or non-ASCII in the path is sent.
+        path = quote((parts.path or "/") + (f"?{parts.query}" if parts.query else ""), safe="!#$%&'()*+,/:;=?@[]~")
         with self._lock:
+            if self._closed:  # shut down: the SDK's immediate retry must not open a new connection
+                return _Result(error=ConnectionAbortedError("transport closed"))
             try:
                 conn = self._connection(parts.scheme, parts.hostname or "", parts.port, timeout)
-                conn.request(method, path, body=data, headers=headers or {})
+                try:
+                    conn.request(method, path, body=data, headers=headers or {})
+                except (BrokenPipeError, ConnectionResetError):
+                    # A receiver may answer before it has read the body (413 for a batch over its
+                    # limit) and close: its answer is what counts, as urllib3 reads it too.
+                    pass
                 response = conn.getresponse()
                 body = response.read()
                 if response.will_close:
@@ -145,15 +156,21 @@ class StdlibTransport(BaseHTTPTransport):
         """Also ends a request in flight at once (a receiver that accepted and never answers
         would hold a shutdown for the whole timeout): shutting the socket down wakes the
         thread waiting on it, as closing it would not."""
-        conn = self._conn
-        sock = conn.sock if conn is not None else None
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        with self._lock:
-            self._drop()
+        self._closed = True
+        for _ in range(8):  # a request may be connecting: its socket appears, and is shut down too
+            conn = self._conn
+            sock = conn.sock if conn is not None else None
+            if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+            if self._lock.acquire(timeout=0.25):
+                try:
+                    self._drop()
+                finally:
+                    self._lock.release()
+                return
 
 
 def _tls_files(env: Mapping[str, str]) -> tuple[bool | str, str | tuple[str, str] | None]:
@@ -172,6 +189,9 @@ def lean_http_client(endpoint: str, env: Mapping[str, str] = os.environ):
     or where this SDK version's client is not the one this was written against."""
     if needs_requests(env):
         return None
+    parts = urlsplit(endpoint)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.username or parts.password:
+        return None  # no scheme, or credentials in the URL: `requests` says or sends what it always did
     try:
         from opentelemetry.exporter.otlp.common.http import _OTLPHTTPClient
         from opentelemetry.exporter.otlp.proto.http._common import (
@@ -182,9 +202,15 @@ def lean_http_client(endpoint: str, env: Mapping[str, str] = os.environ):
     except ImportError:
         return None
     verify, cert = _tls_files(env)
+    transport = StdlibTransport(verify=verify, cert=cert)
+    if parts.scheme == "https":
+        try:  # a missing or bad CA or client certificate: the SDK exporter reports it, as before
+            transport._ssl_context()
+        except (OSError, ValueError, ssl.SSLError):
+            return None
     try:
         return _OTLPHTTPClient(
-            transport=StdlibTransport(verify=verify, cert=cert),
+            transport=transport,
             endpoint=endpoint,
             kind="spans",
             timeout=_resolve_timeout("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT"),
