@@ -418,6 +418,47 @@ def test_a_request_failure_keeps_its_first_line_and_not_a_value_it_echoes(reason
     assert redact_request_error(reason) == expected
 
 
+@pytest.mark.parametrize("reason,expected", [
+    # what a review showed passing the list of shapes (session 9's note): a value vLLM echoes
+    # unquoted, with more text after it or in the middle of its sentence
+    (f"bad request: Grammar error: Invalid type: {MARK} {MARK}b {MARK}c",
+     "bad request: Grammar error: Invalid type: <redacted>"),
+    (f"bad request: Grammar error: Invalid type: {MARK}, expected object",
+     "bad request: Grammar error: Invalid type: <redacted>, expected object"),
+    (f"bad request: Invalid grammar specification: Rule {MARK} not found",
+     "bad request: Invalid grammar specification: Rule <redacted> not found"),
+    (f"bad request: 'dict' object has no attribute {MARK}", "bad request: <redacted> object has no attribute <redacted>"),
+    # vLLM's own words and numbers stay
+    ("bad request: Requested sample logprobs of 50, which is greater than max allowed: 20 (parameter=logprobs, "
+     "value=50).", "bad request: Requested sample logprobs of 50, which is greater than max allowed: 20 "
+     "(parameter=logprobs, value=50)."),
+    ("bad request: Token id 999999 is out of vocabulary.", "bad request: Token id 999999 is out of vocabulary."),
+])
+def test_a_request_failure_keeps_only_words_vllm_itself_uses(reason, expected):
+    from bridge.parse.literals import redact_request_error
+
+    assert redact_request_error(reason) == expected
+
+
+def test_the_vocabulary_covers_the_installed_vllm():
+    """`bridge/parse/vllm_words.txt` holds every word of the messages of the vLLM the tests run
+    (tests/vllm_env/vocabulary.py): after a vLLM upgrade a new word would be masked, never
+    leaked, but the list should be made again (the command is in that script)."""
+    import subprocess
+    from pathlib import Path
+
+    venv = Path(os.environ.get("VLLM_VENV", Path.home() / ".cache" / "vllm-trace-bridge" / "vllm-venv"))
+    if not (venv / "bin" / "python").exists():
+        pytest.skip("no vLLM venv (tests/vllm_env/install.sh)")
+    root = Path(__file__).resolve().parent.parent
+    made = subprocess.run([str(venv / "bin" / "python"), str(root / "tests" / "vllm_env" / "vocabulary.py")],
+                          capture_output=True, text=True, check=True, timeout=300).stdout.split()
+    shipped = set((root / "bridge" / "parse" / "vllm_words.txt").read_text(encoding="ascii").split())
+    assert len(made) > 5000
+    assert set(made) - shipped == set()
+    assert MARK.lower() not in shipped
+
+
 REAL = os.path.join(os.path.dirname(__file__), "fixtures", "real_vllm")
 
 

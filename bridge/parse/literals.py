@@ -8,6 +8,7 @@ node must not carry them. Every scan here is one left-to-right pass: no pattern 
 
 from __future__ import annotations
 
+import os
 import re
 
 REDACTED = "<redacted>"
@@ -142,14 +143,48 @@ def _mask_plain(text: str, mask: str) -> str:
 _LABELLED_VALUE = re.compile(r"(?<=: )(?![-+]?\d[\d.,]*$)[^\s<>]+?(?=\.?$)")  # a number stays
 
 
+_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+_MASKS = re.compile(r"%s(?:[ ,]*%s)+" % (re.escape(REDACTED), re.escape(REDACTED)))
+
+
+class Vocabulary:
+    """The words of vLLM's own messages (`vllm_words.txt`, made by tests/vllm_env/vocabulary.py
+    from vLLM's source), read at the first request failure: most runs never need them."""
+
+    __slots__ = ("_words",)
+
+    def __init__(self) -> None:
+        self._words: frozenset[str] | None = None
+
+    def __contains__(self, word: str) -> bool:
+        if self._words is None:
+            path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "vllm_words.txt")
+            with open(path, encoding="ascii") as f:
+                self._words = frozenset(f.read().split())
+        return word.lower() in self._words
+
+
+VLLM_WORDS = Vocabulary()
+
+
+def only_vllm_words(text: str, words=VLLM_WORDS) -> str:
+    """`text` with every word vLLM's own messages never use masked (runs of them as one mask);
+    numbers, punctuation and masks already there stay. What a client typed into a value vLLM
+    echoes unquoted (`Invalid type: SECRET words, expected object`, `Rule SECRET not found`)
+    is, unless the client typed a word vLLM uses too."""
+    out = _WORD.sub(lambda m: m[0] if m[0] in words or m[0] == "redacted" else REDACTED, text)
+    return _MASKS.sub(REDACTED, out)
+
+
 def redact_request_error(text: str) -> str:
     """Why one request failed, as it may leave the node by default: `redact_error_text` of its
-    first line, and the one-word value it ends on after a label masked. A client error describes
-    what the client sent; the lines after the first repeat it in other forms (a regex under a
-    caret, a grammar rule) and go, and so does a value echoed back unquoted (`Grammar error:
-    Invalid type: x`)."""
+    first line, the one-word value it ends on after a label masked, and then every word that is
+    not one of vLLM's own (`only_vllm_words`). A client error describes what the client sent;
+    the lines after the first repeat it in other forms (a regex under a caret, a grammar rule)
+    and go, and so does a value echoed back unquoted (`Grammar error: Invalid type: x`)."""
     first = redact_error_text(text).split("\n", 1)[0]
-    return _LABELLED_VALUE.sub(REDACTED, first) if not first.endswith(REDACTED) else first
+    first = _LABELLED_VALUE.sub(REDACTED, first) if not first.endswith(REDACTED) else first
+    return only_vllm_words(first)
 
 
 def redact_error_text(text: str) -> str:
