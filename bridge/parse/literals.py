@@ -143,7 +143,10 @@ def _mask_plain(text: str, mask: str) -> str:
 _LABELLED_VALUE = re.compile(r"(?<=: )(?![-+]?\d[\d.,]*$)[^\s<>]+?(?=\.?$)")  # a number stays
 
 
-_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+#: A word: a run of anything but whitespace and ASCII punctuation (so `max_tokens` is two words,
+#: and text in any script is words too). tests/vllm_env/vocabulary.py splits vLLM's text alike.
+WORD = re.compile(r"[^\s!-/:-@\[-`{-~]+")
+_NUMBER = re.compile(r"[0-9]+")
 _MASKS = re.compile(r"%s(?:[ ,]*%s)+" % (re.escape(REDACTED), re.escape(REDACTED)))
 
 
@@ -159,7 +162,7 @@ class Vocabulary:
     def __contains__(self, word: str) -> bool:
         if self._words is None:
             path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "vllm_words.txt")
-            with open(path, encoding="ascii") as f:
+            with open(path, encoding="utf-8") as f:
                 self._words = frozenset(f.read().split())
         return word.lower() in self._words
 
@@ -169,10 +172,11 @@ VLLM_WORDS = Vocabulary()
 
 def only_vllm_words(text: str, words=VLLM_WORDS) -> str:
     """`text` with every word vLLM's own messages never use masked (runs of them as one mask);
-    numbers, punctuation and masks already there stay. What a client typed into a value vLLM
-    echoes unquoted (`Invalid type: SECRET words, expected object`, `Rule SECRET not found`)
-    is, unless the client typed a word vLLM uses too."""
-    out = _WORD.sub(lambda m: m[0] if m[0] in words or m[0] == "redacted" else REDACTED, text)
+    numbers (ASCII digits), punctuation and masks already there stay. What a client typed into
+    a value vLLM echoes unquoted (`Invalid type: SECRET words, expected object`, `Rule SECRET
+    not found`) is masked, in any script, unless the client typed a word vLLM uses too."""
+    out = WORD.sub(lambda m: m[0] if m[0] == "redacted" or _NUMBER.fullmatch(m[0]) or m[0] in words
+                   else REDACTED, text)
     return _MASKS.sub(REDACTED, out)
 
 

@@ -2,7 +2,7 @@
 
     ~/.cache/vllm-trace-bridge/vllm-venv/bin/python tests/vllm_env/vocabulary.py > bridge/parse/vllm_words.txt
 
-Every word (a letter, then letters, digits or `_`; lower-cased) of the string constants inside
+Every ASCII word (a run of anything but whitespace and ASCII punctuation, lower-cased) of the string constants inside
 `raise …(…)`, `assert …, msg` and logger calls (`logger.warning(…)` and the like), and the
 names of the classes, in the installed vLLM and the structured-output libraries whose messages
 reach a request's failure line (lark, llguidance, outlines_core, xgrammar's Python); and of
@@ -20,7 +20,7 @@ import os
 import re
 import sys
 
-WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+WORD = re.compile(r"[^\s!-/:-@\[-`{-~]+")  # bridge.parse.literals.WORD: whitespace and ASCII punctuation split
 PACKAGES = ("vllm", "lark", "llguidance", "outlines_core", "xgrammar")
 _LOG_CALLS = {"debug", "info", "warning", "warning_once", "info_once", "debug_once", "error", "exception",
               "critical", "warn", "fatal"}
@@ -47,11 +47,11 @@ def words_of(root: str) -> set[str]:
                     tree = ast.parse(f.read())
                 except SyntaxError:
                     continue
-            out.update(n.name.lower() for n in ast.walk(tree) if isinstance(n, ast.ClassDef))
+            out.update(w.lower() for n in ast.walk(tree) if isinstance(n, ast.ClassDef) for w in WORD.findall(n.name))
             for node in _message_nodes(tree):
                 for n in ast.walk(node):
                     if isinstance(n, ast.Constant) and isinstance(n.value, str):
-                        out.update(w.lower() for w in WORD.findall(n.value))
+                        out.update(w.lower() for w in WORD.findall(n.value) if w.isascii())
     return out
 
 
@@ -68,7 +68,7 @@ def installed_words() -> set[str]:
     for error in pydantic_core._pydantic_core.list_all_errors():
         for key in ("type", "message_template_python", "message_template_json"):
             text = error.get(key) or ""
-            out.update(w.lower() for w in WORD.findall(text))
+            out.update(w.lower() for w in WORD.findall(text) if w.isascii())
     return out
 
 
