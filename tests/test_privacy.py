@@ -436,11 +436,22 @@ def test_a_request_failure_keeps_its_first_line_and_not_a_value_it_echoes(reason
     # in any script, digits of other scripts and words glued to vLLM's by `_` or `-` included
     ("bad request: Invalid type: 秘密の値 ١٢٣ max_tokens-ZZSECRET42",
      "bad request: Invalid type: <redacted> max_tokens-<redacted>"),
+    # a value spelled out letter by letter; a Kelvin sign that lower-cases to ASCII `k`
+    ("bad request: Invalid type: z.q.x.j, expected object",
+     "bad request: Invalid type: <redacted>.<redacted>.<redacted>.<redacted>, expected object"),
+    ("bad request: Invalid type: \u212aey", "bad request: Invalid type: <redacted>"),
 ])
 def test_a_request_failure_keeps_only_words_vllm_itself_uses(reason, expected):
     from bridge.parse.literals import redact_request_error
 
     assert redact_request_error(reason) == expected
+
+
+def test_a_request_failure_text_is_bounded():
+    from bridge.parse.literals import MAX_REQUEST_ERROR, redact_request_error
+
+    out = redact_request_error("bad request: " + "invalid type " * 100_000)
+    assert len(out) == MAX_REQUEST_ERROR + 1 and out.endswith("…")
 
 
 def test_the_vocabulary_covers_the_installed_vllm():

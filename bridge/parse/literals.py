@@ -147,6 +147,7 @@ _LABELLED_VALUE = re.compile(r"(?<=: )(?![-+]?\d[\d.,]*$)[^\s<>]+?(?=\.?$)")  # 
 #: and text in any script is words too). tests/vllm_env/vocabulary.py splits vLLM's text alike.
 WORD = re.compile(r"[^\s!-/:-@\[-`{-~]+")
 _NUMBER = re.compile(r"[0-9]+")
+MAX_REQUEST_ERROR = 1024  # characters of a request's failure text kept (vLLM's own are far shorter)
 _MASKS = re.compile(r"%s(?:[ ,]*%s)+" % (re.escape(REDACTED), re.escape(REDACTED)))
 
 
@@ -175,9 +176,13 @@ def only_vllm_words(text: str, words=VLLM_WORDS) -> str:
     numbers (ASCII digits), punctuation and masks already there stay. What a client typed into
     a value vLLM echoes unquoted (`Invalid type: SECRET words, expected object`, `Rule SECRET
     not found`) is masked, in any script, unless the client typed a word vLLM uses too."""
-    out = WORD.sub(lambda m: m[0] if m[0] == "redacted" or _NUMBER.fullmatch(m[0]) or m[0] in words
-                   else REDACTED, text)
-    return _MASKS.sub(REDACTED, out)
+    def keep(m: re.Match) -> str:
+        w = m[0]
+        return w if w == "redacted" or _NUMBER.fullmatch(w) or (w.isascii() and w in words) else REDACTED
+
+    out = WORD.sub(keep, text)
+    out = _MASKS.sub(REDACTED, out)
+    return out if len(out) <= MAX_REQUEST_ERROR else out[:MAX_REQUEST_ERROR] + "…"
 
 
 def redact_request_error(text: str) -> str:
