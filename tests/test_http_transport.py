@@ -140,33 +140,41 @@ def test_tls_trusts_the_certificate_the_variable_names(log, monkeypatch, no_prox
     assert len(_roots(rx)) == len(truth.requests)
 
 
-def test_close_ends_a_request_a_silent_receiver_holds():
-    """A receiver that accepts and never answers must not hold a shutdown for the timeout."""
+def _silent_receiver(call, close) -> tuple[float, list, int]:
+    """`call(url)` in a thread against a receiver that accepts and never answers, then
+    `close()`: (seconds `close` and the call took to end, the call's result, connections)."""
     import socket
     import threading
     import time
 
-    from bridge.export.httpconn import StdlibTransport
-
     server = socket.create_server(("127.0.0.1", 0))
-    held = []
-    threading.Thread(target=lambda: held.append(server.accept()), daemon=True).start()
-    transport = StdlibTransport()
-    result = []
+    accepted: list = []
+    threading.Thread(target=lambda: [accepted.append(server.accept()) for _ in range(2)], daemon=True).start()
     url = f"http://127.0.0.1:{server.getsockname()[1]}/v1/traces"
-    worker = threading.Thread(target=lambda: result.append(transport.request("POST", url, data=b"x", timeout=30)))
+    result: list = []
+    worker = threading.Thread(target=lambda: result.append(call(url)), daemon=True)
     try:
         worker.start()
         time.sleep(0.3)
         start = time.monotonic()
-        transport.close()
-        worker.join(5)
-        assert not worker.is_alive() and time.monotonic() - start < 5
-        assert result[0].error is not None and transport.is_connection_error(result[0].error)
+        close()
+        worker.join(10)
+        return (time.monotonic() - start if not worker.is_alive() else float("inf")), result, len(accepted)
     finally:
         server.close()
-        for conn, _ in held:
+        for conn, _ in accepted:
             conn.close()
+
+
+def test_close_ends_a_request_a_silent_receiver_holds():
+    """A receiver that accepts and never answers must not hold a shutdown for the timeout (30 s)."""
+    from bridge.export.httpconn import StdlibTransport
+
+    transport = StdlibTransport()
+    took, result, _ = _silent_receiver(lambda url: transport.request("POST", url, data=b"x", timeout=30),
+                                       transport.close)
+    assert took < 5
+    assert result[0].error is not None and transport.is_connection_error(result[0].error)
 
 
 def _raw_server(answer: bytes, read_body: bool):
@@ -251,31 +259,18 @@ def test_a_path_is_percent_encoded_as_requests_sends_it():
 
 def test_shutdown_is_not_held_by_the_sdks_retry_against_a_silent_receiver():
     """Shutting down wakes the request in flight; the SDK's client then retries a connection
-    error at once, and that retry must not open a new connection and wait the timeout out."""
-    import socket
-    import threading
-    import time
+    error at once, and that retry must not open a new connection and wait the timeout (20 s) out."""
+    holder: list = []
 
-    server = socket.create_server(("127.0.0.1", 0))
-    accepted = []
-    threading.Thread(target=lambda: [accepted.append(server.accept()) for _ in range(2)], daemon=True).start()
-    client = _client(f"http://127.0.0.1:{server.getsockname()[1]}/v1/traces")
-    client._timeout = 20.0
-    result = []
-    worker = threading.Thread(target=lambda: result.append(client.export(b"x")))
-    try:
-        worker.start()
-        time.sleep(0.3)
-        start = time.monotonic()
-        client.shutdown()
-        worker.join(10)
-        assert not worker.is_alive() and time.monotonic() - start < 3
-        assert result and not result[0].success
-        assert len(accepted) == 1  # no second connection after the shutdown
-    finally:
-        server.close()
-        for conn, _ in accepted:
-            conn.close()
+    def start(url):
+        holder.append(_client(url))
+        holder[0]._timeout = 20.0
+        return holder[0].export(b"x")
+
+    took, result, connections = _silent_receiver(start, lambda: holder[0].shutdown())
+    assert took < 5
+    assert result and not result[0].success
+    assert connections == 1  # no second connection after the shutdown
 
 
 @pytest.mark.parametrize("endpoint,env", [
