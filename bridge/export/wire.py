@@ -228,6 +228,11 @@ _ROOT_HEAD = field(b"\x2a", b"vllm.request") + _KIND_SERVER  # Span.name and Spa
 _SCOPE = field(b"\x0a", field(b"\x0a", SCOPE_NAME.encode()) + field(b"\x12", SCOPE_VERSION.encode()))
 
 
+def _error_status(message: str) -> bytes:
+    """Span.status: STATUS_CODE_ERROR, with its message when there is one."""
+    return field(_STATUS, (field(b"\x12", message.encode()) if message else b"") + _STATUS_ERROR)
+
+
 def _phase_timing(start: str, end: str) -> str:
     if start == end:
         return start
@@ -268,16 +273,15 @@ class WireEncoder:
             entry = self._by_source[timeline.source.key] = (timeline.source, [])
         chunks = entry[1]
         held = len(chunks)
-        if self._fast is not None and type(timeline) is RequestTimeline:  # the common case, in one call
-            spans = self._fast(timeline, self._fast_events)
-            if spans is not None:
-                chunks.append(spans)
-                n = 1 + len(timeline.phases)
-                self.count += n
-                self.size += len(spans)
-                return n
-            n = self._request(timeline, chunks, declined=True)
-        elif isinstance(timeline, RequestTimeline):
+        if isinstance(timeline, RequestTimeline):
+            if self._fast is not None:  # ids computed as ids.py does, in C; None: it declined
+                spans = self._fast(timeline, self._fast_events)
+                if spans is not None:
+                    chunks.append(spans)
+                    n = 1 + len(timeline.phases)
+                    self.count += n
+                    self.size += len(spans)
+                    return n
             n = self._request(timeline, chunks)
         else:
             n = self._engine(timeline, chunks)
@@ -354,13 +358,8 @@ class WireEncoder:
             self._timings[key] = b
         return b
 
-    def _request(self, t: RequestTimeline, out: list[bytes], declined: bool = False) -> int:
-        """`declined`: the C encoder was asked already and declined this timeline."""
-        if self._fast is not None and not declined:
-            spans = self._fast(t, self._fast_events)  # ids computed as ids.py does, in C
-            if spans is not None:
-                out.append(spans)
-                return 1 + len(t.phases)
+    def _request(self, t: RequestTimeline, out: list[bytes]) -> int:
+        """The reference for `_fastwire.spans` (`add` asks the C first)."""
         tid = trace_id(t.source.key, "request", t.request_id, t.occurrence)
         root_id = span_id(tid + t.occurrence.encode(), "vllm.request")  # from our own trace id: see otlp
         kv, extend = self._span_kv, self._span_extend
@@ -391,8 +390,7 @@ class WireEncoder:
             if type(e) is IncidentEvent and e.incident is not None:
                 parts.append(self._link(t.source.key, e.incident.kind, e.incident.occurrence))
         if t.error_type:
-            status = field(b"\x12", t.error_message.encode()) if t.error_message else b""
-            parts.append(field(_STATUS, status + _STATUS_ERROR))
+            parts.append(_error_status(t.error_message))
         span = b"".join(parts)
         out += (_SPAN_IN_SCOPE, varint(len(span)), span)
 
@@ -439,12 +437,7 @@ class WireEncoder:
             exc = {"exception.type": attrs.get("exception.type", t.kind), "exception.message": t.message}
             if "exception.stacktrace" in attrs:
                 exc["exception.stacktrace"] = attrs["exception.stacktrace"]
-            kv = self._event_kv
-            body = _pack_fixed64(0x09, t.end_ns) + field(b"\x12", b"exception") + b"".join(
-                [kv(k, v) for k, v in exc.items()])
-            parts += (_EVENT, varint(len(body)), body)
-            status = field(b"\x12", t.message.encode()) if t.message else b""
-            parts.append(field(_STATUS, status + _STATUS_ERROR))
+            parts += (self._event(SpanEvent("exception", t.end_ns, exc)), _error_status(t.message))
         span = b"".join(parts)
         out += (_SPAN_IN_SCOPE, varint(len(span)), span)
         return 1
