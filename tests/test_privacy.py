@@ -447,6 +447,13 @@ def test_a_request_failure_keeps_only_words_vllm_itself_uses(reason, expected):
     assert redact_request_error(reason) == expected
 
 
+def test_a_vocabulary_that_cannot_be_read_masks_every_word(tmp_path):
+    from bridge.parse.literals import Vocabulary, only_vllm_words
+
+    words = Vocabulary(str(tmp_path / "missing.txt"))
+    assert only_vllm_words("bad request: Rule x not found at 12", words) == "<redacted>: <redacted> 12"
+
+
 def test_a_request_failure_text_is_bounded():
     from bridge.parse.literals import MAX_REQUEST_ERROR, redact_request_error
 

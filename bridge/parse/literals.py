@@ -153,18 +153,23 @@ _MASKS = re.compile(r"%s(?:[ ,]*%s)+" % (re.escape(REDACTED), re.escape(REDACTED
 
 class Vocabulary:
     """The words of vLLM's own messages (`vllm_words.txt`, made by tests/vllm_env/vocabulary.py
-    from vLLM's source), read at the first request failure: most runs never need them."""
+    from vLLM's source), read at the first request failure: most runs never need them. A list
+    that cannot be read (an install that left it out) is empty: every word is masked, nothing
+    raises."""
 
-    __slots__ = ("_words",)
+    __slots__ = ("_path", "_words")
 
-    def __init__(self) -> None:
+    def __init__(self, path: str | None = None) -> None:
+        self._path = path or os.path.join(os.path.dirname(os.path.abspath(__file__)), "vllm_words.txt")
         self._words: frozenset[str] | None = None
 
     def __contains__(self, word: str) -> bool:
         if self._words is None:
-            path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "vllm_words.txt")
-            with open(path, encoding="utf-8") as f:
-                self._words = frozenset(f.read().split())
+            try:
+                with open(self._path, encoding="utf-8", errors="replace") as f:
+                    self._words = frozenset(f.read().split())
+            except OSError:
+                self._words = frozenset()
         return word.lower() in self._words
 
 
@@ -191,7 +196,9 @@ def redact_request_error(text: str) -> str:
     not one of vLLM's own (`only_vllm_words`). A client error describes what the client sent;
     the lines after the first repeat it in other forms (a regex under a caret, a grammar rule)
     and go, and so does a value echoed back unquoted (`Grammar error: Invalid type: x`)."""
-    first = redact_error_text(text).split("\n", 1)[0]
+    # The first line alone, and no longer than a few times what is kept: the masks read one
+    # line at a time, and a cut literal only masks more.
+    first = redact_error_text(text.split("\n", 1)[0][:4 * MAX_REQUEST_ERROR])
     first = _LABELLED_VALUE.sub(REDACTED, first) if not first.endswith(REDACTED) else first
     return only_vllm_words(first)
 
