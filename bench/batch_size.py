@@ -28,7 +28,7 @@ from replay_cpu import ensure_log  # noqa: E402
 from stages import encode_batches  # noqa: E402
 from stages import run_agent  # noqa: E402
 
-from bridge.export.otlp import base_resource  # noqa: E402
+from bridge.export.resource import base_resource  # noqa: E402
 from bridge.export.transport import GRPC, HTTP, destination, make_transport  # noqa: E402
 from bridge.pipeline import replay  # noqa: E402
 

@@ -22,7 +22,7 @@ sys.path[:0] = [ROOT, HERE]
 from replay_cpu import ensure_log  # noqa: E402
 
 from bridge.export.batch import Batcher  # noqa: E402
-from bridge.export.otlp import base_resource  # noqa: E402
+from bridge.export.resource import base_resource  # noqa: E402
 from bridge.pipeline import replay  # noqa: E402
 
 SETTINGS = {  # name → (thresholds, freeze what is alive first) ; "off": no cyclic GC at all

@@ -59,7 +59,7 @@ def child(path: str, grpc_port: str, http_port: str, batch_spans: str) -> None:
     from bridge.assemble import Assembler
     from bridge.decode import Decoder, source_for
     from bridge.decode.stream import RecordStream
-    from bridge.export.otlp import base_resource
+    from bridge.export.resource import base_resource
     from bridge.export.transport import GRPC, HTTP, destination, make_transport
     from bridge.parse import Parser
     from bridge.tail import read_lines

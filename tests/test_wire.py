@@ -260,7 +260,7 @@ def test_batches_stop_growing_at_their_byte_bound(tmp_path, encoder):
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
     from bridge.export.batch import OtlpSink
-    from bridge.export.otlp import base_resource
+    from bridge.export.resource import base_resource
     from bridge.export.reference import ProtoEncoder
     from bridge.export.wire import WireEncoder
     from bridge.pipeline import replay

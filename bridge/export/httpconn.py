@@ -11,10 +11,10 @@ Where `requests` would do more than open a connection — a proxy or `.netrc` cr
 from the environment, a credential-provider session, credentials in the endpoint URL — or
 would fail in its own words (no scheme, a CA or client certificate it cannot load),
 `lean_http_client` returns None and the caller keeps the SDK exporter as it comes, so nothing a
-user configured is lost. The CA
-bundle `requests` would trust is trusted here too: `REQUESTS_CA_BUNDLE`, `CURL_CA_BUNDLE`, else
-certifi's; but an `OTEL_EXPORTER_OTLP_[TRACES_]CERTIFICATE` wins over those variables here,
-where `requests` lets them override it.
+user configured is lost. The CA bundle `requests` would trust is trusted here too:
+`REQUESTS_CA_BUNDLE`, `CURL_CA_BUNDLE`, else certifi's; but an
+`OTEL_EXPORTER_OTLP_[TRACES_]CERTIFICATE` wins over those variables here, where `requests` lets
+them override it.
 """
 
 from __future__ import annotations
@@ -184,9 +184,12 @@ def _tls_files(env: Mapping[str, str]) -> tuple[bool | str, str | tuple[str, str
 
 
 def lean_http_client(endpoint: str, env: Mapping[str, str] = os.environ):
-    """The SDK's `_OTLPHTTPClient` for `endpoint` over `StdlibTransport`, configured from the
-    environment by the SDK's own resolvers; None where `requests` would do more (see above)
-    or where this SDK version's client is not the one this was written against."""
+    """The SDK's `_OTLPHTTPClient` for `endpoint` over `StdlibTransport`; None where `requests`
+    would do more (see above) or where this SDK version's client is not the one this was written
+    against. `env` is where the proxy and TLS variables are looked up (tests pass their own);
+    the timeout, compression and headers are the SDK's resolvers', which read the process
+    environment. The TLS variables are resolved here as the SDK's `_build_transport` does: it
+    cannot be called without building a `requests` session."""
     if needs_requests(env):
         return None
     parts = urlsplit(endpoint)

@@ -17,7 +17,6 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 from bridge.assemble.timeline import EngineTimeline, IncidentEvent, RequestTimeline, SpanEvent
 from bridge.tail.source import Source
 from bridge.export.ids import big_float as _big_float, incident_ids, span_id, trace_id
-from bridge.export.resource import base_resource  # noqa: F401 - where it was first
 
 SCOPE_NAME, SCOPE_VERSION = "vllm-trace-bridge", "0.1.0"
 _SERVER, _INTERNAL = Span.SpanKind.SPAN_KIND_SERVER, Span.SpanKind.SPAN_KIND_INTERNAL

@@ -4,6 +4,7 @@ import the protobuf stubs the C encoder never needs."""
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Mapping
 
@@ -16,7 +17,6 @@ def base_resource(env: Mapping[str, str]) -> dict[str, str]:
     SDK's own detector reads them (so syntax and percent-decoding match every other
     OpenTelemetry component). The detector reads the process environment, as the SDK does;
     it is imported only when one of its variables is set there."""
-    import os
 
     attrs: dict[str, str] = {"service.name": "vllm", "host.name": socket.gethostname()}
     node = env.get("K8S_NODE_NAME") or env.get("NODE_NAME")

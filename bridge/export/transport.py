@@ -129,7 +129,8 @@ def _http_transport(endpoint: str) -> Transport:
     if client is not None:
         return LeanHttpTransport(client)
 
-    # A proxy, CA bundle or credentials that `requests` reads: the SDK exporter as it comes.
+    # What `requests` handles in its own way (httpconn.needs_requests and the endpoint's
+    # checks): the SDK exporter as it comes.
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
     class HttpTransport(OTLPSpanExporter, Transport):
