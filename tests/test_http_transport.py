@@ -36,9 +36,11 @@ def log(tmp_path):
 
 
 @pytest.fixture
-def no_proxy_env(monkeypatch):
+def no_proxy_env(monkeypatch, tmp_path):
+    """Nothing `requests` would read instead: no proxy variable, no NETRC, a home without .netrc."""
     for key in ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NETRC"):
         monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
 
 
 def test_the_lean_transport_is_the_one_used_with_this_sdk(no_proxy_env):
@@ -51,7 +53,7 @@ def test_the_lean_transport_is_the_one_used_with_this_sdk(no_proxy_env):
         t.close()
 
 
-def test_a_proxy_in_the_environment_keeps_the_sdk_exporter(monkeypatch):
+def test_a_proxy_in_the_environment_keeps_the_sdk_exporter(monkeypatch, no_proxy_env):
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
     assert needs_requests({"HTTPS_PROXY": "http://proxy.invalid:3128"}) == "HTTPS_PROXY"
     assert needs_requests({"no_proxy": "10.0.0.0/8"}) is None
@@ -60,6 +62,14 @@ def test_a_proxy_in_the_environment_keeps_the_sdk_exporter(monkeypatch):
         assert type(t) is not LeanHttpTransport
     finally:
         t.close()
+
+
+def test_netrc_credentials_keep_the_sdk_exporter(no_proxy_env, tmp_path):
+    """`requests` sends a `.netrc` login for the host: the lean transport would not."""
+    assert needs_requests({}) is None
+    (tmp_path / ".netrc").write_text("machine 127.0.0.1 login u password p\n")
+    assert needs_requests({}) == ".netrc"
+    assert needs_requests({"NETRC": "/etc/other-netrc"}) in ("NETRC", ".netrc")
 
 
 @pytest.mark.parametrize("keep_alive", [False, True])
@@ -232,7 +242,7 @@ def _client(endpoint: str):
     return client
 
 
-def test_an_answer_before_the_body_is_read_is_reported_not_retried():
+def test_an_answer_before_the_body_is_read_is_reported_not_retried(no_proxy_env):
     """The Collector answers 413 to a batch over its limit before reading it, and closes: the
     413 is what the exporter reports (not a reset it retries six times)."""
     base, seen, stop = _raw_server(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
@@ -246,7 +256,7 @@ def test_an_answer_before_the_body_is_read_is_reported_not_retried():
     assert (result.success, result.status_code, seen["requests"]) == (False, 413, 1)
 
 
-def test_a_path_is_percent_encoded_as_requests_sends_it():
+def test_a_path_is_percent_encoded_as_requests_sends_it(no_proxy_env):
     base, seen, stop = _raw_server(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", read_body=True)
     client = _client(base + "/otlp v1/tr\u00e4ces?tenant=a b")
     try:
@@ -257,7 +267,7 @@ def test_a_path_is_percent_encoded_as_requests_sends_it():
     assert seen["paths"] == ["/otlp%20v1/tr%C3%A4ces?tenant=a%20b"]
 
 
-def test_shutdown_is_not_held_by_the_sdks_retry_against_a_silent_receiver():
+def test_shutdown_is_not_held_by_the_sdks_retry_against_a_silent_receiver(no_proxy_env):
     """Shutting down wakes the request in flight; the SDK's client then retries a connection
     error at once, and that retry must not open a new connection and wait the timeout (20 s) out."""
     holder: list = []
