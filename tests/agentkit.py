@@ -84,7 +84,9 @@ class AgentProc:
         self._err = open(self.stderr_path, "w")
         self.proc = spawn(self.args, cwd=ROOT, env=self.env, stdout=subprocess.DEVNULL, stderr=self._err,
                           preexec_fn=self.preexec)
-        deadline = time.monotonic() + 30
+        # Wait on the event, not a clock: a loaded machine can take long to start Python. The
+        # cap only keeps a hung start from hanging the suite.
+        deadline = time.monotonic() + 600
         while time.monotonic() < deadline and self.port is None:
             for event in self.log_events():
                 if event.get("event") == "agent_started":

@@ -461,6 +461,7 @@ def test_a_request_failure_text_is_bounded():
     assert len(out) == MAX_REQUEST_ERROR + 1 and out.endswith("…")
 
 
+@pytest.mark.real_vllm
 def test_the_vocabulary_covers_the_installed_vllm():
     """`bridge/parse/vllm_words.txt` holds every word of the messages of the vLLM the tests run
     (tests/vllm_env/vocabulary.py): after a vLLM upgrade a new word would be masked, never

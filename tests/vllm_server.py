@@ -35,14 +35,13 @@ class VllmInstall:
 
 
 def ensure_vllm() -> VllmInstall:
-    t0 = time.monotonic()
     vllm = os.path.join(VENV, "bin", "vllm")
     python = os.path.join(VENV, "bin", "python")
-    installed = os.path.exists(vllm)
-    if not installed:  # (.ci/run has installed it, plugin included, before the tests)
-        subprocess.run(["bash", os.path.join(HERE, "vllm_env", "install.sh")], check=True,
-                       env={**os.environ, "VLLM_VENV": VENV})
-    install_s = 0.0 if installed else time.monotonic() - t0
+    if not os.path.exists(vllm):  # a test run never installs: .ci/run does, before the tests
+        import pytest
+
+        pytest.skip(f"no vLLM venv at {VENV}: bash tests/vllm_env/install.sh (about 95 s, 3.5 GB, once)")
+    install_s = 0.0
     t1 = time.monotonic()
     if not os.path.exists(os.path.join(MODEL, "config.json")):
         subprocess.run([python, os.path.join(HERE, "vllm_env", "make_model.py"), MODEL], check=True,
