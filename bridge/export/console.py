@@ -2,16 +2,19 @@
 
 Drawn after the run (the summary comes first), in screens of `SCREEN` requests that share one
 time axis, so bars compare across requests. Durations vLLM reported (total_latency, ttft) are
-shown as reported; a duration that rests on one-second log stamps is marked `≈` and said once.
+shown as reported; one measured between two lines' stamps is marked `≈`; one whose end no line
+states is shown as the range it lies in (`a…b`), never as a number. The footer says why, once.
 """
 
 from __future__ import annotations
 
 from bridge.assemble.timeline import INFERRED, EngineTimeline, Phase, RequestTimeline, Timeline
+from bridge.export.duration import BOUNDED_E2E, REPORTED_E2E, STAMPED_E2E, e2e
 
 _BAR = {"preprocess": "-", "queued": "░", "prefill": "▓", "preempted": "▒", "decode": "█", "freed": "·"}
 LEGEND = ("legend: - preprocess  ░ queued  ▓ prefill  ▒ preempted  █ decode  · freed  "
-          "¦…¦ ~≤ a boundary inferred: the phase lies within that range  ≈ e2e from one-second log stamps")
+          "¦…¦ ~≤ a boundary inferred: the phase lies within that range  ≈ e2e between two lines' stamps  "
+          "≤b a…b e2e whose end no line states")
 SCREEN = 8  # requests per shared time axis: one terminal screen
 
 
@@ -20,12 +23,14 @@ def _secs(ns: int) -> str:
     return f"{s * 1000:.1f}ms" if s < 1 else f"{s:.3f}s"
 
 
-def _e2e(t: RequestTimeline) -> tuple[int, bool]:
-    """The request's duration in ns, and whether vLLM reported it (else: the span's, on stamps)."""
-    reported = t.attrs.get("vllm.e2e_s")
-    if isinstance(reported, (int, float)) and not isinstance(reported, bool) and reported >= 0:
-        return round(reported * 1e9), True
-    return t.end_ns - t.start_ns, False
+def _e2e_text(how: str, low: int, high: int) -> str:
+    if how == REPORTED_E2E:
+        return _secs(low)
+    if how == STAMPED_E2E:
+        return "≈" + _secs(low)
+    if high < 0:
+        return f"≥{_secs(low)}"
+    return f"≤{_secs(high)}" if low <= 0 else f"{_secs(low)}…{_secs(high)}"
 
 
 def _extent(i: int, phases: list[Phase]) -> tuple[int, int]:
@@ -66,15 +71,14 @@ class Waterfall:
 
     def render(self) -> str:
         out = [LEGEND]
-        stamped = False
+        seen: set[str] = set()  # which footnotes the drawn requests need
         requests: list[RequestTimeline] = []
 
         def flush() -> None:
-            nonlocal stamped
             if requests:
-                text, rough = self._screen(requests)
+                text, marks = self._screen(requests)
                 out.append(text)
-                stamped = stamped or rough
+                seen.update(marks)
                 requests.clear()
 
         for t in self._kept:
@@ -86,32 +90,38 @@ class Waterfall:
                 if len(requests) == SCREEN:
                     flush()
         flush()
-        if stamped:
-            out.append("≈ vLLM's log stamps have one-second precision: durations marked ≈ (no total_latency "
-                       "reported, no plugin) and boundaries marked ¦ are only as exact as that")
+        if STAMPED_E2E in seen:
+            out.append("≈ vLLM reported no duration for these requests (no total_latency line, no plugin): "
+                       "e2e is measured between their first and last lines' stamps, as exact as those stamps")
+        if BOUNDED_E2E in seen:
+            out.append("≤b, a…b: no line states when these requests ended (vLLM V1 logs no end for a "
+                       "completion; the plugin does): each ended after its last line (a, when a line after "
+                       "its start names it) and by the first line that showed it gone (b). They are left "
+                       "out of the summary's e2e percentiles")
+        if INFERRED in seen:
+            out.append("¦ a boundary no line states: the phase lies somewhere in the range drawn")
         if self.skipped:
             out.append(f"(+{self.skipped} more not drawn; --waterfalls N draws more)")
         return "\n".join(out) + "\n"
 
-    def _screen(self, requests: list[RequestTimeline]) -> tuple[str, bool]:
+    def _screen(self, requests: list[RequestTimeline]) -> tuple[str, set[str]]:
         """One screen of requests on one time axis: each bar starts at its request's start."""
-        span = max(1, max(max(t.end_ns - t.start_ns, _e2e(t)[0]) for t in requests))
+        span = max(1, max(max(t.end_ns - t.start_ns, *e2e(t)[1:]) for t in requests))
         w = self._width
         axis = f"  {'':13}0{'':{w - 1 - len(_secs(span))}}{_secs(span)}"
         lines = [axis, f"  {'':13}|{'-' * w}|"]
-        rough = False
+        marks: set[str] = set()
         for t in requests:
-            text, r = self._request(t, span)
+            text, m = self._request(t, span)
             lines.append(text)
-            rough = rough or r
-        return "\n".join(lines), rough
+            marks |= m
+        return "\n".join(lines), marks
 
-    def _request(self, t: RequestTimeline, span: int) -> tuple[str, bool]:
+    def _request(self, t: RequestTimeline, span: int) -> tuple[str, set[str]]:
         a = t.attrs
-        e2e, reported = _e2e(t)
-        rough = not reported
-        head = [t.request_id, t.outcome.upper() if t.error_type else t.outcome,
-                f"e2e {'' if reported else '≈'}{_secs(e2e)}"]
+        how, low, high = e2e(t)
+        marks = {how}
+        head = [t.request_id, t.outcome.upper() if t.error_type else t.outcome, f"e2e {_e2e_text(how, low, high)}"]
         if "vllm.ttft_s" in a:
             head.append(f"ttft {a['vllm.ttft_s'] * 1000:.1f}ms")
         if a.get("vllm.preemptions"):
@@ -130,7 +140,8 @@ class Waterfall:
             inferred = (start, end) != (p.start_ns, p.end_ns) or INFERRED in (p.start_timing, p.end_timing)
             if inferred:  # the phase lies somewhere in this range: its ends are drawn ¦
                 cells[lo] = cells[hi - 1] = "¦"
-            rough = rough or inferred
+            if inferred:
+                marks.add(INFERRED)
             label = p.name if p.name != "preempted" else f"preempted#{p.index}"
             shown = f"≤{_secs(end - start)}" if inferred else _secs(p.end_ns - p.start_ns)
             lines.append(f"  {label:13}|{''.join(cells)}|{'~' if inferred else ' '}{shown:>9}")
@@ -142,7 +153,7 @@ class Waterfall:
                 # incident's own span, which the waterfall draws separately).
                 lines.append(f"  ! engine incident in flight: {e.attrs.get('vllm.incident.kind')}, "
                              f"error.type {e.attrs.get('error.type')}")
-        return "\n".join(lines), rough
+        return "\n".join(lines), marks
 
     @staticmethod
     def _engine(t: EngineTimeline) -> str:

@@ -6,6 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from bridge.assemble.timeline import EngineTimeline, RequestTimeline, Timeline
+from bridge.export.duration import BOUNDED_E2E, REPORTED_E2E, e2e
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -26,6 +27,8 @@ class Summary:
     queue_s: list[float] = field(default_factory=list)
     ttft_s: list[float] = field(default_factory=list)
     e2e_s: list[float] = field(default_factory=list)
+    e2e_stamped: int = 0    # finished, e2e between two lines' stamps (vLLM reported none)
+    e2e_bounded: int = 0    # finished, but no line states the end (or the start): left out of e2e
     preemptions: int = 0
     preempted_requests: int = 0
     startups: Counter = field(default_factory=Counter)  # model (or "?") → engine startups seen
@@ -50,9 +53,18 @@ class Summary:
             self.errors[t.error_type] += 1
         for d in a.get("vllm.diagnosis", ()):
             self.diagnoses[d] += 1
-        for key, values in (("vllm.queue_s", self.queue_s), ("vllm.ttft_s", self.ttft_s), ("vllm.e2e_s", self.e2e_s)):
+        for key, values in (("vllm.queue_s", self.queue_s), ("vllm.ttft_s", self.ttft_s)):
             if key in a:
                 values.append(a[key])
+        how, low, _high = e2e(t)
+        if how == REPORTED_E2E:
+            self.e2e_s.append(low / 1e9)
+        elif t.outcome == "finished":  # a failure's time to fail is no latency of the service
+            if how == BOUNDED_E2E:
+                self.e2e_bounded += 1
+            else:
+                self.e2e_s.append(low / 1e9)
+                self.e2e_stamped += 1
         n = a.get("vllm.preemptions", 0)
         self.preemptions += n
         self.preempted_requests += bool(n)
@@ -78,9 +90,15 @@ class Summary:
         ]
         if self.startups:
             lines.append(f"startups     {counts(self.startups)}")
-        unreported = self.requests - len(self.e2e_s)
-        if unreported:  # why e2e shows fewer requests (or `-`): said once, not left to guess
-            lines.append(f"note         {unreported} of {self.requests} requests have no duration reported by vLLM "
-                         "(no total_latency line: timed out, failed, or upstream vLLM without the plugin); they "
-                         "are not in the e2e row, and their spans rest on one-second log stamps")
+        # Why e2e counts what it counts, said once rather than left to guess.
+        if self.e2e_stamped:
+            lines.append(f"note         e2e: {self.e2e_stamped} finished requests had no duration reported by vLLM "
+                         "(no total_latency line, no plugin): measured between their first and last lines' stamps")
+        if self.e2e_bounded:
+            lines.append(f"note         e2e: {self.e2e_bounded} finished requests are left out: no line states when "
+                         "they ended (vLLM V1 logs no end for a completion; the plugin does), only a range")
+        unfinished = self.requests - sum(self.outcomes[o] for o in ("finished",))
+        if unfinished:
+            lines.append(f"note         e2e: {unfinished} requests that did not finish (failed, timed out, aborted, "
+                         "incomplete) are left out")
         return "\n".join(lines)
