@@ -9,13 +9,14 @@ import argparse
 import gc
 import os
 import sys
+from dataclasses import replace
 from collections.abc import Mapping, Sequence
 from typing import TextIO
 
 from bridge.assemble import AssembleConfig, Thresholds
 from bridge.decode.clock import zone
 from bridge.export.batch import OtlpSink
-from bridge.export.console import Waterfall
+from bridge.export.console import Selection, Waterfall
 from bridge.export.resource import base_resource
 from bridge.export.summary import Summary
 from bridge.export.transport import destination, make_transport
@@ -99,6 +100,13 @@ def _parser() -> argparse.ArgumentParser:
                                       "only)", 10))
     r.add_argument("--rules", metavar="FILE",
                    help=_with_default("YAML file of your own line rules (docs/rules.md)", "none"))
+    r.add_argument("--request", action="append", default=[], metavar="ID",
+                   help=_with_default("draw only this request: the id the client received (cmpl-…, "
+                                      "chatcmpl-…) or the bridge's; repeat for more", "all"))
+    r.add_argument("--errors", action="store_true",
+                   help=_with_default("draw only failed requests and engine incidents", "off"))
+    r.add_argument("--slowest", type=int, default=0, metavar="N",
+                   help=_with_default("draw the N slowest requests by measured e2e, slowest first", "off"))
     c = sub.add_parser("check", help="report which lines of a log the bridge understands",
                        description="Per file: the vLLM version family, records recognised per kind, the "
                                    "percentage unrecognised and the top unrecognised line templates.")
@@ -323,13 +331,19 @@ def run_replay(args: argparse.Namespace, env: Mapping[str, str], out: TextIO, lo
         dest = destination(env, args.otlp_endpoint, args.otlp_protocol)
     except ValueError as exc:
         raise UsageError(f"--otlp-protocol / --otlp-endpoint: {exc}") from None
+    if args.slowest < 0:
+        raise UsageError(f"--slowest {args.slowest}: give a number of requests, 1 or more")
     summary = Summary()
     sinks = [summary]
-    waterfall = sink = None
+    waterfall = sink = select = None
     if dest.endpoint is None:
+        # Nothing leaves the machine: the user's own terminal shows the error text of their own
+        # file as logged (export keeps redacting it unless --export-error-text).
+        config = replace(config, assemble=replace(config.assemble, export_error_text=True))
         if args.waterfalls:
             waterfall = Waterfall(limit=args.waterfalls)
-            sinks.append(waterfall)
+            select = Selection(args.request, args.errors, args.slowest)
+            sinks.append(select)
     else:
         sink = OtlpSink(make_transport(dest), base_resource(env))
         sinks.append(sink)
@@ -349,6 +363,12 @@ def run_replay(args: argparse.Namespace, env: Mapping[str, str], out: TextIO, lo
                       spans_sent=s.spans_sent, spans_not_delivered=s.spans_failed,
                       fix="check that an OTLP receiver listens there and accepts this protocol")
             return EXIT_EXPORT_FAILED
+    if select is not None:
+        select.drain(waterfall)
+        if args.slowest and select.unranked:
+            out.write(f"slowest      {select.unranked} requests not ranked: no line states their end\n")
+        if not waterfall.drawn and (args.request or args.errors or args.slowest):
+            out.write("selection    no request matches --request / --errors / --slowest\n")
     if waterfall is not None and waterfall.drawn:
         out.write("\n" + waterfall.render())
     return EXIT_OK

@@ -477,3 +477,62 @@ def test_an_end_no_line_states_is_a_range_that_holds_the_clients_end_and_stays_o
     left_out = int(re.search(r"e2e: (\d+) finished requests are left out", summary)[1])
     assert left_out == len(ended) and n + left_out == len(truth["requests"])
     assert "one-second" not in p.stdout  # CRI stamps are nanoseconds: no such excuse is printed
+
+
+# -- what `replay` draws: --request, --errors, --slowest; the user's own text on their terminal ---------
+
+
+def test_replay_draws_the_request_the_client_names_by_the_id_it_received():
+    import json
+
+    fixture = ROOT / "tests" / "fixtures" / "scenarios" / "queue_pressure"
+    wanted = json.loads((fixture / "truth.json").read_text())["requests"][1]["response_id"]  # the client's id
+    p = bridge("replay", str(fixture / "server.log"), "--request", wanted)
+    assert p.returncode == 0, p.stderr
+    drawn = _waterfalls(p.stdout, r"(?:chat)?cmpl-\S+")
+    assert [rid for rid, _h, _p in drawn] in ([wanted], [wanted + "-0"])
+    p = bridge("replay", str(fixture / "server.log"), "--request", "cmpl-no-such-request")
+    assert "no request matches" in p.stdout and not _waterfalls(p.stdout, r"(?:chat)?cmpl-\S+")
+
+
+def test_replay_errors_draws_exactly_the_failed_requests_and_the_incidents():
+    text = SAMPLE.read_text()
+    # from the log itself: each request's own failure line (timeout, failed allocation)
+    failed = set(re.findall(r"Request (0x[0-9a-f]+) timed out", text)) | set(
+        re.findall(r"Failed to allocate memory for request (0x[0-9a-f]+)", text))
+    p = bridge("replay", str(SAMPLE), "--errors", "--waterfalls", "1000")
+    assert p.returncode == 0, p.stderr
+    drawn = _waterfalls(p.stdout)
+    assert {rid for rid, _h, _p in drawn} == failed
+    assert all(re.search(r"  (FAILED|TIMEOUT)  ", head) for _rid, head, _p in drawn)
+    assert p.stdout.count("\nENGINE ") == 3  # model load, CUDA OOM, NCCL timeout: one line each in the log
+
+
+def test_replay_slowest_draws_the_longest_requests_slowest_first():
+    """From the log: each summary's total_latency, and each timeout's `after Ns` (a measured
+    duration too: a stamped one, exact to the one-second stamps)."""
+    durations = [(tl, False) for _rid, _ts, tl in reported()]
+    durations += [(float(s), True) for s in re.findall(r"timed out after ([\d.]+)s", SAMPLE.read_text())]
+    longest = sorted(durations, reverse=True)[:4]
+    p = bridge("replay", str(SAMPLE), "--slowest", "4")
+    assert p.returncode == 0, p.stderr
+    shown = []
+    for _rid, head, _p in _waterfalls(p.stdout):
+        m = re.search(r"e2e (≈?)([\d.]+)(ms|s)", head)
+        shown.append((float(m[2]) / (1000 if m[3] == "ms" else 1), bool(m[1])))
+    assert len(shown) == 4
+    for (got, got_stamped), (want, stamped) in zip(shown, longest):
+        assert got_stamped == stamped and abs(got - want) < (1.0 if stamped else 0.0006), (shown, longest)
+    assert "--slowest -1" in one_line_error(bridge("replay", str(SAMPLE), "--slowest", "-1"))
+
+
+def test_the_terminal_shows_the_users_own_error_text_and_export_still_redacts_it():
+    path = re.search(r"No such file or directory: ('[^']+')", SAMPLE.read_text())[1]
+    p = bridge("replay", str(SAMPLE), "--errors")
+    assert path in p.stdout and "<redacted>" not in p.stdout
+    with GrpcReceiver() as rx:
+        p = bridge("replay", str(SAMPLE), "--otlp-endpoint", rx.endpoint, "--otlp-protocol", "grpc")
+        assert p.returncode == 0, p.stderr
+        sent = b"".join(rx.raw)
+    assert b"No such file or directory" in sent  # the model-load incident was exported ...
+    assert path.strip("'").encode() not in sent  # ... without the path, by default

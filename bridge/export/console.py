@@ -8,6 +8,9 @@ states is shown as the range it lies in (`a…b`), never as a number. The footer
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Callable, Sequence
+
 from bridge.assemble.timeline import INFERRED, EngineTimeline, Phase, RequestTimeline, Timeline
 from bridge.export.duration import BOUNDED_E2E, REPORTED_E2E, STAMPED_E2E, e2e
 
@@ -47,6 +50,49 @@ def _extent(i: int, phases: list[Phase]) -> tuple[int, int]:
     if after is not None and after.start_ns == end and INFERRED in (after.start_timing, p.end_timing):
         end = after.end_ns
     return start, end
+
+
+class Selection:
+    """Which requests `replay` draws: by id (`--request`), failed ones (`--errors`), the N
+    slowest (`--slowest`). A sink in front of the waterfall; it hands on what it keeps when
+    the run is over (`drain`), since the slowest are known only then. The slowest are ranked on
+    measured durations: a request whose end no line states has only a range, and is not ranked."""
+
+    def __init__(self, ids: Sequence[str] = (), errors: bool = False, slowest: int = 0) -> None:
+        self._ids = frozenset(ids)
+        self._errors = errors
+        self._slowest = slowest
+        self._kept: list[Timeline] = []
+        self._ranked: list[tuple[int, int, RequestTimeline]] = []  # (e2e ns, arrival order, t): a heap
+        self.unranked = 0  # requests left out of --slowest: no measured e2e
+
+    def __call__(self, t: Timeline) -> None:
+        if self._ids and not (isinstance(t, RequestTimeline) and self._ids & _names(t)):
+            return
+        if self._errors and not (isinstance(t, EngineTimeline) or t.error_type):
+            return
+        if not self._slowest:
+            self._kept.append(t)
+        elif isinstance(t, RequestTimeline):
+            how, low, _high = e2e(t)
+            if how == BOUNDED_E2E:
+                self.unranked += 1
+                return
+            item = (low, -len(self._ranked) - self.unranked, t)
+            if len(self._ranked) < self._slowest:
+                heapq.heappush(self._ranked, item)
+            else:
+                heapq.heappushpop(self._ranked, item)
+
+    def drain(self, sink: Callable[[Timeline], None]) -> None:
+        kept = self._kept or [t for _ns, _o, t in sorted(self._ranked, key=lambda x: (-x[0], -x[1]))]
+        for t in kept:
+            sink(t)
+
+
+def _names(t: RequestTimeline) -> set[str]:
+    """Every id a user may search a request by: the bridge's, the one the client received."""
+    return {t.request_id, str(t.attrs.get("gen_ai.response.id", "")), str(t.attrs.get("vllm.request.id", ""))}
 
 
 class Waterfall:
