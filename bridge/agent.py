@@ -28,6 +28,7 @@ from bridge.delivery import Delivery
 from bridge.decode.clock import zone
 from bridge.decode.stream import RecordStream
 from bridge.tail.source import Source
+from bridge.export.transforms import with_k8s_identity
 from bridge.export.resource import base_resource
 from bridge.export.transport import Destination, make_transport
 from bridge.health import AgentCounters, Health
@@ -73,6 +74,7 @@ class Agent:
                                             context_rule=make_rule(cfg.trace_context),
                                             export_error_text=cfg.export_error_text)
         self._tz = zone(cfg.timezone)
+        self._k8s_on_spans = cfg.k8s_attributes_on_spans
         self.telemetry_port: int | None = None
         self._followed_last = 0
         self._progress = ExportProgress(log, cfg.progress_interval, time.monotonic)
@@ -340,6 +342,8 @@ class Agent:
         return False
 
     def _emit(self, st: SourceState, t: Timeline) -> None:
+        if self._k8s_on_spans:
+            with_k8s_identity(t)
         key = f"engine@{t.first_offset}" if isinstance(t, EngineTimeline) else t.request_id
         if isinstance(t, EngineTimeline) and st.skip and st.skip.get(key, -1) >= t.first_offset:
             self.counters.skipped_delivered += 1  # delivered before the restart

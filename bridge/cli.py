@@ -9,6 +9,7 @@ import argparse
 import gc
 import os
 import sys
+import time
 from dataclasses import replace
 from collections.abc import Mapping, Sequence
 from typing import TextIO
@@ -19,6 +20,7 @@ from bridge.export.batch import OtlpSink
 from bridge.export.console import Selection, Waterfall
 from bridge.export.resource import base_resource
 from bridge.export.summary import Summary
+from bridge.export.transforms import K8sOnSpans, LastEnd, Shift, fan_out
 from bridge.export.transport import destination, make_transport
 from bridge.logs import make_logger, route_library_logs
 from bridge.pipeline import ReplayConfig, ReplayStats, replay
@@ -74,6 +76,9 @@ def _add_shared(p: argparse.ArgumentParser, *, run: bool) -> None:
     p.add_argument("--export-error-text", dest=dest("export_error_text"), **bool_kw,
                    help=_with_default("export error messages and tracebacks as logged; they can carry users' "
                                       "prompts", "off: quoted text redacted, no tracebacks"))
+    p.add_argument("--k8s-attributes-on-spans", dest=dest("k8s_attributes_on_spans"), **bool_kw,
+                   help=_with_default("also put the pod's namespace, name, uid and container on each root span, for "
+                                      "backends that drop resource attributes (Phoenix)", "off: on the resource only"))
 
 
 _THRESHOLDS = {
@@ -82,7 +87,8 @@ _THRESHOLDS = {
     "low_free_blocks_pct": "diagnose memory_pressure below this percentage of free KV blocks",
     "high_gpu_memory_pct": "diagnose gpu_memory_high above this percentage of GPU memory used",
 }
-_SHARED = ("otlp_endpoint", "otlp_protocol", "year", "timezone", "ttl", "export_error_text", *_THRESHOLDS)
+_SHARED = ("otlp_endpoint", "otlp_protocol", "year", "timezone", "ttl", "export_error_text", "k8s_attributes_on_spans",
+           *_THRESHOLDS)
 _PATHS_HELP = ("log files, or directories of them (their *.log files and rotated siblings, .gz too): plain, "
                "CRI or docker json-file")
 
@@ -105,6 +111,9 @@ def _parser() -> argparse.ArgumentParser:
                                       "chatcmpl-…) or the bridge's; repeat for more", "all"))
     r.add_argument("--errors", action="store_true",
                    help=_with_default("draw only failed requests and engine incidents", "off"))
+    r.add_argument("--shift-to-now", action="store_true",
+                   help=_with_default("move every time so that the log's last event is now (demo data, old logs: "
+                                      "inside a backend's default search window); reads the files twice", "off"))
     r.add_argument("--slowest", type=int, default=0, metavar="N",
                    help=_with_default("draw the N slowest requests by measured e2e, slowest first", "off"))
     c = sub.add_parser("check", help="report which lines of a log the bridge understands",
@@ -348,6 +357,14 @@ def run_replay(args: argparse.Namespace, env: Mapping[str, str], out: TextIO, lo
         sink = OtlpSink(make_transport(dest), base_resource(env))
         sinks.append(sink)
 
+    # Transforms change a timeline in place, so each goes once in front of all the sinks.
+    if args.k8s_attributes_on_spans:
+        sinks = [K8sOnSpans(fan_out(sinks))]
+    if args.shift_to_now:
+        last = LastEnd()
+        replay(paths, [last], config)  # a first pass, for where the log ends
+        if last.end_ns is not None:
+            sinks = [Shift(fan_out(sinks), time.time_ns() - last.end_ns)]
     with route_library_logs(log, on_export_trouble=_say_once(log, dest)):
         stats = replay(paths, sinks, config, log)
         delivered = sink.close() if sink is not None else True

@@ -65,6 +65,9 @@ class AgentConfig:
     # Export error text as vLLM logged it (messages unredacted, tracebacks as
     # exception.stacktrace). Off: a user's prompt or values can be quoted in error text.
     export_error_text: bool = False
+    # Copy the Kubernetes identity (namespace, pod, uid, container) from the resource onto every
+    # root and engine span's attributes, for backends that drop resource attributes (Phoenix).
+    k8s_attributes_on_spans: bool = False
     # Diagnosis thresholds (the seed's rules of thumb), the same flags as `replay`.
     slow_ttft_ms: float = 200.0
     slow_itl_ms: float = 50.0
@@ -123,6 +126,7 @@ DOC = {
     "gateway_traceparent_field": "Override the preset's traceparent field.",
     "join_window": "Seconds a request waits for its gateway line (and a gateway line for its request).",
     "export_error_text": "Export error text and tracebacks as vLLM logged them (off: redacted; they can quote prompts).",
+    "k8s_attributes_on_spans": "Also put `k8s.namespace.name`, `k8s.pod.name`, `k8s.pod.uid` and `k8s.container.name` on each root and engine span, for backends that drop resource attributes (Phoenix).",
     "slow_ttft_ms": "Diagnose `slow_ttft` above this time to first token (ms).",
     "slow_itl_ms": "Diagnose `slow_itl` above this inter-token latency (ms).",
     "low_free_blocks_pct": "Diagnose `memory_pressure` below this percentage of free KV blocks.",

@@ -16,6 +16,7 @@ from bridge.decode import Decoder, DecodeStats, source_for
 from bridge.decode.joiner import JoinStats
 from bridge.decode.record import Record
 from bridge.decode.stream import RecordStream
+from bridge.export.transforms import fan_out
 from bridge.parse import Parser, ParseStats
 from bridge.parse.rules import Rules
 from bridge.tail import read_lines
@@ -106,13 +107,7 @@ def replay(paths: Iterable[str], sinks: list[Sink], config: ReplayConfig = Repla
     stats = ReplayStats()
     errors = LineErrors(stats.line_errors, log)
     parser = Parser(rules=config.rules)
-    if len(sinks) == 1:
-        emit = sinks[0]
-    else:
-        def emit(t: Timeline) -> None:
-            for sink in sinks:
-                sink(t)
-
+    emit = fan_out(sinks)
     generations: dict[str, int] = {}  # source key → files of it so far
     for path in paths:
         stats.files += 1
