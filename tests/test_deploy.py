@@ -367,9 +367,11 @@ def test_default_daemonset_fits_gpu_nodes_and_is_locked_down():
     ds = objs["DaemonSet"]
     pod = ds["spec"]["template"]["spec"]
     (c,) = pod["containers"]
-    # GPU nodes: affinity on the NVIDIA label, toleration for the NVIDIA taint.
-    term = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
-    assert term["matchExpressions"] == [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]
+    # GPU nodes: affinity on any of the usual GPU labels (the terms are ORed), the GPU taints tolerated.
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]} in [
+        e for t in terms for e in t["matchExpressions"]]
+    assert all(len(t["matchExpressions"]) == 1 for t in terms)  # one label per term: any of them will do
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
     # Host logs read-only; state on the host; a writable /tmp.
     vols = {v["name"]: v for v in pod["volumes"]}
@@ -571,6 +573,36 @@ GPU_LABELS = {
 }
 
 
+#: Labels GPU nodes get from each common source, as documented by that source (not by the chart):
+#: a node carrying any one of them must be selected by the default.
+COMMON_GPU_NODE_LABELS = {
+    "NVIDIA GPU operator / GPU feature discovery": ("nvidia.com/gpu.present", "true"),
+    "Node Feature Discovery, NVIDIA PCI vendor 10de": ("feature.node.kubernetes.io/pci-10de.present", "true"),
+    "Node Feature Discovery, AMD PCI vendor 1002": ("feature.node.kubernetes.io/pci-1002.present", "true"),
+    "GKE GPU node pool": ("cloud.google.com/gke-accelerator", "nvidia-l4"),
+    "EKS GPU node group": ("k8s.amazonaws.com/accelerator", "nvidia-tesla-a10g"),
+    "AKS GPU node pool": ("kubernetes.azure.com/accelerator", "nvidia"),
+}
+
+
+def _selects(terms: list, node_labels: dict) -> bool:
+    """Kubernetes' rule: a node matches when ANY term matches, a term when ALL its expressions do."""
+    def ok(e):
+        if e["operator"] == "Exists":
+            return e["key"] in node_labels
+        return node_labels.get(e["key"]) in e["values"]
+    return any(all(ok(e) for e in t["matchExpressions"]) for t in terms)
+
+
+@pytest.mark.parametrize("source", COMMON_GPU_NODE_LABELS)
+def test_the_default_selects_a_gpu_node_labelled_by_any_common_source(source):
+    pod = _by_kind(_objects(None))["DaemonSet"]["spec"]["template"]["spec"]
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    key, value = COMMON_GPU_NODE_LABELS[source]
+    assert _selects(terms, {"kubernetes.io/os": "linux", key: value})
+    assert not _selects(terms, {"kubernetes.io/os": "linux", "node-role.kubernetes.io/control-plane": ""})
+
+
 @pytest.mark.parametrize("label", GPU_LABELS)
 def test_gpu_node_label_is_one_value(label):
     pod = _by_kind(_objects({"gpuNodeLabel": label}))["DaemonSet"]["spec"]["template"]["spec"]
@@ -578,8 +610,8 @@ def test_gpu_node_label_is_one_value(label):
     assert term["matchExpressions"] == GPU_LABELS[label]
 
 
-def test_empty_gpu_node_label_schedules_on_every_node_and_affinity_wins():
-    pod = _by_kind(_objects({"gpuNodeLabel": ""}))["DaemonSet"]["spec"]["template"]["spec"]
+def test_empty_gpu_node_labels_schedule_on_every_node_and_affinity_wins():
+    pod = _by_kind(_objects({"gpuNodeLabels": []}))["DaemonSet"]["spec"]["template"]["spec"]
     assert "affinity" not in pod
     mine = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
         {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["gpu"]}]}]}}}
@@ -593,11 +625,11 @@ def test_notes_and_readme_warn_that_the_default_label_can_schedule_zero_pods():
     with helm.Chart.load(CHART) as chart:
         rendered = chart.render(values=None, name="r", namespace="n", is_install=True)
     notes = next(text for path, text in rendered.items() if path.endswith("NOTES.txt"))
-    assert "nvidia.com/gpu.present=true" in notes and "zero pods" in notes.lower() and "gpuNodeLabel" in notes
+    assert "nvidia.com/gpu.present=true" in notes and "zero pods" in notes.lower() and "gpuNodeLabels" in notes
     readme = (CHART / "README.md").read_text()
-    assert "gpuNodeLabel" in readme and "zero pods" in readme.lower()
+    assert "gpuNodeLabels" in readme and "zero pods" in readme.lower()
     with helm.Chart.load(CHART) as chart:
-        rendered = chart.render(values={"gpuNodeLabel": ""}, name="r", namespace="n", is_install=True)
+        rendered = chart.render(values={"gpuNodeLabels": []}, name="r", namespace="n", is_install=True)
     notes = next(text for path, text in rendered.items() if path.endswith("NOTES.txt"))
     assert "zero pods" not in notes.lower()
 

@@ -21,6 +21,7 @@ import subprocess
 import time
 import urllib.request
 from collections import Counter
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,10 @@ HERE = Path(__file__).resolve().parent
 CACHE = Path(os.path.expanduser(os.environ.get("VLLM_TRACE_BRIDGE_CACHE", "~/.cache/vllm-trace-bridge")))
 VENV = Path(os.environ.get("PHOENIX_VENV", CACHE / "phoenix-venv"))
 SYNTH = SynthConfig(requests=60, seed=11)
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, timezone.utc).isoformat()
 
 
 def _free_port() -> int:
@@ -54,31 +59,40 @@ class Phoenix:
         assert "errors" not in body, body["errors"]
         return body["data"]
 
-    def spans(self, condition: str) -> list[dict]:
-        """Spans of the default project matching Phoenix's filter condition, attributes as a dict."""
+    def spans(self, condition: str, project: str = "default", since_s: float | None = None) -> list[dict]:
+        """Spans of a project matching Phoenix's filter condition, attributes as a dict; with
+        `since_s`, only those that started in the last `since_s` seconds (the UI's time window)."""
         out: list[dict] = []
         after = None
+        window = None
+        if since_s is not None:
+            now = time.time()
+            window = {"start": _iso(now - since_s), "end": _iso(now + 60)}
         while True:
-            data = self.gql("""query($f: String!, $after: String) { projects { edges { node { name
-                spans(first: 1000, after: $after, filterCondition: $f) {
+            data = self.gql("""query($f: String!, $after: String, $t: TimeRange) { projects { edges { node { name
+                spans(first: 1000, after: $after, filterCondition: $f, timeRange: $t) {
                     pageInfo { hasNextPage endCursor }
                     edges { node { name statusCode latencyMs attributes context { traceId spanId } } } }
-                } } } }""", f=condition, after=after)
-            (project,) = [e["node"] for e in data["projects"]["edges"] if e["node"]["name"] == "default"]
-            for edge in project["spans"]["edges"]:
+                } } } }""", f=condition, after=after, t=window)
+            found = [e["node"] for e in data["projects"]["edges"] if e["node"]["name"] == project]
+            if not found:
+                return out
+            (project_node,) = found
+            project = project_node["name"]
+            for edge in project_node["spans"]["edges"]:
                 node = dict(edge["node"])
                 node["attributes"] = json.loads(node["attributes"])
                 out.append(node)
-            page = project["spans"]["pageInfo"]
+            page = project_node["spans"]["pageInfo"]
             if not page["hasNextPage"]:
                 return out
             after = page["endCursor"]
 
-    def wait_for(self, condition: str, count: int, timeout: float = 60) -> list[dict]:
+    def wait_for(self, condition: str, count: int, timeout: float = 60, **where) -> list[dict]:
         """Phoenix stores spans in the background: poll until `count` match (or time runs out)."""
         deadline = time.monotonic() + timeout
         while True:
-            found = self.spans(condition)
+            found = self.spans(condition, **where)
             if len(found) >= count or time.monotonic() > deadline:
                 return found
             time.sleep(0.5)
@@ -238,3 +252,64 @@ def test_a_second_replay_is_deduplicated_by_the_backend(phoenix, replayed, tmp_p
     after = phoenix.spans("latency_ms >= 0")
     assert len([s for s in after if s["context"]["traceId"] in traces]) == len(before)
     assert len(after) > len(before)  # the marker's spans
+
+
+# -- the queries of docs/backends.md, on data moved to now, in a project of its own ---------------------
+
+WEEK = 7 * 86400  # the window a backend opens on: the bundled sample (2025) is outside it unshifted
+
+
+@pytest.fixture(scope="module")
+def shifted(phoenix, tmp_path_factory):
+    """A CRI log of the generator (ns stamps) in a kubelet pod directory, and a real vLLM 0.32
+    run's log with its client's record, both replayed with --shift-to-now and
+    --k8s-attributes-on-spans into the Phoenix project `docs`."""
+    pods = tmp_path_factory.mktemp("pods")
+    pod = pods / "serving_demo-pod_0e4c3f1a-1111-2222-3333-444455556666" / "vllm"
+    pod.mkdir(parents=True)
+    truth = write_file(str(pod / "0.log"), SynthConfig(requests=60, seed=23, cri=True))
+    fixture = HERE / "fixtures" / "scenarios" / "queue_pressure"
+    client = json.loads((fixture / "truth.json").read_text())
+    env = {"OTEL_RESOURCE_ATTRIBUTES": "openinference.project.name=docs"}
+    for path in (pod / "0.log", fixture / "server.log"):
+        argv = ["replay", str(path), "--otlp-endpoint", phoenix.base, "--protocol", "http/protobuf",
+                "--waterfalls", "0", "--shift-to-now", "--k8s-attributes-on-spans"]
+        assert main(argv, env=env, out=io.StringIO()) == 0
+    named = [r for r in client["requests"] if r["response_id"]]
+    phoenix.wait_for("name == 'vllm.request'", len(truth.requests) + len(named), project="docs")
+    return truth, client
+
+
+def test_shifted_data_is_in_the_last_week_and_the_sample_unshifted_is_not(phoenix, shifted, replayed):
+    truth, client = shifted
+    named = [r for r in client["requests"] if r["response_id"]]
+    recent = phoenix.spans("name == 'vllm.request'", project="docs", since_s=WEEK)
+    assert len(recent) == len(truth.requests) + len(named)
+    assert phoenix.spans("name == 'vllm.request'", since_s=WEEK) == []  # the 2025 log, not shifted
+
+
+def test_documented_query_by_the_id_the_client_received(phoenix, shifted):
+    _truth, client = shifted
+    for r in (r for r in client["requests"] if r["response_id"]):
+        (span,) = phoenix.spans(f"attributes['gen_ai']['response']['id'] == '{r['response_id']}'",
+                                project="docs", since_s=WEEK)
+        assert span["name"] == "vllm.request"
+
+
+def test_documented_queries_by_error_queue_time_preemption_and_pod(phoenix, shifted):
+    truth, _client = shifted
+    ids = lambda spans: Counter(s["attributes"]["vllm"]["request"]["id"] for s in spans)  # noqa: E731
+    q = lambda cond: phoenix.spans(f"name == 'vllm.request' and {cond}", project="docs", since_s=WEEK)  # noqa: E731
+    for kind in sorted({r.error_type for r in truth.requests if r.error_type}):
+        assert ids(q(f"attributes['error']['type'] == '{kind}'")) == Counter(
+            r.request_id for r in truth.requests if r.error_type == kind)
+    preempted = Counter(r.request_id for r in truth.requests if r.preemptions)
+    assert preempted and ids(q("attributes['vllm']['preemptions'] > 0")) == preempted
+    waits = sorted((r.schedules[0] - r.arrival_ns) / 1e9 for r in truth.requests if r.schedules)
+    # a threshold between two of the truth's waits, well clear of both (the CRI stamps are exact)
+    gaps = [(b - a, (a + b) / 2) for a, b in zip(waits[len(waits) // 2:], waits[len(waits) // 2 + 1:])]
+    _gap, threshold = max(gaps)
+    slow = Counter(r.request_id for r in truth.requests if r.schedules and (r.schedules[0] - r.arrival_ns) / 1e9 > threshold)
+    assert slow and ids(q(f"attributes['vllm']['queue_s'] > {threshold}")) == slow
+    pod = q("attributes['k8s']['pod']['name'] == 'demo-pod'")
+    assert ids(pod) == Counter(r.request_id for r in truth.requests)

@@ -27,24 +27,36 @@
 {{- default (include "vllm-trace-bridge.fullname" .) .Values.existingConfigMap -}}
 {{- end -}}
 
-{{/* The pods' affinity: `affinity` when set, else a required node label from gpuNodeLabel
-     ("key=value" or just "key"), else none. */}}
+{{/* The node labels that select GPU nodes: gpuNodeLabel alone when set, else gpuNodeLabels. */}}
+{{- define "vllm-trace-bridge.gpuLabels" -}}
+{{- if .Values.gpuNodeLabel -}}
+{{- list .Values.gpuNodeLabel | toJson -}}
+{{- else -}}
+{{- .Values.gpuNodeLabels | default list | toJson -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The pods' affinity: `affinity` when set, else a node with any of the GPU labels ("key=value"
+     or just "key"; node selector terms are ORed), else none. */}}
 {{- define "vllm-trace-bridge.affinity" -}}
+{{- $labels := include "vllm-trace-bridge.gpuLabels" . | fromJsonArray -}}
 {{- if .Values.affinity -}}
 {{- toYaml .Values.affinity -}}
-{{- else if .Values.gpuNodeLabel -}}
-{{- $kv := splitn "=" 2 .Values.gpuNodeLabel -}}
+{{- else if $labels -}}
 nodeAffinity:
   requiredDuringSchedulingIgnoredDuringExecution:
     nodeSelectorTerms:
+      {{- range $labels }}
+      {{- $kv := splitn "=" 2 . }}
       - matchExpressions:
           - key: {{ $kv._0 }}
-            {{- if contains "=" $.Values.gpuNodeLabel }}
+            {{- if contains "=" . }}
             operator: In
             values: [{{ $kv._1 | quote }}]
             {{- else }}
             operator: Exists
             {{- end }}
+      {{- end }}
 {{- end -}}
 {{- end -}}
 
