@@ -264,17 +264,18 @@ def shifted(phoenix, tmp_path_factory):
     """A CRI log of the generator (ns stamps) in a kubelet pod directory, and a real vLLM 0.32
     run's log with its client's record, both replayed with --shift-to-now and
     --k8s-attributes-on-spans into the Phoenix project `docs`."""
-    pods = tmp_path_factory.mktemp("pods")
+    pods = tmp_path_factory.mktemp("node") / "pods"  # kubelet's layout: /…/pods/<ns>_<pod>_<uid>/<container>/
     pod = pods / "serving_demo-pod_0e4c3f1a-1111-2222-3333-444455556666" / "vllm"
     pod.mkdir(parents=True)
     truth = write_file(str(pod / "0.log"), SynthConfig(requests=60, seed=23, cri=True))
     fixture = HERE / "fixtures" / "scenarios" / "queue_pressure"
     client = json.loads((fixture / "truth.json").read_text())
-    env = {"OTEL_RESOURCE_ATTRIBUTES": "openinference.project.name=docs"}
-    for path in (pod / "0.log", fixture / "server.log"):
-        argv = ["replay", str(path), "--otlp-endpoint", phoenix.base, "--protocol", "http/protobuf",
-                "--waterfalls", "0", "--shift-to-now", "--k8s-attributes-on-spans"]
-        assert main(argv, env=env, out=io.StringIO()) == 0
+    with pytest.MonkeyPatch.context() as mp:  # the resource detector reads the process environment
+        mp.setenv("OTEL_RESOURCE_ATTRIBUTES", "openinference.project.name=docs")
+        for path in (pod / "0.log", fixture / "server.log"):
+            argv = ["replay", str(path), "--otlp-endpoint", phoenix.base, "--protocol", "http/protobuf",
+                    "--waterfalls", "0", "--shift-to-now", "--k8s-attributes-on-spans"]
+            assert main(argv, env=dict(os.environ), out=io.StringIO()) == 0
     named = [r for r in client["requests"] if r["response_id"]]
     phoenix.wait_for("name == 'vllm.request'", len(truth.requests) + len(named), project="docs")
     return truth, client
