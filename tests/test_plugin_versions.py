@@ -5,7 +5,7 @@ point renamed or given other parameters in a release fails here by name, and doc
 table is what those releases' source says today.
 
 The tests that read the releases carry the `versions` marker: they run when selected
-(`-m versions`, which fetches ~1.5 MB per release from PyPI the first time), in CI, or when the
+(`-m versions`, which fetches about 1 MB per release from PyPI the first time), in CI, or when the
 files are already cached; otherwise they skip."""
 
 from __future__ import annotations
