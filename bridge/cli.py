@@ -22,6 +22,7 @@ from bridge.export.resource import base_resource
 from bridge.export.summary import Summary
 from bridge.export.transforms import K8sOnSpans, LastEnd, Shift, fan_out
 from bridge.export.transport import destination, make_transport
+from bridge.export.trouble import export_fix
 from bridge.logs import make_logger, route_library_logs
 from bridge.pipeline import ReplayConfig, ReplayStats, replay
 
@@ -365,7 +366,8 @@ def run_replay(args: argparse.Namespace, env: Mapping[str, str], out: TextIO, lo
         replay(paths, [last], config)  # a first pass, for where the log ends
         if last.end_ns is not None:
             sinks = [Shift(fan_out(sinks), time.time_ns() - last.end_ns)]
-    with route_library_logs(log, on_export_trouble=_say_once(log, dest)):
+    trouble = _ExportTrouble(log, dest)
+    with route_library_logs(log, on_export_trouble=trouble):
         stats = replay(paths, sinks, config, log)
         delivered = sink.close() if sink is not None else True
 
@@ -378,7 +380,7 @@ def run_replay(args: argparse.Namespace, env: Mapping[str, str], out: TextIO, lo
         if not delivered:
             log.error("export_failed", endpoint=dest.endpoint, protocol=dest.protocol,
                       spans_sent=s.spans_sent, spans_not_delivered=s.spans_failed,
-                      fix="check that an OTLP receiver listens there and accepts this protocol")
+                      fix=trouble.fix or "check that an OTLP receiver listens there and accepts this protocol")
             return EXIT_EXPORT_FAILED
     if select is not None:
         select.drain(waterfall)
@@ -391,18 +393,33 @@ def run_replay(args: argparse.Namespace, env: Mapping[str, str], out: TextIO, lo
     return EXIT_OK
 
 
-def _say_once(log, dest):
+class _ExportTrouble:
     """The first failed export attempt, said at once in one line (the SDK then retries with
-    backoff for seconds per batch); the SDK's own retry lines after it are left out."""
-    said = []
+    backoff for seconds per batch); the SDK's own retry lines after it are left out. The fix
+    follows the error's cause (`export.trouble`): a TLS failure means a receiver answered.
+    `fix`: that cause's fix, for the final line too (None: no cause recognised)."""
 
-    def on_trouble(message: str) -> None:
-        if not said:
-            said.append(True)
-            log.warning("export_retrying", endpoint=dest.endpoint, protocol=dest.protocol, error=message[:200],
-                        fix="start an OTLP receiver there, or fix --otlp-endpoint / --otlp-protocol; each batch "
-                            "is retried for about 10 s before replay gives up")
-    return on_trouble
+    def __init__(self, log, dest) -> None:
+        self.log, self.dest, self.said, self.fix = log, dest, False, None
+
+    def __call__(self, message: str) -> None:
+        if self.said:
+            if self.fix is None:  # a later attempt's error may name the cause the first did not
+                self.fix = export_fix(message)
+            return
+        self.said = True
+        self.fix = export_fix(message)
+        self.log.warning("export_retrying", endpoint=self.dest.endpoint, protocol=self.dest.protocol,
+                         error=message[:200] if self.fix is None else _cause(message),
+                         fix=self.fix or "start an OTLP receiver there, or fix --otlp-endpoint / --otlp-protocol; "
+                                         "each batch is retried for about 10 s before replay gives up")
+
+
+def _cause(message: str) -> str:
+    """The part of an exporter's message that names the cause (gRPC's is at its end, past 200
+    characters of preamble)."""
+    head, sep, tail = message.partition("Error details: ")
+    return (tail if sep else head)[-300:]
 
 
 def run_check_command(args: argparse.Namespace, out: TextIO) -> int:

@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
+from bridge.export.trouble import export_fix
+
 
 def make_logger(stream: TextIO | None = None, json: bool | None = None) -> Logger:
     """The bridge's logger: structlog, built at its first use. `replay` usually logs nothing,
@@ -80,7 +82,11 @@ class StructlogHandler(logging.Handler):
                 self._on_trouble(message)
                 return
             method = getattr(self._log, _LEVELS.get(record.levelno, "warning"))
-            method(record.name.split(".", 1)[0] + "_log", logger=record.name, message=message)
+            fix = export_fix(message) if record.name.startswith("opentelemetry.exporter") else None
+            if fix is not None:  # a TLS failure: a receiver answered, and the agent's own line can't say why
+                method(record.name.split(".", 1)[0] + "_log", logger=record.name, message=message, fix=fix)
+            else:
+                method(record.name.split(".", 1)[0] + "_log", logger=record.name, message=message)
         except Exception:  # a logging problem never stops the agent
             self.handleError(record)
 

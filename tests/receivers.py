@@ -66,15 +66,22 @@ def attrs(kvs) -> dict:
 
 
 class GrpcReceiver(_Store, trace_service_pb2_grpc.TraceServiceServicer):
-    """`fail_first` requests are answered UNAVAILABLE (retryable) before any is accepted."""
+    """`fail_first` requests are answered UNAVAILABLE (retryable) before any is accepted;
+    `tls`: (certificate, key) files, served over TLS (https:// endpoint)."""
 
-    def __init__(self, fail_first: int = 0, port: int = 0) -> None:
+    def __init__(self, fail_first: int = 0, port: int = 0, tls: tuple[str, str] | None = None) -> None:
         super().__init__()
         self.fail_first = fail_first
         self.rejected = 0
+        self._scheme = "https" if tls else "http"
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(self, self._server)
-        self.port = self._server.add_insecure_port(f"127.0.0.1:{port}")
+        if tls:
+            cert, key = (open(f, "rb").read() for f in tls)
+            creds = grpc.ssl_server_credentials([(key, cert)])
+            self.port = self._server.add_secure_port(f"127.0.0.1:{port}", creds)
+        else:
+            self.port = self._server.add_insecure_port(f"127.0.0.1:{port}")
 
     def Export(self, request, context):  # noqa: N802 - gRPC method name
         if self.rejected < self.fail_first:
@@ -85,7 +92,7 @@ class GrpcReceiver(_Store, trace_service_pb2_grpc.TraceServiceServicer):
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self._scheme}://127.0.0.1:{self.port}"
 
     def __enter__(self) -> GrpcReceiver:
         self._server.start()

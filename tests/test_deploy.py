@@ -865,6 +865,51 @@ def test_plain_manifests_equal_the_charts_default_render():
     assert committed == render.plain_manifests(), "run: python deploy/render.py"
 
 
+def _render_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(DEPLOY / "render.py"), *args], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+
+
+def test_render_takes_the_users_values_files_as_helm_does(tmp_path):
+    """`render.py --values` (no helm needed): each value the user wrote is in the manifests, a
+    later file wins key by key, and the install notes go to stderr."""
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("image:\n  repository: registry.example.com/obs/vllm-trace-bridge\n  tag: \"7.7\"\n"
+                    "otlp:\n  endpoint: http://collector.example:4317\n  protocol: grpc\n"
+                    "gpuNodeLabel: \"\"\nconfig:\n  namespaces: [inference-*]\n")
+    prod = tmp_path / "prod.yaml"
+    prod.write_text("otlp:\n  protocol: http/protobuf\n")
+    done = _render_cli("--values", str(mine), "-f", str(prod), "--namespace", "obs", "--release", "tb")
+    assert done.returncode == 0, done.stderr
+    objs = [o for o in yaml.safe_load_all(done.stdout) if o]
+    ds = _by_kind(objs)["DaemonSet"]
+    pod = ds["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://collector.example:4317"
+    assert env["OTEL_EXPORTER_OTLP_PROTOCOL"] == "http/protobuf"  # the later file's
+    assert pod["containers"][0]["image"] == "registry.example.com/obs/vllm-trace-bridge:7.7"
+    assert "affinity" not in pod  # gpuNodeLabel "": every node
+    assert yaml.safe_load(_by_kind(objs)["ConfigMap"]["data"]["config.yaml"])["namespaces"] == ["inference-*"]
+    assert {o["metadata"]["namespace"] for o in objs if "namespace" in o["metadata"]} == {"obs"}
+    assert ds["metadata"]["name"].startswith("tb")
+    assert "on every node" in done.stderr and "not publish" not in done.stderr
+    assert done.stdout.startswith(f"# Generated from deploy/helm/vllm-trace-bridge with values from {mine}, {prod}")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("otlp:\n  protocol: smoke-signals\n")
+    refused = _render_cli("--values", str(bad))
+    assert refused.returncode == 1 and "/otlp/protocol" in refused.stderr and not refused.stdout
+
+
+def test_notes_say_the_default_image_is_not_published_and_how_to_build_it():
+    said = render.notes(None)
+    assert "no registry publishes" in said
+    build = re.search(r"docker build -f (\S+) -t REGISTRY/vllm-trace-bridge:(\S+) \.", said)
+    assert build and (ROOT / build[1]).is_file() and build[2] == yaml.safe_load(
+        (CHART / "Chart.yaml").read_text())["appVersion"]
+    assert "image.repository=REGISTRY/vllm-trace-bridge" in said
+    assert "no registry publishes" not in render.notes({"image": {"repository": "registry.example.com/x"}})
+
+
 # --- YAML ---------------------------------------------------------------------------------------
 
 def test_yamllint_passes_on_all_yaml():

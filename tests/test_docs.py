@@ -1,5 +1,5 @@
-"""The docs tell the truth about the code they describe: every relative link in README.md and
-docs/*.md resolves (file, and heading when there is an anchor); every flag given to a
+"""The docs tell the truth about the code they describe: every relative link in README.md,
+docs/*.md and the READMEs under deploy/ resolves (file, and heading when there is an anchor); every flag given to a
 `vllm-trace-bridge` command exists on that command; every `VLLM_TRACE_BRIDGE_*` variable
 named exists in the code; every agent setting is documented, and docs/configuration.md is
 what docs/gen_config.py makes of bridge/config.py today."""
@@ -19,7 +19,9 @@ from bridge.config import DOC, ENV_PREFIX, FIELDS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGES = [os.path.join(ROOT, "README.md")] + sorted(
-    os.path.join(ROOT, "docs", f) for f in os.listdir(os.path.join(ROOT, "docs")) if f.endswith(".md"))
+    os.path.join(ROOT, "docs", f) for f in os.listdir(os.path.join(ROOT, "docs")) if f.endswith(".md")) + sorted(
+    # the chart's and the compose demo's READMEs: read by users, so held to the same checks
+    os.path.join(d, f) for d, _, fs in os.walk(os.path.join(ROOT, "deploy")) for f in fs if f.endswith(".md"))
 
 _LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 _FENCE = re.compile(r"^```.*?^```", re.S | re.M)
@@ -59,6 +61,53 @@ def broken_links(path: str) -> list[str]:
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: os.path.relpath(p, ROOT))
 def test_relative_links_resolve(page):
     assert broken_links(page) == []
+
+
+# A section named in prose: `README's "Deploy"`, `docs/deploy.md, "Plain manifests"`, `the chart
+# README, "Permissions"`. The comments of deploy/ files point readers at sections this way too.
+_SECTION_REF = re.compile(r"(?P<chart>chart )?(?P<file>\bREADME\b(?:\.md)?|[\w./-]+\.md)(?:'s)?,? (?:section )?"
+                          r"\"(?P<name>[^\"\n]{2,80})\"")
+SECTION_SOURCES = PAGES + sorted(
+    os.path.join(d, f) for d, _, fs in os.walk(os.path.join(ROOT, "deploy"))
+    for f in fs if f.endswith((".py", ".yaml", ".txt", ".tpl")) or f == "Dockerfile")
+
+
+def broken_section_refs(path: str) -> list[str]:
+    """Each section named in prose that its file lacks (no heading, nor bold lead-in, starting
+    with that name). `README` is the repository's, or the chart's after `chart `."""
+    bad = []
+    for m in _SECTION_REF.finditer(_text(path)):
+        name = m["file"]
+        if name.startswith("README"):
+            dest = os.path.join(ROOT, "deploy", "helm", "vllm-trace-bridge", "README.md") if m["chart"] \
+                else os.path.join(ROOT, "README.md")
+        else:
+            dest = next((c for c in (os.path.join(os.path.dirname(path), name), os.path.join(ROOT, name))
+                         if os.path.exists(c)), None)
+            if dest is None:
+                bad.append(f"{name}: no such file")
+                continue
+        body = _FENCE.sub("", _text(dest))
+        titles = [t.strip().lower() for t in re.findall(r"^#{1,6}\s+(.*)$|^\*\*([^*]+)\*\*", body, re.M)
+                  for t in t if t]
+        if not any(t.startswith(m["name"].lower()) for t in titles):
+            bad.append(f'{name}, "{m["name"]}": no such section')
+    return bad
+
+
+@pytest.mark.parametrize("source", SECTION_SOURCES, ids=lambda p: os.path.relpath(p, ROOT))
+def test_sections_named_in_prose_exist(source):
+    assert broken_section_refs(source) == []
+
+
+def test_the_section_check_finds_missing_sections(tmp_path):
+    (tmp_path / "b.md").write_text("# Title\n## Real heading: more\n**Bold lead:** text\n")
+    page = tmp_path / "a.md"
+    page.write_text('see b.md, "Real heading" and b.md\'s "Bold lead", but b.md, "Gone" and the '
+                    'README\'s "No such heading at all" and c.md, "X y"\n')
+    assert broken_section_refs(str(page)) == ['b.md, "Gone": no such section',
+                                              'README, "No such heading at all": no such section',
+                                              "c.md: no such file"]
 
 
 def test_the_link_check_finds_broken_links(tmp_path):

@@ -1,52 +1,86 @@
 """The plugin's hook points against vLLM releases' own source, read without importing vLLM (or
-torch): 0.33.0 from its wheel (downloaded once into a cache), 0.32 from the test venv when it is
-there. A hook point renamed or given other parameters in a release fails here by name."""
+torch): every minor from 0.10 on, a few files of each wheel read over HTTP Range requests and
+cached (tests/plugin_versions_table.py); 0.32 also from the test venv when it is there. A hook
+point renamed or given other parameters in a release fails here by name, and docs/plugin.md's
+table is what those releases' source says today.
+
+The tests that read the releases carry the `versions` marker: they run when selected
+(`-m versions`, which fetches about 1 MB per release from PyPI the first time), in CI, or when the
+files are already cached; otherwise they skip."""
 
 from __future__ import annotations
 
+import http.server
+import io
+import json
 import os
-import subprocess
-import sys
+import random
+import re
+import threading
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from bridge.vllm_plugin import hooks
+import plugin_versions_table as pvt
+from bridge.vllm_plugin import TESTED_VERSIONS, hooks
 
-CACHE = Path(os.environ.get("VLLM_TRACE_BRIDGE_WHEELS", Path.home() / ".cache" / "vllm-trace-bridge" / "wheels"))
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "plugin.md"
 VENV = Path.home() / ".cache" / "vllm-trace-bridge" / "vllm-venv"
 
 
-def _wheel(version: str) -> Path:
-    """vLLM's wheel of that version: from the cache, else `pip download` into it (once)."""
-    found = sorted(CACHE.glob(f"vllm-{version}-*.whl"))
-    if found:
-        return found[0]
-    CACHE.mkdir(parents=True, exist_ok=True)
-    try:
-        done = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-                               f"vllm=={version}", "-d", str(CACHE)], capture_output=True, text=True, timeout=900)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        pytest.skip(f"vLLM {version}'s wheel is not cached in {CACHE} and pip could not fetch it: {exc}")
-    found = sorted(CACHE.glob(f"vllm-{version}-*.whl"))
-    if done.returncode != 0 or not found:
-        pytest.skip(f"vLLM {version}'s wheel is not cached in {CACHE} and the registry did not give it: "
-                    f"{done.stderr.strip().splitlines()[-1:] or done.returncode}")
-    return found[0]
+def _selected(config) -> bool:
+    if os.environ.get("CI", "") not in ("", "0", "false"):
+        return True
+    expr = config.getoption("markexpr", "") or ""
+    return "versions" in expr and "not versions" not in expr
 
 
-def test_every_hook_point_is_in_vllm_0_33_0s_source():
-    with zipfile.ZipFile(_wheel("0.33.0")) as z:
-        names = set(z.namelist())
-        assert "vllm/v1/core/sched/scheduler.py" in names  # the wheel is vLLM's, not an empty stand-in
+@pytest.fixture
+def release(request):
+    """`open(version)` → a reader of that release's files; offline (a skip when they are not
+    cached) unless the `versions` tests were selected."""
+    offline = not _selected(request.config)
+
+    def open_(version: str):
+        src = pvt.ReleaseSource(version, offline=offline)
 
         def read(path: str) -> str | None:
-            return z.read(path).decode("utf-8") if path in names else None
+            try:
+                return src.read(path)
+            except pvt.NotCached:
+                pytest.skip(f"vLLM {version}'s files are not cached in {pvt.CACHE}: pytest -m versions fetches them")
 
-        assert hooks.missing_in_source(read) == []
-        version = read("vllm/_version.py") or ""
-    assert "0.33.0" in version
+        return src, read
+
+    return open_
+
+
+def _doc_rows() -> dict[str, str]:
+    lines = pvt.table_in(DOC.read_text(encoding="utf-8")).splitlines()
+    return {line.split("|")[1].strip(): line for line in lines[2:]}
+
+
+# -- every release (marker `versions`) ------------------------------------------------------------
+
+@pytest.mark.versions
+@pytest.mark.parametrize("version", pvt.RELEASES)
+def test_the_docs_table_row_is_what_the_release_source_says(version, release):
+    src, read = release(version)
+    assert read("vllm/v1/core/sched/scheduler.py") is not None  # a vLLM V1 wheel, not a stand-in
+    meta = next(n for n in src.members() if n.count("/") == 1 and n.endswith(".dist-info/METADATA"))
+    assert f"\nVersion: {version}\n" in read(meta)  # the wheel's own METADATA: it is that release
+    got = pvt.table([pvt.row(version, read, hooks)], hooks).splitlines()[2]
+    assert _doc_rows().get(version) == got, "re-run: python tests/plugin_versions_table.py --write docs/plugin.md"
+
+
+@pytest.mark.versions
+@pytest.mark.parametrize("minor", TESTED_VERSIONS, ids=lambda mm: "%d.%d" % mm)
+def test_every_hook_point_is_in_each_tested_releases_source(minor, release):
+    (version,) = [v for v in pvt.RELEASES if tuple(map(int, v.split(".")[:2])) == minor]
+    _src, read = release(version)
+    assert hooks.missing_in_source(read) == []
 
 
 @pytest.mark.skipif(not VENV.is_dir(), reason="no vLLM venv (tests/vllm_env/install.sh)")
@@ -58,3 +92,150 @@ def test_every_hook_point_is_in_the_installed_vllm_0_32s_source():
         return p.read_text(encoding="utf-8") if p.is_file() else None
 
     assert hooks.missing_in_source(read) == []
+
+
+# -- the table's shape, without the network ---------------------------------------------------------
+
+def test_the_docs_table_has_todays_hook_points_and_every_release():
+    doc = pvt.table_in(DOC.read_text(encoding="utf-8")).splitlines()
+    assert doc[0] == pvt.table([], hooks).splitlines()[0], \
+        "HOOK_POINTS changed: python tests/plugin_versions_table.py --write docs/plugin.md"
+    assert list(_doc_rows()) == list(pvt.RELEASES)
+
+
+def _source_of(points, drop=(), rename_param=(), drop_words=()) -> dict[str, str]:
+    """A release's files written from `points` (HOOK_POINTS' shape): every class and method with
+    the parameters named there, every run-time name in a comment; then one thing broken."""
+    files: dict[str, dict[str, list[str]]] = {}
+    for hp in points:
+        path, cls, name, params = hp[0], hp[1], hp[2], hp[3]
+        if (cls, name) in drop:
+            continue
+        params = tuple("other" if (cls, name) == rename_param and i == 0 else p for i, p in enumerate(params))
+        files.setdefault(path, {}).setdefault(cls, []).append(
+            f"    def {name}(self{''.join(', ' + p for p in params)}, *rest):\n        pass\n")
+    text = {path: "".join(f"class {c}:\n" + "".join(ms) for c, ms in classes.items())
+            for path, classes in files.items()}
+    for path, words in hooks.READ_AT_RUN_TIME:
+        text[path] = text.get(path, "") + "".join(f"# {w}\n" for w in words if w not in drop_words)
+    return text
+
+
+def test_each_break_lands_in_its_own_cell():
+    """The table puts what `missing_in_source` finds under the hook point it is about: a method
+    gone, a parameter renamed, a run-time name gone."""
+    points = hooks.HOOK_POINTS
+    gone, renamed = points[0], next(hp for hp in points[1:] if hp[3])
+    whole = _source_of(points)
+    assert pvt.row("x", whole.get, hooks) == pvt.Row("x", ("",) * len(points), (), ())
+    # a run-time name whose absence the source would show (not also a method or parameter there)
+    word_path, word = next((path, w) for path, words in hooks.READ_AT_RUN_TIME for w in words
+                           if not re.search(r"\b%s\b" % w, _source_of(points, drop_words=[w])[path]))
+    broken = _source_of(points, drop=[(gone[1], gone[2])], rename_param=(renamed[1], renamed[2]),
+                        drop_words=[word])
+    r = pvt.row("x", broken.get, hooks)
+    assert r.cells[points.index(gone)] == "missing"
+    assert r.cells[points.index(renamed)] == "takes `(%s)`" % ", ".join(("other", *renamed[3][1:]))
+    assert [c for i, c in enumerate(r.cells) if points[i] not in (gone, renamed)] == [""] * (len(points) - 2)
+    assert r.run_time == (f"`{word}` ({word_path.rsplit('/', 1)[-1]})",) and r.other == ()
+    assert not r.installs and "does nothing" in pvt.traces(r)
+    only_word = pvt.row("x", _source_of(points, drop_words=[word]).get, hooks)
+    assert only_word.installs and not only_word.full and "switches the plugin off" in pvt.traces(only_word)
+    assert pvt.row("x", {}.get, hooks).cells == ("no file",) * len(points)
+
+
+# -- the range reader, against a local host --------------------------------------------------------
+
+class _Host(http.server.BaseHTTPRequestHandler):
+    """Serves PyPI's project JSON and one wheel, honouring `Range: bytes=a-b` (unless `ranges`
+    is off); counts the bytes of wheel it sent."""
+
+    files: dict[str, bytes] = {}
+    ranges = True
+    sent = 0
+
+    def log_message(self, *args):  # quiet
+        pass
+
+    def do_GET(self):
+        body = type(self).files.get(self.path)
+        if body is None:
+            self.send_error(404)
+            return
+        rng = self.headers.get("Range")
+        if rng and type(self).ranges and self.path.endswith(".whl"):
+            lo, hi = (int(x) for x in rng.split("=", 1)[1].split("-"))
+            part = body[lo:hi + 1]
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {lo}-{lo + len(part) - 1}/{len(body)}")
+        else:
+            part = body
+            self.send_response(200)
+        if self.path.endswith(".whl"):
+            type(self).sent += len(part)
+        self.send_header("Content-Length", str(len(part)))
+        self.end_headers()
+        self.wfile.write(part)
+
+
+@pytest.fixture
+def host():
+    handler = type("Host", (_Host,), {"files": {}, "ranges": True, "sent": 0})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield handler, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def _wheel(handler, version: str, files: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+    wheel = buf.getvalue()
+    name = f"pkg-{version}-py3-none-any.whl"
+    handler.files[f"/packages/{name}"] = wheel
+    handler.files["/pypi/pkg/json"] = json.dumps({"releases": {version: [
+        {"filename": f"pkg-{version}.tar.gz", "url": f"../../packages/pkg-{version}.tar.gz", "size": 1},
+        {"filename": name, "url": f"../../packages/{name}", "size": len(wheel)}]}}).encode()
+    return wheel
+
+
+def test_the_range_reader_reads_members_without_the_whole_wheel_and_caches_them(host, tmp_path):
+    handler, index = host
+    ballast = random.Random(7).randbytes(4 * 1024 * 1024)  # incompressible: the bulk of a real wheel
+    wanted = "".join(f"def f{i}(x):\n    return {i}\n" for i in range(3000))
+    wheel = _wheel(handler, "1.2.3", {"pkg/_C.so": ballast, "pkg/a.py": wanted, "pkg/b.py": "B = 1\n",
+                                      "pkg-1.2.3.dist-info/METADATA": "Name: pkg\nVersion: 1.2.3\n"})
+    src = pvt.ReleaseSource("1.2.3", cache=tmp_path, package="pkg", index=index)
+    assert src.read("pkg/a.py") == wanted
+    assert src.read("pkg/nothing.py") is None
+    assert src.metadata_version() == "1.2.3"
+    assert 0 < handler.sent < len(wheel) // 4  # the ballast was never fetched
+    assert src.requests <= 6
+    sent = handler.sent
+    again = pvt.ReleaseSource("1.2.3", cache=tmp_path, package="pkg", index=index, offline=True)
+    assert again.read("pkg/a.py") == wanted and again.read("pkg/nothing.py") is None
+    assert handler.sent == sent  # from the cache
+    with pytest.raises(pvt.NotCached):
+        again.read("pkg/b.py")  # in the wheel, never fetched, and offline
+
+
+def test_a_host_that_ignores_ranges_is_an_error_not_a_whole_download(host, tmp_path):
+    handler, index = host
+    _wheel(handler, "1.0.0", {"pkg/a.py": "A = 1\n"})
+    handler.ranges = False
+    with pytest.raises(pvt.RangeUnsupported, match="ignored the Range request"):
+        pvt.ReleaseSource("1.0.0", cache=tmp_path, package="pkg", index=index).read("pkg/a.py")
+
+
+def test_the_newest_patch_of_each_minor(host):
+    handler, index = host
+    files = [{"filename": "x.whl", "url": "x.whl", "size": 1}]
+    handler.files["/pypi/pkg/json"] = json.dumps({"releases": {
+        "0.9.2": files, "0.10.0": files, "0.10.2": files, "0.10.10": files, "0.11.0rc1": files,
+        "0.11.0": [{"filename": "x.tar.gz", "url": "x", "size": 1}], "0.12.0": files,
+        "0.12.1": [{**files[0], "yanked": True}], "0.12.0.post1": files}}).encode()
+    assert pvt.latest_per_minor(10, "pkg", index) == ["0.10.10", "0.12.0.post1"]
