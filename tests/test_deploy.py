@@ -876,7 +876,7 @@ def test_render_takes_the_users_values_files_as_helm_does(tmp_path):
     mine = tmp_path / "mine.yaml"
     mine.write_text("image:\n  repository: registry.example.com/obs/vllm-trace-bridge\n  tag: \"7.7\"\n"
                     "otlp:\n  endpoint: http://collector.example:4317\n  protocol: grpc\n"
-                    "gpuNodeLabel: \"\"\nconfig:\n  namespaces: [inference-*]\n")
+                    "gpuNodeLabels: []\nconfig:\n  namespaces: [inference-*]\n")
     prod = tmp_path / "prod.yaml"
     prod.write_text("otlp:\n  protocol: http/protobuf\n")
     done = _render_cli("--values", str(mine), "-f", str(prod), "--namespace", "obs", "--release", "tb")
@@ -888,7 +888,7 @@ def test_render_takes_the_users_values_files_as_helm_does(tmp_path):
     assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://collector.example:4317"
     assert env["OTEL_EXPORTER_OTLP_PROTOCOL"] == "http/protobuf"  # the later file's
     assert pod["containers"][0]["image"] == "registry.example.com/obs/vllm-trace-bridge:7.7"
-    assert "affinity" not in pod  # gpuNodeLabel "": every node
+    assert "affinity" not in pod  # gpuNodeLabels []: every node
     assert yaml.safe_load(_by_kind(objs)["ConfigMap"]["data"]["config.yaml"])["namespaces"] == ["inference-*"]
     assert {o["metadata"]["namespace"] for o in objs if "namespace" in o["metadata"]} == {"obs"}
     assert ds["metadata"]["name"].startswith("tb")
