@@ -171,7 +171,7 @@ class _Doc:
                 return None
             value = parent[key] = {}
         if not isinstance(value, dict):
-            raise self.error(f"{where}.{key}", f"expected a mapping, found {type(value).__name__}")
+            raise self.error(f"{where}.{key}" if where else key, f"expected a mapping, found {type(value).__name__}")
         return value
 
     def seq(self, parent: dict, key: str, where: str, *, create: bool = False):
@@ -201,9 +201,10 @@ def _init_container(cfg: InjectConfig) -> dict:
     return c
 
 
-def _upsert(items: list, name: str, value: dict, doc: _Doc, where: str, *, key: str = "name") -> None:
+def _upsert(items: list, name: str, value: dict) -> None:
+    """Replace the item of that name, or add it at the end."""
     for i, item in enumerate(items):
-        if item.get(key) == name:
+        if item.get("name") == name:
             items[i] = value
             return
     items.append(value)
@@ -214,7 +215,7 @@ def _container(c: dict, doc: _Doc, where: str, cfg: InjectConfig) -> None:
     for i, m in enumerate(mounts):
         if m.get("mountPath") == MOUNT and m.get("name") != VOLUME:
             raise doc.error(f"{where}.volumeMounts[{i}]", f"volume {m.get('name')!r} is already mounted at {MOUNT}")
-    _upsert(mounts, VOLUME, {"name": VOLUME, "mountPath": MOUNT, "readOnly": True}, doc, where)
+    _upsert(mounts, VOLUME, {"name": VOLUME, "mountPath": MOUNT, "readOnly": True})
     env = doc.seq(c, "env", where, create=True)
     paths = [i for i, e in enumerate(env) if e.get("name") == "PYTHONPATH"]
     if not paths:
@@ -229,7 +230,7 @@ def _container(c: dict, doc: _Doc, where: str, cfg: InjectConfig) -> None:
         if MOUNT not in old.split(":"):
             e["value"] = f"{MOUNT}:{old}" if old else MOUNT
     for name, value in cfg.env:
-        _upsert(env, name, {"name": name, "value": value}, doc, where)
+        _upsert(env, name, {"name": name, "value": value})
     doc.injected.append(f"{doc.label}: {where} ({c.get('name', 'unnamed')})")
 
 
@@ -237,7 +238,7 @@ def _volume(volumes: list, doc: _Doc, where: str) -> None:
     for i, v in enumerate(volumes):
         if v.get("name") == VOLUME and set(v) - {"name", "emptyDir"}:
             raise doc.error(f"{where}.volumes[{i}]", f"a volume named {VOLUME} that is not an emptyDir; rename it")
-    _upsert(volumes, VOLUME, {"name": VOLUME, "emptyDir": {"sizeLimit": "16Mi"}}, doc, where)
+    _upsert(volumes, VOLUME, {"name": VOLUME, "emptyDir": {"sizeLimit": "16Mi"}})
 
 
 def _pod_spec(spec: dict, doc: _Doc, where: str, cfg: InjectConfig, *, init: bool = True,
@@ -253,14 +254,14 @@ def _pod_spec(spec: dict, doc: _Doc, where: str, cfg: InjectConfig, *, init: boo
         _container(c, doc, path, cfg)
     _volume(doc.seq(spec, "volumes", where, create=True), doc, where)
     if init:
-        _upsert(doc.seq(spec, "initContainers", where, create=True), INIT_NAME, _init_container(cfg), doc, where)
+        _upsert(doc.seq(spec, "initContainers", where, create=True), INIT_NAME, _init_container(cfg))
     return True
 
 
 def _walk(path: str, data: dict, doc: _Doc) -> dict | None:
     node, where = data, ""
     for key in path.split("."):
-        node = doc.mapping(node, key, where.lstrip(".") or "(document)")
+        node = doc.mapping(node, key, where.lstrip("."))
         where += "." + key
         if node is None:
             return None
