@@ -128,6 +128,13 @@ def test_image_install_steps_give_a_working_agent(tmp_path):
     proc = subprocess.run([str(exe), "--help"], capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert not (venv / "bin" / "pip").exists(), "the runtime environment should carry no pip"
+    # The image carries the vLLM plugin too: its wheel, and the installer inject's init container runs.
+    from bridge import __version__
+    assert [p.name for p in (venv / "plugin").iterdir()] == [f"vllm_trace_bridge_plugin-{__version__}-py3-none-any.whl"]
+    proc = subprocess.run([str(exe), "plugin", "install", "--target", str(tmp_path / "plugin-target")],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "plugin-target" / "vllm_trace_bridge_plugin" / "hooks.py").is_file()
     # Test dependencies stay out of the image.
     freeze = subprocess.run([str(venv / "bin" / "python"), "-c",
                              "import importlib.metadata as m; print('\\n'.join(sorted(d.metadata['Name'].lower() "
