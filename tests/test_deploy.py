@@ -601,6 +601,8 @@ def test_notes_and_readme_warn_that_the_default_label_can_schedule_zero_pods():
         rendered = chart.render(values=None, name="r", namespace="n", is_install=True)
     notes = next(text for path, text in rendered.items() if path.endswith("NOTES.txt"))
     assert "nvidia.com/gpu.present=true" in notes and "zero pods" in notes.lower() and "gpuNodeLabel" in notes
+    # …and point to the plugin's install without an image rebuild, with this release's image
+    assert "vllm-trace-bridge inject --image vllm-trace-bridge:0.1.0 -" in notes and "docs/plugin.md" in notes
     readme = (CHART / "README.md").read_text()
     assert "gpuNodeLabel" in readme and "zero pods" in readme.lower()
     with helm.Chart.load(CHART) as chart:
