@@ -5,8 +5,8 @@ container from the agent's image runs `vllm-trace-bridge plugin install --target
 the plugin's entry point there (importlib.metadata reads every .dist-info on sys.path).
 
 A vLLM container is found by what it runs, never by its name (charts name it anything):
-`vllm serve` or `vllm.entrypoints.…` in its command or args, or an image whose repository names
-vLLM (`vllm/vllm-openai`, `*vllm*`), the agent's own image excepted. `--container NAME` adds
+`vllm serve` or `vllm.entrypoints.…` in its command or args, or an image whose own name (the
+repository's last part) names vLLM (`vllm/vllm-openai`, `*vllm*`), the agent's own image excepted. `--container NAME` adds
 containers no rule can recognise (an image's default command, KServe's huggingfaceserver).
 
 Output rules: a document with no vLLM container comes out byte for byte as it came in; an
@@ -148,7 +148,7 @@ def is_vllm(container: dict, forced: tuple[str, ...] = ()) -> bool:
              if isinstance(container.get(key), list)]
     if _SERVE.search(" ".join(words)):
         return True
-    return "vllm" in repo
+    return "vllm" in repo.rsplit("/", 1)[-1]  # the image's own name: `vllm-project/…/router` is no vLLM
 
 
 class _Doc:

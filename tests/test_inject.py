@@ -323,6 +323,7 @@ def test_documents_without_vllm_pass_through_byte_for_byte():
     ({"name": "vllm", "image": "nginx:1.27"}, False),
     ({"name": "a", "image": "registry.example/vllm-trace-bridge:0.1.0", "args": ["run"]}, False),
     ({"name": "a", "image": "registry.vllm.example:5000/team/server:1"}, False),  # the registry is not the image
+    ({"name": "router", "image": "ghcr.io/vllm-project/production-stack/router:v1"}, False),  # nor the org
     ({"name": "a", "image": "x/server", "command": ["vllm-trace-bridge", "run"]}, False),
 ])
 def test_a_vllm_container_is_found_by_what_it_runs(container, found):
