@@ -18,12 +18,11 @@ document with more than `MAX_ALIASES` aliases is refused (an alias bomb expands 
 from __future__ import annotations
 
 import copy
+import functools
 import re
 import sys
 from dataclasses import dataclass
 from typing import TextIO
-
-import yaml
 
 from bridge import __version__
 
@@ -64,27 +63,41 @@ class _TooManyAliases(Exception):
     pass
 
 
-class _Loader(yaml.SafeLoader):
-    """The safe loader, counting aliases per document."""
+@functools.lru_cache(maxsize=1)
+def _yaml():
+    """PyYAML with the safe loader counting aliases per document, and a dumper writing multi-line
+    strings as blocks; imported on use (30 ms), not when the command line is built."""
+    import yaml
 
-    aliases = 0
+    class Loader(yaml.SafeLoader):
+        aliases = 0
 
-    def compose_document(self):
-        self.aliases = 0
-        return super().compose_document()
+        def compose_document(self):
+            self.aliases = 0
+            return super().compose_document()
 
-    def compose_node(self, parent, index):
-        if self.check_event(yaml.AliasEvent):
-            self.aliases += 1
-            if self.aliases > MAX_ALIASES:
-                raise _TooManyAliases
-        return super().compose_node(parent, index)
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                self.aliases += 1
+                if self.aliases > MAX_ALIASES:
+                    raise _TooManyAliases
+            return super().compose_node(parent, index)
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    def text(dumper, value: str):
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
+
+    Dumper.add_representer(str, text)
+    return yaml, Loader, Dumper
 
 
 def _documents(text: str, source: str) -> tuple[str, list[tuple[str, object]]]:
     """(text before the first document, [(each document's own text, its data)]): a document's text
     runs from its start to the next one's, so an untouched document is written back as it was."""
-    loader = _Loader(text)
+    yaml, loader_cls, _ = _yaml()
+    loader = loader_cls(text)
     starts: list[int] = []
     data: list[object] = []
     try:
@@ -105,20 +118,9 @@ def _documents(text: str, source: str) -> tuple[str, list[tuple[str, object]]]:
     return text[:starts[0]] if starts else text, [(text[bounds[i]:bounds[i + 1]], d) for i, d in enumerate(data)]
 
 
-class _Dumper(yaml.SafeDumper):
-    pass
-
-
-def _str(dumper, value: str):
-    style = "|" if "\n" in value else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_Dumper.add_representer(str, _str)
-
-
 def _dump(data) -> str:
-    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True,
+    yaml, _, dumper = _yaml()
+    return yaml.dump(data, Dumper=dumper, sort_keys=False, default_flow_style=False, allow_unicode=True,
                      width=1 << 30)
 
 
