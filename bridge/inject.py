@@ -17,7 +17,6 @@ document with more than `MAX_ALIASES` aliases is refused (an alias bomb expands 
 
 from __future__ import annotations
 
-import copy
 import functools
 import re
 import sys
@@ -126,6 +125,11 @@ def _dump(data) -> str:
 
 # --- finding --------------------------------------------------------------------------------
 
+def _text(value) -> str:
+    """A name for messages; never the str() of a structure (an aliased one can be huge)."""
+    return value if isinstance(value, str) else f"<{type(value).__name__}>"
+
+
 def _repository(image: str) -> str:
     """`ghcr.io/org/vllm-openai:v1@sha256:…` → `org/vllm-openai` (registry, tag, digest dropped)."""
     image = image.split("@", 1)[0]
@@ -143,11 +147,12 @@ def is_vllm(container: dict, forced: tuple[str, ...] = ()) -> bool:
         return False
     if name in forced:
         return True
-    repo = _repository(str(container.get("image") or "")).lower()
+    image = container.get("image")
+    repo = _repository(image if isinstance(image, str) else "").lower()
     if "vllm-trace-bridge" in repo:
         return False
-    words = [str(w) for key in ("command", "args") for w in (container.get(key) or [])
-             if isinstance(container.get(key), list)]
+    words = [w for key in ("command", "args") if isinstance(container.get(key), list)
+             for w in container[key] if isinstance(w, str)]
     if _SERVE.search(" ".join(words)):
         return True
     return "vllm" in repo.rsplit("/", 1)[-1]  # the image's own name: `vllm-project/…/router` is no vLLM
@@ -158,10 +163,11 @@ class _Doc:
 
     def __init__(self, number: int, data: dict, source: str) -> None:
         meta = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
-        ident = "/".join(str(x) for x in (meta.get("namespace"), meta.get("name")) if x)
-        self.label = f"{source}: document {number} ({data.get('kind')}{' ' + ident if ident else ''})"
+        ident = "/".join(x for x in (meta.get("namespace"), meta.get("name")) if isinstance(x, str) and x)
+        self.label = f"{source}: document {number} ({_text(data.get('kind'))}{' ' + ident if ident else ''})"
         self.injected: list[str] = []
         self.notes: list[str] = []
+        self.changed = False  # tracked, not found by comparing: a document may share subtrees (aliases)
 
     def error(self, field: str, problem: str) -> InjectError:
         return InjectError(f"{self.label}: {field}: {problem}")
@@ -203,13 +209,16 @@ def _init_container(cfg: InjectConfig) -> dict:
     return c
 
 
-def _upsert(items: list, name: str, value: dict) -> None:
-    """Replace the item of that name, or add it at the end."""
+def _upsert(items: list, name: str, value: dict) -> bool:
+    """Replace the item of that name, or add it at the end; True when that changed the list."""
     for i, item in enumerate(items):
         if item.get("name") == name:
+            if item == value:
+                return False
             items[i] = value
-            return
+            return True
     items.append(value)
+    return True
 
 
 def _container(c: dict, doc: _Doc, where: str, cfg: InjectConfig) -> None:
@@ -217,30 +226,34 @@ def _container(c: dict, doc: _Doc, where: str, cfg: InjectConfig) -> None:
     for i, m in enumerate(mounts):
         if m.get("mountPath") == MOUNT and m.get("name") != VOLUME:
             raise doc.error(f"{where}.volumeMounts[{i}]", f"volume {m.get('name')!r} is already mounted at {MOUNT}")
-    _upsert(mounts, VOLUME, {"name": VOLUME, "mountPath": MOUNT, "readOnly": True})
+    doc.changed |= _upsert(mounts, VOLUME, {"name": VOLUME, "mountPath": MOUNT, "readOnly": True})
     env = doc.seq(c, "env", where, create=True)
     paths = [i for i, e in enumerate(env) if e.get("name") == "PYTHONPATH"]
     if not paths:
         env.append({"name": "PYTHONPATH", "value": MOUNT})
+        doc.changed = True
     else:
         i = paths[-1]  # the last one wins in Kubernetes
         e = env[i]
         if "value" not in e and e.get("valueFrom") is not None:
             raise doc.error(f"{where}.env[{i}]", f"PYTHONPATH comes from valueFrom, which inject cannot extend; set "
                                                 f"it as a value, or put {MOUNT} first in it yourself")
-        old = "" if e.get("value") is None else str(e["value"])
+        old = "" if e.get("value") is None else e["value"]
+        if not isinstance(old, str):
+            raise doc.error(f"{where}.env[{i}].value", "expected a string")
         if MOUNT not in old.split(":"):
             e["value"] = f"{MOUNT}:{old}" if old else MOUNT
+            doc.changed = True
     for name, value in cfg.env:
-        _upsert(env, name, {"name": name, "value": value})
-    doc.injected.append(f"{doc.label}: {where} ({c.get('name', 'unnamed')})")
+        doc.changed |= _upsert(env, name, {"name": name, "value": value})
+    doc.injected.append(f"{doc.label}: {where} ({_text(c.get('name'))})")
 
 
 def _volume(volumes: list, doc: _Doc, where: str) -> None:
     for i, v in enumerate(volumes):
         if v.get("name") == VOLUME and set(v) - {"name", "emptyDir"}:
             raise doc.error(f"{where}.volumes[{i}]", f"a volume named {VOLUME} that is not an emptyDir; rename it")
-    _upsert(volumes, VOLUME, {"name": VOLUME, "emptyDir": {"sizeLimit": "16Mi"}})
+    doc.changed |= _upsert(volumes, VOLUME, {"name": VOLUME, "emptyDir": {"sizeLimit": "16Mi"}})
 
 
 def _pod_spec(spec: dict, doc: _Doc, where: str, cfg: InjectConfig, *, init: bool = True,
@@ -256,7 +269,7 @@ def _pod_spec(spec: dict, doc: _Doc, where: str, cfg: InjectConfig, *, init: boo
         _container(c, doc, path, cfg)
     _volume(doc.seq(spec, "volumes", where, create=True), doc, where)
     if init:
-        _upsert(doc.seq(spec, "initContainers", where, create=True), INIT_NAME, _init_container(cfg))
+        doc.changed |= _upsert(doc.seq(spec, "initContainers", where, create=True), INIT_NAME, _init_container(cfg))
     return True
 
 
@@ -310,7 +323,7 @@ def _inject_isvc(data: dict, doc: _Doc, cfg: InjectConfig, runtimes: set[str]) -
     extra = ()
     model = doc.mapping(predictor, "model", "spec.predictor")
     if model is not None:
-        runtime = str(model.get("runtime") or "")
+        runtime = model.get("runtime") if isinstance(model.get("runtime"), str) else ""
         if is_vllm({"name": "kserve-container", **model}, cfg.containers) or runtime in runtimes \
                 or "vllm" in runtime.lower():
             extra = ((model, "spec.predictor.model"),)
@@ -329,8 +342,9 @@ def _vllm_runtimes(docs: list[tuple[str, object]], cfg: InjectConfig) -> set[str
             spec = data.get("spec") if isinstance(data.get("spec"), dict) else {}
             containers = spec.get("containers") if isinstance(spec.get("containers"), list) else []
             meta = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
-            if any(isinstance(c, dict) and is_vllm(c, cfg.containers) for c in containers) and meta.get("name"):
-                names.add(str(meta["name"]))
+            if any(isinstance(c, dict) and is_vllm(c, cfg.containers) for c in containers) \
+                    and isinstance(meta.get("name"), str):
+                names.add(meta["name"])
     return names
 
 
@@ -345,7 +359,7 @@ def inject_text(text: str, cfg: InjectConfig, source: str = "<stdin>") -> Inject
         objects = data.get("items") if isinstance(data, dict) and data.get("kind") == "List" else [data]
         if not isinstance(objects, list):
             objects = []
-        before = copy.deepcopy(data)
+        changed = False
         for item_number, item in enumerate(objects):
             if isinstance(item, dict) and isinstance(item.get("kind"), str):
                 doc = _Doc(number, item, source)
@@ -354,7 +368,8 @@ def inject_text(text: str, cfg: InjectConfig, source: str = "<stdin>") -> Inject
                 _inject_doc(item, doc, cfg, runtimes)
                 injected += doc.injected
                 notes += doc.notes
-        if data == before:
+                changed |= doc.changed
+        if not changed:
             out.append(original)
             continue
         if out[-1] and not out[-1].endswith("\n"):

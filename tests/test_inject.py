@@ -378,6 +378,16 @@ def test_an_alias_bomb_is_refused_before_it_expands():
     few = KINDS["Pod"].replace("  containers:", "  containers: &c").rstrip("\n") + "\n---\n" + \
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {k: v}\n"
     assert _run(few).injected
+    # under the limit, a subtree shared 10^9 times over (90 aliases) is never expanded, compared or
+    # printed: not in a document passed through, nor in one injected (written back with anchors)
+    shared = "\n".join(["  x0: &x0 [a, b, c, d, e, f, g, h, i, j]"]
+                       + [f"  x{i}: &x{i} [" + ", ".join([f"*x{i - 1}"] * 10) + "]" for i in range(1, 10)])
+    pod = KINDS["Pod"].replace("kind: Pod\n", "kind: Pod\nx-shared:\n" + shared + "\n").replace(
+        "metadata:\n  name: llm\n", "metadata:\n  name: llm\n  labels: *x9\n").replace(
+        '["/bin/sh", "-c", "exec vllm serve m --port 8000"]', '["vllm", "serve", *x9]')
+    result = _run("junk:\n" + shared + "\n---\n" + pod)
+    assert result.injected and result.text.startswith("junk:\n") and len(result.text) < 10_000
+    assert len(list(yaml.safe_load_all(result.text))) == 2  # anchors and aliases, as they came
 
 
 def _cli(*argv: str, stdin: str = "") -> subprocess.CompletedProcess:
