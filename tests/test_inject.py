@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -443,3 +444,32 @@ def test_the_parser_takes_the_documented_flags():
     args = p.parse_args(["f.yaml", "--container", "a", "--container", "b", "--set-env", "K=1", "--set-env", "K=2"])
     cfg = inject.config_from_args(args)
     assert cfg.containers == ("a", "b") and cfg.env == (("K", "2"),)
+
+
+def _doc_yaml_blocks(heading: str) -> list:
+    text = (ROOT / "docs" / "plugin.md").read_text()
+    start = text.index(heading)
+    end = text.find("\n#", start + len(heading))
+    return [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", text[start:end], re.S)]
+
+
+def test_the_chart_recipes_in_the_docs_wire_what_inject_wires():
+    """docs/plugin.md's values for the production-stack and llm-d charts say what inject writes:
+    the same init command, volume, mount and PYTHONPATH. (The charts are not here to render; done
+    by hand with each chart's source, both gave a Deployment that passes `_wired` and strict
+    kubernetes-validate.)"""
+    init = inject._init_container(CFG)
+    (ps,) = _doc_yaml_blocks("### vLLM production-stack")
+    (model,) = ps["servingEngineSpec"]["modelSpec"]
+    assert model["initContainer"]["command"] == init["command"]
+    assert model["initContainer"]["extraVolumeMounts"] == [{"name": inject.VOLUME, "mountPath": inject.MOUNT}]
+    assert model["initContainer"]["mountPvcStorage"] is False
+    assert model["extraVolumes"] == [{"name": inject.VOLUME, "emptyDir": {}}]
+    assert model["extraVolumeMounts"] == [{"name": inject.VOLUME, "mountPath": inject.MOUNT, "readOnly": True}]
+    assert model["env"] == [{"name": "PYTHONPATH", "value": inject.MOUNT}]
+    (llmd,) = _doc_yaml_blocks("### llm-d")
+    decode = llmd["decode"]
+    (i,) = decode["initContainers"]
+    assert i["command"] == init["command"] and i["volumeMounts"] == [{"name": inject.VOLUME, "mountPath": inject.MOUNT}]
+    (c,) = decode["containers"]
+    _wired({"volumes": decode["volumes"], "initContainers": decode["initContainers"]}, c)
