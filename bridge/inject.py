@@ -230,7 +230,11 @@ def _container(c: dict, doc: _Doc, where: str, cfg: InjectConfig) -> None:
     env = doc.seq(c, "env", where, create=True)
     paths = [i for i, e in enumerate(env) if e.get("name") == "PYTHONPATH"]
     if not paths:
-        env.append({"name": "PYTHONPATH", "value": MOUNT})
+        # An `envFrom` source may set PYTHONPATH, which this entry would replace: Kubernetes
+        # expands `$(PYTHONPATH)` from it (and leaves the text as it is when none does, a path
+        # entry Python skips).
+        value = f"{MOUNT}:$(PYTHONPATH)" if c.get("envFrom") else MOUNT
+        env.append({"name": "PYTHONPATH", "value": value})
         doc.changed = True
     else:
         i = paths[-1]  # the last one wins in Kubernetes

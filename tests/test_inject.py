@@ -288,6 +288,16 @@ def test_an_existing_pythonpath_is_kept_after_the_plugin():
                             {"name": "OTHER", "value": "x"}]
 
 
+def test_a_pythonpath_an_envfrom_source_may_set_is_kept_through_kubernetes_expansion():
+    text = KINDS["Pod"].replace("    command:", "    envFrom:\n    - configMapRef:\n        name: settings\n    command:")
+    out = _run(text).text
+    (c,) = yaml.safe_load(out)["spec"]["containers"]
+    assert c["env"] == [{"name": "PYTHONPATH", "value": f"{inject.MOUNT}:$(PYTHONPATH)"}]
+    assert _run(out).text == out
+    for version in KUBE_VERSIONS:
+        _validate(yaml.safe_load(out), version)
+
+
 def test_settings_reach_each_vllm_container_and_a_new_image_replaces_the_old():
     first = _run(KINDS["LeaderWorkerSet"], inject.InjectConfig(image="a/b:1")).text
     again = yaml.safe_load(_run(first, inject.InjectConfig(
