@@ -96,7 +96,7 @@ _PATHS_HELP = ("log files, or directories of them (their *.log files and rotated
 
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="vllm-trace-bridge", description="vLLM logs → OpenTelemetry traces")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{replay,check,run}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{replay,check,run,inject,plugin}")
     r = sub.add_parser("replay", help="run finished log files through the pipeline once, then exit",
                        description="Without an OTLP endpoint (flag or OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT) "
                                    "the summary is printed, then each request as a waterfall.")
@@ -126,7 +126,51 @@ def _parser() -> argparse.ArgumentParser:
                    help=_with_default("YAML file of your own line rules (docs/rules.md): coverage with them, and "
                                       "the lines each took", "none"))
     _add_run(sub)
+    _add_plugin(sub)
+    from bridge.inject import add_arguments
+
+    add_arguments(sub.add_parser("inject", help="add the vLLM plugin to the vLLM containers of Kubernetes YAML",
+                                 description="Reads Kubernetes YAML (a file, or - for standard input) and writes it "
+                                             "to standard output with the plugin added to every vLLM container: "
+                                             "an init container that installs it into an emptyDir, the mount, and "
+                                             "PYTHONPATH. docs/plugin.md."))
     return p
+
+
+def _add_plugin(sub) -> None:
+    p = sub.add_parser("plugin", help="the vLLM plugin as a pure-Python wheel, or laid into a directory",
+                       description="The plugin alone (no dependency, Python 3.10+, any vLLM image): docs/plugin.md.")
+    actions = p.add_subparsers(dest="plugin_command", required=True, metavar="{wheel,install}")
+    w = actions.add_parser("wheel", help="write the plugin's py3-none-any wheel into DIR")
+    w.add_argument("dir", metavar="DIR", help="directory to write the wheel into (made if missing)")
+    i = actions.add_parser("install", help="lay the plugin into DIR, for vLLM to find through PYTHONPATH=DIR")
+    i.add_argument("--target", required=True, metavar="DIR",
+                   help="directory to install into (made if missing; an earlier copy of the plugin there is replaced)")
+
+
+def run_plugin(args: argparse.Namespace, out: TextIO) -> int:
+    from bridge import plugin_dist
+
+    try:
+        if args.plugin_command == "wheel":
+            out.write(plugin_dist.write_wheel(args.dir) + "\n")
+        else:
+            dist = plugin_dist.install(args.target)
+            out.write(f"vllm-trace-bridge plugin {dist.version} installed in {args.target}: run vLLM with "
+                      f"PYTHONPATH={args.target} (entry point {plugin_dist.ENTRY_GROUP}: {plugin_dist.ENTRY_NAME})\n")
+    except plugin_dist.PluginBuildError as exc:
+        raise UsageError(str(exc)) from None
+    return EXIT_OK
+
+
+def run_inject(args: argparse.Namespace, out: TextIO) -> int:
+    from bridge.inject import InjectError, inject_command
+
+    try:
+        inject_command(args, out, sys.stdin, sys.stderr)
+    except InjectError as exc:
+        raise UsageError(str(exc)) from None
+    return EXIT_OK
 
 
 #: The metavar of each `run` flag; its help text is the setting's own (`config.DOC`).
@@ -457,6 +501,10 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
             return run_agent(args, env, out)
         if args.command == "check":
             return run_check_command(args, out)
+        if args.command == "plugin":
+            return run_plugin(args, out)
+        if args.command == "inject":
+            return run_inject(args, out)
         return run_replay(args, env, out, log)
     except UsageError as exc:
         print(f"vllm-trace-bridge: {exc}", file=sys.stderr)

@@ -15,3 +15,6 @@ PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 \
 # The running agent never installs anything: leave pip out of the runtime environment.
 "$venv/bin/pip" uninstall --quiet --yes pip
 "$venv/bin/vllm-trace-bridge" --help >/dev/null
+# The vLLM plugin as a pure-Python wheel beside the agent (docs/plugin.md): `inject`'s init
+# container lays it out with `plugin install --target`; the wheel is there to copy out.
+"$venv/bin/vllm-trace-bridge" plugin wheel "$venv/plugin" >/dev/null

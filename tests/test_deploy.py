@@ -128,6 +128,13 @@ def test_image_install_steps_give_a_working_agent(tmp_path):
     proc = subprocess.run([str(exe), "--help"], capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert not (venv / "bin" / "pip").exists(), "the runtime environment should carry no pip"
+    # The image carries the vLLM plugin too: its wheel, and the installer inject's init container runs.
+    from bridge import __version__
+    assert [p.name for p in (venv / "plugin").iterdir()] == [f"vllm_trace_bridge_plugin-{__version__}-py3-none-any.whl"]
+    proc = subprocess.run([str(exe), "plugin", "install", "--target", str(tmp_path / "plugin-target")],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "plugin-target" / "vllm_trace_bridge_plugin" / "hooks.py").is_file()
     # Test dependencies stay out of the image.
     freeze = subprocess.run([str(venv / "bin" / "python"), "-c",
                              "import importlib.metadata as m; print('\\n'.join(sorted(d.metadata['Name'].lower() "
@@ -626,6 +633,8 @@ def test_notes_and_readme_warn_that_the_default_label_can_schedule_zero_pods():
         rendered = chart.render(values=None, name="r", namespace="n", is_install=True)
     notes = next(text for path, text in rendered.items() if path.endswith("NOTES.txt"))
     assert "nvidia.com/gpu.present=true" in notes and "zero pods" in notes.lower() and "gpuNodeLabels" in notes
+    # …and point to the plugin's install without an image rebuild, with this release's image
+    assert "vllm-trace-bridge inject --image vllm-trace-bridge:0.1.0 -" in notes and "docs/plugin.md" in notes
     readme = (CHART / "README.md").read_text()
     assert "gpuNodeLabels" in readme and "zero pods" in readme.lower()
     with helm.Chart.load(CHART) as chart:

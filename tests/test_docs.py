@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from bridge import cli
+from bridge import cli, plugin_dist
 from bridge.config import DOC, ENV_PREFIX, FIELDS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -119,15 +119,21 @@ def test_the_link_check_finds_broken_links(tmp_path):
 
 
 def _subparsers() -> dict[str, argparse.ArgumentParser]:
-    parser = cli._parser()
-    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    """Each command's parser, `plugin`'s own commands as `plugin wheel` and `plugin install`."""
+    def subs(parser):
+        return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+    out = dict(subs(cli._parser()))
+    out.update({f"plugin {name}": p for name, p in subs(out["plugin"]).items()})
+    return out
 
 
 def command_flags(text: str) -> list[tuple[str, str]]:
     """(command, --flag) for each flag written after `vllm-trace-bridge <command>`, up to the
     end of the command (line end without a trailing backslash, or a closing backquote)."""
     out = []
-    for m in re.finditer(r"vllm-trace-bridge (replay|run|check)\b((?:\\\n|[^\n`])*)", text):
+    for m in re.finditer(r"vllm-trace-bridge (replay|run|check|inject|plugin wheel|plugin install)\b((?:\\\n|[^\n`|])*)",
+                         text):
         out += [(m[1], f) for f in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", m[2])]
     return out
 
@@ -142,8 +148,11 @@ def test_flags_in_the_docs_exist():
 
 def test_the_flag_check_reads_commands():
     text = ("`vllm-trace-bridge replay --year 2025 f.log` and pip --no-deps\n"
-            "vllm-trace-bridge run --include 'x' \\\n  --state-dir /s\n--not-this")
-    assert command_flags(text) == [("replay", "--year"), ("run", "--include"), ("run", "--state-dir")]
+            "vllm-trace-bridge run --include 'x' \\\n  --state-dir /s\n--not-this\n"
+            "a | vllm-trace-bridge inject --image i - | kubectl apply -f -\n"
+            "vllm-trace-bridge plugin install --target /d")
+    assert command_flags(text) == [("replay", "--year"), ("run", "--include"), ("run", "--state-dir"),
+                                   ("inject", "--image"), ("plugin install", "--target")]
 
 
 def _source_text() -> str:
@@ -204,6 +213,7 @@ def test_metrics_in_the_docs_exist():
         served.add(family.name + "_total" if family.type == "counter" else family.name)
         served.update(s.name for s in family.samples)
     named = {m for p in PAGES for m in re.findall(r"\bvllm_trace_bridge_[a-z0-9_]*[a-z0-9]", _text(p))}
+    named.discard(plugin_dist.MODULE)  # the plugin's module name (its wheel, its directory), not a metric
     # Short names in backticks; docs/rules.md's are rule fields (`kv_blocks_total`), not metrics.
     short = {m for p in PAGES if not p.endswith("rules.md") for m in re.findall(r"`([a-z_]+(?:_total|_seconds|_spans|_open|_watched|_waiting|"
                                                    r"_behind))(?:\{[a-z]+\})?`", _text(p))}

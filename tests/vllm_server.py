@@ -86,8 +86,9 @@ class VllmServer:
         self.args = [install.vllm, "serve", MODEL, "--served-model-name", MODEL_NAME, "--host", "127.0.0.1",
                      "--port", str(port), "--enforce-eager", "--max-model-len", "4096",
                      "--enable-log-requests", "--enable-log-outputs", *extra]
-        # The venv has the bridge's plugin installed (tests/plugin/ use it): these tests are of
-        # vLLM as it comes, so it is switched off unless a test's `env` says otherwise.
+        # These tests are of vLLM as it comes: the venv holds no plugin (tests/plugin/ add it
+        # through PYTHONPATH), and the switch keeps any copy a PYTHONPATH brings off unless a
+        # test's `env` says otherwise.
         self.env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "NO_COLOR": "1",
                     "VLLM_TRACE_BRIDGE_PLUGIN": "0",
                     "VLLM_LOG_STATS_INTERVAL": "1",

@@ -1,7 +1,9 @@
 """A vLLM plugin that writes the seed dialect's lifecycle lines from inside unmodified vLLM.
 
-Loaded by vLLM through the `vllm.general_plugins` entry point (`pip install
-'vllm-trace-bridge[vllm]'` into the vLLM image). It wraps methods of vLLM's V1 scheduler (in
+Loaded by vLLM through the `vllm.general_plugins` entry point. It ships on its own as the
+pure-Python distribution `vllm-trace-bridge-plugin` (top-level module `vllm_trace_bridge_plugin`,
+laid out from this package by `vllm-trace-bridge plugin wheel` / `plugin install --target`,
+bridge/plugin_dist.py), so its imports inside the package are relative. It wraps methods of vLLM's V1 scheduler (in
 the engine core) and of its output processor (in the API server), and writes, through vLLM's
 own logger, the lines the bridge already reads:
 
@@ -42,6 +44,9 @@ import os
 #: by name and signature), and otherwise says which one is missing and leaves vLLM untouched.
 TESTED_VERSIONS = ((0, 32), (0, 33))
 
+#: The bridge release this plugin belongs to (the wheel's version; tests check it is the bridge's).
+__version__ = "0.1.0"
+
 PLUGIN_NAME = "vllm_trace_bridge"
 _LOGGER_NAME = "vllm.trace_bridge"
 
@@ -66,9 +71,14 @@ def register() -> None:
     try:
         if not enabled():
             return
-        from bridge.vllm_plugin import hooks
+        from . import hooks
 
-        hooks.install()
+        if hooks.install():
+            import logging
+
+            # One line per vLLM process saying which copy runs: an image can hold more than one.
+            logging.getLogger(_LOGGER_NAME).info("vllm-trace-bridge plugin %s loaded from %s", __version__,
+                                                 os.path.dirname(os.path.abspath(__file__)))
     except Exception:  # noqa: BLE001 — a plugin must never take vLLM down
         try:
             import logging

@@ -37,7 +37,7 @@ import os
 import re
 import time
 
-from bridge.vllm_plugin import _LOGGER_NAME, TESTED_VERSIONS, version_tested
+from . import _LOGGER_NAME, TESTED_VERSIONS, version_tested
 
 _SCHEDULER_PY = "vllm/v1/core/sched/scheduler.py"
 _OUTPUT_PY = "vllm/v1/engine/output_processor.py"

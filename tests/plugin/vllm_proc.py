@@ -6,11 +6,13 @@ the nanosecond time it was read, so the bridge gets sub-second stamps as it does
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -34,6 +36,22 @@ def build_model() -> Path:
     subprocess.run([str(VENV / "bin" / "python"), str(HERE / "tiny_model.py"), str(MODEL_DIR)],
                    check=True, env=env, capture_output=True)
     return MODEL_DIR
+
+
+@functools.lru_cache(maxsize=1)
+def plugin_path() -> str:
+    """This checkout's plugin as `inject`'s init container lays it out (`vllm-trace-bridge plugin
+    install --target DIR`), once per test process: the PYTHONPATH entries that give vLLM the plugin.
+    The second entry is a metadata-only `vllm_trace_bridge` .dist-info: it hides a copy of the
+    plugin pip-installed in the venv by an older tests/vllm_env/install.sh (importlib.metadata
+    keeps the first distribution of a name), which vLLM would otherwise prefer."""
+    root = Path(tempfile.mkdtemp(prefix="vllm-trace-bridge-plugin-"))
+    subprocess.run([sys.executable, "-m", "bridge", "plugin", "install", "--target", str(root / "plugin")],
+                   check=True, capture_output=True, cwd=str(HERE.parents[1]))
+    hide = root / "hide" / "vllm_trace_bridge-0.0.0.dist-info"
+    hide.mkdir(parents=True)
+    (hide / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm-trace-bridge\nVersion: 0.0.0\n")
+    return os.pathsep.join((str(root / "plugin"), str(root / "hide")))
 
 
 def free_port() -> int:
@@ -68,9 +86,9 @@ class Vllm:
         if otlp_endpoint:
             env["OTEL_EXPORTER_OTLP_TRACES_INSECURE"] = "true"
         env.update(extra_env or {})
-        # This checkout's plugin code wins over the copy install.sh put in the venv (the
-        # entry point there names the same module), so the tests never run a stale plugin.
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(HERE.parents[1])) if p)
+        # The plugin as a vLLM pod gets it from `inject`: installed with `plugin install --target`
+        # from this checkout, found through PYTHONPATH; never a copy in the venv.
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), plugin_path() if plugin else None) if p)
         self.cmd = [str(VENV / "bin" / "vllm"), "serve", self.model, "--port", str(self.port),
                     "--host", "127.0.0.1", "--enforce-eager", "--enable-log-requests",
                     "--kv-cache-memory-bytes", "100000000", "--num-gpu-blocks-override", str(gpu_blocks),

