@@ -543,11 +543,15 @@ class Assembler:
 
     @staticmethod
     def _awaits_api(r: RequestState) -> bool:
-        """The plugin's summary ended a request vLLM's API server logs (`Received request`): it
-        is written as the output processor finishes the request (`_update_stats_from_finished`),
-        before the serving code logs the response (`Generated response … finish_reason: …`).
-        It lingers for those lines (`linger_s`), which name its finish reasons."""
-        return r.summary is not None and r.extra is not None
+        """The plugin's summary ended a chat vLLM's API server logs (`Received request`): it is
+        written as the output processor finishes the request (`_update_stats_from_finished`),
+        before the serving code logs the response (`Generated response … finish_reason: …`,
+        chat and Responses API only: completions log no output). It lingers for those lines
+        (`linger_s`), which name its finish reasons, until it has one per choice."""
+        extra = r.extra
+        if r.summary is None or extra is None or extra.get("gen_ai.operation.name") != "chat":
+            return False
+        return len(extra.get("gen_ai.response.finish_reasons", ())) < (extra.get("gen_ai.request.n") or 1)
 
     @staticmethod
     def _seqs_left(r: RequestState, ending: int | None = None) -> bool:
@@ -878,6 +882,11 @@ class Assembler:
         elif r.outcome == "finished" and r.error_type is None and record.ts_ns > r.terminal_ns and r.summary is None:
             # (a summary's end is vLLM's own e2e end, and its arrival counts back from it)
             r.terminal_ns = record.ts_ns
+        elif r.summary is not None and ev.streaming != "delta" and r.held <= 0 and not self._awaits_api(r) \
+                and self._open.get(r.request_id) is r:
+            # the plugin's summary, then a reason for every choice (and a stream's closing line):
+            # nothing more to come
+            self._finish(r)
         elif r in self._signal_ends and ev.streaming != "complete" and ev.finish_reason not in (None, "abort"):
             # a choice's own reason, not `(streaming complete)`: vLLM logs that after an abort too
             self._served(r, record.ts_ns)
