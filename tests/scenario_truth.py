@@ -85,20 +85,31 @@ def plain_log(cri_text: str) -> str:
     return "".join(out)
 
 
-def _precise_line(log_text: str, rid: str) -> bool:
-    """Whether some line about the request states its own exact time (the plugin's `t=`):
-    its n>1 children's lines (`<i>_<id>`) are about it too."""
-    return any((rid + ":" in line or rid + "," in line) and ", t=" in line
-               for line in log_text.splitlines() if rid in line)
+def _exact_arrival_in_receipt_second(log_text: str, rid: str) -> bool:
+    """Whether the log times the request's start more precisely than its receipt's header: the
+    engine's arrival the plugin states (its first `Scheduling … queued=…, t=…`, of the request or
+    of one of its n>1 children `<i>_<id>`) falls in the whole second its `Received request` line
+    is stamped with. Read from the log's text (UTC headers, the year of the CRI stamp)."""
+    import re
+    from datetime import datetime, timezone
+    recv = re.search(r"^(\d{4})-\S+ .*? (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d) \S+ Received request "
+                     + re.escape(rid) + ":", log_text, re.M)
+    sched = re.search(r"Scheduling request (?:\d+_)?" + re.escape(rid) + r": .*?queued=([\d.]+)ms, t=([\d.]+)", log_text)
+    if recv is None or sched is None:
+        return False
+    header = datetime(*(int(x) for x in recv.groups()), tzinfo=timezone.utc).timestamp()
+    arrival = float(sched[2]) - float(sched[1]) / 1e3
+    return header <= arrival < header + 1
 
 
 def check_roots(truth: dict, roots: list[Root], log_text: str, coarse: bool = False) -> list[str]:
     """Every disagreement between the spans and the truth, as readable lines ([] = agree).
 
     `coarse`: the roots come from the plain-file form of the log (`plain_log`), whose only
-    clock is vLLM's header, to the whole second. A request no exact line names may then start
-    at its receipt's whole second (≤ 1 s before the send); one that a plugin line times must
-    still start within the client's window. `log_text` stays the CRI text (the same lines)."""
+    clock is vLLM's header, to the whole second. A request may then start at its receipt's
+    whole second (≤ 1 s before the send), unless a plugin line states its engine arrival within
+    that second: then it must still start within the client's window. `log_text` stays the
+    CRI text (the same lines)."""
     errors: list[str] = []
     by_id: dict[str, list[Root]] = {}
     for root in roots:
@@ -223,7 +234,7 @@ def _check_one(truth: dict, r: dict, rid: str, root: Root, log_text: str = "", r
     out = []
     # A header's whole second, when no line about the request is more precise: the lower bounds
     # below give way by what the header cannot say (it truncates, so only downwards).
-    slack = 0 if not coarse or _precise_line(log_text, rid) else r["t_send_ns"] % 1_000_000_000
+    slack = 0 if not coarse or _exact_arrival_in_receipt_second(log_text, rid) else r["t_send_ns"] % 1_000_000_000
     # A stream's reason is on its last delta's line, which vLLM skips when the delta is empty.
     streamed_reason_logged = r["stream"] and r["n"] == 1 and bool(r["finish_reasons"]) and \
         f"{rid} (streaming delta): output: " in log_text and \

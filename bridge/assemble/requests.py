@@ -832,7 +832,8 @@ class Assembler:
     def _when(record: Record, r: RequestState) -> int:
         """When a line about `r` happened. A header stamp says only its second, and the line was
         written after the request's lines before it: no earlier than the latest of them (a
-        plugin line's exact `t=`, say) when that lies within the second."""
+        plugin line's exact `t=`, say) when that lies within the second. (Only the request's
+        own lines: a resume reads all of them again, so the agent and a replay agree.)"""
         ts = record.ts_ns
         if record.clock in _COARSE and ts < r.last_ns < ts + _NS:
             return r.last_ns
