@@ -72,8 +72,44 @@ def id_in_log(log_text: str, rid: str) -> bool:
     return rid in log_text
 
 
-def check_roots(truth: dict, roots: list[Root], log_text: str) -> list[str]:
-    """Every disagreement between the spans and the truth, as readable lines ([] = agree)."""
+def plain_log(cri_text: str) -> str:
+    """The same log as vLLM wrote it, without the container runtime's framing: what a plain
+    file (`vllm serve > log`) holds, where the only clock is vLLM's one-second header (and the
+    plugin's `t=`). Partial (`P`) parts are joined as the runtime split them."""
+    out = []
+    for line in cri_text.splitlines():
+        parts = line.split(" ", 3)
+        if len(parts) < 4:
+            continue
+        out.append(parts[3] if parts[2] == "P" else parts[3] + "\n")
+    return "".join(out)
+
+
+def _exact_arrival_in_receipt_second(log_text: str, rid: str) -> bool:
+    """Whether the log times the request's start more precisely than its receipt's header: the
+    engine's arrival the plugin states (its first `Scheduling … queued=…, t=…`, of the request or
+    of one of its n>1 children `<i>_<id>`) falls in the whole second its `Received request` line
+    is stamped with. Read from the log's text (UTC headers, the year of the CRI stamp)."""
+    import re
+    from datetime import datetime, timezone
+    recv = re.search(r"^(\d{4})-\S+ .*? (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d) \S+ Received request "
+                     + re.escape(rid) + ":", log_text, re.M)
+    sched = re.search(r"Scheduling request (?:\d+_)?" + re.escape(rid) + r": .*?queued=([\d.]+)ms, t=([\d.]+)", log_text)
+    if recv is None or sched is None:
+        return False
+    header = datetime(*(int(x) for x in recv.groups()), tzinfo=timezone.utc).timestamp()
+    arrival = float(sched[2]) - float(sched[1]) / 1e3
+    return header <= arrival < header + 1
+
+
+def check_roots(truth: dict, roots: list[Root], log_text: str, coarse: bool = False) -> list[str]:
+    """Every disagreement between the spans and the truth, as readable lines ([] = agree).
+
+    `coarse`: the roots come from the plain-file form of the log (`plain_log`), whose only
+    clock is vLLM's header, to the whole second. A request may then start at its receipt's
+    whole second (≤ 1 s before the send), unless a plugin line states its engine arrival within
+    that second: then it must still start within the client's window. `log_text` stays the
+    CRI text (the same lines)."""
     errors: list[str] = []
     by_id: dict[str, list[Root]] = {}
     for root in roots:
@@ -117,7 +153,7 @@ def check_roots(truth: dict, roots: list[Root], log_text: str) -> list[str]:
         best = None
         for order in permutations(candidates):
             errs = [e for r, root in zip(rs, order)
-                    for e in _check_one(truth, r, rid, root, log_text, not shared, len(rs) > 1)]
+                    for e in _check_one(truth, r, rid, root, log_text, not shared, len(rs) > 1, coarse)]
             if best is None or len(errs) < len(best):
                 best = errs
         errors += best or []
@@ -194,8 +230,11 @@ def _check_shared_reasons(truth: dict, rid: str, rs: list[dict], roots: list[Roo
 
 
 def _check_one(truth: dict, r: dict, rid: str, root: Root, log_text: str = "", reasons: bool = True,
-               reused: bool = False) -> list[str]:
+               reused: bool = False, coarse: bool = False) -> list[str]:
     out = []
+    # A header's whole second, when no line about the request is more precise: the lower bounds
+    # below give way by what the header cannot say (it truncates, so only downwards).
+    slack = 0 if not coarse or _exact_arrival_in_receipt_second(log_text, rid) else r["t_send_ns"] % 1_000_000_000
     # A stream's reason is on its last delta's line, which vLLM skips when the delta is empty.
     streamed_reason_logged = r["stream"] and r["n"] == 1 and bool(r["finish_reasons"]) and \
         f"{rid} (streaming delta): output: " in log_text and \
@@ -210,11 +249,11 @@ def _check_one(truth: dict, r: dict, rid: str, root: Root, log_text: str = "", r
                        f"{r['finish_reasons']}")
     elif root.error_type != expect:
         out.append(f"{rid}: error.type {root.error_type!r} (outcome {root.outcome}), want {expect!r}")
-    if not (r["t_send_ns"] - TOL_NS <= root.start_ns <= (r["t_first_byte_ns"] or r["t_end_ns"]) + TOL_NS):
+    if not (r["t_send_ns"] - TOL_NS - slack <= root.start_ns <= (r["t_first_byte_ns"] or r["t_end_ns"]) + TOL_NS):
         out.append(f"{rid}: start {root.start_ns} outside send {r['t_send_ns']} .. first byte "
                    f"{r['t_first_byte_ns']}")
     hi = r["t_end_ns"] + (IDLE_TOL_NS if root.end_timing == "inferred" else TOL_NS)
-    lo = r["t_send_ns"] - TOL_NS
+    lo = r["t_send_ns"] - TOL_NS - slack
     signal = truth.get("kill9_ns") if expect == "engine_dead" else truth.get("sigterm_ns")
     if expect in ("shutdown", "engine_dead") and signal:
         lo = signal - TOL_NS   # it ended at the stop, not before
@@ -236,6 +275,19 @@ def _check_one(truth: dict, r: dict, rid: str, root: Root, log_text: str = "", r
         got, want = root.attrs.get("gen_ai.response.finish_reasons"), logged_reasons(r)
         if sorted(got or []) != sorted(want):
             out.append(f"{rid}: finish reasons {got}, the client got {r['finish_reasons']}")
+    # Usage as the response's own `usage` counts it: the prompt once, the completion tokens
+    # summed over the n choices. The plugin's summary lines give it for every served request;
+    # without them a count the spans show must still be the client's.
+    usage = r.get("usage") or {}
+    if usage and expect == "ok":
+        got_out = root.attrs.get("gen_ai.usage.output_tokens")
+        got_in = root.attrs.get("gen_ai.usage.input_tokens")
+        if got_out is None and truth.get("env", {}).get("VLLM_TRACE_BRIDGE_PLUGIN") == "1":
+            out.append(f"{rid}: no gen_ai.usage.output_tokens, the plugin logs them (client: {usage})")
+        if got_out is not None and got_out != usage.get("completion_tokens"):
+            out.append(f"{rid}: output tokens {got_out}, the response's usage says {usage.get('completion_tokens')}")
+        if got_in is not None and got_in != usage.get("prompt_tokens"):
+            out.append(f"{rid}: input tokens {got_in}, the response's usage says {usage.get('prompt_tokens')}")
     return out
 
 

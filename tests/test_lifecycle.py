@@ -602,3 +602,48 @@ def test_with_data_parallel_one_engines_idle_line_closes_nothing(tmp_path):
              *sigterm_abort_mode("08:00:06", 1), *UVICORN_STOP]
     (t,) = roots(both(lines, tmp_path))
     assert (t.outcome, t.error_type) == ("aborted", "shutdown")  # in flight at the stop, on engine 001
+
+
+# -- the plugin's summary and the API server's response lines (issue 31) ----------------------
+
+def plugin_summary(hms: str, rid: str, tokens: int = 3) -> str:  # vllm_plugin/hooks.py (Frontend)
+    t = at(hms) / NS + 0.5
+    return api(hms, "hooks.py:349", f"Request {rid}: prompt_tokens=5, generated_tokens={tokens}, ttft=10.000ms, "
+                                    f"itl=5.000ms, total_latency=0.400000s, t={t:.6f}")
+
+
+def _emitted_after_each_line(lines: list[str], tmp_path: Path, fast: bool) -> tuple[list[list[str]], list]:
+    path = tmp_path / f"emit-{fast}.log"
+    path.write_text("\n".join(lines) + "\n")
+    stream = RecordStream(Decoder(year=2026))
+    parser = Parser(fast=FAST_PARSE if fast else None)
+    out: list = []
+    assembler = Assembler(source_for(str(path)), out.append, fast=fast)
+    seen = []
+    for record in stream.over(read_lines(str(path))):
+        event = parser.parse(record.message, record.level, record.origin)
+        if event is not None:
+            assembler.feed(record, event)
+        seen.append([t.request_id for t in roots(out)])
+    assembler.flush()
+    seen.append([t.request_id for t in roots(out)])
+    return seen, roots(out)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_plugin_summarised_chat_waits_for_its_response_line_a_completion_does_not(tmp_path, fast):
+    """vLLM's output processor finishes a request (where the plugin writes its summary) before
+    the chat's serving code logs `Generated response … finish_reason` (and the completion's
+    logs no output at all): the chat stays open for that line and carries its reason, the
+    completion goes out at its summary."""
+    lines = [received("08:00:00", "cmpl-c-0"), added("08:00:00", "cmpl-c-0-0123abcd"),
+             received("08:00:00", "chatcmpl-h"), added("08:00:00", "chatcmpl-h-0123abcd"),
+             plugin_summary("08:00:00", "cmpl-c-0"),
+             plugin_summary("08:00:00", "chatcmpl-h"),
+             generated("08:00:00", "chatcmpl-h", "length")]
+    seen, got = _emitted_after_each_line(lines, tmp_path, fast)
+    assert seen[4] == ["cmpl-c-0"] and seen[5] == ["cmpl-c-0"]   # the chat waits for its line
+    assert seen[6] == ["cmpl-c-0", "chatcmpl-h"]                 # and goes out with it
+    chat = next(t for t in got if t.request_id == "chatcmpl-h")
+    assert chat.attrs["gen_ai.response.finish_reasons"] == ["length"] and chat.outcome == "finished"
+    assert chat.attrs["gen_ai.usage.output_tokens"] == 3

@@ -119,3 +119,112 @@ def test_exact_plugin_lines_give_each_boundary_the_time_the_line_states():
         end = re.search(r"Request " + re.escape(rid) + r": .*?total_latency=([\d.]+)s, t=(\d+)\.(\d+)", text)
         assert next(p for p in t.phases if p.name == "decode").end_ns == ns(end[2], end[3])
     assert sum(len([p for p in t.phases if p.name == "preempted"]) for t in got.values()) == 8
+
+
+N_GT_1 = Path(__file__).parent / "fixtures" / "scenarios" / "plugin_n_gt_1"
+
+
+def _client_requests() -> list[dict]:
+    import json
+    return json.loads((N_GT_1 / "truth.json").read_text())["requests"]
+
+
+def _logged_id(r: dict) -> str:
+    return r["response_id"] + ("-0" if r["kind"] == "completion" else "")
+
+
+def _children(text: str, rid: str) -> list[tuple[float, float, int, int]]:
+    """(ttft s, e2e s, generated, end ns) of each child summary the plugin wrote for `rid`,
+    read from the text: vLLM names an n>1 request's children `<i>_<id>`."""
+    out = []
+    for m in re.finditer(rf"\] Request \d+_{re.escape(rid)}: prompt_tokens=\d+, generated_tokens=(\d+), "
+                         r"ttft=([\d.]+)ms, itl=[\d.]+ms, total_latency=([\d.]+)s, t=(\d+)\.(\d+)", text):
+        out.append((float(m[2]) / 1e3, float(m[3]), int(m[1]), int(m[4]) * 10**9 + int(m[5].ljust(9, "0"))))
+    return out
+
+
+def test_n_gt_1_children_are_one_request_counted_as_the_response_counts_them():
+    """Real vLLM 0.32 with the plugin, n=2 and 3, streamed and not, some at once: the plugin's
+    lines name vLLM's children (`0_cmpl-…-0`, `1_cmpl-…-0`). Each client request is one root,
+    with the `usage` the client got (prompt once, completions summed over the n choices), the
+    first token of the first child and the end of the last (vLLM answers when all n are done)."""
+    text = (N_GT_1 / "server.log").read_text()
+    got = timelines(N_GT_1 / "server.log")
+    clients = _client_requests()
+    assert sorted(got) == sorted(_logged_id(r) for r in clients)
+    for r in clients:
+        t = got[_logged_id(r)]
+        assert t.outcome == "finished", t.request_id
+        assert t.attrs["gen_ai.usage.input_tokens"] == r["usage"]["prompt_tokens"], t.request_id
+        assert t.attrs["gen_ai.usage.output_tokens"] == r["usage"]["completion_tokens"], t.request_id
+        phases = {p.name: p for p in t.phases}
+        assert [p.name for p in t.phases].count("decode") == 1
+        if r["n"] == 1:
+            continue
+        children = _children(text, t.request_id)
+        assert len(children) == r["n"]
+        arrival = phases["preprocess"].start_ns
+        assert phases["decode"].end_ns == max(c[3] for c in children)
+        assert abs((phases["decode"].start_ns - arrival) / 1e9 - min(c[0] for c in children)) < 2e-6
+        assert abs((phases["decode"].end_ns - arrival) / 1e9 - max(c[1] for c in children)) < 2e-6
+        assert arrival <= r["t_first_byte_ns"] and phases["decode"].end_ns <= r["t_end_ns"]
+        if r["kind"] == "chat" and not r["stream"]:
+            assert sorted(t.attrs["gen_ai.response.finish_reasons"]) == sorted(r["finish_reasons"])
+
+
+def test_n_gt_1_children_join_with_the_plugin_lines_alone(tmp_path):
+    """Without `--enable-log-requests` only the plugin names requests: its children still make
+    one root per client request, under the id the client's response carries."""
+    text = (N_GT_1 / "server.log").read_text()
+    plugin_only = tmp_path / "server.log"
+    plugin_only.write_text("".join(line for line in text.splitlines(keepends=True)
+                                   if "[request_logger.py" not in line and "[async_llm.py" not in line))
+    got = timelines(plugin_only)
+    clients = _client_requests()
+    assert sorted(got) == sorted(_logged_id(r) for r in clients)
+    for r in clients:
+        t = got[_logged_id(r)]
+        assert t.attrs["gen_ai.usage.output_tokens"] == r["usage"]["completion_tokens"], t.request_id
+        assert t.outcome == "finished"
+
+
+def test_each_child_of_n_gt_1_is_preempted_and_rescheduled_on_its_own(tmp_path):
+    """vLLM schedules and preempts an n>1 request's children apart: a child's preemption ends
+    when that child is rescheduled, not when a sibling is (lines in the plugin's format)."""
+    lines = [
+        "Scheduling request 0_cmpl-p-0: priority=0, num_scheduled_blocks=1, remaining_blocks=4, queued=0.100ms, t=100.000000",
+        "Scheduling request 1_cmpl-p-0: priority=0, num_scheduled_blocks=1, remaining_blocks=3, queued=0.100ms, t=100.001000",
+        "Preempting request 0_cmpl-p-0: reason=kv_cache_full, preempted_blocks=1, t=100.200000",
+        "Preempting request 1_cmpl-p-0: reason=kv_cache_full, preempted_blocks=1, t=100.300000",
+        "Scheduling request 1_cmpl-p-0: priority=0, num_scheduled_blocks=1, remaining_blocks=3, t=100.400000",
+        "Scheduling request 0_cmpl-p-0: priority=0, num_scheduled_blocks=1, remaining_blocks=3, t=100.500000",
+        "Request 1_cmpl-p-0: prompt_tokens=5, generated_tokens=10, ttft=20.000ms, itl=5.000ms, total_latency=0.900000s, t=100.899900",
+        "Request 0_cmpl-p-0: prompt_tokens=5, generated_tokens=12, ttft=10.000ms, itl=5.000ms, total_latency=1.000000s, t=100.999900",
+    ]
+    log = tmp_path / "p.log"
+    log.write_text("".join(f"INFO 01-01 00:01:40 [hooks.py:1] {x}\n" for x in lines))
+    (t,) = timelines(log).values()
+    assert t.request_id == "cmpl-p-0" and t.outcome == "finished"
+    pre = [(p.start_ns, p.end_ns) for p in t.phases if p.name == "preempted"]
+    assert pre == [(100_200_000_000, 100_500_000_000), (100_300_000_000, 100_400_000_000)]
+    assert t.attrs["gen_ai.usage.output_tokens"] == 22 and t.attrs["gen_ai.usage.input_tokens"] == 5
+    decode = next(p for p in t.phases if p.name == "decode")
+    assert decode.end_ns == 100_999_900_000 and decode.start_ns == 99_999_900_000 + 10_000_000
+
+
+def test_an_aborted_request_on_a_plain_file_starts_at_its_exact_arrival(tmp_path):
+    """A plain file's header says only the second. An aborted request gets no summary; its
+    receipt (12:00:00, any time in that second) came before the engine's arrival, which the
+    plugin states to the µs: the root starts there, not up to 1 s before the client sent it,
+    and the abort line's end is not before the request's own earlier exact line."""
+    log = tmp_path / "a.log"
+    base = 1767268800  # 2026-01-01T12:00:00Z
+    log.write_text(
+        "INFO 01-01 12:00:00 [request_logger.py:65] Received request chatcmpl-ab: params: SamplingParams(n=1), lora_request: None.\n"
+        "INFO 01-01 12:00:00 [async_llm.py:552] Added request chatcmpl-ab-0123abcd.\n"
+        f"INFO 01-01 12:00:00 [hooks.py:220] Scheduling request chatcmpl-ab: priority=0, num_scheduled_blocks=1, remaining_blocks=9, queued=0.100ms, t={base}.700000\n"
+        "INFO 01-01 12:00:00 [async_llm.py:783] Request chatcmpl-ab aborted.\n")
+    (t,) = timelines(log).values()
+    assert t.error_type == "aborted"
+    assert t.start_ns == base * 10**9 + 699_900_000 and t.start_timing == "inferred"
+    assert t.end_ns >= base * 10**9 + 700_000_000

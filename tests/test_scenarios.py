@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
-from scenario_truth import Root, check_roots, expect_incidents, spans_of
+from scenario_truth import Root, check_roots, expect_incidents, plain_log, spans_of
 
 from bridge.check import check_file, render
 
@@ -59,6 +59,20 @@ def test_roots_agree_with_the_client(scenario):
     truth, log = scenario
     roots, _ = spans_of(log)
     errors = check_roots(truth, roots, log.read_text(errors="replace"))
+    assert errors == [], "\n".join(errors)
+
+
+def test_plugin_logs_as_plain_files_agree_with_the_client(scenario, tmp_path):
+    """The same log as a plain file (no runtime stamps): the one-second header must not move a
+    request's bounds past what its plugin lines state to the microsecond (issue 31)."""
+    truth, log = scenario
+    if truth.get("env", {}).get("VLLM_TRACE_BRIDGE_PLUGIN") != "1":
+        pytest.skip("no plugin: the header is all a plain file has")
+    text = log.read_text(errors="replace")
+    plain = tmp_path / "server.log"
+    plain.write_text(plain_log(text))
+    roots, _ = spans_of(plain)
+    errors = check_roots(truth, roots, text, coarse=True)
     assert errors == [], "\n".join(errors)
 
 

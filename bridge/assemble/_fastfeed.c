@@ -13,7 +13,10 @@
  *   - the record's time decides the tick; the event's own exact time (`at_ns`, when an int)
  *     is the time it is recorded at, as `_exact` makes it in Python;
  *   - a free names one block, and comes after the request's end or is a preemption's (a
- *     release before the end's line, as the vLLM plugin writes, is left to Python).
+ *     release before the end's line, as the vLLM plugin writes, is left to Python);
+ *   - the request is no upstream one (`extra` is None) for a summary, or for a free after its
+ *     end: one that vLLM's API server logs lingers for its `Generated response` lines
+ *     (`_awaits_api`), which is Python's.
  *
  * Any other call goes to `feed`, the Python method, which stays the reference; the checks are
  * all made before anything is changed, so a declined line is handled by Python alone. A free
@@ -29,7 +32,7 @@ enum {
     E_request_id, E_block, E_size_bytes, E_reason, E_at_ns, /* the events */
     S_terminal_ns, S_last_ns, S_last_offset, S_allocated, S_freed, S_held, S_block_events, S_block_dropped,
     S_last_free_ns, S_outcome, S_summary, S_request_id, S_events, S_dropped, S_min_free_ratio,
-    S_max_gpu_ratio,                                   /* RequestState */
+    S_max_gpu_ratio, S_extra,                          /* RequestState */
     N_ATTRS
 };
 static Attr attrs_[N_ATTRS] = {
@@ -37,7 +40,7 @@ static Attr attrs_[N_ATTRS] = {
     {"request_id"}, {"block"}, {"size_bytes"}, {"reason"}, {"at_ns"},
     {"terminal_ns"}, {"last_ns"}, {"last_offset"}, {"allocated"}, {"freed"}, {"held"}, {"block_events"},
     {"block_dropped"}, {"last_free_ns"}, {"outcome"}, {"summary"}, {"request_id"}, {"events"}, {"dropped"},
-    {"min_free_ratio"}, {"max_gpu_ratio"},
+    {"min_free_ratio"}, {"max_gpu_ratio"}, {"extra"},
 };
 static PyObject *s_now, *s_next_sweep, *s_pending_nccl, *s_open, *s_finish, *s_in_flight, *v_finished, *k_id, *k_size, *k_reason, *n_allocated, *n_freed,
     *v_timeout, *v_preempted, *zero_int;
@@ -158,11 +161,11 @@ static PyObject *summary(Feeder *self, PyObject *record, PyObject *event, PyObje
     PyObject **terminal = attr_slot(r, &attrs_[S_terminal_ns], 1), **last_ns = attr_slot(r, &attrs_[S_last_ns], 1);
     PyObject **last_offset = attr_slot(r, &attrs_[S_last_offset], 1), **held = attr_slot(r, &attrs_[S_held], 1);
     PyObject **outcome = attr_slot(r, &attrs_[S_outcome], 1), **sum = attr_slot(r, &attrs_[S_summary], 1);
-    PyObject **request_id = attr_slot(r, &attrs_[S_request_id], 1);
+    PyObject **request_id = attr_slot(r, &attrs_[S_request_id], 1), **extra = attr_slot(r, &attrs_[S_extra], 1);
     PyObject *result = NULL;
     if (!PyDict_CheckExact(in_flight) || !terminal || !last_ns || !last_offset || !held || !outcome || !sum ||
-        !request_id || !*terminal || !*last_ns || !*last_offset || !*held || !*outcome || !*sum || !*request_id ||
-        *terminal != Py_None) {
+        !request_id || !extra || !*terminal || !*last_ns || !*last_offset || !*held || !*outcome || !*sum ||
+        !*request_id || !*extra || *terminal != Py_None || *extra != Py_None) {
         result = fallback(self, record, event);
         goto done;
     }
@@ -241,10 +244,11 @@ static PyObject *feeder_call(Feeder *self, PyObject *args, PyObject *kwargs) {
     PyObject **last_offset = attr_slot(r, &attrs_[S_last_offset], 1), **count = attr_slot(r, &attrs_[alloc ? S_allocated : S_freed], 1);
     PyObject **held = attr_slot(r, &attrs_[S_held], 1), **block_events = attr_slot(r, &attrs_[S_block_events], 1);
     PyObject **block_dropped = attr_slot(r, &attrs_[S_block_dropped], 1), **last_free = attr_slot(r, &attrs_[S_last_free_ns], 1);
-    PyObject **outcome = attr_slot(r, &attrs_[S_outcome], 1);
+    PyObject **outcome = attr_slot(r, &attrs_[S_outcome], 1), **extra = attr_slot(r, &attrs_[S_extra], 1);
     if (!terminal || !last_ns || !last_offset || !count || !held || !block_events || !block_dropped || !last_free ||
-        !outcome || !*terminal || !*last_ns || !*last_offset || !*count || !*held || !*block_events ||
-        !*block_dropped || !*last_free || !*outcome || (alloc && *terminal != Py_None) ||
+        !outcome || !extra || !*terminal || !*last_ns || !*last_offset || !*count || !*held || !*block_events ||
+        !*block_dropped || !*last_free || !*outcome || !*extra || (alloc && *terminal != Py_None) ||
+        (!alloc && *terminal != Py_None && *extra != Py_None) ||
         (*block_events != Py_None && !PyList_CheckExact(*block_events))) {
         Py_DECREF(r);
         return fallback(self, record, event);

@@ -110,6 +110,13 @@ def _request_timeline(r: RequestState, source: Source, thresholds: Thresholds,
 
     phases: list[Phase] = []
     first_ns = r.first_ns
+    start_inferred = False
+    if arrival is None and r.coarse_start and engine_in is not None and first_ns <= engine_in[0] < first_ns + _NS:
+        # The receipt line says only its second; the engine's arrival, stated to the µs, came
+        # after the receipt and within that second: the receipt lies between the two, and the
+        # root starts at the later (the header's second start can be up to 1 s before the
+        # client even sent it). Tokenising in between is ms: no `preprocess` is drawn.
+        first_ns, start_inferred = engine_in[0], True
     if engine_in is not None:
         # API receipt → the engine's arrival: rendering, tokenising, the hand-off to the engine
         # core. The receipt is vLLM's own arrival_time (set as rendering starts; its spans and
@@ -133,7 +140,7 @@ def _request_timeline(r: RequestState, source: Source, thresholds: Thresholds,
             phases.append(Phase("prefill", 0, sched0, first_token, sched_timing, ft_timing, attrs))
         else:
             phases.append(Phase("prefill", 0, sched0, max(sched0, end), sched_timing, INFERRED, attrs))
-    low = arrival if arrival is not None else r.first_ns
+    low = arrival if arrival is not None else first_ns
     for i, (p_start, p_end, ev) in enumerate(r.preemptions or ()):
         start, st = _clamp(p_start, OBSERVED, low, end)
         if p_end is None:
@@ -170,7 +177,7 @@ def _request_timeline(r: RequestState, source: Source, thresholds: Thresholds,
     dropped += r.block_dropped
 
     attrs = _request_attrs(r, thresholds, arrival, sched0)
-    inferred = end_timing == INFERRED or any(
+    inferred = start_inferred or end_timing == INFERRED or any(
         p.start_timing == INFERRED or p.end_timing == INFERRED for p in phases)
     attrs["vllm.timing"] = INFERRED if inferred else (REPORTED if arrival is not None else OBSERVED)
     root_events.sort(key=_event_ts)
@@ -179,7 +186,7 @@ def _request_timeline(r: RequestState, source: Source, thresholds: Thresholds,
     return RequestTimeline(
         source=source, request_id=r.request_id, occurrence=r.occurrence,
         start_ns=start, end_ns=stop,
-        start_timing=REPORTED if arrival is not None and arrival <= first_ns else OBSERVED,
+        start_timing=INFERRED if start_inferred else REPORTED if arrival is not None and arrival <= first_ns else OBSERVED,
         end_timing=end_timing, outcome=r.outcome, error_type=r.error_type,
         error_message=r.error_message, attrs=attrs, events=root_events, dropped_events=dropped,
         phases=phases, first_offset=r.first_offset, last_offset=r.last_offset, parent=parent,

@@ -65,6 +65,16 @@ def engine_base(rid: str) -> str:
     return rid[child.end():] if child else rid
 
 
+def child_index(rid: str) -> int | None:
+    """`1_cmpl-x-0` → 1: the index of an n>1 child (vLLM's `ParentRequest.get_child_info`:
+    `f"{index}_{parent request_id}"`), None for any other id. Only an upstream-looking id (one
+    with a `-` or `_` after the prefix) is a child: a seed id never has the prefix."""
+    child = _CHILD.match(rid)
+    if child is None or not respelled(rid[child.end():]):
+        return None
+    return int(rid[:child.end() - 1])
+
+
 def response_id(key: str) -> str:
     """`gen_ai.response.id`: the id the client saw (a completion's prompt index dropped)."""
     m = _PROMPT_INDEX.match(key)

@@ -28,7 +28,7 @@ from bridge.assemble.diagnosis import Thresholds
 from bridge.assemble.startup import Startup
 from bridge.assemble.state import SEEN_DETAILS, SEEN_RECEIVED, RequestState
 from bridge.assemble.timeline import INFERRED, IncidentEvent, IncidentRef, SpanEvent, Timeline
-from bridge.decode.record import CLOCK_EXACT, Record
+from bridge.decode.record import CLOCK_ANCHORED, CLOCK_EXACT, CLOCK_HEADER, Record
 from bridge.tail.source import Source
 from bridge.parse.events import (
     AccessLog,
@@ -81,6 +81,9 @@ _SPECIFICITY = {t: i for i, t in enumerate(
 #: they show a failure of their own.
 _REAL_FAILURES = frozenset({"oom", "distributed"})
 _GONE_KEPT = 4096  # ids of emitted upstream requests remembered, so a late line makes no orphan
+#: Clocks that only say the second a line was written in (vLLM's header; a line with no stamp
+#: of its own): the line happened at or after that second's start, within it.
+_COARSE = frozenset({CLOCK_HEADER, CLOCK_ANCHORED})
 
 
 def _load_fast():
@@ -147,6 +150,22 @@ def _engine_failed(error_type: str) -> str:
     """A request's own failure when the engine died: the incident's type, not its text (that is
     on the linked `vllm.engine` span)."""
     return f"engine failed ({error_type}); see the linked vllm.engine span"
+
+
+def _combined(rid: str, seqs: dict) -> tuple[RequestSummary, int]:
+    """One summary for an n>1 request from its children's (each `(end ns, summary)`), as the
+    client's response counts them: the prompt once, the generated tokens of all n (its
+    `usage.completion_tokens`); arrival the children's (vLLM copies the parent's to each), first
+    token the first of any child's, end the last child's. ITL: the mean gap over all of them."""
+    done = [v for v in seqs.values() if v is not None]
+    arrival = min(end - round(s.e2e_s * _NS) for end, s in done)
+    first = min(end - round(s.e2e_s * _NS) + round(s.ttft_s * _NS) for end, s in done)
+    end = max(e for e, _ in done)
+    gaps = sum(max(0, s.generated_tokens - 1) for _, s in done)
+    itl = sum(s.itl_s * max(0, s.generated_tokens - 1) for _, s in done) / gaps if gaps else 0.0
+    summary = RequestSummary(rid, max(s.prompt_tokens for _, s in done), sum(s.generated_tokens for _, s in done),
+                             (first - arrival) / _NS, itl, (end - arrival) / _NS, end)
+    return summary, end
 
 
 class _Incident:
@@ -390,6 +409,7 @@ class Assembler:
         # same in every run that reads that line, whatever was read before it, so a request
         # rebuilt after a restart or rotation keeps its ids and a reused id never shares them.
         r = RequestState(rid, str(record.offset), record.ts_ns, record.offset)
+        r.coarse_start = record.clock in _COARSE
         for dep in (self._queue_offset, self._gpu_offset):
             if dep is not None and dep < r.first_offset:
                 r.first_offset = dep
@@ -410,35 +430,73 @@ class Assembler:
 
     def _seed_id(self, rid: str) -> str:
         """A seed line's id, or the upstream request in flight it names (`<id>-<8 hex>` is V1's
-        engine-side spelling of `<id>`): the vLLM plugin's lines join vLLM's own."""
-        if rid in self._open or not self._open or not ids.respelled(rid):
+        engine-side spelling of `<id>`): the vLLM plugin's lines join vLLM's own. An n>1 child
+        (`<i>_<id>`) is its parent's: one client request, one root, whatever else is open."""
+        if rid in self._open or not ids.respelled(rid):
             return rid
-        return ids.resolve(rid, self._open) or rid
+        key = ids.resolve(rid, self._open) if self._open else None
+        if key is None and ids.child_index(rid) is not None:
+            return ids.engine_base(rid)
+        return key or rid
+
+    def _start_seq(self, rid: str, record: Record) -> tuple[RequestState, int | None]:
+        """`_start` for a plugin line, and which n>1 child of its request it names (or None).
+        A child the request had not shown yet, after its siblings' summaries ended it (how many
+        there are was never logged), continues it: siblings are not a reused id."""
+        key = self._seed_id(rid)
+        k = ids.child_index(rid) if key != rid else None
+        if k is not None:
+            r = self._open.get(key)
+            if r is not None and r.terminal_ns is not None and r.outcome == "finished" and r.seqs is not None \
+                    and k not in r.seqs and self._open.get(r.request_id) is r:
+                r.terminal_ns, r.outcome, r.summary = None, "incomplete", None
+                self._in_flight[key] = r
+        r = self._start(key, record)
+        if k is not None:
+            if r.seqs is None:
+                r.seqs = {}
+            r.seqs.setdefault(k, None)
+        return r, k
 
     def _on_scheduled(self, record: Record, ev: Scheduled) -> None:
         record = _exact(record, ev)
-        r = self._start(self._seed_id(ev.request_id), record)
+        r, k = self._start_seq(ev.request_id, record)
         ts = record.ts_ns
         if r.schedules is None:
             r.schedules = []
             r.queue_at_schedule = self._queue
             r.gpu_at_schedule = self._gpu
         r.schedules.append((ts, ev))
-        if r.preemptions and r.preemptions[-1][1] is None:
-            r.preemptions[-1][1] = ts  # rescheduled: the preemption is over
+        p = self._open_preemption(r, ev.request_id)
+        if p is not None:
+            p[1] = ts  # rescheduled: the preemption is over
+
+    @staticmethod
+    def _open_preemption(r: RequestState, rid: str) -> list | None:
+        """The preemption not yet over of the sequence `rid` names: the request's last one, or,
+        with n>1 children (each preempted and rescheduled on its own), that child's."""
+        if not r.preemptions:
+            return None
+        if r.seqs is None:
+            last = r.preemptions[-1]
+            return last if last[1] is None else None
+        for p in reversed(r.preemptions):
+            if p[1] is None and p[2].request_id == rid:
+                return p
+        return None
 
     def _on_preempted(self, record: Record, ev: Preempted) -> None:
         record = _exact(record, ev)
-        r = self._start(self._seed_id(ev.request_id), record)
+        r, k = self._start_seq(ev.request_id, record)
         if r.preemptions is None:
             r.preemptions = []
-        if r.preemptions and r.preemptions[-1][1] is None:
+        if self._open_preemption(r, ev.request_id) is not None:
             return  # preempted again before being rescheduled: still the same preemption
         r.preemptions.append([record.ts_ns, None, ev])
 
     def _on_allocated(self, record: Record, ev: BlockAllocated) -> None:
         record = _exact(record, ev)
-        r = self._start(self._seed_id(ev.request_id), record)
+        r, k = self._start_seq(ev.request_id, record)
         r.allocated += 1
         r.held += 1
         r.add_block_event(SpanEvent("vllm.kv_block.allocated", record.ts_ns, {
@@ -457,8 +515,10 @@ class Assembler:
         r.add_block_event(SpanEvent("vllm.kv_block.freed", record.ts_ns, attrs))
         if r.terminal_ns is not None:
             r.last_free_ns = record.ts_ns
-            if r.held <= 0 and r.outcome != "timeout":  # a timeout may still get its API line
+            if r.held <= 0 and r.outcome != "timeout" and not self._awaits_api(r):  # a timeout may still get its API line
                 self._finish(r)
+        elif ev.reason in _RELEASE_REASONS and r.seqs is not None and self._seqs_left(r, ids.child_index(ev.request_id)):
+            pass  # one child of n>1 released; the request goes on with the others
         elif ev.reason in _RELEASE_REASONS:
             # Released before the line that ends the request: V1's engine frees a finished
             # request's blocks at once, and the API server logs its end after the hand-off.
@@ -468,11 +528,42 @@ class Assembler:
 
     def _on_summary(self, record: Record, ev: RequestSummary) -> None:
         record = _exact(record, ev)
-        r = self._start(self._seed_id(ev.request_id), record)
-        r.summary = ev
-        self._terminate(r, record.ts_ns, "finished")
-        if r.held <= 0:
+        r, k = self._start_seq(ev.request_id, record)
+        end = record.ts_ns
+        if k is not None:
+            r.seqs[k] = (end, ev)
+            if self._seqs_left(r):
+                return  # its siblings are still running: the client's request is not over
+            r.summary, end = _combined(r.request_id, r.seqs)
+        else:
+            r.summary = ev
+        self._terminate(r, end, "finished")
+        if r.held <= 0 and not self._awaits_api(r):
             self._finish(r)
+
+    @staticmethod
+    def _awaits_api(r: RequestState) -> bool:
+        """The plugin's summary ended a chat vLLM's API server logs (`Received request`): it is
+        written as the output processor finishes the request (`_update_stats_from_finished`),
+        before the serving code logs the response (`Generated response … finish_reason: …`,
+        chat and Responses API only: completions log no output). It lingers for those lines
+        (`linger_s`), which name its finish reasons, until it has one per choice."""
+        extra = r.extra
+        if r.summary is None or extra is None or extra.get("gen_ai.operation.name") != "chat":
+            return False
+        return len(extra.get("gen_ai.response.finish_reasons", ())) < (extra.get("gen_ai.request.n") or 1)
+
+    @staticmethod
+    def _seqs_left(r: RequestState, ending: int | None = None) -> bool:
+        """Whether children of an n>1 request other than `ending` have not finished: vLLM's
+        `ParentRequest` answers the client once every one of its n children has. n is the
+        logged `SamplingParams(n=…)`, else the children `Added request` or the plugin named."""
+        n = (r.extra or {}).get("gen_ai.request.n") or 0
+        if not n and r.added:
+            n = sum(1 for a in r.added if ids.child_index(a) is not None)
+        seqs = r.seqs
+        done = sum(1 for i, v in seqs.items() if v is not None or i == ending)
+        return done < max(n, len(seqs))
 
     def _on_timeout(self, record: Record, ev: RequestTimedOut) -> None:
         r = self._open.get(ev.request_id)
@@ -608,6 +699,7 @@ class Assembler:
 
     def _open_twin(self, rid: str, record: Record) -> RequestState:
         r = RequestState(rid, str(record.offset), record.ts_ns, record.offset)
+        r.coarse_start = record.clock in _COARSE
         for dep in (self._queue_offset, self._gpu_offset):
             if dep is not None and dep < r.first_offset:
                 r.first_offset = dep
@@ -736,10 +828,21 @@ class Assembler:
         r.added.add(rid)
         return True
 
+    @staticmethod
+    def _when(record: Record, r: RequestState) -> int:
+        """When a line about `r` happened. A header stamp says only its second, and the line was
+        written after the request's lines before it: no earlier than the latest of them (a
+        plugin line's exact `t=`, say) when that lies within the second. (Only the request's
+        own lines: a resume reads all of them again, so the agent and a replay agree.)"""
+        ts = record.ts_ns
+        if record.clock in _COARSE and ts < r.last_ns < ts + _NS:
+            return r.last_ns
+        return ts
+
     def _on_finished(self, record: Record, ev: RequestFinished) -> None:
         r = self._resolve(ev.request_id, record)
         if r is not None and r.terminal_ns is None:
-            self._terminate(r, record.ts_ns, "finished")
+            self._terminate(r, self._when(record, r), "finished")
             self._alive()
 
     def _alive(self) -> None:
@@ -752,9 +855,11 @@ class Assembler:
         r = self._resolve(ev.request_id, record)
         if r is None:
             return
-        if ev.output_tokens is not None:
-            previous = (r.extra or {}).get("gen_ai.usage.output_tokens", 0) if ev.streaming == "delta" else 0
-            r.set("gen_ai.usage.output_tokens", previous + ev.output_tokens)
+        if ev.output_tokens is not None and r.summary is None:
+            # One line per choice of a whole response (serving.py logs each choice's token ids):
+            # their counts add up, as the response's `usage.completion_tokens` does over n. (A
+            # plugin summary counted them already, from vLLM's own stats, empty choices too.)
+            r.set("gen_ai.usage.output_tokens", (r.extra or {}).get("gen_ai.usage.output_tokens", 0) + ev.output_tokens)
         if ev.finish_reason is None and ev.streaming != "complete":
             return
         # One line per choice (n>1 logs each choice's reason): one reason per choice, as the
@@ -764,18 +869,25 @@ class Assembler:
         if ev.finish_reason is not None and len(reasons) < (extra.get("gen_ai.request.n") or 1):
             r.set("gen_ai.response.finish_reasons", [*reasons, ev.finish_reason])
         if r.terminal_ns is None:
+            ts = self._when(record, r)
             if ev.finish_reason == "abort" and self._stop_ns is not None:
-                self._stopped(r, record.ts_ns, True)  # aborted by the stop (vLLM's abort mode)
+                self._stopped(r, ts, True)  # aborted by the stop (vLLM's abort mode)
             elif ev.finish_reason == "abort":
                 # aborted by the engine with no line of its own (`POST /pause`, core.py): the
                 # client got a cut answer whose reason says so
-                self._fail(r, record.ts_ns, "aborted", "aborted", "RequestAborted",
+                self._fail(r, ts, "aborted", "aborted", "RequestAborted",
                            f"Request {ev.request_id} aborted (finish_reason: abort)")
             else:
-                self._terminate(r, record.ts_ns, "finished")
+                self._terminate(r, ts, "finished")
                 self._alive()
-        elif r.outcome == "finished" and r.error_type is None and record.ts_ns > r.terminal_ns:
+        elif r.outcome == "finished" and r.error_type is None and record.ts_ns > r.terminal_ns and r.summary is None:
+            # (a summary's end is vLLM's own e2e end, and its arrival counts back from it)
             r.terminal_ns = record.ts_ns
+        elif r.summary is not None and ev.streaming != "delta" and r.held <= 0 and not self._awaits_api(r) \
+                and self._open.get(r.request_id) is r:
+            # the plugin's summary, then a reason for every choice (and a stream's closing line):
+            # nothing more to come
+            self._finish(r)
         elif r in self._signal_ends and ev.streaming != "complete" and ev.finish_reason not in (None, "abort"):
             # a choice's own reason, not `(streaming complete)`: vLLM logs that after an abort too
             self._served(r, record.ts_ns)
@@ -800,21 +912,23 @@ class Assembler:
             r = self._resolve(rid, record)
             if r is not None and r.terminal_ns is None:
                 if self._stop_ns is not None:  # aborted by the stop (vLLM's abort mode, or cancelled)
-                    self._stopped(r, record.ts_ns, True)
+                    self._stopped(r, self._when(record, r), True)
                 else:
-                    self._fail(r, record.ts_ns, "aborted", "aborted", "RequestAborted", f"Request {rid} aborted")
+                    self._fail(r, self._when(record, r), "aborted", "aborted", "RequestAborted",
+                               f"Request {rid} aborted")
 
     def _on_failed(self, record: Record, ev: RequestFailed) -> None:
         # V0's "Failing the request" may be its only line: `_resolve` opens it then.
         r = self._resolve(ev.request_id, record)
         if r is None or r.terminal_ns is not None:
             return
+        ts = self._when(record, r)
         if ev.error_type == "engine_dead" and self._death is None and self._stop_ns is not None:
-            self._stopped(r, record.ts_ns, True)  # vLLM fails what is in flight with EngineDeadError on a stop
+            self._stopped(r, ts, True)  # vLLM fails what is in flight with EngineDeadError on a stop
         elif ev.error_type == "engine_dead" and self._death is not None:
-            self._fail(r, record.ts_ns, "failed", self._death, "RequestFailed", _engine_failed(self._death), True)
+            self._fail(r, ts, "failed", self._death, "RequestFailed", _engine_failed(self._death), True)
         else:
-            self._fail(r, record.ts_ns, "failed", ev.error_type, "RequestFailed", self._request_text(ev.reason))
+            self._fail(r, ts, "failed", ev.error_type, "RequestFailed", self._request_text(ev.reason))
 
     def _on_sequence_preempted(self, record: Record, ev: SequencePreempted) -> None:
         r = self._resolve(ev.request_id, record)

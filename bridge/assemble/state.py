@@ -23,7 +23,7 @@ class RequestState:
         "events", "dropped", "summary", "terminal_ns", "outcome", "error_type", "error_message",
         "timeout_after_s", "queue_at_schedule", "gpu_at_schedule", "min_free_ratio",
         "max_gpu_ratio", "last_free_ns", "release_ns", "extra", "sampled_preemptions", "idle_at",
-        "seen", "added",
+        "seen", "added", "seqs", "coarse_start",
     )
 
     def __init__(self, request_id: str, occurrence: str, ts: int, offset: int) -> None:
@@ -55,6 +55,12 @@ class RequestState:
         self.idle_at: int | None = None     # when a stats line showed the engine idle with this open
         self.seen = 0                       # SEEN_* bits: start lines shown
         self.added: set[str] | None = None  # the engine-side ids `Added request` named
+        # n>1: the engine's child sequences (`<i>_<id>`) the plugin's lines named, by index →
+        # (end ns, their own summary) once finished, else None. One root for the client's request.
+        self.seqs: dict | None = None
+        # The first line was stamped to the second only (vLLM's header): a more precise line
+        # about the request may say when within that second it began (build).
+        self.coarse_start = False
 
     def set(self, key: str, value) -> None:
         if self.extra is None:

@@ -24,6 +24,8 @@ from dataclasses import asdict, dataclass, field
 
 from vllm_server import MODEL_NAME, VllmServer
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+
 # What the bridge must say about a request, from the client's and the scenario's truth:
 #   ok           the server answered 200 and the body (or stream) ended normally
 #   shutdown     in flight when the server was stopped on purpose (SIGTERM)
@@ -52,6 +54,10 @@ class Truth:
     # `Generated response` line for an empty one (serving.py: `if output_text:`).
     empty_choices: list = field(default_factory=list)
     error: str = ""             # the error body's `type`/`message` head (400s), never the prompt
+    # The response's own `usage` (a stream's with `stream_options.include_usage`): vLLM counts
+    # the prompt once and sums the completion tokens over the n choices.
+    usage: dict = field(default_factory=dict)
+    abort_after: int = 0        # >0: the client closed the stream after this many data chunks
 
 
 def _body(t: Truth, prompt: str, extra: dict) -> dict:
@@ -75,8 +81,10 @@ class Recorder:
         self._threads: list[threading.Thread] = []
 
     def send(self, kind: str = "completion", stream: bool = False, max_tokens: int = 8, n: int = 1,
-             sent_id: str | None = None, expect: str = "ok", **extra) -> Truth:
-        t = Truth(kind, stream, n, max_tokens, sent_id, expect)
+             sent_id: str | None = None, expect: str = "ok", abort_after: int = 0, **extra) -> Truth:
+        t = Truth(kind, stream, n, max_tokens, sent_id, "aborted" if abort_after else expect, abort_after=abort_after)
+        if stream and not abort_after:
+            extra.setdefault("stream_options", {"include_usage": True})
         with self._lock:
             self.truths.append(t)
         prompt = f"SECRET-PROMPT-{uuid.uuid4().hex[:12]} tell me about traces"
@@ -100,6 +108,7 @@ class Recorder:
                 obj = json.loads(data)
                 if resp.status == 200:
                     t.response_id = obj["id"]
+                    t.usage = obj.get("usage") or {}
                     t.finish_reasons = [c["finish_reason"] for c in obj["choices"]]
                     if kind == "chat":
                         t.empty_choices = [not (c["message"].get("content") or c["message"].get("tool_calls"))
@@ -119,6 +128,7 @@ class Recorder:
         reasons: dict[int, str] = {}
         said: dict[int, bool] = {}
         done = False
+        chunks = 0
         while True:
             line = resp.fp.readline()
             if not line:
@@ -130,7 +140,17 @@ class Recorder:
                 break
             if line.startswith(b"data: {"):
                 chunk = json.loads(line[6:])
+                chunks += 1
                 t.response_id = t.response_id or chunk.get("id", "")
+                if chunk.get("usage"):
+                    t.usage = chunk["usage"]
+                if t.abort_after and chunks >= t.abort_after:
+                    # The client goes away mid-stream: the socket is closed under the response.
+                    resp.fp.close()
+                    resp.close()
+                    t.t_end_ns = time.time_ns()
+                    t.ended = "aborted"
+                    return
                 for c in chunk.get("choices", []):
                     delta = c.get("delta") or {}
                     said[c.get("index", 0)] = said.get(c.get("index", 0), False) or \
@@ -225,6 +245,11 @@ def _grace(server: VllmServer, events: dict) -> None:
 
 
 LONG = dict(max_tokens=3000, ignore_eos=True)   # a stream that runs for seconds on the tiny model
+# The project's vLLM plugin on, run from this checkout (as tests/plugin/vllm_proc.py does).
+PLUGIN = {"VLLM_TRACE_BRIDGE_PLUGIN": "1",
+          "PYTHONPATH": os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"),
+                                                    os.path.dirname(os.path.dirname(HERE))) if p)}
+DEBUG = {"VLLM_LOGGING_LEVEL": "DEBUG"}
 
 # name -> (extra server args, env, whether --enable-log-requests/--enable-log-outputs are dropped)
 SERVER = {
@@ -241,6 +266,13 @@ SERVER = {
     "api_server_count_2": (("--api-server-count", "2"), None, False),
     "json_debug_400": (("--log-level", "DEBUG", "--logging-config.formatter", "json"), {"VLLM_LOGGING_LEVEL": "DEBUG"},
                        False),
+    # issue 31: what real deployments combine
+    "plugin_n_gt_1": ((), PLUGIN, False),
+    "plugin_client_abort": ((), PLUGIN, False),
+    "plugin_api_server_count_2": (("--api-server-count", "2"), PLUGIN, False),
+    "plugin_debug": (("--log-level", "DEBUG"), {**PLUGIN, **DEBUG}, False),
+    "api_server_count_2_busy": (("--api-server-count", "2"), None, False),
+    "debug_text": (("--log-level", "DEBUG"), DEBUG, False),
 }
 
 
@@ -344,8 +376,47 @@ def _drive(name: str, server: VllmServer, rec: Recorder, events: dict) -> None:
             rec.background(kind=("completion", "chat")[i % 2], max_tokens=16)
         rec.join()
         rec.send("chat", stream=True)
+    elif name == "plugin_n_gt_1":
+        rec.send("completion", n=2, max_tokens=40, ignore_eos=True)
+        rec.send("chat", n=2, max_tokens=40, ignore_eos=True)
+        rec.send("completion", stream=True, n=2, max_tokens=16)
+        rec.send("chat", stream=True, n=3, max_tokens=16)
+        rec.send("completion", max_tokens=8)
+        for i in range(4):   # concurrent, the children of each interleaved with the others'
+            rec.background(kind=("completion", "chat")[i % 2], n=2 + i // 2, stream=bool(i // 2),
+                           max_tokens=24, ignore_eos=True)
+        rec.join()
+    elif name == "plugin_client_abort":
+        _aborts(rec)
+    elif name in ("plugin_api_server_count_2", "api_server_count_2_busy", "plugin_debug", "debug_text"):
+        for i in range(10):   # enough at once that both API servers take some
+            rec.background(kind=("completion", "chat")[i % 2], stream=bool(i // 2 % 2), max_tokens=12 + i,
+                           n=2 if i % 5 == 4 else 1)
+        rec.join()
+        rec.send("chat", max_tokens=5, ignore_eos=True)
+        rec.send("chat", stream=True, max_tokens=5, ignore_eos=True)
+        if name.startswith("plugin"):
+            _aborts(rec)
     else:
         raise KeyError(name)
+
+
+def _aborts(rec: Recorder) -> None:
+    """Streams the client closes mid-way (each after a pause that puts its send anywhere in a
+    second: a header's whole second must not show before it), between whole ones."""
+    import random
+    rnd = random.Random(31)
+    rec.send("completion", max_tokens=8)
+    for kind, after, n in (("completion", 5, 1), ("chat", 3, 1), ("chat", 1, 1), ("completion", 4, 2)):
+        time.sleep(rnd.uniform(0.1, 0.9))
+        rec.send(kind, stream=True, n=n, abort_after=after, **LONG)
+    time.sleep(IDLE_S)   # idle, then an abort as the first request after it
+    time.sleep(rnd.uniform(0.1, 0.9))
+    rec.send("chat", stream=True, abort_after=6, **LONG)
+    rec.background(kind="completion", stream=True, abort_after=8, **LONG)
+    rec.background(kind="chat", stream=True, max_tokens=20)
+    rec.join()
+    rec.send("chat", max_tokens=8)
 
 
 def run(name: str, install, log_path: str, port: int) -> dict:
@@ -354,7 +425,8 @@ def run(name: str, install, log_path: str, port: int) -> dict:
     server = VllmServer(install, log_path, port, *extra, env=env)
     if quiet:
         server.args = [a for a in server.args if a not in ("--enable-log-requests", "--enable-log-outputs")]
-    events: dict = {"scenario": name, "server_args": server.args[2:], "model_name": MODEL_NAME}
+    events: dict = {"scenario": name, "server_args": server.args[2:], "model_name": MODEL_NAME,
+                    "env": {k: v for k, v in (env or {}).items() if k != "PYTHONPATH"}}
     rec = Recorder(port)
     server.start()
     events["healthy_ns"] = time.time_ns()
