@@ -9,14 +9,18 @@ into `P` parts. Nothing needs a model hub or a GPU.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
+import sys
+import tempfile
 import threading
 import time
 import urllib.request
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CACHE = os.path.expanduser(os.environ.get("VLLM_TRACE_BRIDGE_CACHE", "~/.cache/vllm-trace-bridge"))
@@ -80,6 +84,22 @@ class CriWriter:
         self._f.close()
 
 
+@functools.lru_cache(maxsize=1)
+def plugin_path() -> str:
+    """This checkout's plugin as `inject`'s init container lays it out (`vllm-trace-bridge plugin
+    install --target DIR`), once per test process: the PYTHONPATH entries that give vLLM the plugin.
+    The second entry is a metadata-only `vllm_trace_bridge` .dist-info: it hides a copy of the
+    plugin pip-installed in the venv by an older tests/vllm_env/install.sh (importlib.metadata
+    keeps the first distribution of a name), which vLLM would otherwise prefer."""
+    root = Path(tempfile.mkdtemp(prefix="vllm-trace-bridge-plugin-"))
+    subprocess.run([sys.executable, "-m", "bridge", "plugin", "install", "--target", str(root / "plugin")],
+                   check=True, capture_output=True, cwd=os.path.dirname(HERE))
+    hide = root / "hide" / "vllm_trace_bridge-0.0.0.dist-info"
+    hide.mkdir(parents=True)
+    (hide / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm-trace-bridge\nVersion: 0.0.0\n")
+    return os.pathsep.join((str(root / "plugin"), str(root / "hide")))
+
+
 class VllmServer:
     def __init__(self, install: VllmInstall, log_path: str, port: int, *extra: str, env: dict | None = None) -> None:
         self.install, self.log_path, self.port = install, log_path, port
@@ -88,11 +108,13 @@ class VllmServer:
                      "--enable-log-requests", "--enable-log-outputs", *extra]
         # These tests are of vLLM as it comes: the venv holds no plugin (tests/plugin/ add it
         # through PYTHONPATH), and the switch keeps any copy a PYTHONPATH brings off unless a
-        # test's `env` says otherwise.
+        # test's `env` says otherwise. `env` may give a callable for a value: it is called here
+        # (the plugin's PYTHONPATH is laid out only when a server that uses it starts).
         self.env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "NO_COLOR": "1",
                     "VLLM_TRACE_BRIDGE_PLUGIN": "0",
                     "VLLM_LOG_STATS_INTERVAL": "1",
-                    "PYTHONUNBUFFERED": "1", **(env or {})}  # unbuffered: lines stamped when written
+                    "PYTHONUNBUFFERED": "1",
+                    **{k: (v() if callable(v) else v) for k, v in (env or {}).items()}}  # unbuffered: lines stamped when written
         self.proc: subprocess.Popen | None = None
         self.start_s = 0.0
         self._writer: CriWriter | None = None

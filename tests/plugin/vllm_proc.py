@@ -6,18 +6,19 @@ the nanosecond time it was read, so the bridge gets sub-second stamps as it does
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/: the shared vLLM harness
+from vllm_server import plugin_path  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 VENV = Path(os.environ.get("VLLM_VENV", Path.home() / ".cache/vllm-trace-bridge/vllm-venv"))
@@ -36,22 +37,6 @@ def build_model() -> Path:
     subprocess.run([str(VENV / "bin" / "python"), str(HERE / "tiny_model.py"), str(MODEL_DIR)],
                    check=True, env=env, capture_output=True)
     return MODEL_DIR
-
-
-@functools.lru_cache(maxsize=1)
-def plugin_path() -> str:
-    """This checkout's plugin as `inject`'s init container lays it out (`vllm-trace-bridge plugin
-    install --target DIR`), once per test process: the PYTHONPATH entries that give vLLM the plugin.
-    The second entry is a metadata-only `vllm_trace_bridge` .dist-info: it hides a copy of the
-    plugin pip-installed in the venv by an older tests/vllm_env/install.sh (importlib.metadata
-    keeps the first distribution of a name), which vLLM would otherwise prefer."""
-    root = Path(tempfile.mkdtemp(prefix="vllm-trace-bridge-plugin-"))
-    subprocess.run([sys.executable, "-m", "bridge", "plugin", "install", "--target", str(root / "plugin")],
-                   check=True, capture_output=True, cwd=str(HERE.parents[1]))
-    hide = root / "hide" / "vllm_trace_bridge-0.0.0.dist-info"
-    hide.mkdir(parents=True)
-    (hide / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm-trace-bridge\nVersion: 0.0.0\n")
-    return os.pathsep.join((str(root / "plugin"), str(root / "hide")))
 
 
 def free_port() -> int:

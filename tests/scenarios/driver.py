@@ -22,7 +22,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field
 
-from vllm_server import MODEL_NAME, VllmServer
+from vllm_server import MODEL_NAME, VllmServer, plugin_path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -245,10 +245,10 @@ def _grace(server: VllmServer, events: dict) -> None:
 
 
 LONG = dict(max_tokens=3000, ignore_eos=True)   # a stream that runs for seconds on the tiny model
-# The project's vLLM plugin on, run from this checkout (as tests/plugin/vllm_proc.py does).
+# The project's vLLM plugin on, from this checkout, laid out as `inject` does (plugin install
+# --target + PYTHONPATH; tests/vllm_server.py plugin_path), never a copy in the venv.
 PLUGIN = {"VLLM_TRACE_BRIDGE_PLUGIN": "1",
-          "PYTHONPATH": os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"),
-                                                    os.path.dirname(os.path.dirname(HERE))) if p)}
+          "PYTHONPATH": lambda: os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), plugin_path()) if p)}
 DEBUG = {"VLLM_LOGGING_LEVEL": "DEBUG"}
 
 # name -> (extra server args, env, whether --enable-log-requests/--enable-log-outputs are dropped)
