@@ -16,6 +16,8 @@ an inferred end. The startup banner's model and version go on every request of t
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 from collections.abc import Callable
 from types import MethodType
@@ -987,6 +989,7 @@ class Assembler:
         if ev.model:
             facts.append(("gen_ai.request.model", ev.model))
             self._engine["gen_ai.request.model"] = ev.model
+            self._startup.attrs.pop("gen_ai.request.model", None)  # the banner's name wins a worker's path
         self._engine["vllm.version"] = ev.version
         self._facts_changed(record)
         self._startup.add(record, facts)
@@ -996,7 +999,7 @@ class Assembler:
             self._startup = Startup(record)
         self._startup.add(record, ev.facts)
         for key, value in ev.facts:
-            if key == "vllm.version" and key not in self._engine:
+            if key in ("vllm.version", "gen_ai.request.model") and key not in self._engine:
                 self._engine[key] = value
                 self._facts_changed(record)
 
@@ -1006,6 +1009,9 @@ class Assembler:
             self._startup = None
 
     def _on_engine_error(self, record: Record, ev: EngineError) -> None:
+        if self._startup is not None and ev.error_type in ("model_load", "other") and self._startup.no_room:
+            # a start that failed after the KV cache had no room left: the model did not fit
+            ev = dataclasses.replace(ev, error_type="oom")
         if self._startup is not None and (ev.fatal or ev.error_type in ("model_load", "oom")):
             self._startup.add(record, ())
             self._end_startup(ev.error_type, ev.message)
@@ -1112,6 +1118,9 @@ class Assembler:
 
     def _on_cuda_oom(self, record: Record, ev: CudaOom) -> None:
         self._last_oom = (record.ts_ns, ev)
+        if self._startup is not None:  # out of memory while starting: the start failed
+            self._startup.add(record, ())
+            self._end_startup("oom", ev.message)
         attrs = {}
         if ev.requested_bytes is not None:
             attrs["vllm.oom.requested_bytes"] = ev.requested_bytes

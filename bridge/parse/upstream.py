@@ -34,6 +34,8 @@ from bridge.parse.literals import blank_literals, literal_end, redact_error_text
 from bridge.parse.numbers import count, fits
 
 _NUM = r"(\d[\d,]*(?:\.\d+)?)"
+#: Memory left for the KV cache can be negative: the weights and activations took more than allowed.
+_SIGNED = r"(-?\d[\d,]*(?:\.\d+)?)"
 
 
 def _num(text: str) -> float:
@@ -334,16 +336,18 @@ def _stats(msg: str) -> Event | None:
 
 # -- startup ---------------------------------------------------------------------------------
 
-_BANNER = re.compile(r"Initializing an? (?:(V[01]) )?LLM engine \(v([^)]*)\) with config: ")
+# 0.2's banner names no version: `Initializing an LLM engine with config: model=…`
+_BANNER = re.compile(r"Initializing an? (?:(V[01]) )?LLM engine (?:\(v([^)]*)\) )?with config: ")
 _MODEL = re.compile(r"(?:^|[\s,(])model=(?:'([^']*)'|\"([^\"]*)\")")
 _SERVED = re.compile(r"[\s,(]served_model_name=([^,\s)]+)")
 _DATA_PARALLEL = re.compile(r"[\s,(]data_parallel_size=(\d{1,4})\b")
 _FACTS = [  # (key, regex, attribute names of the groups)
-    ("Load", re.compile(r"Loading model weights took " + _NUM + r" Gi?B"), ("vllm.startup.weights_gib",)),
+    # Gaudi's model runner: `Loading model weights took in total 15.05 GiB of device memory (…)`
+    ("Load", re.compile(r"Loading model weights took (?:in total )?" + _NUM + r" Gi?B"), ("vllm.startup.weights_gib",)),
     ("Mode", re.compile(r"Model loading took " + _NUM + r" Gi?B(?: memory)? and " + _NUM + r" s"),
      ("vllm.startup.weights_gib", "vllm.startup.load_s")),
     ("Memo", re.compile(r"Memory profiling takes " + _NUM + r" seconds"), ("vllm.startup.profile_s",)),
-    ("Avai", re.compile(r"Available KV cache memory: " + _NUM + r" GiB"), ("vllm.startup.kv_cache_gib",)),
+    ("Avai", re.compile(r"Available KV cache memory: " + _SIGNED + r" GiB"), ("vllm.startup.kv_cache_gib",)),
     ("GPU ", re.compile(r"GPU KV cache size: " + _NUM + r" tokens"), ("vllm.startup.kv_cache_tokens",)),
     ("CPU ", re.compile(r"CPU KV cache size: " + _NUM + r" tokens(?:, Maximum concurrency for " + _NUM
                         + r" tokens per request: " + _NUM + r"x)?"),
@@ -354,7 +358,9 @@ _FACTS = [  # (key, regex, attribute names of the groups)
      ("vllm.startup.graph_capture_s", "vllm.startup.graph_memory_gib")),
     ("init", re.compile(r"init engine \(profile, create kv cache, warmup model\) took " + _NUM + r" s"),
      ("vllm.startup.init_s",)),
-    ("torc", re.compile(r"torch\.compile takes " + _NUM + r" s in total"), ("vllm.startup.compile_s",)),
+    ("torc", re.compile(r"torch\.compile (?:takes|took) " + _NUM + r" s in total"), ("vllm.startup.compile_s",)),
+    # the model runner names what it loads (the path): the model when no banner names it
+    ("Star", re.compile(r"Starting to load model (\S+?)(?:\.\.\.)?$"), ("gen_ai.request.model",)),
     ("vLLM", re.compile(r"vLLM (?:API )?server version ([^\s,]+)(?:, serving model (\S+))?"),
      ("vllm.version", "vllm.startup.model_path")),
     ("Engi", re.compile(r"Engine \d+: vllm cache_config_info with initialization after num_gpu_blocks is: (\d+)"),
@@ -363,9 +369,18 @@ _FACTS = [  # (key, regex, attribute names of the groups)
 _BLOCKS = re.compile(r"# (\w+) blocks: (\d+), # CPU blocks: (\d+)")
 _MEMORY_SPLIT = re.compile(
     r"total_gpu_memory \(" + _NUM + r"GiB\) x gpu_memory_utilization \(" + _NUM + r"\) = " + _NUM + r"GiB"
-    r"|reserved for KV Cache is " + _NUM + r"GiB"
+    r"|reserved for KV Cache is " + _SIGNED + r"GiB"
 )
-_STRINGS = {"vllm.version", "vllm.startup.model_path"}
+_STRINGS = {"vllm.version", "vllm.startup.model_path", "gen_ai.request.model"}
+#: The logo banner (0.2x, `log_version_and_model`): two of its lines name the version and the
+#: served model beside the art. Keyed by the art's start as vLLM's template writes it.
+_LOGO = re.compile(r"[ ▀▄█]+ (version|model) +(\S+)$")
+_LOGO_FACT = {"version": "vllm.version", "model": "gen_ai.request.model"}
+
+
+def _logo(msg: str) -> Event | None:
+    m = _LOGO.fullmatch(msg)
+    return StartupFact(((_LOGO_FACT[m[1]], m[2]),)) if m is not None else None
 
 
 def _fact_rule(pattern: re.Pattern[str], names: tuple[str, ...]):
@@ -411,7 +426,7 @@ def _banner(msg: str) -> Event | None:
     mm = _MODEL.search(msg, m.end() - 1)
     model = served[1] if served else (mm[1] if mm[1] is not None else mm[2]) if mm else None
     dp = _DATA_PARALLEL.search(msg, m.end() - 1)
-    return EngineConfig(m[2], m[1] or "", model, int(dp[1]) if dp else 1)
+    return EngineConfig(m[2] or "", m[1] or "", model, int(dp[1]) if dp else 1)
 
 
 def _blocks(msg: str) -> Event | None:
@@ -847,6 +862,9 @@ PREFILTER = {
     "init": _FACT_GUARDED["init"],
     "torc": _FACT_GUARDED["torc"],
     "vLLM": _FACT_GUARDED["vLLM"],
+    "Star": _FACT_GUARDED["Star"],
+    " ▄▄ ": _logo,
+    "  █▄": _logo,
     "INFO": _uvicorn,
     "WARN": _uvicorn,
     "ERRO": _uvicorn,
