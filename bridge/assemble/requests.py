@@ -1078,9 +1078,11 @@ class Assembler:
             attrs["exception.type"] = ev.exception_type
         if ev.stacktrace and self._config.export_error_text:
             attrs["exception.stacktrace"] = ev.stacktrace
-        if record.process:
-            attrs["vllm.process"] = record.process
         first = inc.first
+        # the process that logged first: an error travels outward (worker → engine core → API
+        # server), each wrapper logging after the one it wraps, so the first is nearest the cause
+        if first.process or record.process:
+            attrs["vllm.process"] = first.process or record.process
         self._incident(first, inc.error_type, inc.error_type, first.ts_ns, ev.message, attrs,
                        affected=inc.affected, end_ns=inc.last_ns, end_offset=inc.last_offset,
                        occurrence=inc.occurrence)
