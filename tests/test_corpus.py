@@ -38,6 +38,110 @@ FACT_KEYS = {"model": "gen_ai.request.model", "version": "vllm.version"}
 #: (excerpt, aspect) → the gap that keeps the bridge from meeting it. Strict: a fixed gap fails
 #: here until its row is removed.
 GAPS: dict[tuple[str, str], str] = {
+    ("cuda/vllm-27194-bracket-artifact-stream.log", "incidents"):
+        "a header whose ']' came through as '[]' ([serving_chat.py:1136[]) is not read as vLLM's header",
+    ("cuda/vllm-27194-bracket-artifact-stream.log", "error"):
+        "a header whose ']' came through as '[]' ([serving_chat.py:1136[]) is not read as vLLM's header",
+    ("cuda/vllm-27194-bracket-artifact-stream.log", "at"):
+        "a header whose ']' came through as '[]' ([serving_chat.py:1136[]) is not read as vLLM's header",
+    ("cuda/kvcached-304-failed-start-graph-profile.log", "startup"):
+        "'Profiling CUDA graph memory' is no startup fact: no startup span opens",
+    ("cuda/vllm-2734-ray-nccl-ansi-remnant.log", "incidents"):
+        "Ray's ESC-less colour code after a leading space (' [36m(RayWorkerVllm …) [0m') is not taken off",
+    ("cuda/vllm-2734-ray-nccl-ansi-remnant.log", "error"):
+        "Ray's ESC-less colour code after a leading space (' [36m(RayWorkerVllm …) [0m') is not taken off",
+    ("cuda/vllm-2734-ray-nccl-ansi-remnant.log", "engine"):
+        "Ray's ESC-less colour code after a leading space (' [36m(RayWorkerVllm …) [0m') is not taken off",
+    ("cuda/vllm-2734-ray-nccl-ansi-remnant.log", "at"):
+        "Ray's ESC-less colour code after a leading space (' [36m(RayWorkerVllm …) [0m') is not taken off",
+    ("cuda/vllm-8978-nccl-all-ranks.log", "at"):
+        "an unstamped line before the first stamp takes the file's mtime, not the next stamp",
+    ("ascend/vllm-ascend-4744-init-failed-ascend-stamp.log", "at"):
+        "CANN's '[ERROR] 2025-12-05-07:51:07' stamp is not read; unstamped lines take the file's mtime",
+    ("ascend/vllm-ascend-1249-raw-traceback-init-failed.log", "at"):
+        "CANN's '[ERROR] 2025-06-17-01:09:15' stamp is not read; unstamped lines take the file's mtime",
+    ("ascend/vllm-ascend-6242-triton-compile-failed-start.log", "error"):
+        "a worker failure told only by the command that failed (clang++): nothing read says the engine was starting",
+    ("cuda/llm-d-355-waiting-for-remote-kvs.log", "requests"):
+        "the scheduler's DEBUG 'is still in WAITING_FOR_REMOTE_KVS state' line names a request the bridge does not read",
+    ("cuda/kserve-3769-failed-to-start-model-server.log", "incidents"):
+        "KServe's own 'kserve ERROR … Failed to start model server' line is not read",
+    ("cuda/kserve-3769-failed-to-start-model-server.log", "error"):
+        "KServe's own 'kserve ERROR … Failed to start model server' line is not read",
+    ("cuda/kserve-3769-failed-to-start-model-server.log", "at"):
+        "KServe's own 'kserve ERROR … Failed to start model server' line is not read",
+    ("cpu/kserve-4657-container-prefix-import-traceback.log", "incidents"):
+        "a 'kserve-container ' column before each line is not taken off",
+    ("cpu/kserve-4657-container-prefix-import-traceback.log", "at"):
+        "a 'kserve-container ' column before each line is not taken off",
+    ("cuda/vllm-28028-header-without-seconds.log", "incidents"):
+        "a header stamp with no seconds ('11-03 23:14') is not read as vLLM's header",
+    ("cuda/vllm-28028-header-without-seconds.log", "error"):
+        "a header stamp with no seconds ('11-03 23:14') is not read as vLLM's header",
+    ("cuda/vllm-28028-header-without-seconds.log", "engine"):
+        "a header stamp with no seconds ('11-03 23:14') is not read as vLLM's header",
+    ("cuda/vllm-28028-header-without-seconds.log", "at"):
+        "a header stamp with no seconds ('11-03 23:14') is not read as vLLM's header",
+    ("cuda/torchserve-3365-model-log-hf-fetch.log", "incidents"):
+        "TorchServe's '… [INFO ] W-9000-model_1.0-stdout MODEL_LOG - ' wrapper is not taken off",
+    ("cuda/torchserve-3365-model-log-hf-fetch.log", "error"):
+        "TorchServe's '… [INFO ] W-9000-model_1.0-stdout MODEL_LOG - ' wrapper is not taken off",
+    ("cuda/torchserve-3365-model-log-hf-fetch.log", "at"):
+        "TorchServe's '… [INFO ] W-9000-model_1.0-stdout MODEL_LOG - ' wrapper is not taken off",
+    ("cuda/ray-54812-serve-replica-executor-init.log", "incidents"):
+        "a Ray Serve replica's prefix ('(ServeReplica:app:Deployment pid=…, ip=…)') is not taken off",
+    ("cuda/ray-54812-serve-replica-executor-init.log", "engine"):
+        "a Ray Serve replica's prefix ('(ServeReplica:app:Deployment pid=…, ip=…)') is not taken off",
+    ("cuda/roll-256-raw-engine-core-busy-loop.log", "error"):
+        "a raw traceback whose indentation the paste damaged is not joined into one record",
+    ("cuda/dynamo-1422-debug-wrapped-traceback.log", "incidents"):
+        "Dynamo's 'ISO-Z DEBUG dynamo_run::subprocess: ' relay of a subprocess's lines is not taken off",
+    ("cuda/dynamo-1422-debug-wrapped-traceback.log", "error"):
+        "Dynamo's 'ISO-Z DEBUG dynamo_run::subprocess: ' relay of a subprocess's lines is not taken off",
+    ("cuda/dynamo-1422-debug-wrapped-traceback.log", "at"):
+        "Dynamo's 'ISO-Z DEBUG dynamo_run::subprocess: ' relay of a subprocess's lines is not taken off",
+    ("cuda/dynamo-1492-worker-died-sigterm-start.log", "error"):
+        "the death line lost its stamp's first digit in the paste and is not read; the traceback alone reads as a failed start",
+    ("cuda/vllm-14574-buildkite-utc-vs-local.log", "at"):
+        "a CI runner's '  | [ISO Z]' stamp does not win over vLLM's local-time header",
+    ("cuda/trl-3310-dp-engines-interleaved-start.log", "incidents"):
+        "interleaved failures of two data-parallel engines make one incident (one per engine not done)",
+    ("cuda/vllm-17079-dp-two-engines-line-by-line.log", "incidents"):
+        "interleaved failures of two data-parallel engines make one incident (one per engine not done)",
+    ("cuda/vllm-3053-sigsegv-ray-logging-cc.log", "at"):
+        "an unstamped first line takes the file's mtime; Ray's logging.cc stamp is not read",
+    ("xpu/arc-b70-4-kv-cache-short-wrapped.log", "error"):
+        "a terminal-wrapped exception line is split into two records: the KV-cache message is not read whole",
+    ("cuda/higgs-audio-123-hub-401-then-restart.log", "at"):
+        "an unstamped line before the first stamp takes the file's mtime, not the next stamp",
+    ("cuda/runpod-213-iso-ns-stamps-engine-init.log", "incidents"):
+        "a traceback fragment under ISO-ns stamps, with no exception line, makes no incident",
+    ("cuda/runpod-213-iso-ns-stamps-engine-init.log", "error"):
+        "a traceback fragment under ISO-ns stamps, with no exception line, makes no incident",
+    ("cuda/runpod-213-iso-ns-stamps-engine-init.log", "at"):
+        "a traceback fragment under ISO-ns stamps, with no exception line, makes no incident",
+    ("ascend/vllm-ascend-1987-npu-oom-one-line.log", "incidents"):
+        "an exception line behind a user's label ('【BUG】：') is not read",
+    ("ascend/vllm-ascend-1987-npu-oom-one-line.log", "error"):
+        "an exception line behind a user's label ('【BUG】：') is not read",
+    ("ascend/vllm-ascend-644-v1-engine-exception-visual.log", "error"):
+        "a traceback fragment entirely inside the model's forward: nothing read says it was serving",
+    ("cuda/vllm-13957-engine-iteration-timeout-app-logger.log", "at"):
+        "an unstamped traceback before the app's stamped line takes the file's mtime",
+    ("cuda/vllm-32761-json-pretty-uncaught-401.log", "incidents"):
+        "a pretty-printed (multi-line) JSON record is not read",
+    ("cuda/vllm-32761-json-pretty-uncaught-401.log", "error"):
+        "a pretty-printed (multi-line) JSON record is not read",
+    ("cuda/vllm-32761-json-pretty-uncaught-401.log", "at"):
+        "a pretty-printed (multi-line) JSON record is not read",
+    ("cuda/kserve-5056-model-server-failed-init.log", "error"):
+        "KServe's own ERROR line is not read; uvicorn's lifespan CancelledError reads as aborted; unstamped lines take the mtime",
+    ("cuda/kserve-5056-model-server-failed-init.log", "at"):
+        "KServe's own ERROR line is not read; uvicorn's lifespan CancelledError reads as aborted; unstamped lines take the mtime",
+    ("cuda/vllm-11931-v0-device-assert-interleaved-stderr.log", "error"):
+        "a raw stderr traceback interleaved with the logged one splits it: the CUDA assert is not read with its frames",
+    ("rocm/vllm-gfx906-30-v0-rocm-start.log", "startup"):
+        "the served name in 'non-default args' is not read (the banner giving it was cut)",
 }
 
 
