@@ -104,10 +104,6 @@ GAPS: dict[tuple[str, str], str] = {
         "the death line lost its stamp's first digit in the paste and is not read; the traceback alone reads as a failed start",
     ("cuda/vllm-14574-buildkite-utc-vs-local.log", "at"):
         "a CI runner's '  | [ISO Z]' stamp does not win over vLLM's local-time header",
-    ("cuda/trl-3310-dp-engines-interleaved-start.log", "incidents"):
-        "interleaved failures of two data-parallel engines make one incident (one per engine not done)",
-    ("cuda/vllm-17079-dp-two-engines-line-by-line.log", "incidents"):
-        "interleaved failures of two data-parallel engines make one incident (one per engine not done)",
     ("cuda/vllm-3053-sigsegv-ray-logging-cc.log", "at"):
         "an unstamped first line takes the file's mtime; Ray's logging.cc stamp is not read",
     ("xpu/arc-b70-4-kv-cache-short-wrapped.log", "error"):

@@ -16,9 +16,8 @@ an inferred end. The startup banner's model and version go on every request of t
 
 from __future__ import annotations
 
-import dataclasses
-
 import os
+import re
 from collections.abc import Callable
 from types import MethodType
 from dataclasses import dataclass, replace
@@ -151,6 +150,15 @@ def _engine_failed(error_type: str) -> str:
     return f"engine failed ({error_type}); see the linked vllm.engine span"
 
 
+_DP_ENGINE = re.compile(r"EngineCore_(?:DP)?(\d+)\b")
+
+
+def _dp_engine(process: str) -> str:
+    """The data-parallel engine a process prefix names (`EngineCore_DP1 pid=7` → "1"), or ""."""
+    m = _DP_ENGINE.match(process) if process else None
+    return m[1] if m else ""
+
+
 class _Incident:
     """Error records of one engine incident, gathered until none comes for `_INCIDENT_WINDOW_NS`."""
 
@@ -221,6 +229,9 @@ class Assembler:
         self._stats_engines: set[str] = set()  # data-parallel engines seen in stats lines
         self._data_parallel = 1  # engines the banner says log their own stats lines
         self._incident_open: _Incident | None = None
+        # the same moment's failures of other data-parallel engines: one incident each, closed
+        # with the open one (their lines come after its first, so checkpoints need nothing more)
+        self._sibling_incidents: dict[str, _Incident] = {}
         self._death: str | None = None    # error.type of this engine life's death, once it died
         self._stop_ns: int | None = None  # a deliberate stop began (and the engine had not died)
         self._stop_last_ns = 0            # the stop's latest line
@@ -1011,7 +1022,7 @@ class Assembler:
     def _on_engine_error(self, record: Record, ev: EngineError) -> None:
         if self._startup is not None and ev.error_type in ("model_load", "other") and self._startup.no_room:
             # a start that failed after the KV cache had no room left: the model did not fit
-            ev = dataclasses.replace(ev, error_type="oom")
+            ev = replace(ev, error_type="oom")
         if self._startup is not None and (ev.fatal or ev.error_type in ("model_load", "oom")):
             self._startup.add(record, ())
             self._end_startup(ev.error_type, ev.message)
@@ -1037,7 +1048,17 @@ class Assembler:
                 return
             inc = self._incident_open = _Incident(record, ev)
             inc.occurrence = str(record.offset)  # reserved now: the link its event carries names its span
-        upgraded = inc.add(record, ev)
+        engine, first_engine = _dp_engine(record.process), _dp_engine(inc.first.process)
+        if engine and first_engine and engine != first_engine:
+            # another data-parallel engine failing at the same time: its own incident
+            sibling = self._sibling_incidents.get(engine)
+            if sibling is None:
+                sibling = self._sibling_incidents[engine] = _Incident(record, ev)
+                sibling.occurrence = str(record.offset)
+            sibling.add(record, ev)
+            inc.last_ns = max(inc.last_ns, record.ts_ns)  # the window stays open while any reports
+            inc = sibling
+        upgraded = inc.add(record, ev) if inc is self._incident_open else False
         if upgraded or inc.event is None:
             self._incident_event(inc)
         for key, r in self._in_flight.items():  # the event goes on at once: a request may be
@@ -1070,8 +1091,15 @@ class Assembler:
                 r.events = [inc.event if e is old else e for e in r.events]
 
     def _close_incident(self) -> None:
-        """Emit the open incident as one `vllm.engine` span, and its event on the requests it hit."""
-        inc, self._incident_open = self._incident_open, None
+        """Emit the open incident as one `vllm.engine` span, and its event on the requests it hit;
+        then each other data-parallel engine's of the same moment."""
+        self._emit_incident(self._incident_open)
+        self._incident_open = None
+        siblings, self._sibling_incidents = self._sibling_incidents, {}
+        for sibling in siblings.values():
+            self._emit_incident(sibling)
+
+    def _emit_incident(self, inc: _Incident) -> None:
         record, ev = inc.lead
         attrs = {"vllm.incident.fatal": inc.fatal or self._death is not None, "vllm.incident.lines": inc.lines}
         if ev.exception_type:
