@@ -136,8 +136,6 @@ GAPS: dict[tuple[str, str], str] = {
         "KServe's own ERROR line is not read; uvicorn's lifespan CancelledError reads as aborted; unstamped lines take the mtime",
     ("cuda/vllm-11931-v0-device-assert-interleaved-stderr.log", "error"):
         "a raw stderr traceback interleaved with the logged one splits it: the CUDA assert is not read with its frames",
-    ("rocm/vllm-gfx906-30-v0-rocm-start.log", "startup"):
-        "the served name in 'non-default args' is not read (the banner giving it was cut)",
 }
 
 

@@ -1000,7 +1000,6 @@ class Assembler:
         if ev.model:
             facts.append(("gen_ai.request.model", ev.model))
             self._engine["gen_ai.request.model"] = ev.model
-            self._startup.attrs.pop("gen_ai.request.model", None)  # the banner's name wins a worker's path
         self._engine["vllm.version"] = ev.version
         self._facts_changed(record)
         self._startup.add(record, facts)

@@ -15,7 +15,8 @@ from bridge.tail.source import Source
 STARTUP = "startup"  # EngineTimeline.kind of a startup span (exported as `vllm.startup`)
 #: Facts each worker prints for itself, of which the engine's is the smallest.
 _LEAST = frozenset({"vllm.startup.kv_cache_gib", "vllm.startup.kv_cache_tokens", "vllm.startup.max_concurrency"})
-#: Facts the first line that names them says best (the banner before a worker's own path).
+#: Facts the first line that names them says best: the served name in the API server's args or
+#: logo, then the banner's, before the path a worker loads.
 _FIRST = frozenset({"gen_ai.request.model"})
 
 
@@ -41,7 +42,7 @@ class Startup:
                 # negative one: the model does not fit on that worker)
                 value = min(value, self.attrs[key])
             elif key in _FIRST and key in self.attrs:
-                continue  # the banner's served name, not the path a worker loads
+                continue  # the served name, not a path named later
             self.attrs[key] = value
 
     @property

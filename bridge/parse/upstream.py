@@ -378,6 +378,23 @@ _LOGO = re.compile(r"[ ▀▄█]+ (version|model) +(\S+)$")
 _LOGO_FACT = {"version": "vllm.version", "model": "gen_ai.request.model"}
 
 
+#: The API server's arguments (`non-default args: {…}` since 0.9, `args: Namespace(…)` before):
+#: the served name clients send, else the model. Read from their own keys only.
+_ARGS_SERVED = re.compile(r"""['"]?served_model_name['"]?(?::\s*|=)\[['"]([^'"]+)['"]""")
+_ARGS_MODEL = re.compile(r"""(?:^|[{(,]\s*)['"]?model['"]?(?::\s*|=)['"]([^'"]+)['"]""")
+
+
+def _server_args(msg: str) -> Event | None:
+    if not msg.startswith(("non-default args: {", "args: Namespace(")):
+        return None
+    body = msg[msg.index(" ") + 1:]
+    m = _ARGS_SERVED.search(body) or _ARGS_MODEL.search(body)
+    return StartupFact((("gen_ai.request.model", m[1]),)) if m is not None else None
+
+
+_server_args.prefixes = ("non-default args: {", "args: Namespace(")
+
+
 def _logo(msg: str) -> Event | None:
     m = _LOGO.fullmatch(msg)
     return StartupFact(((_LOGO_FACT[m[1]], m[2]),)) if m is not None else None
@@ -863,6 +880,8 @@ PREFILTER = {
     "torc": _FACT_GUARDED["torc"],
     "vLLM": _FACT_GUARDED["vLLM"],
     "Star": _FACT_GUARDED["Star"],
+    "non-": _server_args,
+    "args": _server_args,
     " ▄▄ ": _logo,
     "  █▄": _logo,
     "INFO": _uvicorn,
