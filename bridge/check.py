@@ -4,8 +4,9 @@ Runs decode and parse (no assembly, no export) and reports, per file: the vLLM v
 the file looks like and why, the records recognised per kind, the share not recognised, and the
 most frequent unrecognised line *templates* (ids, paths, hex, numbers and quoted text masked,
 so the report shows shapes, not data); given several files, the templates of all of them as
-families (lines and files per family), on one screen: what to teach it with `--rules` first. Progress bars and Python warnings are recognised as kind
-`noise`: understood to carry nothing, not unknown. With `--rules FILE` the user's line rules
+families (lines and files per family), on one screen: what to teach it with `--rules` first.
+Progress bars and Python warnings are recognised as kind `noise`: understood to carry nothing,
+not unknown. With `--rules FILE` the user's line rules
 apply as in replay: coverage counts what they take, and each rule's line count is listed.
 """
 
