@@ -64,12 +64,6 @@ GAPS: dict[tuple[str, str], str] = {
         "a worker failure told only by the command that failed (clang++): nothing read says the engine was starting",
     ("cuda/llm-d-355-waiting-for-remote-kvs.log", "requests"):
         "the scheduler's DEBUG 'is still in WAITING_FOR_REMOTE_KVS state' line names a request the bridge does not read",
-    ("cuda/kserve-3769-failed-to-start-model-server.log", "incidents"):
-        "KServe's own 'kserve ERROR … Failed to start model server' line is not read",
-    ("cuda/kserve-3769-failed-to-start-model-server.log", "error"):
-        "KServe's own 'kserve ERROR … Failed to start model server' line is not read",
-    ("cuda/kserve-3769-failed-to-start-model-server.log", "at"):
-        "KServe's own 'kserve ERROR … Failed to start model server' line is not read",
     ("cpu/kserve-4657-container-prefix-import-traceback.log", "incidents"):
         "a 'kserve-container ' column before each line is not taken off",
     ("cpu/kserve-4657-container-prefix-import-traceback.log", "at"):
@@ -130,10 +124,8 @@ GAPS: dict[tuple[str, str], str] = {
         "a pretty-printed (multi-line) JSON record is not read",
     ("cuda/vllm-32761-json-pretty-uncaught-401.log", "at"):
         "a pretty-printed (multi-line) JSON record is not read",
-    ("cuda/kserve-5056-model-server-failed-init.log", "error"):
-        "KServe's own ERROR line is not read; uvicorn's lifespan CancelledError reads as aborted; unstamped lines take the mtime",
     ("cuda/kserve-5056-model-server-failed-init.log", "at"):
-        "KServe's own ERROR line is not read; uvicorn's lifespan CancelledError reads as aborted; unstamped lines take the mtime",
+        "the unstamped traceback before KServe's stamped line takes the file's mtime, not the next stamp",
     ("cuda/vllm-11931-v0-device-assert-interleaved-stderr.log", "error"):
         "a raw stderr traceback interleaved with the logged one splits it: the CUDA assert is not read with its frames",
 }

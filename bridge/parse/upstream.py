@@ -651,6 +651,10 @@ _LIBRARY_NOISE = ("nanobind: ", " - leaked ", " - ... skipped remainder", "Trito
                   "See https://nanobind", "  ")
 _GLOG = re.compile(r"(?:\[rank\d+\]:)?\[[EFW][\d ].*?\] |(?:\[rank\d+\]:)?\[PG \d+")
 # glog without brackets (older torch, absl): `E1022 09:33:49.123456  1234 ProcessGroupNCCL.cpp:1316] …`
+#: KServe's logger (`%(process)d %(name)s %(levelname)s [%(filename)s:%(funcName)s():%(lineno)s]`),
+#: its stamp taken off by decode as a shipper's: `1 kserve ERROR [__main__.py:<module>():254] …`.
+_KSERVE = re.compile(r"\d+ kserve (DEBUG|INFO|WARNING|ERROR|CRITICAL) \[[^\]\n]*\] ")
+_WRAPPER_LOG = Notice("wrapper_log")
 #: A glog line's own level is its first letter: W and I are no error, however many lines follow.
 _GLOG_QUIET = re.compile(r"(?:\[rank\d+\]:)?\[[WI][\d ]")
 _GLOG_BARE = re.compile(r"[EFWI]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [^\s\]]+:\d+\] ")
@@ -770,6 +774,9 @@ def fallback(msg: str, level: str, origin: str = "") -> Event | None:
                 else _TORCH_LOG
         if c in "EFWI" and _GLOG_BARE.match(msg):
             return engine_error(msg) if c in "EF" else _TORCH_LOG
+        if c.isdigit() and (k := _KSERVE.match(msg)) is not None:
+            # KServe's model server around vLLM, its own lines: its errors are the server's failures
+            return engine_error(msg[k.end():]) if k[1] in ("ERROR", "CRITICAL") else _WRAPPER_LOG
         if _progress(msg) or _PY_WARNING.match(msg) or msg.startswith(_LIBRARY_NOISE):
             return _NOISE
         if c.isdigit() and " Engines Aggregated: " in msg[:24]:
