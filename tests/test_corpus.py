@@ -38,6 +38,8 @@ FACT_KEYS = {"model": "gen_ai.request.model", "version": "vllm.version"}
 #: (excerpt, aspect) → the gap that keeps the bridge from meeting it. Strict: a fixed gap fails
 #: here until its row is removed.
 GAPS: dict[tuple[str, str], str] = {
+    ("hpu/vllm-fork-1557-rank-warmup-notimplemented.log", "error"):
+        "a rank-prefixed traceback whose indentation the paste squashed is not joined: its frames are lost",
     ("cuda/vllm-27194-bracket-artifact-stream.log", "incidents"):
         "a header whose ']' came through as '[]' ([serving_chat.py:1136[]) is not read as vLLM's header",
     ("cuda/vllm-27194-bracket-artifact-stream.log", "error"):

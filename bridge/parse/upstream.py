@@ -896,7 +896,10 @@ PREFILTER = {
     "ERRO": _uvicorn,
     "DEBU": _uvicorn,
     "CRIT": _uvicorn,
-    **{k: _blocks for k in ("# GP", "# CU", "# cu", "# XP", "# HP", "# NP", "# TP", "# CP")},
+    # `# %s blocks` names the device type as vLLM's config spells it (`cuda`, `cpu`, `hpu`, `xpu`,
+    # `tpu`, `neuron`, `npu`); older and forked executors wrote it upper-case (`GPU`, `HPU`)
+    **{k: _blocks for k in ("# GP", "# CU", "# cu", "# XP", "# HP", "# NP", "# TP", "# CP", "# cp", "# hp", "# xp",
+                            "# tp", "# np", "# ne")},
     **{k: _ERROR_GUARDED for k in ("Work", "Asyn", "No a", "Proc", "Trac", "Erro", "Exce", "RayW", "Time", "Fata",
                                     "*** ", "RESO", "Writ")},
     "Pref": _stats_extra,
