@@ -178,7 +178,6 @@ def test_corpus(name, aspect):
     requests, incidents, startups = _replayed(name)
     want = exp[aspect]
     if aspect == "incidents":
-        assert [(i.kind, i.error_type) for i in incidents] == [(i.kind, i.error_type) for i in incidents[:want]]
         assert len(incidents) == want, [(i.kind, i.error_type, i.attrs.get("vllm.process")) for i in incidents]
         return
     if aspect in ("error", "engine", "at"):
