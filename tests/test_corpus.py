@@ -38,6 +38,8 @@ FACT_KEYS = {"model": "gen_ai.request.model", "version": "vllm.version"}
 #: (excerpt, aspect) → the gap that keeps the bridge from meeting it. Strict: a fixed gap fails
 #: here until its row is removed.
 GAPS: dict[tuple[str, str], str] = {
+    ("cuda/llm-d-391-stern-nixl-request-finished.log", "requests"):
+        "the NIXL connector's DEBUG 'request_finished(<id>), request_status=…' names a request the bridge does not read",
     ("hpu/vllm-fork-1557-rank-warmup-notimplemented.log", "error"):
         "a rank-prefixed traceback whose indentation the paste squashed is not joined: its frames are lost",
     ("cuda/vllm-27194-bracket-artifact-stream.log", "incidents"):
