@@ -2,9 +2,11 @@
 
 Runs decode and parse (no assembly, no export) and reports, per file: the vLLM version family
 the file looks like and why, the records recognised per kind, the share not recognised, and the
-most frequent unrecognised line *templates* (ids, hex, numbers and quoted text masked, so the
-report shows shapes, not data). Progress bars and Python warnings are recognised as kind
-`noise`: understood to carry nothing, not unknown. With `--rules FILE` the user's line rules
+most frequent unrecognised line *templates* (ids, paths, hex, numbers and quoted text masked,
+so the report shows shapes, not data); given several files, the templates of all of them as
+families (lines and files per family), on one screen: what to teach it with `--rules` first.
+Progress bars and Python warnings are recognised as kind `noise`: understood to carry nothing,
+not unknown. With `--rules FILE` the user's line rules
 apply as in replay: coverage counts what they take, and each rule's line count is listed.
 """
 
@@ -33,9 +35,12 @@ _ID = r"\b(?:chatcmpl|cmpl|chat|embd|pool|score|rerank|classify|tokn|trsc)-[\w-]
 _KEEP_LONG = re.compile(rf"{DOTTED_NAME.pattern}|{_ID}")
 _MASKS = (
     (re.compile(_ID), "<id>"),
+    # a path (a file, a model's directory, a Windows path): where, not what
+    (re.compile(r"(?:\b[A-Za-z]:)?(?:[/\\][\w.@+~-]+){2,}[/\\]?"), "<path>"),
     (re.compile(r"0x[0-9a-fA-F]+"), "<hex>"),
     (re.compile(r"\b(?=[0-9a-fA-F-]*\d)[0-9a-fA-F]{8,}(?:-[0-9a-fA-F]{4,})*\b"), "<hex>"),
     (re.compile(r"\d+(?:[.,:]\d+)*"), "<n>"),
+    (re.compile(r"\s+"), " "),  # padding and indentation: the same line, wherever it sat
 )
 _BRACKETED = re.compile(rb"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \[")
 _V1_PROCESS = ("EngineCore", "APIServer", "ApiServer", "Worker_", "VllmWorker ")
@@ -49,7 +54,7 @@ def template(message: str) -> str:
     line = mask_literals(message.split("\n", 1)[0], "'…'", _KEEP_LONG)[:160]
     for pattern, mask in _MASKS:
         line = pattern.sub(mask, line)
-    return line
+    return line.strip()
 
 
 @dataclass(slots=True)
@@ -185,6 +190,32 @@ def _pct(n: int, total: int) -> str:
     return f"{100.0 * n / total:.1f} %" if total else "0.0 %"
 
 
+def families(reports: list[FileReport]) -> list[tuple[str, int, int]]:
+    """The unrecognised lines of all `reports` by family (their masked template): (template,
+    lines, files), most lines first. What to teach the bridge with `--rules`, biggest first."""
+    lines: Counter = Counter()
+    files: Counter = Counter()
+    for r in reports:
+        for key, n in r.unrecognised.items():
+            lines[key] += n
+            files[key] += 1
+    return [(key, n, files[key]) for key, n in lines.most_common()]
+
+
+def render_families(reports: list[FileReport], top: int = 20) -> str:
+    """One screen: the `top` families of lines no rule understood, across every file."""
+    fams = families(reports)
+    if not fams:
+        return "unrecognised line families: none"
+    shown = fams[:top]
+    lines = [f"unrecognised line families across {len(reports)} files ({len(fams)} families; lines, files):"]
+    lines += [f"  {n:>7} {f:>4}  {t}" for t, n, f in shown]
+    if len(fams) > top:
+        rest = fams[top:]
+        lines.append(f"  {sum(n for _, n, _ in rest):>7}       … {len(rest)} more families")
+    return "\n".join(lines)
+
+
 def run_check(paths: list[str], out: TextIO, top: int = 10, rules=None) -> list[FileReport]:
     reports = [check_file(p, rules) for p in paths]
     out.write("\n\n".join(render(r, top) for r in reports) + "\n")
@@ -192,4 +223,5 @@ def run_check(paths: list[str], out: TextIO, top: int = 10, rules=None) -> list[
         total = sum(r.records for r in reports)
         known = sum(r.recognised for r in reports)
         out.write(f"\ntotal         {known}/{total} records recognised ({_pct(known, total)}) in {len(reports)} files\n")
+        out.write("\n" + render_families(reports, max(top, 20)) + "\n")
     return reports

@@ -45,7 +45,7 @@ def test_fixture_kinds_are_counted_as_written():
     assert r.by_kind == {
         "engine_config": 1, "engine_stats": 2, "http_access": 1, "http_server": 2, "noise": 1,
         "request_aborted": 1, "request_added": 6, "request_failed": 1, "request_received": 5,
-        "response_generated": 3, "startup": 6, "startup_info": 1,
+        "response_generated": 3, "startup": 7,  # the API server's non-default args name the model
     }
     r = check_file(str(FIXTURES / "v1_engine_dead.log"))
     assert (r.physical_lines, r.records, r.joined) == (24, 10, 14)
@@ -76,3 +76,29 @@ def test_cli_check_prints_the_report_and_totals():
 def test_cli_check_missing_file_is_a_usage_error(capsys):
     assert main(["check", "/nonexistent.log"], env={}, out=io.StringIO()) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_templates_mask_paths_and_padding():
+    """Lines that differ by a path or by how a terminal padded them are one family."""
+    assert template("Loading from /models/llama/x.bin   ") == template("Loading from C:\\Users\\me\\x.bin") \
+        == "Loading from <path>"
+    assert template("(EngineCore pid=7)     raise ValueError(") == "(EngineCore pid=<n>) raise ValueError("
+
+
+def test_families_of_unknown_lines_across_files_fit_one_screen(tmp_path):
+    """check on many files: each family of unknown lines once, its lines and files counted, the
+    biggest first, at most `top` rows and one more for the rest."""
+    a, b = tmp_path / "a.log", tmp_path / "b.log"
+    a.write_text("sidecar: synced /data/a/1.bin in 3 ms\nsidecar: synced /data/b/2.bin in 4 ms\nfoo 1\n")
+    b.write_text("sidecar: synced /srv/c/3.bin in 5 ms\nbar 0x1f\n")
+    out = io.StringIO()
+    assert main(["check", str(a), str(b)], env={}, out=out) == 0
+    text = out.getvalue()
+    section = text[text.index("unrecognised line families"):].splitlines()
+    assert section[0] == "unrecognised line families across 2 files (3 families; lines, files):"
+    assert section[1].split() == ["3", "2", "sidecar:", "synced", "<path>", "in", "<n>", "ms"]
+    assert sorted(" ".join(line.split()[2:]) for line in section[2:4]) == ["bar <hex>", "foo <n>"]
+    reports = [check_file(str(p)) for p in (a, b)]
+    from bridge.check import render_families
+    short = render_families(reports, top=1).splitlines()
+    assert len(short) == 3 and short[2].split()[:2] == ["2", "…"]

@@ -307,8 +307,10 @@ def test_evidence_after_the_death_line_still_classifies_it(tmp_path):
 
 
 def test_errors_far_apart_are_separate_incidents(tmp_path):
-    lines = [api("08:00:00", "serving_chat.py:1", "Error in preprocessing prompt inputs", "ERROR"),
-             api("08:01:00", "serving_chat.py:1", "Error in preprocessing prompt inputs", "ERROR")]
+    # an engine error that is no death ("Error in preprocessing prompt inputs", used here before,
+    # is a client's prompt refused: no incident at all, test_corpus)
+    lines = [api("08:00:00", "multiproc_executor.py:1", "WorkerProc hit an exception.", "ERROR"),
+             api("08:01:00", "multiproc_executor.py:1", "WorkerProc hit an exception.", "ERROR")]
     assert len(incidents(both(lines, tmp_path))) == 2
 
 
@@ -501,7 +503,7 @@ def test_an_engine_that_serves_again_after_a_death_can_die_again(tmp_path):
              received("08:00:20", "chatcmpl-served"), added("08:00:20", "chatcmpl-served-0a1b2c3d"),
              generated("08:00:21", "chatcmpl-served"),
              received("08:00:30", "chatcmpl-later"), added("08:00:30", "chatcmpl-later-0d1e2f3a"),
-             api("08:00:31", "serving_chat.py:1", "Error in preprocessing prompt inputs", "ERROR"),
+             api("08:00:31", "multiproc_executor.py:1", "WorkerProc hit an exception.", "ERROR"),  # no death
              generated("08:00:32", "chatcmpl-later"),
              received("08:00:40", "chatcmpl-killed"), added("08:00:40", "chatcmpl-killed-0e0f0a0b"),
              *engine_dead_traceback("08:00:41")]

@@ -17,6 +17,7 @@ an inferred end. The startup banner's model and version go on every request of t
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from types import MethodType
 from dataclasses import dataclass, replace
@@ -168,6 +169,15 @@ def _combined(rid: str, seqs: dict) -> tuple[RequestSummary, int]:
     return summary, end
 
 
+_DP_ENGINE = re.compile(r"EngineCore_(?:DP)?(\d+)\b")
+
+
+def _dp_engine(process: str) -> str:
+    """The data-parallel engine a process prefix names (`EngineCore_DP1 pid=7` → "1"), or ""."""
+    m = _DP_ENGINE.match(process) if process else None
+    return m[1] if m else ""
+
+
 class _Incident:
     """Error records of one engine incident, gathered until none comes for `_INCIDENT_WINDOW_NS`."""
 
@@ -238,6 +248,9 @@ class Assembler:
         self._stats_engines: set[str] = set()  # data-parallel engines seen in stats lines
         self._data_parallel = 1  # engines the banner says log their own stats lines
         self._incident_open: _Incident | None = None
+        # the same moment's failures of other data-parallel engines: one incident each, closed
+        # with the open one (their lines come after its first, so checkpoints need nothing more)
+        self._sibling_incidents: dict[str, _Incident] = {}
         self._death: str | None = None    # error.type of this engine life's death, once it died
         self._stop_ns: int | None = None  # a deliberate stop began (and the engine had not died)
         self._stop_last_ns = 0            # the stop's latest line
@@ -1110,7 +1123,7 @@ class Assembler:
             self._startup = Startup(record)
         self._startup.add(record, ev.facts)
         for key, value in ev.facts:
-            if key == "vllm.version" and key not in self._engine:
+            if key in ("vllm.version", "gen_ai.request.model") and key not in self._engine:
                 self._engine[key] = value
                 self._facts_changed(record)
 
@@ -1120,6 +1133,9 @@ class Assembler:
             self._startup = None
 
     def _on_engine_error(self, record: Record, ev: EngineError) -> None:
+        if self._startup is not None and ev.error_type in ("model_load", "other") and self._startup.no_room:
+            # a start that failed after the KV cache had no room left: the model did not fit
+            ev = replace(ev, error_type="oom")
         if self._startup is not None and (ev.fatal or ev.error_type in ("model_load", "oom")):
             self._startup.add(record, ())
             self._end_startup(ev.error_type, ev.message)
@@ -1145,7 +1161,17 @@ class Assembler:
                 return
             inc = self._incident_open = _Incident(record, ev)
             inc.occurrence = str(record.offset)  # reserved now: the link its event carries names its span
-        upgraded = inc.add(record, ev)
+        engine, first_engine = _dp_engine(record.process), _dp_engine(inc.first.process)
+        if engine and first_engine and engine != first_engine:
+            # another data-parallel engine failing at the same time: its own incident
+            sibling = self._sibling_incidents.get(engine)
+            if sibling is None:
+                sibling = self._sibling_incidents[engine] = _Incident(record, ev)
+                sibling.occurrence = str(record.offset)
+            sibling.add(record, ev)
+            inc.last_ns = max(inc.last_ns, record.ts_ns)  # the window stays open while any reports
+            inc = sibling
+        upgraded = inc.add(record, ev) if inc is self._incident_open else False
         if upgraded or inc.event is None:
             self._incident_event(inc)
         for key, r in self._in_flight.items():  # the event goes on at once: a request may be
@@ -1178,17 +1204,26 @@ class Assembler:
                 r.events = [inc.event if e is old else e for e in r.events]
 
     def _close_incident(self) -> None:
-        """Emit the open incident as one `vllm.engine` span, and its event on the requests it hit."""
-        inc, self._incident_open = self._incident_open, None
+        """Emit the open incident as one `vllm.engine` span, and its event on the requests it hit;
+        then each other data-parallel engine's of the same moment."""
+        self._emit_incident(self._incident_open)
+        self._incident_open = None
+        siblings, self._sibling_incidents = self._sibling_incidents, {}
+        for sibling in siblings.values():
+            self._emit_incident(sibling)
+
+    def _emit_incident(self, inc: _Incident) -> None:
         record, ev = inc.lead
         attrs = {"vllm.incident.fatal": inc.fatal or self._death is not None, "vllm.incident.lines": inc.lines}
         if ev.exception_type:
             attrs["exception.type"] = ev.exception_type
         if ev.stacktrace and self._config.export_error_text:
             attrs["exception.stacktrace"] = ev.stacktrace
-        if record.process:
-            attrs["vllm.process"] = record.process
         first = inc.first
+        # the process that logged first: an error travels outward (worker → engine core → API
+        # server), each wrapper logging after the one it wraps, so the first is nearest the cause
+        if first.process or record.process:
+            attrs["vllm.process"] = first.process or record.process
         self._incident(first, inc.error_type, inc.error_type, first.ts_ns, ev.message, attrs,
                        affected=inc.affected, end_ns=inc.last_ns, end_offset=inc.last_offset,
                        occurrence=inc.occurrence)
@@ -1226,6 +1261,9 @@ class Assembler:
 
     def _on_cuda_oom(self, record: Record, ev: CudaOom) -> None:
         self._last_oom = (record.ts_ns, ev)
+        if self._startup is not None:  # out of memory while starting: the start failed
+            self._startup.add(record, ())
+            self._end_startup("oom", ev.message)
         attrs = {}
         if ev.requested_bytes is not None:
             attrs["vllm.oom.requested_bytes"] = ev.requested_bytes

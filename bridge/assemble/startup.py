@@ -13,6 +13,11 @@ from bridge.decode.record import Record
 from bridge.tail.source import Source
 
 STARTUP = "startup"  # EngineTimeline.kind of a startup span (exported as `vllm.startup`)
+#: Facts each worker prints for itself, of which the engine's is the smallest.
+_LEAST = frozenset({"vllm.startup.kv_cache_gib", "vllm.startup.kv_cache_tokens", "vllm.startup.max_concurrency"})
+#: Facts the first line that names them says best: the served name in the API server's args or
+#: logo, then the banner's, before the path a worker loads.
+_FIRST = frozenset({"gen_ai.request.model"})
 
 
 class Startup:
@@ -32,7 +37,19 @@ class Startup:
             self.end_ns = record.ts_ns
         self.last_offset = record.end_offset
         for key, value in facts:
+            if key in _LEAST and key in self.attrs:
+                # every worker prints its own; the engine sizes its cache by the smallest (a
+                # negative one: the model does not fit on that worker)
+                value = min(value, self.attrs[key])
+            elif key in _FIRST and key in self.attrs:
+                continue  # the served name, not a path named later
             self.attrs[key] = value
+
+    @property
+    def no_room(self) -> bool:
+        """The memory left for the KV cache is none or negative: the model does not fit."""
+        room = self.attrs.get("vllm.startup.kv_cache_gib")
+        return isinstance(room, (int, float)) and room <= 0
 
     def timeline(self, source: Source, error_type: str = "", message: str = "") -> EngineTimeline:
         attrs = {"vllm.incident.kind": STARTUP, **self.attrs}

@@ -34,6 +34,8 @@ from bridge.parse.literals import blank_literals, literal_end, redact_error_text
 from bridge.parse.numbers import count, fits
 
 _NUM = r"(\d[\d,]*(?:\.\d+)?)"
+#: Memory left for the KV cache can be negative: the weights and activations took more than allowed.
+_SIGNED = r"(-?\d[\d,]*(?:\.\d+)?)"
 
 
 def _num(text: str) -> float:
@@ -334,16 +336,18 @@ def _stats(msg: str) -> Event | None:
 
 # -- startup ---------------------------------------------------------------------------------
 
-_BANNER = re.compile(r"Initializing an? (?:(V[01]) )?LLM engine \(v([^)]*)\) with config: ")
+# 0.2's banner names no version: `Initializing an LLM engine with config: model=…`
+_BANNER = re.compile(r"Initializing an? (?:(V[01]) )?LLM engine (?:\(v([^)]*)\) )?with config: ")
 _MODEL = re.compile(r"(?:^|[\s,(])model=(?:'([^']*)'|\"([^\"]*)\")")
 _SERVED = re.compile(r"[\s,(]served_model_name=([^,\s)]+)")
 _DATA_PARALLEL = re.compile(r"[\s,(]data_parallel_size=(\d{1,4})\b")
 _FACTS = [  # (key, regex, attribute names of the groups)
-    ("Load", re.compile(r"Loading model weights took " + _NUM + r" Gi?B"), ("vllm.startup.weights_gib",)),
+    # Gaudi's model runner: `Loading model weights took in total 15.05 GiB of device memory (…)`
+    ("Load", re.compile(r"Loading model weights took (?:in total )?" + _NUM + r" Gi?B"), ("vllm.startup.weights_gib",)),
     ("Mode", re.compile(r"Model loading took " + _NUM + r" Gi?B(?: memory)? and " + _NUM + r" s"),
      ("vllm.startup.weights_gib", "vllm.startup.load_s")),
     ("Memo", re.compile(r"Memory profiling takes " + _NUM + r" seconds"), ("vllm.startup.profile_s",)),
-    ("Avai", re.compile(r"Available KV cache memory: " + _NUM + r" GiB"), ("vllm.startup.kv_cache_gib",)),
+    ("Avai", re.compile(r"Available KV cache memory: " + _SIGNED + r" GiB"), ("vllm.startup.kv_cache_gib",)),
     ("GPU ", re.compile(r"GPU KV cache size: " + _NUM + r" tokens"), ("vllm.startup.kv_cache_tokens",)),
     ("CPU ", re.compile(r"CPU KV cache size: " + _NUM + r" tokens(?:, Maximum concurrency for " + _NUM
                         + r" tokens per request: " + _NUM + r"x)?"),
@@ -354,7 +358,9 @@ _FACTS = [  # (key, regex, attribute names of the groups)
      ("vllm.startup.graph_capture_s", "vllm.startup.graph_memory_gib")),
     ("init", re.compile(r"init engine \(profile, create kv cache, warmup model\) took " + _NUM + r" s"),
      ("vllm.startup.init_s",)),
-    ("torc", re.compile(r"torch\.compile takes " + _NUM + r" s in total"), ("vllm.startup.compile_s",)),
+    ("torc", re.compile(r"torch\.compile (?:takes|took) " + _NUM + r" s in total"), ("vllm.startup.compile_s",)),
+    # the model runner names what it loads (the path): the model when no banner names it
+    ("Star", re.compile(r"Starting to load model (\S+?)(?:\.\.\.)?$"), ("gen_ai.request.model",)),
     ("vLLM", re.compile(r"vLLM (?:API )?server version ([^\s,]+)(?:, serving model (\S+))?"),
      ("vllm.version", "vllm.startup.model_path")),
     ("Engi", re.compile(r"Engine \d+: vllm cache_config_info with initialization after num_gpu_blocks is: (\d+)"),
@@ -363,9 +369,35 @@ _FACTS = [  # (key, regex, attribute names of the groups)
 _BLOCKS = re.compile(r"# (\w+) blocks: (\d+), # CPU blocks: (\d+)")
 _MEMORY_SPLIT = re.compile(
     r"total_gpu_memory \(" + _NUM + r"GiB\) x gpu_memory_utilization \(" + _NUM + r"\) = " + _NUM + r"GiB"
-    r"|reserved for KV Cache is " + _NUM + r"GiB"
+    r"|reserved for KV Cache is " + _SIGNED + r"GiB"
 )
-_STRINGS = {"vllm.version", "vllm.startup.model_path"}
+_STRINGS = {"vllm.version", "vllm.startup.model_path", "gen_ai.request.model"}
+#: The logo banner (0.2x, `log_version_and_model`): two of its lines name the version and the
+#: served model beside the art. Keyed by the art's start as vLLM's template writes it.
+_LOGO = re.compile(r"[ ▀▄█]+ (version|model) +(\S+)$")
+_LOGO_FACT = {"version": "vllm.version", "model": "gen_ai.request.model"}
+
+
+#: The API server's arguments (`non-default args: {…}` since 0.9, `args: Namespace(…)` before):
+#: the served name clients send, else the model. Read from their own keys only.
+_ARGS_SERVED = re.compile(r"""['"]?served_model_name['"]?(?::\s*|=)\[['"]([^'"]+)['"]""")
+_ARGS_MODEL = re.compile(r"""(?:^|[{(,]\s*)['"]?model['"]?(?::\s*|=)['"]([^'"]+)['"]""")
+
+
+def _server_args(msg: str) -> Event | None:
+    if not msg.startswith(("non-default args: {", "args: Namespace(")):
+        return None
+    body = msg[msg.index(" ") + 1:]
+    m = _ARGS_SERVED.search(body) or _ARGS_MODEL.search(body)
+    return StartupFact((("gen_ai.request.model", m[1]),)) if m is not None else None
+
+
+_server_args.prefixes = ("non-default args: {", "args: Namespace(")
+
+
+def _logo(msg: str) -> Event | None:
+    m = _LOGO.fullmatch(msg)
+    return StartupFact(((_LOGO_FACT[m[1]], m[2]),)) if m is not None else None
 
 
 def _fact_rule(pattern: re.Pattern[str], names: tuple[str, ...]):
@@ -411,7 +443,7 @@ def _banner(msg: str) -> Event | None:
     mm = _MODEL.search(msg, m.end() - 1)
     model = served[1] if served else (mm[1] if mm[1] is not None else mm[2]) if mm else None
     dp = _DATA_PARALLEL.search(msg, m.end() - 1)
-    return EngineConfig(m[2], m[1] or "", model, int(dp[1]) if dp else 1)
+    return EngineConfig(m[2] or "", m[1] or "", model, int(dp[1]) if dp else 1)
 
 
 def _blocks(msg: str) -> Event | None:
@@ -426,21 +458,29 @@ _FACT_RULES = {key: _fact_rule(p, names) for key, p, names in _FACTS}
 # -- errors ----------------------------------------------------------------------------------
 
 #: Ordered: the first family whose marker occurs wins, so a CUDA OOM wrapped in an engine-dead
-#: error is `oom`, and an NCCL watchdog "timeout" is `distributed`.
+#: error is `oom`, and an NCCL watchdog "timeout" is `distributed`. Markers are read in what the
+#: error says (`_evidence`): its messages and exception lines, not its traceback's frames.
+#: A process killed by a signal (faulthandler's report, Ray's and glog's) died, at start too.
+_SIGNALS = ("fatal python error", "segmentation fault", "sigsegv", "sigabrt", "sigbus", "core dumped")
 _CLASSES = (
     ("oom", ("out of memory", "outofmemoryerror", "no available memory for the cache blocks",
-             "maximum number of tokens that can be stored in kv cache")),
+             "maximum number of tokens that can be stored in kv cache",
+             "is larger than the available kv cache memory", "resource_exhausted", "error allocating device buffer")),
     ("distributed", ("nccl", "processgroup", "watchdog", "heartbeat monitor", "collective operation",
-                     "distbackenderror", "shared memory broadcast", "no available block found", "gloo")),
+                     "distbackenderror", "shared memory broadcast", "no available block found", "gloo",
+                     "actordiederror", "actor died", "actor is dead")),
+    ("engine_dead", _SIGNALS),
     ("timeout", ("timed out", "timeouterror", "timeout")),
     ("model_load", ("failed to load model", "safetensors", "huggingface_hub", "repository not found",
                     "no such file or directory", "does not appear to have a file", "load_weights",
                     "model_loader", "gated repo", "is not a valid model", "model architectures",
                     "entrynotfounderror", "repositorynotfounderror", "initialization failed",
-                    "failed to start")),
+                    "failed to start", "401 client error", "403 client error", "404 client error",
+                    "invalid repository id", "hfvalidationerror")),
     ("engine_dead", ("enginedeaderror", "engine loop is not running", "background loop",
                      "background task failed", "terminating server process", "died", "fatal error",
-                     "killing local vllm worker", "output_handler failed", "engine dead")),
+                     "killing local vllm worker", "output_handler failed", "engine dead",
+                     "dumping input data for v1 llm engine")),
     ("input", ("bad request", "badrequest", "input error", "is too long", "validation error",
                      "maximum context length", "invalid input", "invalid request")),
     ("aborted", ("abort", "cancellederror")),
@@ -448,27 +488,82 @@ _CLASSES = (
 _FATAL = ("enginedeaderror", "engine loop is not running", "background loop", "background task failed",
           "terminating server process", "died", "fatal error", "killing local vllm worker",
           "output_handler failed", "taking the entire process down", "will be terminated",
-          "initialization failed", "failed to start", "engine iteration timed out", "terminate called")
+          "initialization failed", "failed to start", "engine iteration timed out", "terminate called",
+          *_SIGNALS)
 _EXC = re.compile(r"^(?:\[rank\d+\]: ?)?([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Failure)):? ?(.*)$", re.M)
 _MAX_MESSAGE, _MAX_STACK = 1024, 8 * 1024
+#: A list of what *may* have caused an error (Ray's "There are some potential root causes. (1) …
+#: OOM killer …") names every cause its writer could think of: it is no evidence of any of them.
+_POSSIBLE_CAUSES = re.compile(
+    r"(?:there are some potential root causes|some common causes include|possible causes?)\b.*$", re.I | re.M)
+_CARETS = re.compile(r"[\s^~]+")
+#: Where the error was raised, when what it says names no cause (the exception line cut off, a
+#: wrapper's message): frames of vLLM's model fetch and load, of an engine being built (a failed
+#: start), and of the serving loop (the engine died while serving). Read in that order: a start
+#: also runs the model once (`profile_run`, graph capture) through the serving code.
+_LOAD_FRAMES = ("model_loader", "load_weights", "safetensors", "huggingface_hub", "hf_raise_for_status")
+_START_FRAMES = (
+    "enginecoreproc(", "mqllmengine.from_", "from_engine_args", "from_vllm_config", "_initialize_kv_caches",
+    "determine_num_available_blocks", "determine_available_memory", "profile_run", "initialize_from_config",
+    "compile_or_warm_up_model", "capture_model", "warmup_model", "in load_model", "_init_executor", "_init_workers",
+    "launch_core_engines", "wait_for_engine_startup", "make_async_mp_client", "make_client",
+    "build_async_engine_client", "get_kv_cache_config")
+_SERVING_FRAMES = (
+    "run_busy_loop", "_process_engine_step", "step_with_batch_queue", "in execute_model", "output_handler",
+    "get_output_async", "in get_output", "engine_step", "step_async", "run_engine_loop", "_process_request",
+    "stream_generator", "in get_response", "in step", "_run_engine")
+
+
+#: Source lines that say what was raised: a `raise X("…")` and the continuation of its string
+#: (the exception line itself may be cut off where the paste ended).
+_RAISED = ("raise ", '"', "'")
+
+
+def _evidence(text: str) -> str:
+    """What an error says: its messages and exception lines, without its traceback's frames (a
+    frame's source line, `get_response(w, dequeue_timeout)`, says nothing of the failure) and
+    without a list of possible causes."""
+    keep = [line for line in text.split("\n")
+            if line and (not line[0].isspace() or line.lstrip().startswith(_RAISED))
+            and not line.startswith('File "') and not _CARETS.fullmatch(line)]
+    return _POSSIBLE_CAUSES.sub("", "\n".join(keep))
+
+
+def _by_frames(text: str) -> str:
+    low = text.lower()
+    for error_type, markers in (("model_load", _LOAD_FRAMES), ("model_load", _START_FRAMES),
+                                ("engine_dead", _SERVING_FRAMES)):
+        if any(marker in low for marker in markers):
+            return error_type
+    return "other"
 
 
 def classify(text: str, shape: str | None = None) -> str:
     """The error type of `text`. `shape`: the same text with what a client may have typed
     masked (`redact_error_text`); given, an engine death must be said there, in vLLM's own
     words: a client's model name or prompt holding `died` does not kill the engine, while an
-    exception's repr (`RuntimeError('CUDA out of memory')`) still tells the other types."""
-    low = text.lower()
+    exception's repr (`RuntimeError('CUDA out of memory')`) still tells the other types.
+    The root cause wins over its wrappers: what the error says first (`_CLASSES`), and only when
+    it names no cause, where it was raised (`_by_frames`)."""
+    low = _evidence(text).lower()
+    low_shape = None if shape is None else _evidence(shape).lower()
     for error_type, markers in _CLASSES:
-        if error_type == "engine_dead" and shape is not None:
-            low_shape = shape.lower()
+        if error_type == "engine_dead" and low_shape is not None:
             if any(marker in low_shape for marker in markers):
-                return error_type
+                return _started(error_type, markers, text)
             continue
         for marker in markers:
             if marker in low:
-                return error_type
-    return "other"
+                return _started(error_type, markers, text)
+    return _by_frames(text)
+
+
+def _started(error_type: str, markers: tuple[str, ...], text: str) -> str:
+    """An engine that was still being built cannot die: a fatal error raised under its start's
+    frames is a failed start (a killing signal stays a death)."""
+    if error_type == "engine_dead" and markers is not _SIGNALS and any(m in text.lower() for m in _START_FRAMES):
+        return "model_load"
+    return error_type
 
 
 def engine_error(msg: str) -> EngineError:
@@ -501,11 +596,15 @@ _ERROR_STARTS = (
     ("AsyncLLMEngine ", "(?:has failed|is already dead)"), ("AsyncLLM output_handler failed", ""),
     ("No available ", "(?:shared memory broadcast )?block found"), ("Process ", r"[\w-]+:\n"),
     ("Traceback (most recent", ""), ("Error in ", ""), ("Exception in ", ""), ("TimeoutError: RPC call", ""),
+    ("Fatal Python error: ", ""), ("*** SIG", r"[A-Z]+ received"), ("RESOURCE_EXHAUSTED: ", ""),
+    ("Writing input of failed execution", ""),
 )
 _ERROR_TEXT = re.compile("|".join(re.escape(start) + rest for start, rest in _ERROR_STARTS))
 
 
 def _maybe_error(msg: str) -> Event | None:
+    if msg.startswith(_CLIENT_ERRORS):
+        return _CLIENT_ERROR
     if _ERROR_TEXT.match(msg):
         return engine_error(msg)
     return None
@@ -552,6 +651,12 @@ _LIBRARY_NOISE = ("nanobind: ", " - leaked ", " - ... skipped remainder", "Trito
                   "See https://nanobind", "  ")
 _GLOG = re.compile(r"(?:\[rank\d+\]:)?\[[EFW][\d ].*?\] |(?:\[rank\d+\]:)?\[PG \d+")
 # glog without brackets (older torch, absl): `E1022 09:33:49.123456  1234 ProcessGroupNCCL.cpp:1316] …`
+#: KServe's logger (`%(process)d %(name)s %(levelname)s [%(filename)s:%(funcName)s():%(lineno)s]`),
+#: its stamp taken off by decode as a shipper's: `1 kserve ERROR [__main__.py:<module>():254] …`.
+_KSERVE = re.compile(r"\d+ kserve (DEBUG|INFO|WARNING|ERROR|CRITICAL) \[[^\]\n]*\] ")
+_WRAPPER_LOG = Notice("wrapper_log")
+#: A glog line's own level is its first letter: W and I are no error, however many lines follow.
+_GLOG_QUIET = re.compile(r"(?:\[rank\d+\]:)?\[[WI][\d ]")
 _GLOG_BARE = re.compile(r"[EFWI]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [^\s\]]+:\d+\] ")
 
 #: Known vLLM lines with nothing to assemble, by prefix: counted as recognised, under a kind.
@@ -638,11 +743,14 @@ def _chatter_module(origin: str) -> str:
 #: ERROR lines about one client's request, not the engine: a model name that is not served
 #: (`serving.py`: "Error with model ErrorInfo(… code=404)"), a grammar that does not compile
 #: (`structured_output/__init__.py`, the client's schema or regex, its traceback following), and
+#: the prompt of a request that could not be rendered or tokenized (serving_*.py before 0.11 logs
+#: "Error in preprocessing prompt inputs" and answers the client 400), and
 #: `--log-error-stack`'s reports of a request the HTTP layer refused or failed
 #: (`exception_handling/handlers/`: an HTTPException, a validation error, an exception in its
 #: handler; not "Engine Exception caught", the engine's). The request's own lines say how it ended.
 _CLIENT_ERRORS = ("Error with model ", "Failed to compile grammar for request ", "HTTPException caught. Request id: ",
-                  "RequestValidationError caught. Request id: ", "Exception caught. Request id: ")
+                  "RequestValidationError caught. Request id: ", "Exception caught. Request id: ",
+                  "Error in preprocessing prompt inputs")
 _CLIENT_ERROR = Notice("client_error")
 
 _UVICORN_JSON_ACCESS = re.compile(r"\S+ - \"(\S+) (\S+) HTTP/[\d.]+\" (\d{3})")
@@ -660,10 +768,15 @@ def fallback(msg: str, level: str, origin: str = "") -> Event | None:
         c = msg[:1]
         if c == "[" and _GLOG.match(msg):
             head = msg[:40]
+            if _GLOG_QUIET.match(msg):  # a warning's or notice's block (IPEX overriding a kernel): no error
+                return _TORCH_LOG
             return engine_error(msg) if "[E" in head or "[F" in head or "[PG " in head or "\n" in msg \
                 else _TORCH_LOG
         if c in "EFWI" and _GLOG_BARE.match(msg):
             return engine_error(msg) if c in "EF" else _TORCH_LOG
+        if c.isdigit() and (k := _KSERVE.match(msg)) is not None:
+            # KServe's model server around vLLM, its own lines: its errors are the server's failures
+            return engine_error(msg[k.end():]) if k[1] in ("ERROR", "CRITICAL") else _WRAPPER_LOG
         if _progress(msg) or _PY_WARNING.match(msg) or msg.startswith(_LIBRARY_NOISE):
             return _NOISE
         if c.isdigit() and " Engines Aggregated: " in msg[:24]:
@@ -773,13 +886,22 @@ PREFILTER = {
     "init": _FACT_GUARDED["init"],
     "torc": _FACT_GUARDED["torc"],
     "vLLM": _FACT_GUARDED["vLLM"],
+    "Star": _FACT_GUARDED["Star"],
+    "non-": _server_args,
+    "args": _server_args,
+    " ▄▄ ": _logo,
+    "  █▄": _logo,
     "INFO": _uvicorn,
     "WARN": _uvicorn,
     "ERRO": _uvicorn,
     "DEBU": _uvicorn,
     "CRIT": _uvicorn,
-    **{k: _blocks for k in ("# GP", "# CU", "# cu", "# XP", "# HP", "# NP", "# TP", "# CP")},
-    **{k: _ERROR_GUARDED for k in ("Work", "Asyn", "No a", "Proc", "Trac", "Erro", "Exce", "RayW", "Time")},
+    # `# %s blocks` names the device type as vLLM's config spells it (`cuda`, `cpu`, `hpu`, `xpu`,
+    # `tpu`, `neuron`, `npu`); older and forked executors wrote it upper-case (`GPU`, `HPU`)
+    **{k: _blocks for k in ("# GP", "# CU", "# cu", "# XP", "# HP", "# NP", "# TP", "# CP", "# cp", "# hp", "# xp",
+                            "# tp", "# np", "# ne")},
+    **{k: _ERROR_GUARDED for k in ("Work", "Asyn", "No a", "Proc", "Trac", "Erro", "Exce", "RayW", "Time", "Fata",
+                                    "*** ", "RESO", "Writ")},
     "Pref": _stats_extra,
     "Spec": _stats_extra,
     "KV T": _stats_extra,
