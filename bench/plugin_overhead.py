@@ -26,13 +26,17 @@ plugin's lines go through a handler formatting them as vLLM does into /dev/null.
 
 Measured: thread CPU time (`time.thread_time`) of the engine core's calls (`add_request`,
 `schedule`, `update_from_output`) and of the API server's (`OutputProcessor.add_request`,
-`process_outputs`), per request; the median over rounds, and the difference to `plain`.
-Figures, not assertions.
+`process_outputs`), per request, with Python's garbage collector held off during a run (a
+collection would land on whichever condition runs then); the median over rounds, and the
+median of each round's difference to `plain` (paired: a round's conditions share the machine's
+load of that moment). `plain2 − plain` says how precise that difference is. Figures, not
+assertions.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib.util
 import logging
 import os
@@ -212,28 +216,40 @@ def main() -> None:
     for name in names:  # warm-up: imports, caches
         for blocks in loads.values():
             run(name, blocks, -1)
-    for rnd in range(args.rounds):
-        for load, blocks in loads.items():
-            order = names[:]
-            rng.shuffle(order)
-            for name in order:
-                e, f = run(name, blocks, rnd)
-                res[(load, name)][0].append(e)
-                res[(load, name)][1].append(f)
+    gc.collect()
+    gc.disable()  # a collection lands in whichever condition runs then: noise, not cost
+    try:
+        for rnd in range(args.rounds):
+            for load, blocks in loads.items():
+                order = names[:]
+                rng.shuffle(order)
+                for name in order:
+                    e, f = run(name, blocks, rnd)
+                    res[(load, name)][0].append(e)
+                    res[(load, name)][1].append(f)
+                gc.collect()
+    finally:
+        gc.enable()
 
     print(f"vLLM {__version__}, real Scheduler + OutputProcessor in-process; {args.rounds} rounds x "
           f"{args.requests} requests x {args.max_tokens} tokens, conditions shuffled per round; "
-          f"thread CPU µs per request, median (difference to plain)")
+          f"thread CPU µs per request: median, and in brackets the median of the same round's "
+          f"difference to plain")
+
+    def paired(load: str, name: str, k: int) -> float:
+        base = res[(load, "plain")][k]
+        return statistics.median(x - b for x, b in zip(res[(load, name)][k], base))
+
     for load in loads:
         print(f"  {load}:")
-        base_e = statistics.median(res[(load, "plain")][0])
-        base_f = statistics.median(res[(load, "plain")][1])
         for name in names:
             e = statistics.median(res[(load, name)][0])
             f = statistics.median(res[(load, name)][1])
-            print(f"    {name:7s} engine core {e * 1e6:8.1f} ({(e - base_e) * 1e6:+7.1f})   "
-                  f"API server {f * 1e6:8.1f} ({(f - base_f) * 1e6:+7.1f})   "
-                  f"both {(e + f - base_e - base_f) * 1e6:+7.1f}")
+            de, df = paired(load, name, 0), paired(load, name, 1)
+            both = statistics.median(x + y - a - b for x, y, a, b in zip(
+                res[(load, name)][0], res[(load, name)][1], res[(load, "plain")][0], res[(load, "plain")][1]))
+            print(f"    {name:7s} engine core {e * 1e6:8.1f} ({de * 1e6:+7.1f})   "
+                  f"API server {f * 1e6:8.1f} ({df * 1e6:+7.1f})   both ({both * 1e6:+7.1f})")
 
 
 if __name__ == "__main__":

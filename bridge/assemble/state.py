@@ -5,7 +5,7 @@ depend on it and not on each other."""
 from __future__ import annotations
 
 from bridge.assemble.timeline import SpanEvent
-from bridge.parse.events import GpuMemory, QueueState, RequestSummary, Scheduled
+from bridge.parse.events import GpuMemory, PluginTimes, QueueState, RequestSummary, Scheduled
 
 EVENT_CAP = 32  # sampled events (KV blocks, gauges) kept per span; totals are attributes
 BLOCK_EVENTS_KEPT = 8 * EVENT_CAP  # spread over the phases later, EVENT_CAP per span
@@ -23,7 +23,7 @@ class RequestState:
         "events", "dropped", "summary", "terminal_ns", "outcome", "error_type", "error_message",
         "timeout_after_s", "queue_at_schedule", "gpu_at_schedule", "min_free_ratio",
         "max_gpu_ratio", "last_free_ns", "release_ns", "extra", "sampled_preemptions", "idle_at",
-        "seen", "added",
+        "seen", "added", "times",
     )
 
     def __init__(self, request_id: str, occurrence: str, ts: int, offset: int) -> None:
@@ -55,6 +55,7 @@ class RequestState:
         self.idle_at: int | None = None     # when a stats line showed the engine idle with this open
         self.seen = 0                       # SEEN_* bits: start lines shown
         self.added: set[str] | None = None  # the engine-side ids `Added request` named
+        self.times: PluginTimes | None = None  # vLLM's own phase stamps, from the plugin's end line
 
     def set(self, key: str, value) -> None:
         if self.extra is None:
