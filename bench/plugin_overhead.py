@@ -18,11 +18,12 @@ round runs each condition once, in a shuffled order, on fresh objects:
   which is not driven here, so native's engine-core figure is the scheduler's only.
 
 Each condition gets its own subclasses of vLLM's classes, so a plugin's wrappers touch only its
-own condition. The load: `--requests` requests of 64-token prompts with `--max-tokens` output
+own condition. A plugin writes through what it writes with in vLLM (the old one: vLLM's
+logging, formatted as vLLM's handler does; the new one: its own `LineWriter`), into /dev/null.
+The load: `--requests` requests of 64-token prompts with `--max-tokens` output
 tokens each, at most 64 running, through `schedule` → a fake model output (one token per
 request) → `update_from_output` → `OutputProcessor.process_outputs`, twice per round: with a KV
-cache big enough for all (no preemption) and with one small enough that vLLM preempts. The
-plugin's lines go through a handler formatting them as vLLM does into /dev/null.
+cache big enough for all (no preemption) and with one small enough that vLLM preempts.
 
 Measured: thread CPU time (`time.thread_time`) of the engine core's calls (`add_request`,
 `schedule`, `update_from_output`) and of the API server's (`OutputProcessor.add_request`,
@@ -152,10 +153,10 @@ def main() -> None:
         return KVCacheConfig(num_blocks=blocks, kv_cache_tensors=[], kv_cache_groups=[KVCacheGroupSpec(
             ["layer"], FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=16, dtype=torch.float32))])
 
-    conditions: dict[str, tuple[type, type, bool]] = {}
+    conditions: dict[str, tuple[type, type, bool, type]] = {}
     for name in ("plain", "plain2", "native"):
         conditions[name] = (type(f"S_{name}", (Scheduler,), {}), type(f"O_{name}", (OutputProcessor,), {}),
-                            name == "native")
+                            name == "native", IterationStats)
     hook_mods = {"plugin": _load_plugin("plugin_now", {
         f: (ROOT / "bridge/vllm_plugin" / f).read_text() for f in ("__init__.py", "hooks.py")})}
     if args.before:
@@ -163,15 +164,22 @@ def main() -> None:
             f: _git_show(args.before, f"bridge/vllm_plugin/{f}") for f in ("__init__.py", "hooks.py")})
     for name, mod in hook_mods.items():
         s_cls, o_cls = type(f"S_{name}", (Scheduler,), {}), type(f"O_{name}", (OutputProcessor,), {})
-        assert mod.install(s_cls, __version__, _logger(f"bench.{name}"), output_cls=o_cls), name
-        conditions[name] = (s_cls, o_cls, False)
+        # the plugin's own writer when it has one (into /dev/null), else a logger as vLLM's
+        out = mod.LineWriter(open(os.devnull, "w")) if hasattr(mod, "LineWriter") else _logger(f"bench.{name}")
+        i_cls = IterationStats
+        kw = {}
+        if "stats_cls" in mod.install.__code__.co_varnames:  # hooks vLLM's IterationStats too
+            i_cls = kw["stats_cls"] = type(f"I_{name}", (IterationStats,), {})
+            kw["async_cls"] = None  # AsyncLLM.add_request is not driven here
+        assert mod.install(s_cls, __version__, out, output_cls=o_cls, **kw), name
+        conditions[name] = (s_cls, o_cls, False, i_cls)
 
     sp = SamplingParams(max_tokens=args.max_tokens, ignore_eos=True, detokenize=False,
                         output_kind=RequestOutputKind.DELTA)
     prompt = list(range(1, 65))
 
     def run(name: str, blocks: int, rnd: int) -> tuple[float, float]:
-        s_cls, o_cls, tracing = conditions[name]
+        s_cls, o_cls, tracing, i_cls = conditions[name]
         cfg.cache_config.num_gpu_blocks = blocks
         s = s_cls(cfg, kv(blocks), som, block_size=16, log_stats=True)
         op = o_cls(None, log_stats=True, tracing_enabled=tracing)
@@ -200,7 +208,7 @@ def main() -> None:
             outs = s.update_from_output(so, mro)
             t2 = clock()
             for eco in outs.values():
-                it = IterationStats()
+                it = i_cls()
                 op.process_outputs(eco.outputs, eco.timestamp, it)
                 done += len(it.finished_requests)
             t3 = clock()
