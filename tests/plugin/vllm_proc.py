@@ -121,9 +121,10 @@ class Vllm:
         if self._pump is not None:
             self._pump.join(10)
 
-    def post(self, path: str, body: dict, request_id: str | None = None, timeout: float = 600) -> dict:
+    def post(self, path: str, body: dict, request_id: str | None = None, timeout: float = 600,
+             headers: dict | None = None) -> dict:
         req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": "application/json", **(headers or {})})
         if request_id:
             req.add_header("X-Request-Id", request_id)
         with urllib.request.urlopen(req, timeout=timeout) as r:
