@@ -179,7 +179,7 @@ def missing_in_source(read) -> list[str]:
 
 _ATTR = "_vllm_trace_bridge_tracer"
 _WRAPPED = "__vllm_trace_bridge_wrapped__"
-_SUFFIX = re.compile(r"-[0-9a-f]{8}$")
+_HEX8 = re.compile(r"[0-9a-f]{8}")
 
 _installed: dict[type, bool] = {}
 
@@ -191,6 +191,7 @@ _COMPLETED_REASONS = frozenset({"STOP", "LENGTH", "REPETITION"})  # the API serv
 _SUMMARY = ("Request %s: prompt_tokens=%d, generated_tokens=%d, ttft=%.3fms, itl=%.3fms, total_latency=%.6fs, "
             "t=%.6f")
 _PHASES = "Request %s: prompt_tokens=%d, generated_tokens=%d, ttft=%.3fms, itl=%.3fms, total_latency=%.6fs, t=%.6f%s"
+_TIMES = ", arrival=%.6f, queued_at=%.6f, scheduled_at=%.6f, first_token_at=%.6f, last_token_at=%.6f"
 _ENDED = "Request %s ended: finish=%s, prompt_tokens=%d, generated_tokens=%d, total_latency=%.6fs, t=%.6f%s"
 #: W3C trace context, version 00 exactly, lower-case hex (a future version: its first four fields,
 #: then `-` and more); all-zero ids and version ff are invalid (W3C Trace Context §3.2).
@@ -239,7 +240,9 @@ class _Hooks:
 
     def api_id(self, engine_id: str) -> str:
         """`<id>-<8 hex>` → `<id>`: the id the API server logged (unless vLLM keeps ids as given)."""
-        return _SUFFIX.sub("", engine_id) if self.strip else engine_id
+        if self.strip and len(engine_id) > 9 and engine_id[-9] == "-" and _HEX8.fullmatch(engine_id, len(engine_id) - 8):
+            return engine_id[:-9]
+        return engine_id
 
     def fail(self, where: str) -> None:
         self.on = False
@@ -455,22 +458,28 @@ class Frontend(_Hooks):
     def _tail(self, processor, req_state, stats) -> str:
         """`, arrival=…, queued_at=…, …, preempted=…, traceparent=…` for a request's line."""
         wall = self.wall
-        parts = [f", arrival={stats.arrival_time:.6f}"] if stats.arrival_time else []
-        for name, ts in (("queued_at", stats.queued_ts), ("scheduled_at", stats.scheduled_ts),
-                         ("first_token_at", stats.first_token_ts), ("last_token_at", stats.last_token_ts)):
-            if ts:
-                parts.append(f", {name}={ts + wall:.6f}")
-        spans = self.preempted.pop(req_state.request_id, None)
-        if spans:
-            parts.append(", preempted=" + "/".join(
-                f"{p + wall:.6f}~{r + wall:.6f}" if r else f"{p + wall:.6f}~" for p, r in spans))
-        ext = req_state.external_req_id
-        ctx = self.contexts.get(ext)
-        if ctx is not None:
-            parts.append(ctx)
-            if ext not in processor.external_req_ids:  # the last of its requests (n > 1: children)
-                del self.contexts[ext]
-        return "".join(parts)
+        q, s, f, last = stats.queued_ts, stats.scheduled_ts, stats.first_token_ts, stats.last_token_ts
+        if q and s and f and last and stats.arrival_time:  # the common case, in one format
+            tail = _TIMES % (stats.arrival_time, q + wall, s + wall, f + wall, last + wall)
+        else:
+            parts = [f", arrival={stats.arrival_time:.6f}"] if stats.arrival_time else []
+            for name, ts in (("queued_at", q), ("scheduled_at", s), ("first_token_at", f), ("last_token_at", last)):
+                if ts:
+                    parts.append(f", {name}={ts + wall:.6f}")
+            tail = "".join(parts)
+        if stats.num_preemptions:
+            spans = self.preempted.pop(req_state.request_id, None)
+            if spans:
+                tail += ", preempted=" + "/".join(
+                    f"{p + wall:.6f}~{r + wall:.6f}" if r else f"{p + wall:.6f}~" for p, r in spans)
+        if self.contexts:
+            ext = req_state.external_req_id
+            ctx = self.contexts.get(ext)
+            if ctx is not None:
+                tail += ctx
+                if ext not in processor.external_req_ids:  # the last of its requests (n > 1: children)
+                    del self.contexts[ext]
+        return tail
 
     def finished(self, processor, req_state, finish_reason, iteration_stats) -> None:
         stats = req_state.stats
