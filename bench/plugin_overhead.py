@@ -11,6 +11,8 @@ round runs each condition once, in a shuffled order, on fresh objects:
 - `before`: the plugin as it was at git revision `--before` (default: the merge base with
   main's first-parent history, i.e. `HEAD~` is NOT assumed: pass the revision you mean);
 - `plugin`: this checkout's plugin (bridge/vllm_plugin), default settings;
+- `engine` (with `--engine`): the same, with its engine-core lines on
+  (`VLLM_TRACE_BRIDGE_PLUGIN_ENGINE=1`);
 - `native`: vLLM's own tracing (`OutputProcessor(tracing_enabled=True)`: the `llm_request`
   span of every finished request, with a span processor that encodes each batch of 512 spans to
   OTLP protobuf inline, as the exporter's thread would; the network send is not counted).
@@ -123,6 +125,8 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--before", default=None, help="git revision of the plugin to compare (e.g. main)")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--engine", action="store_true",
+                    help="also `engine`: this plugin with VLLM_TRACE_BRIDGE_PLUGIN_ENGINE=1")
     args = ap.parse_args()
 
     import torch
@@ -157,8 +161,11 @@ def main() -> None:
     for name in ("plain", "plain2", "native"):
         conditions[name] = (type(f"S_{name}", (Scheduler,), {}), type(f"O_{name}", (OutputProcessor,), {}),
                             name == "native", IterationStats)
-    hook_mods = {"plugin": _load_plugin("plugin_now", {
-        f: (ROOT / "bridge/vllm_plugin" / f).read_text() for f in ("__init__.py", "hooks.py")})}
+    now = _load_plugin("plugin_now", {f: (ROOT / "bridge/vllm_plugin" / f).read_text()
+                                      for f in ("__init__.py", "hooks.py")})
+    hook_mods = {"plugin": now}
+    if args.engine:
+        hook_mods["engine"] = now  # the same plugin, its engine-core lines asked for
     if args.before:
         hook_mods["before"] = _load_plugin("plugin_before", {
             f: _git_show(args.before, f"bridge/vllm_plugin/{f}") for f in ("__init__.py", "hooks.py")})
@@ -181,7 +188,12 @@ def main() -> None:
     def run(name: str, blocks: int, rnd: int) -> tuple[float, float]:
         s_cls, o_cls, tracing, i_cls = conditions[name]
         cfg.cache_config.num_gpu_blocks = blocks
-        s = s_cls(cfg, kv(blocks), som, block_size=16, log_stats=True)
+        if name == "engine":
+            os.environ["VLLM_TRACE_BRIDGE_PLUGIN_ENGINE"] = "1"  # read as the scheduler is made
+        try:
+            s = s_cls(cfg, kv(blocks), som, block_size=16, log_stats=True)
+        finally:
+            os.environ.pop("VLLM_TRACE_BRIDGE_PLUGIN_ENGINE", None)
         op = o_cls(None, log_stats=True, tracing_enabled=tracing)
         engine = front = 0.0
         clock = time.thread_time

@@ -266,3 +266,21 @@ def test_with_vllm_logging_at_warning_a_traceparent_only_request_joins_its_calle
     assert attrs(roots[0].attributes)["vllm.trace_context"] == "traceparent"
     others = [s for _r, s in spans if s.name == "vllm.request" and s.trace_id != want_trace]
     assert len(others) == 4 and all(not s.parent_span_id for s in others)
+
+
+def test_with_vllm_stats_off_the_engine_core_writes_every_phase(tmp_path):
+    """`--disable-log-stats`: the API server keeps no request stats, so the plugin's fallback
+    writes the lines from the engine core (its own clock for the first token)."""
+    log = tmp_path / "vllm.log"
+    with Vllm(log, plugin=True, gpu_blocks=12, max_num_seqs=8, extra_args=("--disable-log-stats",)) as v:
+        v.load(6, max_tokens=100, prompt_words=60)
+    text = log.read_text()
+    assert "Scheduling request" in text and "first_token_at=" not in text
+    with GrpcReceiver() as bridge:
+        replay(log, bridge.endpoint)
+        traces = bridge_traces(bridge)
+    assert len(traces) == 6
+    for rid, spans in traces.items():
+        for phase in ("queued", "prefill", "decode", "freed"):
+            assert len(spans[phase]) == 1, (rid, phase, sorted(spans))
+        assert spans["vllm.request"][0][1]["vllm.outcome"] == "finished"

@@ -52,7 +52,7 @@ class Vllm:
 
     def __init__(self, log_path: Path, *, plugin: bool = True, plugin_blocks: bool = False,
                  gpu_blocks: int = 64, otlp_endpoint: str | None = None, extra_env: dict | None = None,
-                 max_num_seqs: int = 32, plain: bool = False) -> None:
+                 max_num_seqs: int = 32, plain: bool = False, extra_args: tuple[str, ...] = ()) -> None:
         self.log_path = Path(log_path)
         self.plain = plain  # the log as a plain file: vLLM's lines only, no runtime stamp to help
         self.port = free_port()
@@ -77,6 +77,7 @@ class Vllm:
                     "--max-model-len", "1024", "--max-num-seqs", str(max_num_seqs), "--seed", "0"]
         if otlp_endpoint:
             self.cmd += ["--otlp-traces-endpoint", otlp_endpoint]
+        self.cmd += list(extra_args)
         self.env = env
         self.proc: subprocess.Popen | None = None
         self._pump: threading.Thread | None = None
