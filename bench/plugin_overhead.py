@@ -229,6 +229,11 @@ def main() -> None:
         encoder.flush()
         return engine / args.requests, front / args.requests
 
+    cfg.cache_config.num_gpu_blocks = 64
+    probe = conditions["plugin"][0](cfg, kv(64), som, block_size=16, log_stats=True)
+    untouched = all(getattr(type(probe), m) is getattr(Scheduler, m) and m not in vars(probe)
+                    for m in ("add_request", "schedule", "update_from_output", "_preempt_request", "_free_request",
+                              "_free_request_blocks"))
     rng = random.Random(args.seed)
     loads = {"no preemption": 64 * 8, "KV pressure": 40}
     names = list(conditions)
@@ -255,6 +260,8 @@ def main() -> None:
           f"{args.requests} requests x {args.max_tokens} tokens, conditions shuffled per round; "
           f"thread CPU µs per request: median, and in brackets the median of the same round's "
           f"difference to plain")
+
+    print(f"  plugin's scheduler runs vLLM's own engine-core methods, no wrapper in between: {untouched}")
 
     def paired(load: str, name: str, k: int) -> float:
         base = res[(load, "plain")][k]
