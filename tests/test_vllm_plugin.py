@@ -350,6 +350,8 @@ def test_preemptions_aborts_and_errors_get_their_times_and_an_ended_line(log):
      ("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331", "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE")),
     ({"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "tracestate": "bad state!"},
      ("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331", None)),
+    ({"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "tracestate": "a= x"},
+     ("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331", None)),
     ({"traceparent": "00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01"}, None),  # upper case
     ({"traceparent": "00-00000000000000000000000000000000-b7ad6b7169203331-01"}, None),  # zero trace
     ({"traceparent": "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}, None),  # version ff

@@ -220,7 +220,8 @@ def valid_tracestate(value) -> str | None:
         return None
     members = [m.strip(" \t") for m in value.split(",")]
     members = [m for m in members if m]
-    if not members or len(members) > 32 or not all(_TS_MEMBER.fullmatch(m) for m in members):
+    # a value with a space inside is valid W3C but would end the line's field: dropped whole
+    if not members or len(members) > 32 or not all(_TS_MEMBER.fullmatch(m) and " " not in m for m in members):
         return None
     return ",".join(members)
 
