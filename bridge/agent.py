@@ -72,6 +72,7 @@ class Agent:
                                                                   cfg.high_gpu_memory_pct / 100),
                                             ttl_s=cfg.ttl, linger_s=cfg.linger,
                                             context_rule=make_rule(cfg.trace_context),
+                                            client_context=cfg.client_trace_context,
                                             export_error_text=cfg.export_error_text)
         self._tz = zone(cfg.timezone)
         self._k8s_on_spans = cfg.k8s_attributes_on_spans

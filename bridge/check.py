@@ -25,7 +25,7 @@ from bridge.parse.events import EngineConfig, EngineStats, RequestAdded
 from bridge.parse.literals import DOTTED_NAME, mask_literals
 from bridge.tail import read_lines
 
-SEED_KINDS = frozenset({"request_summary", "scheduling", "preemption", "queue_state", "block_alloc", "block_free",
+SEED_KINDS = frozenset({"request_summary", "request_ended", "scheduling", "preemption", "queue_state", "block_alloc", "block_free",
                         "gpu_memory", "cuda_oom", "alloc_failed", "request_timeout", "model_load",
                         "nccl_timeout", "nccl_hint"})
 _MAX_TEMPLATES = 10_000  # distinct templates kept per file: memory stays bounded on any input

@@ -196,6 +196,7 @@ _RUN_METAVAR = {
     "read_chunk_bytes": "BYTES",
     "log_format": "FORMAT",
     "trace_context": "RULE",
+    "client_trace_context": None,
     "gateway_include": "PATTERN",
     "gateway_format": "FORMAT",
     "gateway_request_id_field": "FIELD",

@@ -56,6 +56,10 @@ class AgentConfig:
     # Caller's trace context in request ids: `w3c` (traceparent, trace-span, or trace id inside
     # X-Request-Id), `off`, or a regex with a (?P<trace>…) and optional (?P<span>…) group.
     trace_context: str = "w3c"
+    # Trust the trace context a client supplied: the W3C traceparent the vLLM plugin logged with
+    # a request, and the `trace_context` rule on its X-Request-Id. Off for clusters whose clients
+    # are not trusted to choose a trace (a gateway's access log, `gateway_include`, still joins).
+    client_trace_context: bool = True
     # A gateway's JSON access log, joined on the request id (docs/trace-context.md).
     gateway_include: tuple[str, ...] = ()  # globs of access logs; empty: no join
     gateway_format: str = "nginx"          # field-name preset: nginx | envoy
@@ -120,6 +124,7 @@ DOC = {
     "read_chunk_bytes": "Bytes read per file per round: fairness across files.",
     "log_format": "The agent's own logs: `json`, `console`, or `auto` (console on a terminal).",
     "trace_context": "Caller's trace context in request ids: `w3c`, `off`, or a regex with `(?P<trace>…)`.",
+    "client_trace_context": "Put a request under the trace context its client sent (the `traceparent` the vLLM plugin logged, and `trace_context` on the request id); off: ignore client-supplied context (untrusted clients); a gateway's access log still joins.",
     "gateway_include": "Globs of a gateway's JSON access logs to join on the request id; empty: no join.",
     "gateway_format": "Field names of the gateway's access log: `nginx` or `envoy`.",
     "gateway_request_id_field": "Override the preset's request id field.",

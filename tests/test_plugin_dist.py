@@ -160,7 +160,7 @@ def test_install_into_a_place_it_cannot_write_says_so(tmp_path):
 
 def installed_plugin_in_vllm(target: Path) -> dict:
     """In the real vLLM venv's Python, with PYTHONPATH=target only: the entry point vLLM reads,
-    where it comes from, and what `register` does to vLLM's scheduler."""
+    where it comes from, and what `register` does to vLLM's output processor."""
     probe = r"""
 import importlib.metadata as m, inspect, json, os, sys
 target = sys.argv[1]
@@ -168,8 +168,8 @@ eps = [e for e in m.entry_points(group="vllm.general_plugins") if e.name == "vll
 ours = [e for e in eps if os.path.abspath(e.dist._path).startswith(target + os.sep)]
 fn = ours[0].load()
 fn()
-from vllm.v1.core.sched.scheduler import Scheduler
-wrapped = Scheduler.schedule
+from vllm.v1.engine.output_processor import OutputProcessor
+wrapped = OutputProcessor._update_stats_from_finished  # the API server's hook, always installed
 print(json.dumps({"value": ours[0].value, "dist": ours[0].dist.name, "module": inspect.getsourcefile(fn),
                   "wrapped": bool(getattr(wrapped, "__vllm_trace_bridge_wrapped__", False)),
                   "wrapper_file": inspect.getsourcefile(wrapped)}))

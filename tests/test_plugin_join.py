@@ -228,3 +228,60 @@ def test_an_aborted_request_on_a_plain_file_starts_at_its_exact_arrival(tmp_path
     assert t.error_type == "aborted"
     assert t.start_ns == base * 10**9 + 699_900_000 and t.start_timing == "inferred"
     assert t.end_ns >= base * 10**9 + 700_000_000
+
+
+FRONTEND = Path(__file__).parent / "fixtures" / "plugin" / "v1_plugin_frontend.log"
+# vLLM's own record of that run (its /metrics at the end): 7 successes, 9 preemptions.
+FRONTEND_SUCCESS, FRONTEND_PREEMPTIONS = 7, 9
+
+
+def test_the_api_server_line_alone_gives_every_phase_at_vllms_own_stamps():
+    """Captured from real vLLM 0.32 with this plugin's defaults (engine core untouched): one
+    line per request from the API server. Every phase boundary is a stamp the line states; the
+    preemptions are vLLM's (its /metrics count), the aborted client's request ends aborted."""
+    got = timelines(FRONTEND)
+    text = FRONTEND.read_text()
+    assert "Scheduling request" not in text and "Freed " not in text  # no engine-core line
+    finished = {rid: t for rid, t in got.items() if t.outcome == "finished"}
+    assert len(finished) == FRONTEND_SUCCESS
+    assert sum(t.attrs["vllm.preemptions"] for t in got.values()) == FRONTEND_PREEMPTIONS
+    for rid, t in finished.items():
+        line = re.search(rf"\] Request {re.escape(rid)}: .*", text)[0]
+        stamp = {k: int(s) * 10**9 + int(f.ljust(9, "0")) for k, s, f in re.findall(r"(\w+)=(\d+)\.(\d+)", line)}
+        ph = {p.name: p for p in t.phases if p.name != "preempted"}
+        assert list(ph) == ["preprocess", "queued", "prefill", "decode"], (rid, list(ph))
+        assert (ph["preprocess"].start_ns, ph["preprocess"].end_ns) == (stamp["arrival"], stamp["queued_at"])
+        assert (ph["queued"].start_ns, ph["queued"].end_ns) == (stamp["queued_at"], stamp["scheduled_at"])
+        assert (ph["prefill"].start_ns, ph["prefill"].end_ns) == (stamp["scheduled_at"], stamp["first_token_at"])
+        assert (ph["decode"].start_ns, ph["decode"].end_ns) == (stamp["first_token_at"], stamp["last_token_at"])
+        assert t.end_ns == stamp["t"] and t.start_ns == stamp["arrival"]
+        assert t.attrs["gen_ai.request.max_tokens"] in (8, 300)  # joined with vLLM's own Received line
+        assert all(p.start_timing != "inferred" and p.end_timing != "inferred" for p in t.phases)
+    gone = got["cmpl-plugintest-gone-0"]
+    assert gone.outcome == "aborted" and gone.attrs["gen_ai.usage.output_tokens"] == 89
+    assert {"queued", "prefill", "decode"} <= {p.name for p in gone.phases}
+    tp = got["cmpl-plugintest-tp-0"]
+    assert (tp.parent.trace_id.hex(), tp.parent.span_id.hex()) == ("4bf92f3577b34da6a3ce929d0e0e4736",
+                                                                   "00f067aa0ba902b7")
+    assert all(t.parent is None for rid, t in got.items() if rid != "cmpl-plugintest-tp-0")
+
+
+def test_client_context_off_ignores_the_logged_traceparent():
+    from bridge.assemble import AssembleConfig
+    from bridge.pipeline import ReplayConfig
+
+    out = []
+    replay([str(FRONTEND)], [out.append], ReplayConfig(assemble=AssembleConfig(client_context=False)))
+    tp = next(t for t in out if getattr(t, "request_id", "") == "cmpl-plugintest-tp-0")
+    assert tp.parent is None and "vllm.trace_context" not in tp.attrs
+
+
+def test_old_plugin_lines_and_old_bridges_stay_compatible():
+    """The new line begins as the seed summary did: an old bridge's grammar (the summary's
+    fields, `t=`, then anything) reads it as a finished request; the `ended` line it leaves
+    unrecognised, never calls finished."""
+    old_summary = re.compile(r"Request ([^\s:,]+): prompt_tokens=(\d+), generated_tokens=(\d+), ttft=[\d.]+ms, "
+                             r"itl=[\d.]+ms, total_latency=[\d.]+s(?:, t=\d+\.\d+)?")
+    lines = [x.split("[trace_bridge.py:1] ", 1)[1] for x in FRONTEND.read_text().splitlines() if "trace_bridge.py" in x]
+    assert sum(bool(old_summary.match(x)) for x in lines) == FRONTEND_SUCCESS
+    assert not any(old_summary.match(x) for x in lines if " ended: " in x)

@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from bridge.parse.events import Preempted, QueueState, RequestSummary, Scheduled
+from bridge.parse.events import Preempted, QueueState, RequestEnded, RequestSummary, Scheduled
 from bridge.parse.seed import parse_message
 from bridge.vllm_plugin import enabled, hooks, register, version_tested
 
@@ -124,21 +124,72 @@ def make_scheduler_class(broken: str | None = None):
 
 
 def make_output_class():
-    """A stand-in for vLLM's OutputProcessor: the one hooked method, as vLLM calls it."""
+    """A stand-in for vLLM's OutputProcessor: the hooked methods, as vLLM 0.32 runs them (its
+    `_finish_request` drops the state and the external id's mapping before the stats)."""
 
     class OutputProcessor:
         def __init__(self):
             self.calls = 0
+            self.request_states = {}
+            self.external_req_ids = {}
+            self.parent_requests = {}
+
+        def add(self, state):
+            self.request_states[state.request_id] = state
+            self.external_req_ids.setdefault(state.external_req_id, []).append(state.request_id)
+
+        def finish(self, state, reason, iteration_stats):
+            self.request_states.pop(state.request_id)
+            ids = self.external_req_ids[state.external_req_id]
+            ids.remove(state.request_id)
+            if not ids:
+                del self.external_req_ids[state.external_req_id]
+            self._update_stats_from_finished(state, reason, iteration_stats)
 
         def _update_stats_from_finished(self, req_state, finish_reason, iteration_stats):
             self.calls += 1
             return None
 
+        def abort_requests(self, request_ids, internal):
+            out = []
+            for rid in request_ids:
+                for i in ([rid] if internal else self.external_req_ids.pop(rid, [])):
+                    if self.request_states.pop(i, None) is not None:
+                        out.append(i)
+            return out
+
     return OutputProcessor
 
 
-def install(cls, log, version="0.32.0", output_cls=None):
-    return hooks.install(cls, version, log, output_cls=output_cls or make_output_class())
+def make_stats_class():
+    """vLLM's IterationStats.update_from_events, as far as the plugin relies on it."""
+
+    class IterationStats:
+        def update_from_events(self, req_id, events, is_prefilling, req_stats, lora_states=None, lora_name=None):
+            for ev in events:
+                if ev.type.name == "QUEUED":
+                    req_stats.queued_ts = ev.timestamp
+                elif ev.type.name == "SCHEDULED" and not req_stats.scheduled_ts:
+                    req_stats.scheduled_ts = ev.timestamp
+                elif ev.type.name == "PREEMPTED":
+                    req_stats.num_preemptions += 1
+
+    return IterationStats
+
+
+def make_async_class():
+    class AsyncLLM:
+        async def add_request(self, request_id, prompt=None, params=None, arrival_time=None, lora_request=None,
+                              tokenization_kwargs=None, trace_headers=None, priority=0):
+            self.seen = trace_headers
+            return "collector"
+
+    return AsyncLLM
+
+
+def install(cls, log, version="0.32.0", output_cls=None, stats_cls=None, async_cls=None):
+    return hooks.install(cls, version, log, output_cls=output_cls or make_output_class(), stats_cls=stats_cls,
+                         async_cls=async_cls)
 
 
 def test_hooks_write_the_seed_lines_the_bridge_parses(log, monkeypatch):
@@ -197,33 +248,51 @@ def test_no_summary_unless_completed_and_block_lines_are_off_by_default(log, end
 class Stats:
     """vLLM's RequestStateStats, as the API server holds it at the end of a request."""
 
-    def __init__(self, arrival, first_token_latency, generated, first_ts, last_ts):
+    def __init__(self, arrival, first_token_latency, generated, first_ts, last_ts, queued_ts=0.0, scheduled_ts=0.0):
         self.arrival_time = arrival
         self.first_token_latency = first_token_latency
         self.num_generation_tokens = generated
+        self.queued_ts = queued_ts
+        self.scheduled_ts = scheduled_ts
         self.first_token_ts = first_ts
         self.last_token_ts = last_ts
+        self.num_preemptions = 0
 
 
-def test_with_vllm_stats_the_api_server_writes_the_summary_from_vllms_own_numbers(log):
-    cls, out_cls = make_scheduler_class(), make_output_class()
-    assert install(cls, log, output_cls=out_cls)
+def state(rid, ext, stats, prompt_len=12):
+    return types.SimpleNamespace(request_id=rid, external_req_id=ext, prompt_len=prompt_len, stats=stats)
+
+
+def test_with_vllm_stats_the_engine_core_is_untouched(log):
+    """vLLM's default (`log_stats`): the scheduler keeps vLLM's own methods, nothing in between."""
+    cls = make_scheduler_class()
+    cls.log_stats = True
+    assert install(cls, log)
     s = cls()
-    s.log_stats = True  # vLLM's default: the API server keeps per-request stats
+    assert not any(name in vars(s) for name in hooks.HOOKED)  # no wrapper bound on the instance
     r = Req("cmpl-abc-0-1a2b3c4d", arrival=100.0)
     s.add_request(r)
     s.schedule()
     s.update_from_output(7)
     r.status = Status("FINISHED_LENGTH_CAPPED")
     s._free_request(r)
-    assert not any(x.startswith("Request ") for x in log.lines)  # not from the engine core
-    assert log.lines[-1].startswith("Freed 2 blocks for request cmpl-abc-0, reason=completed, t=")
+    assert log.lines == []
 
+
+def test_the_api_server_line_carries_vllms_own_numbers_and_event_times(log):
+    """One line, from vLLM's RequestStateStats: ttft / itl / e2e as vLLM computes them, and its
+    engine-core stamps (monotonic) on the wall clock with the process's one offset."""
+    import time
+
+    out_cls = make_output_class()
+    assert install(make_scheduler_class(), log, output_cls=out_cls)
     op = out_cls()
-    state = types.SimpleNamespace(request_id="cmpl-abc-0-1a2b3c4d", prompt_len=12,
-                                  stats=Stats(100.0, 0.0421234, 7, 200.010, 200.070))
-    finish = types.SimpleNamespace(name="LENGTH")
-    op._update_stats_from_finished(state, finish, types.SimpleNamespace(iteration_timestamp=100.5))
+    mono = time.monotonic()
+    wall = time.time() - mono
+    st = state("cmpl-abc-0-1a2b3c4d", "cmpl-abc-0",
+               Stats(100.0, 0.0421234, 7, mono + 0.010, mono + 0.070, queued_ts=mono + 0.001, scheduled_ts=mono + 0.004))
+    op.add(st)
+    op.finish(st, types.SimpleNamespace(name="LENGTH"), types.SimpleNamespace(iteration_timestamp=100.5))
     assert op.calls == 1
     summary = parse_message(log.lines[-1])
     assert isinstance(summary, RequestSummary) and summary.request_id == "cmpl-abc-0"
@@ -232,12 +301,151 @@ def test_with_vllm_stats_the_api_server_writes_the_summary_from_vllms_own_number
     assert summary.ttft_s == pytest.approx(0.0421234, abs=1e-6)       # vLLM's first_token_latency
     assert summary.e2e_s == pytest.approx(0.5, abs=1e-6)              # iteration stamp − arrival
     assert summary.itl_s == pytest.approx(0.060 / 6, abs=1e-6)        # decode time / (n − 1)
+    t = summary.times
+    assert t.arrival_ns == 100_000_000_000
+    for got, mono_ts in ((t.queued_ns, mono + 0.001), (t.scheduled_ns, mono + 0.004),
+                         (t.first_token_ns, mono + 0.010), (t.last_token_ns, mono + 0.070)):
+        assert abs(got / 1e9 - (mono_ts + wall)) < 2e-3
+    # vLLM's intervals, to the µs the line prints: time_in_queue, time_in_model_prefill / _decode
+    assert (t.scheduled_ns - t.queued_ns) / 1e9 == pytest.approx(0.003, abs=2e-6)
+    assert (t.first_token_ns - t.scheduled_ns) / 1e9 == pytest.approx(0.006, abs=2e-6)
+    assert (t.last_token_ns - t.first_token_ns) / 1e9 == pytest.approx(0.060, abs=2e-6)
+    assert t.preempted == () and t.caller is None
     n = len(log.lines)
-    for reason, stats in (("ABORT", state.stats), ("STOP", None)):   # aborted, or no stats kept
-        op._update_stats_from_finished(types.SimpleNamespace(request_id="x", prompt_len=1, stats=stats),
-                                       types.SimpleNamespace(name=reason), types.SimpleNamespace(iteration_timestamp=1.0))
-    op._update_stats_from_finished(state, finish, None)
-    assert len(log.lines) == n and op.calls == 4
+    op._update_stats_from_finished(state("x", "x", None), types.SimpleNamespace(name="STOP"),
+                                   types.SimpleNamespace(iteration_timestamp=1.0))  # no stats kept
+    op._update_stats_from_finished(st, types.SimpleNamespace(name="STOP"), None)
+    assert len(log.lines) == n
+
+
+def test_preemptions_aborts_and_errors_get_their_times_and_an_ended_line(log):
+    out_cls, stats_cls = make_output_class(), make_stats_class()
+    assert install(make_scheduler_class(), log, output_cls=out_cls, stats_cls=stats_cls)
+    op, it = out_cls(), stats_cls()
+    st = state("cmpl-p-0-00000000", "cmpl-p-0", Stats(__import__("time").time() - 1, 0.0, 0, 0.0, 0.0))
+    op.add(st)
+    it.update_from_events(st.request_id, [Event("QUEUED", 10.0), Event("SCHEDULED", 10.5)], True, st.stats)
+    it.update_from_events(st.request_id, [Event("PREEMPTED", 11.0)], False, st.stats)
+    it.update_from_events(st.request_id, [Event("SCHEDULED", 11.25)], False, st.stats)
+    it.update_from_events(st.request_id, [Event("PREEMPTED", 12.0)], False, st.stats)
+    assert op.abort_requests(["cmpl-p-0"], internal=False) == [st.request_id]  # the client went
+    ended = parse_message(log.lines[-1])
+    assert isinstance(ended, RequestEnded) and (ended.request_id, ended.finish) == ("cmpl-p-0", "abort")
+    pre = ended.times.preempted
+    assert len(pre) == 2 and pre[1][1] is None  # the second never rescheduled
+    assert (pre[0][1] - pre[0][0]) / 1e9 == pytest.approx(0.25, abs=2e-6)
+    assert ended.times.first_token_ns is None  # never stamped: left out, not zero
+    # an error end from the engine (FinishReason.ERROR): the same line, its reason
+    st2 = state("cmpl-e-0-00000000", "cmpl-e-0", Stats(50.0, 0.0, 0, 0.0, 0.0))
+    op.add(st2)
+    op.finish(st2, types.SimpleNamespace(name="ERROR"), types.SimpleNamespace(iteration_timestamp=51.0))
+    ended = parse_message(log.lines[-1])
+    assert (ended.finish, ended.e2e_s, ended.at_ns) == ("error", 1.0, 51_000_000_000)
+    assert op.abort_requests(["gone"], internal=True) == [] and len(log.lines) == 2
+
+
+@pytest.mark.parametrize("headers, expect", [
+    ({"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+      "tracestate": "rojo=00f067aa0ba902b7, congo=t61rcWkgMzE", "authorization": "Bearer secret"},
+     ("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331", "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE")),
+    ({"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "tracestate": "bad state!"},
+     ("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331", None)),
+    ({"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "tracestate": "a= x"},
+     ("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331", None)),
+    ({"traceparent": "00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01"}, None),  # upper case
+    ({"traceparent": "00-00000000000000000000000000000000-b7ad6b7169203331-01"}, None),  # zero trace
+    ({"traceparent": "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}, None),  # version ff
+    ({"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-x"}, None),  # 00 + more
+    ({"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01, evil=1"}, None),
+    ({"tracestate": "rojo=1"}, None),
+])
+def test_the_callers_traceparent_is_kept_strictly_and_nothing_else(log, headers, expect):
+    import asyncio
+
+    out_cls, async_cls = make_output_class(), make_async_class()
+    assert install(make_scheduler_class(), log, output_cls=out_cls, async_cls=async_cls)
+    engine, op = async_cls(), out_cls()
+    assert asyncio.run(engine.add_request("cmpl-t-0", "p", None, trace_headers=headers)) == "collector"
+    assert engine.seen == headers  # vLLM's own call gets its arguments untouched
+    kids = [state(f"{i}_cmpl-t-0-0000000{i}", "cmpl-t-0", Stats(1.0, 0.1, 2, 0.0, 0.0)) for i in range(2)]  # n=2
+    for k in kids:
+        op.add(k)
+    for k in kids:
+        op.finish(k, types.SimpleNamespace(name="STOP"), types.SimpleNamespace(iteration_timestamp=2.0))
+    assert len(log.lines) == 2 and "Bearer" not in "".join(log.lines) and "evil" not in "".join(log.lines)
+    for line in log.lines:
+        t = parse_message(line).times
+        if expect is None:
+            assert t.caller is None and "traceparent" not in line
+        else:
+            assert (t.caller.trace_id.hex(), t.caller.span_id.hex(), t.tracestate) == expect
+    front = [c for c in vars(out_cls).values() if getattr(c, hooks._WRAPPED, False)]
+    assert front  # and the context was let go with the last child:
+    assert not any(v for v in _frontends(out_cls))
+
+
+def _frontends(out_cls):
+    """The Frontend states the wrappers close over (their kept contexts and preemptions)."""
+    fn = out_cls._update_stats_from_finished
+    cells = [c.cell_contents for c in fn.__closure__ or ()]
+    fronts = [c for c in cells if isinstance(c, hooks.Frontend)]
+    return [f.contexts for f in fronts] + [f.preempted for f in fronts]
+
+
+def test_caller_context_can_be_refused_in_vllm_too(log, monkeypatch):
+    import asyncio
+
+    monkeypatch.setenv("VLLM_TRACE_BRIDGE_PLUGIN_TRACE_CONTEXT", "0")
+    out_cls, async_cls = make_output_class(), make_async_class()
+    install(make_scheduler_class(), log, output_cls=out_cls, async_cls=async_cls)
+    asyncio.run(async_cls().add_request(
+        "r", trace_headers={"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}))
+    op = out_cls()
+    st = state("r", "r", Stats(1.0, 0.1, 2, 0.0, 0.0))
+    op.add(st)
+    op.finish(st, types.SimpleNamespace(name="STOP"), types.SimpleNamespace(iteration_timestamp=2.0))
+    assert "traceparent" not in log.lines[-1]
+
+
+def test_the_line_writer_writes_vllms_format_whatever_vllms_logging_says(monkeypatch, tmp_path):
+    """Not through `logging`: vLLM's level (VLLM_LOGGING_LEVEL=WARNING sets its loggers') and
+    the root logger's do not drop the plugin's lines; replayed, the bridge reads them whole:
+    the phases at vLLM's own stamps, the root under the caller's span."""
+    import io
+    import logging as lg
+
+    from bridge.pipeline import replay
+
+    monkeypatch.setattr(lg.getLogger("vllm"), "level", lg.WARNING)
+    monkeypatch.setattr(lg.root, "level", lg.CRITICAL)
+    buf = io.StringIO()
+    w = hooks.LineWriter(buf, environ={})
+    tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    w.info(hooks._PHASES, "cmpl-1-0", 3, 5, 40.0, 2.5, 0.5, 1764600000.5,
+           ", arrival=1764600000.000000, queued_at=1764600000.010000, scheduled_at=1764600000.012000, "
+           "first_token_at=1764600000.040000, last_token_at=1764600000.490000, "
+           f"preempted=1764600000.100000~1764600000.200000, traceparent={tp}")
+    line = buf.getvalue()
+    assert line.endswith("\n") and line.count("\n") == 1
+    assert " INFO " in line and "[trace_bridge.py:1] Request cmpl-1-0: " in line and line.startswith("(")
+    path = tmp_path / "api.log"
+    path.write_text(line)
+    out = []
+    replay([str(path)], [out.append])
+    (t,) = out
+    ph = {p.name: p for p in t.phases}
+    assert list(ph) == ["preprocess", "queued", "prefill", "preempted", "decode"]
+    assert (ph["queued"].start_ns, ph["queued"].end_ns) == (1764600000_010000000, 1764600000_012000000)
+    assert (ph["prefill"].start_ns, ph["prefill"].end_ns) == (1764600000_012000000, 1764600000_040000000)
+    assert (ph["decode"].start_ns, ph["decode"].end_ns) == (1764600000_040000000, 1764600000_490000000)
+    assert (ph["preempted"].start_ns, ph["preempted"].end_ns) == (1764600000_100000000, 1764600000_200000000)
+    assert (t.start_ns, t.end_ns) == (1764600000_000000000, 1764600000_500000000)
+    assert t.attrs["gen_ai.latency.time_in_model_prefill"] == pytest.approx(0.028)
+    assert t.attrs["gen_ai.latency.time_in_queue"] == pytest.approx(0.002)
+    assert t.attrs["vllm.preemptions"] == 1
+    assert (t.parent.trace_id.hex(), t.parent.span_id.hex()) == ("0af7651916cd43dd8448eb211c80319c",
+                                                                 "b7ad6b7169203331")
+    assert t.attrs["vllm.trace_context"] == "traceparent"
 
 
 def test_install_is_idempotent(log):
@@ -256,7 +464,7 @@ def test_an_untested_version_with_every_hook_point_installs_and_says_so(log):
     cls, out_cls = make_scheduler_class(), make_output_class()
     assert install(cls, log, "0.99.0", out_cls) is True
     assert len(log.lines) == 1 and "0.99.0 is not a version it was tested on" in log.lines[0]
-    assert getattr(cls.schedule, hooks._WRAPPED, False)
+    assert getattr(cls.__init__, hooks._WRAPPED, False)
 
 
 def test_a_missing_hook_point_or_another_signature_is_named_and_changes_nothing(log):
@@ -274,7 +482,7 @@ def test_a_missing_hook_point_or_another_signature_is_named_and_changes_nothing(
     cls3, out_cls3 = make_scheduler_class(), make_output_class()
     cls3._preempt_request = lambda self, request, drop_stale_output=False: None  # no timestamp
     assert install(cls3, log, "0.33.1", out_cls3) is False
-    assert not getattr(cls3.schedule, hooks._WRAPPED, False)
+    assert not getattr(cls3.__init__, hooks._WRAPPED, False)
     assert len(log.lines) == 3 and all("does nothing" in x for x in log.lines)
     assert log.lines[0].endswith("has no Scheduler._free_request_blocks")
     assert "OutputProcessor._update_stats_from_finished" in log.lines[1]
@@ -289,16 +497,17 @@ class Event:
         self.timestamp = ts
 
 
-def test_lines_carry_vllms_own_event_times_on_the_wall_clock(log):
+def test_lines_carry_vllms_own_event_times_on_the_wall_clock(log, monkeypatch):
     """With vLLM's stats on, the request's QUEUED / SCHEDULED / PREEMPTED stamps (monotonic)
     are what the lines say, turned into wall time with one offset: queued= is exactly
     vLLM's time_in_queue and t= the scheduling's own time."""
     import time
 
     cls = make_scheduler_class()
+    cls.log_stats = True
     install(cls, log)
+    monkeypatch.setenv("VLLM_TRACE_BRIDGE_PLUGIN_ENGINE", "1")  # engine lines asked for
     s = cls()
-    s.log_stats = True
     r = Req("cmpl-q-0-00000000", arrival=time.time())
     s.add_request(r)
     mono = time.monotonic()
@@ -315,11 +524,13 @@ def test_lines_carry_vllms_own_event_times_on_the_wall_clock(log):
 
 def test_the_hook_points_are_read_from_source_without_importing_vllm():
     """`missing_in_source` on a made-up release: what it names is what is missing."""
-    sched = ("class Scheduler:\n" + "".join(
-        f"    def {m}(self, {', '.join(p)}): pass\n" for f, c, m, p in hooks.HOOK_POINTS if c == "Scheduler"))
-    files = {hooks._SCHEDULER_PY: sched + "# kv_cache_manager requests running waiting log_stats\n",
-             hooks._OUTPUT_PY: "class OutputProcessor:\n    def _update_stats_from_finished(self, req_state, "
-                               "finish_reason, iteration_stats): pass\n"}
+    files: dict[str, str] = {}
+    for f, c, m, p in hooks.HOOK_POINTS:
+        head = f"class {c}:\n"
+        text = files.get(f, "")
+        files[f] = (text if head in text else text + head) + f"    def {m}(self, {', '.join(p)}): pass\n"
+    # one class per file here: methods follow their class's header
+    assert len({c for f, c, _m, _p in hooks.HOOK_POINTS}) == len(files)
     for path, words in hooks.READ_AT_RUN_TIME:
         files[path] = files.get(path, "") + "\n# " + " ".join(words) + "\n"
     assert hooks.missing_in_source(files.get) == []

@@ -5,7 +5,8 @@
  * does what `Assembler.feed` → `_on_allocated` / `_on_freed` / `_on_summary` do, for the
  * commonest case only:
  *
- *   - the event is a BlockAllocated, BlockFreed or RequestSummary (exact types);
+ *   - the event is a BlockAllocated, BlockFreed or RequestSummary (exact types; a summary
+ *     without the vLLM plugin's phase times);
  *   - the record's time is not newer than the assembler's clock (no tick is due) and no NCCL
  *     timeout is held;
  *   - the request id is open (so `_seed_id` is the id itself), and, for an allocation or a
@@ -29,7 +30,7 @@
 
 enum {
     R_ts_ns, R_offset,                                 /* Record */
-    E_request_id, E_block, E_size_bytes, E_reason, E_at_ns, /* the events */
+    E_request_id, E_block, E_size_bytes, E_reason, E_at_ns, E_times, /* the events */
     S_terminal_ns, S_last_ns, S_last_offset, S_allocated, S_freed, S_held, S_block_events, S_block_dropped,
     S_last_free_ns, S_outcome, S_summary, S_request_id, S_events, S_dropped, S_min_free_ratio,
     S_max_gpu_ratio, S_extra,                          /* RequestState */
@@ -37,7 +38,7 @@ enum {
 };
 static Attr attrs_[N_ATTRS] = {
     {"ts_ns"}, {"offset"},
-    {"request_id"}, {"block"}, {"size_bytes"}, {"reason"}, {"at_ns"},
+    {"request_id"}, {"block"}, {"size_bytes"}, {"reason"}, {"at_ns"}, {"times"},
     {"terminal_ns"}, {"last_ns"}, {"last_offset"}, {"allocated"}, {"freed"}, {"held"}, {"block_events"},
     {"block_dropped"}, {"last_free_ns"}, {"outcome"}, {"summary"}, {"request_id"}, {"events"}, {"dropped"},
     {"min_free_ratio"}, {"max_gpu_ratio"}, {"extra"},
@@ -143,7 +144,10 @@ static int finish_drained(Feeder *self, PyObject *r, PyObject *held, PyObject *o
 static PyObject *summary(Feeder *self, PyObject *record, PyObject *event, PyObject *at) {
     PyObject **p_ts = attr_slot(record, &attrs_[R_ts_ns], 0), **p_off = attr_slot(record, &attrs_[R_offset], 0);
     PyObject **p_rid = attr_slot(event, &attrs_[E_request_id], 0);
-    if (!p_ts || !p_off || !p_rid || !*p_ts || !*p_off || !*p_rid || !PyLong_CheckExact(*p_ts))
+    /* a summary with the vLLM plugin's phase times (`times`) is Python's (`_plugin_times`) */
+    PyObject **p_times = attr_slot(event, &attrs_[E_times], 0);
+    if (!p_ts || !p_off || !p_rid || !*p_ts || !*p_off || !*p_rid || !PyLong_CheckExact(*p_ts) || !p_times ||
+        *p_times != Py_None)
         return fallback(self, record, event);
     PyObject *ts = *p_ts;
     int go = quiet(self, ts);

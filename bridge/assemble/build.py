@@ -70,7 +70,7 @@ FAST_REQUEST_TIMELINE = _load_fast()
 def _python_only(r: RequestState) -> bool:
     """Timelines only the Python builds (the C declines nothing of these by itself): the ones
     whose engine queue the plugin timed exactly (`preprocess`, a root starting at vLLM's arrival)."""
-    return bool(r.schedules) and r.schedules[0][1].at_ns is not None
+    return r.times is not None or (bool(r.schedules) and r.schedules[0][1].at_ns is not None)
 
 
 def request_timeline(r: RequestState, source: Source, thresholds: Thresholds,
@@ -95,6 +95,17 @@ def _request_timeline(r: RequestState, source: Source, thresholds: Thresholds,
         first_token, ft_timing = _clamp(arrival + _ns(s.ttft_s), REPORTED, None, r.terminal_ns)
     elif r.outcome == "timeout" and r.timeout_after_s is not None:
         arrival = max(0, r.terminal_ns - _ns(r.timeout_after_s))
+    times = r.times  # vLLM's own stamps (the plugin's end line): exact boundaries
+    last_token = None
+    if times is not None:
+        if times.arrival_ns is not None and (r.terminal_ns is None or times.arrival_ns <= r.terminal_ns):
+            arrival = times.arrival_ns
+        if times.first_token_ns is not None:
+            # vLLM's first NEW_TOKEN stamp (engine core): prefill ends there, as its
+            # time_in_model_prefill; the ttft attribute stays the API server's, as vLLM's.
+            first_token, ft_timing = _clamp(times.first_token_ns, OBSERVED, None, r.terminal_ns)
+            if times.last_token_ns is not None:
+                last_token = _clamp(times.last_token_ns, OBSERVED, first_token, r.terminal_ns)[0]
 
     sched0 = sched_timing = None
     if r.schedules:
@@ -132,8 +143,10 @@ def _request_timeline(r: RequestState, source: Source, thresholds: Thresholds,
         phases.append(Phase("queued", 0, arrival, q_end, REPORTED, q_timing))
     if sched0 is not None:
         first = r.schedules[0][1]
-        attrs = {"vllm.scheduling.priority": first.priority, "vllm.scheduling.blocks": first.blocks,
-                 "vllm.scheduling.remaining_blocks": first.remaining_blocks}
+        # blocks None: the plugin's end line (the engine core's lines, which count them, off)
+        attrs = {"vllm.scheduling.priority": first.priority} if first.blocks is None else {
+            "vllm.scheduling.priority": first.priority, "vllm.scheduling.blocks": first.blocks,
+            "vllm.scheduling.remaining_blocks": first.remaining_blocks}
         if len(r.schedules) > 1:
             attrs["vllm.scheduling.count"] = len(r.schedules)
         if first_token is not None:
@@ -147,11 +160,15 @@ def _request_timeline(r: RequestState, source: Source, thresholds: Thresholds,
             stop, et = max(start, end), INFERRED
         else:
             stop, et = _clamp(p_end, OBSERVED, start, None)
-        phases.append(Phase("preempted", i, start, stop, st, et,
+        phases.append(Phase("preempted", i, start, stop, st, et, {} if ev.blocks is None else
                             {"vllm.preemption.reason": ev.reason, "vllm.preemption.blocks": ev.blocks}))
     if s is not None:
-        phases.append(Phase("decode", 0, first_token, r.terminal_ns, ft_timing, OBSERVED,
+        # to vLLM's last NEW_TOKEN stamp when the plugin gave it (its time_in_model_decode)
+        phases.append(Phase("decode", 0, first_token, r.terminal_ns if last_token is None else last_token,
+                            ft_timing, OBSERVED,
                             {"gen_ai.usage.output_tokens": s.generated_tokens, "vllm.itl_s": s.itl_s}))
+    elif first_token is not None and last_token is not None:  # ended (aborted) after its first token
+        phases.append(Phase("decode", 0, first_token, last_token, ft_timing, OBSERVED))
     if r.terminal_ns is not None and r.last_free_ns is not None:
         # Freed after the end's line (the seed's order), or, when the engine released the
         # blocks before the API server logged the end (V1 with the vLLM plugin), from the
@@ -244,6 +261,14 @@ def _request_attrs(r: RequestState, t: Thresholds, arrival: int | None, sched0: 
     in_queue = engine_queue if engine_queue is not None else queue_s
     if in_queue is not None:
         a["gen_ai.latency.time_in_queue"] = in_queue
+    times = r.times
+    if times is not None and times.scheduled_ns is not None:
+        # vLLM's native-tracing intervals, from the same stamps (engine core, monotonic)
+        if times.first_token_ns is not None:
+            a["gen_ai.latency.time_in_model_prefill"] = (times.first_token_ns - times.scheduled_ns) / _NS
+            if times.last_token_ns is not None:
+                a["gen_ai.latency.time_in_model_decode"] = (times.last_token_ns - times.first_token_ns) / _NS
+                a["gen_ai.latency.time_in_model_inference"] = (times.last_token_ns - times.scheduled_ns) / _NS
     n_preempted = len(r.preemptions or ()) + r.sampled_preemptions
     a["vllm.preemptions"] = n_preempted
     a["vllm.kv_blocks"] = r.allocated

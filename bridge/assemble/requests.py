@@ -53,6 +53,7 @@ from bridge.parse.events import (
     RequestFinished,
     RequestReceived,
     RequestsAborted,
+    RequestEnded,
     RequestSummary,
     RequestTimedOut,
     ResponseGenerated,
@@ -111,6 +112,9 @@ class AssembleConfig:
     linger_s: float = 5.0     # a finished request waits this long for its last block frees
     oom_window_s: float = 2.0  # a CUDA OOM this close before a failed allocation explains it
     context_rule: Rule = w3c_rule  # request id → the caller's trace context (context.make_rule)
+    # Client-supplied context counts: the traceparent the vLLM plugin logged with a request (it
+    # wins over `context_rule`), and `context_rule` itself. False: neither (docs/trace-context.md).
+    client_context: bool = True
     # Error text from the log goes out as vLLM wrote it, tracebacks included. Off by default: a
     # user's prompt or values reach error messages (validation, chat template, tracebacks).
     export_error_text: bool = False
@@ -151,6 +155,10 @@ def _engine_failed(error_type: str) -> str:
     """A request's own failure when the engine died: the incident's type, not its text (that is
     on the linked `vllm.engine` span)."""
     return f"engine failed ({error_type}); see the linked vllm.engine span"
+
+
+def _least(a: int | None, b: int | None) -> int | None:
+    return b if a is None else (a if b is None else min(a, b))
 
 
 def _combined(rid: str, seqs: dict) -> tuple[RequestSummary, int]:
@@ -270,6 +278,7 @@ class Assembler:
             BlockAllocated: self._on_allocated,
             BlockFreed: self._on_freed,
             RequestSummary: self._on_summary,
+            RequestEnded: self._on_ended,
             RequestTimedOut: self._on_timeout,
             AllocationFailed: self._on_alloc_failed,
             QueueState: self._on_queue,
@@ -543,6 +552,8 @@ class Assembler:
         record = _exact(record, ev)
         r, k = self._start_seq(ev.request_id, record)
         end = record.ts_ns
+        if ev.times is not None:
+            self._plugin_times(r, ev.request_id, ev.times)
         if k is not None:
             r.seqs[k] = (end, ev)
             if self._seqs_left(r):
@@ -577,6 +588,52 @@ class Assembler:
         seqs = r.seqs
         done = sum(1 for i, v in seqs.items() if v is not None or i == ending)
         return done < max(n, len(seqs))
+
+    def _on_ended(self, record: Record, ev: RequestEnded) -> None:
+        """The plugin's line for a request that did not complete: aborted (the client went, or
+        vLLM aborted it) or failed, with the phases vLLM stamped before."""
+        record = _exact(record, ev)
+        rid = self._seed_id(ev.request_id)
+        r = self._open.get(rid)
+        if r is not None and r.terminal_ns is not None:  # vLLM's own line ended it first
+            if ev.times is not None and r.times is None:
+                self._plugin_times(r, ev.request_id, ev.times)
+            return
+        r, _k = self._start_seq(ev.request_id, record)  # a child of n>1 ends its parent: vLLM aborts all
+        if ev.times is not None:
+            self._plugin_times(r, ev.request_id, ev.times)
+        r.set("gen_ai.usage.input_tokens", ev.prompt_tokens)
+        r.set("gen_ai.usage.output_tokens", ev.generated_tokens)
+        r.set("vllm.e2e_s", ev.e2e_s)
+        if ev.finish == "abort":
+            self._fail(r, record.ts_ns, "aborted", "aborted", "RequestAborted", f"Request {ev.request_id} aborted")
+        else:
+            self._fail(r, record.ts_ns, "failed", ev.finish, "RequestFailed",
+                       f"Request {ev.request_id} ended: {ev.finish}")
+        if r.held <= 0:
+            self._finish(r)
+
+    @staticmethod
+    def _plugin_times(r: RequestState, rid: str, times) -> None:
+        """vLLM's own stamps from the plugin's end line: the first scheduling and the
+        preemptions, unless the engine core's lines gave them already (same stamps, with block
+        counts); the first and last token go to the build."""
+        if r.times is not None:  # another child of an n>1 request: one phase set for the client's request
+            old = r.times
+            times = replace(times, arrival_ns=_least(old.arrival_ns, times.arrival_ns),
+                            queued_ns=_least(old.queued_ns, times.queued_ns),
+                            scheduled_ns=_least(old.scheduled_ns, times.scheduled_ns),
+                            first_token_ns=_least(old.first_token_ns, times.first_token_ns),
+                            last_token_ns=max((t for t in (old.last_token_ns, times.last_token_ns) if t is not None),
+                                              default=None),
+                            preempted=old.preempted + times.preempted,
+                            caller=old.caller or times.caller, tracestate=old.tracestate or times.tracestate)
+        r.times = times
+        if times.scheduled_ns is not None and not r.schedules:
+            queued = (times.scheduled_ns - times.queued_ns) / 1e9 if times.queued_ns is not None else None
+            r.schedules = [(times.scheduled_ns, Scheduled(rid, 0, None, None, queued, times.scheduled_ns))]
+        if times.preempted and not r.preemptions:
+            r.preemptions = [[start, end, Preempted(rid, "", None, start)] for start, end in times.preempted]
 
     def _on_timeout(self, record: Record, ev: RequestTimedOut) -> None:
         r = self._open.get(ev.request_id)
@@ -630,7 +687,10 @@ class Assembler:
             self._gone[r.request_id] = r.last_ns
         if r.terminal_ns is None:  # no line ended it: its end is the last evidence (replay ≡ agent)
             r.set("vllm.end_inferred", True)
-        parent = self._config.context_rule(r.request_id)
+        parent = None
+        if self._config.client_context:
+            caller = r.times.caller if r.times is not None else None
+            parent = caller if caller is not None else self._config.context_rule(r.request_id)
         t = self._timeline(r, self.source, self._config.thresholds, parent)
         if r.extra is not None and ("vllm.start_unknown" in r.extra or "vllm.end_inferred" in r.extra):
             # A bound no line proves: the first line seen is no arrival; a stop's time no end.

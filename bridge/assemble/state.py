@@ -5,7 +5,7 @@ depend on it and not on each other."""
 from __future__ import annotations
 
 from bridge.assemble.timeline import SpanEvent
-from bridge.parse.events import GpuMemory, QueueState, RequestSummary, Scheduled
+from bridge.parse.events import GpuMemory, PluginTimes, QueueState, RequestSummary, Scheduled
 
 EVENT_CAP = 32  # sampled events (KV blocks, gauges) kept per span; totals are attributes
 BLOCK_EVENTS_KEPT = 8 * EVENT_CAP  # spread over the phases later, EVENT_CAP per span
@@ -23,7 +23,7 @@ class RequestState:
         "events", "dropped", "summary", "terminal_ns", "outcome", "error_type", "error_message",
         "timeout_after_s", "queue_at_schedule", "gpu_at_schedule", "min_free_ratio",
         "max_gpu_ratio", "last_free_ns", "release_ns", "extra", "sampled_preemptions", "idle_at",
-        "seen", "added", "seqs", "coarse_start",
+        "seen", "added", "seqs", "coarse_start", "times",
     )
 
     def __init__(self, request_id: str, occurrence: str, ts: int, offset: int) -> None:
@@ -61,6 +61,7 @@ class RequestState:
         # The first line was stamped to the second only (vLLM's header): a more precise line
         # about the request may say when within that second it began (build).
         self.coarse_start = False
+        self.times: PluginTimes | None = None  # vLLM's own phase stamps, from the plugin's end line
 
     def set(self, key: str, value) -> None:
         if self.extra is None:

@@ -465,8 +465,10 @@ static PyObject *summary(Cur *c) {
         if (!ok)
             return DECLINE;
     }
-    PyObject *v[7] = {str_of(c, rid), int_of(c, prompt), int_of(c, generated), PyFloat_FromDouble(secs[0]),
-                      PyFloat_FromDouble(secs[1]), PyFloat_FromDouble(secs[2]), AT_VALUE(has, at)};
+    /* times: None. The plugin's trailing fields (`, arrival=…`) fail AT_END above: Python reads them. */
+    PyObject *v[8] = {str_of(c, rid), int_of(c, prompt), int_of(c, generated), PyFloat_FromDouble(secs[0]),
+                      PyFloat_FromDouble(secs[1]), PyFloat_FromDouble(secs[2]), AT_VALUE(has, at),
+                      Py_NewRef(Py_None)};
     return MAKE(&classes[SUMMARY], v);
 }
 

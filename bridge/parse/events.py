@@ -13,6 +13,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bridge.parse.context import TraceContext
+
+
+@dataclass(frozen=True, slots=True)
+class PluginTimes:
+    """vLLM's own stamps of a request's phases, as the vLLM plugin's API-server line carries them
+    (`arrival=`, `queued_at=`, … on the summary or `ended` line), unix ns; None: not stamped."""
+
+    arrival_ns: int | None = None
+    queued_ns: int | None = None
+    scheduled_ns: int | None = None
+    first_token_ns: int | None = None
+    last_token_ns: int | None = None
+    # (PREEMPTED, the SCHEDULED that ended it or None) per preemption
+    preempted: tuple[tuple[int, int | None], ...] = ()
+    caller: TraceContext | None = None  # the request's own valid W3C traceparent
+    tracestate: str | None = None
+
 
 @dataclass(frozen=True, slots=True)
 class RequestSummary:
@@ -25,6 +43,20 @@ class RequestSummary:
     itl_s: float
     e2e_s: float
     at_ns: int | None = None
+    times: PluginTimes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RequestEnded:
+    """The vLLM plugin's line for a request that did not complete (`finish=abort`, `error`, …)."""
+
+    request_id: str
+    finish: str
+    prompt_tokens: int
+    generated_tokens: int
+    e2e_s: float
+    at_ns: int | None = None
+    times: PluginTimes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,6 +339,7 @@ class Stamped:
 
 Event = (
     RequestSummary
+    | RequestEnded
     | Scheduled
     | Preempted
     | QueueState
@@ -341,6 +374,7 @@ Event = (
 #: The stable name of each kind, used in counters and reports.
 KIND = {
     RequestSummary: "request_summary",
+    RequestEnded: "request_ended",
     Scheduled: "scheduling",
     Preempted: "preemption",
     QueueState: "queue_state",

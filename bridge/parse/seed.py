@@ -23,10 +23,13 @@ from bridge.parse.events import (
     NcclTimeout,
     Preempted,
     QueueState,
+    PluginTimes,
+    RequestEnded,
     RequestSummary,
     RequestTimedOut,
     Scheduled,
 )
+from bridge.parse.context import TraceContext
 from bridge.parse.numbers import count, fits, seconds
 
 _ID = r"([^\s:,]+)"
@@ -112,20 +115,96 @@ _NCCL = re.compile(r"NCCL timeout: rank (\d+) failed to synchronize after " + _D
 _HINT = re.compile(r"Possible causes: (.*)")
 
 
+# The vLLM plugin's fields after `t=` (docs/plugin.md): `, key=value` each; an unknown key (a
+# newer plugin's) is skipped; `tracestate`, whose members are comma-separated, comes last.
+_FIELD = re.compile(r", ([a-z_]{1,32})=([^,\s]*)")
+_TRACESTATE = re.compile(r", tracestate=(\S{1,512})$")
+_STAMP = re.compile(r"(\d{1,12})(?:\.(\d{1,9}))?")
+_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}")
+_TIME_KEYS = ("arrival", "queued_at", "scheduled_at", "first_token_at", "last_token_at")
+
+
+def _stamp(text: str) -> int:
+    m = _STAMP.fullmatch(text)
+    if m is None:
+        raise ValueError(f"not a time: {text!r}")
+    return _at_ns(m[1], m[2])
+
+
+def caller_context(traceparent: str) -> TraceContext | None:
+    """A W3C traceparent (version 00, or a later one's first four fields; lower-case hex, ids
+    not all zero, version not ff) → its context; anything else → None: ignored, never kept."""
+    m = _TRACEPARENT.fullmatch(traceparent)
+    if m is None or m[1] == "ff" or m[2] == "0" * 32 or m[3] == "0" * 16:
+        return None
+    return TraceContext(bytes.fromhex(m[2]), bytes.fromhex(m[3]), "traceparent")
+
+
+def _times(tail: str) -> PluginTimes | None:
+    """The plugin's trailing fields (`tail` starts at the `, ` after `t=`); None when they are
+    not that (the line's own fields still stand). A bad traceparent is dropped, never kept."""
+    try:
+        return _fields(tail)
+    except ValueError:
+        return None
+
+
+def _fields(tail: str) -> PluginTimes:
+    state = None
+    m = _TRACESTATE.search(tail)
+    if m is not None:
+        state, tail = m[1], tail[:m.start()]
+    found: dict[str, str] = {}
+    pos = 0
+    while pos < len(tail):
+        f = _FIELD.match(tail, pos)
+        if f is None:
+            raise ValueError("not a field")
+        found.setdefault(f[1], f[2])
+        pos = f.end()
+    stamps = [_stamp(found[k]) if k in found else None for k in _TIME_KEYS]
+    preempted = []
+    for span in filter(None, found.get("preempted", "").split("/")):
+        start, sep, end = span.partition("~")
+        if not sep:
+            raise ValueError("not a preemption")
+        preempted.append((_stamp(start), _stamp(end) if end else None))
+    caller = caller_context(found["traceparent"]) if "traceparent" in found else None
+    return PluginTimes(*stamps, tuple(preempted), caller, state if caller is not None else None)
+
+
 def _summary(m: re.Match[str], msg: str) -> Event:
     rid, prompt, generated, ttft, ttft_unit, itl, itl_unit, e2e, e2e_unit, at_s, at_f = m.groups()
+    tail = msg[m.end():]
     return RequestSummary(
         rid, count(prompt), count(generated),
         duration_s(ttft, ttft_unit or "s"), duration_s(itl, itl_unit or "s"), duration_s(e2e, e2e_unit or "s"),
-        _at_ns(at_s, at_f),
+        _at_ns(at_s, at_f), _times(tail) if tail.startswith(", ") and at_s is not None else None,
     )
 
 
+_ENDED = re.compile(
+    r"Request " + _ID + r" ended: finish=([a-z_]{1,32}), prompt_tokens=(\d+), generated_tokens=(\d+), "
+    r"total_latency=" + _DUR + r", t=(\d{1,12})(?:\.(\d{1,9}))?"
+)
+
+
+def _ended(m: re.Match[str], msg: str) -> Event:
+    rid, finish, prompt, generated, e2e, e2e_unit, at_s, at_f = m.groups()
+    tail = msg[m.end():]
+    return RequestEnded(rid, finish, count(prompt), count(generated), duration_s(e2e, e2e_unit or "s"),
+                        _at_ns(at_s, at_f), _times(tail) if tail.startswith(", ") else None)
+
+
 def _request(msg: str) -> Event | None:
-    # Three families share the word "Request": summary, scheduler timeout, API timeout.
+    # Four families share the word "Request": summary, the plugin's `ended`, scheduler timeout,
+    # API timeout.
     m = _SUMMARY.match(msg)
     if m:
         return _summary(m, msg)
+    m = _ENDED.match(msg)
+    if m:
+        return _ended(m, msg)
     m = _TIMEOUT_API.match(msg)
     if m:
         return RequestTimedOut(m[1], None, msg)

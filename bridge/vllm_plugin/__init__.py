@@ -3,34 +3,33 @@
 Loaded by vLLM through the `vllm.general_plugins` entry point. It ships on its own as the
 pure-Python distribution `vllm-trace-bridge-plugin` (top-level module `vllm_trace_bridge_plugin`,
 laid out from this package by `vllm-trace-bridge plugin wheel` / `plugin install --target`,
-bridge/plugin_dist.py), so its imports inside the package are relative. It wraps methods of vLLM's V1 scheduler (in
-the engine core) and of its output processor (in the API server), and writes, through vLLM's
-own logger, the lines the bridge already reads:
+bridge/plugin_dist.py), so its imports inside the package are relative. By default it lives in the API
+server: one line per request, where vLLM finishes the request's stats, with vLLM's own numbers
+and event times (its engine core's QUEUED / SCHEDULED / PREEMPTED / token stamps, which the API
+server receives anyway) and the caller's W3C `traceparent`:
 
-    Scheduling request <id>: priority=<p>, num_scheduled_blocks=<n>, remaining_blocks=<n>, queued=<x>ms, t=<T>
-    Preempting request <id>: reason=<r>, preempted_blocks=<n>, t=<T>
-    Request <id>: prompt_tokens=<n>, generated_tokens=<n>, ttft=<x>ms, itl=<x>ms, total_latency=<x>s, t=<T>
-    Running queue: <n> requests, waiting queue: <n> requests, free blocks: <f>/<t>
-    Freed <n> blocks for request <id>, reason=<r>, t=<T>        (one per finished request)
-    Allocated block <b> for request <id>, size=<n>B, t=<T>       (only with ..._BLOCKS=1)
-    Freed block <b> for request <id>, reason=<r>, t=<T>          (only with ..._BLOCKS=1, instead)
+    Request <id>: prompt_tokens=<n>, generated_tokens=<n>, ttft=<x>ms, itl=<x>ms, total_latency=<x>s,
+        t=<T>, arrival=<T>, queued_at=<T>, scheduled_at=<T>, first_token_at=<T>, last_token_at=<T>
+        [, preempted=<T>~<T>/…] [, traceparent=…] [, tracestate=…]
+    Request <id> ended: finish=<reason>, prompt_tokens=<n>, generated_tokens=<n>, total_latency=<x>s, t=<T>, …
 
-`t=<T>` is the event's own time, unix seconds with six decimals, taken where vLLM records it
-(its request events' monotonic stamps, turned into wall-clock time with one offset per
-process; the API server's own wall-clock stamps for the summary): a log header has one-second
-resolution, and a runtime stamp says when the line was read, not when the event happened.
+The engine core runs untouched unless its lines are asked for (`…_PLUGIN_ENGINE=1`, `…_BLOCKS=1`)
+or vLLM keeps no stats (`--disable-log-stats`); then it writes `Scheduling request`,
+`Preempting request`, `Running queue`, `Freed <n> blocks` (and per-block) lines, and without
+stats the summary. `hooks.py` says which vLLM methods are wrapped and why.
 
-The summary is written by the API server from vLLM's own request stats, so its time to first
-token and end-to-end are the ones vLLM's metrics and `llm_request` spans report.
+`<T>` is unix seconds with six decimals, vLLM's own stamp of the event (monotonic stamps turned
+into wall-clock time with one offset per process). Lines are written in vLLM's format straight
+to vLLM's stream, not through `logging`, so vLLM's log level does not drop them.
 
 Nothing leaves vLLM's process but those log lines: no exporter, no socket, no thread. Every
 hook is wrapped: a failure in the plugin is logged once and the plugin switches itself off;
 vLLM's own method always runs, with its own arguments, and its result or exception is
 passed through untouched.
 
-Switches: vLLM's `VLLM_PLUGINS` (the plugin's name is `vllm_trace_bridge`), and
-`VLLM_TRACE_BRIDGE_PLUGIN=0`. `VLLM_TRACE_BRIDGE_PLUGIN_BLOCKS=1` adds the per-block lines;
-`VLLM_TRACE_BRIDGE_PLUGIN_QUEUE_INTERVAL_S` (default 1) paces the queue-state line.
+Switches: vLLM's `VLLM_PLUGINS` (the plugin's name is `vllm_trace_bridge`),
+`VLLM_TRACE_BRIDGE_PLUGIN=0`, `VLLM_TRACE_BRIDGE_PLUGIN_ENGINE=1`, `…_BLOCKS=1`,
+`…_QUEUE_INTERVAL_S` (default 1), `…_TRACE_CONTEXT=0` (never write the caller's context).
 
 This module imports nothing from vLLM at import time, and nothing from the rest of the bridge.
 """

@@ -1,48 +1,87 @@
-"""The hooks. `install` wraps six methods of vLLM's V1 `Scheduler` (the engine core) and one of
-its `OutputProcessor` (the API server):
+"""The hooks. By default the plugin lives in the API server only, and vLLM's engine core — the
+one Python thread that feeds the GPU — runs untouched (its `Scheduler.__init__` is wrapped, and
+that is all, unless engine lines are wanted: see below).
 
-- `Scheduler.add_request`: notes when the request entered the engine's queue (monotonic, as
-  vLLM's own QUEUED event), for the `queued=` field of its first `Scheduling request` line.
-- `Scheduler.schedule`: after vLLM's own call, the new and resumed requests of the step get
-  their `Scheduling request` line (and, with blocks on, `Allocated block` lines for the blocks
-  the step gave out); at most once per interval, the `Running queue` line.
-- `Scheduler._preempt_request`: the `Preempting request` line, written just before vLLM's call
-  (which frees the blocks it counts).
-- `Scheduler._free_request_blocks`: a finished request's `Freed <n> blocks` line (with blocks
-  on, one `Freed block` line per block, preemptions included).
-- `OutputProcessor._update_stats_from_finished`: the finished-request summary, from the very
-  stats vLLM's own metrics and `llm_request` spans are made of (time to first token and
-  end-to-end as the API server saw them), so the bridge's durations are vLLM's.
-- Only when vLLM keeps no stats (`--disable-log-stats`, where the API server has none to
-  give): `Scheduler.update_from_output` notes the first token and `Scheduler._free_request`
-  writes the summary from the engine's clock instead, after vLLM's free (so, as from the API
-  server, the release lines come before the end's line).
+The API server already receives, for every request, the engine core's QUEUED / SCHEDULED /
+PREEMPTED event times (`EngineCoreOutput.events`, kept in `RequestStateStats` when vLLM keeps
+stats, its default) and the engine core's stamp of every token batch. So one line per request,
+written where vLLM finishes the request's stats, carries every phase, at vLLM's own times:
 
-Every line ends in `t=<unix seconds>.<µs>`, the event's own time: vLLM's QUEUED / SCHEDULED /
-PREEMPTED request events where it records them (monotonic, turned into wall-clock time with an
-offset taken once per scheduler), the API server's wall-clock iteration stamp for the summary.
+- `OutputProcessor._update_stats_from_finished`: the request's summary line (below), every
+  finish reason (a completed request's line is the seed summary; any other end,
+  `Request <id> ended: finish=<reason>, …`).
+- `IterationStats.update_from_events` (called only for an output that carries events): the
+  times of a preempted request's PREEMPTED events and of the SCHEDULED events that end them.
+- `OutputProcessor.abort_requests`: a request the API server aborts (client gone) never
+  reaches the finished stats: its `ended` line, with what is known, from here.
+- `AsyncLLM.add_request`: the caller's W3C `traceparent` / `tracestate` (vLLM drops them
+  unless its own tracing is on), validated and kept until the request's line is written.
+
+The summary line (`t=` and the `*_at` times are unix seconds, six decimals):
+
+    Request <id>: prompt_tokens=<n>, generated_tokens=<n>, ttft=<x>ms, itl=<x>ms, total_latency=<x>s,
+        t=<end>, arrival=<A>, queued_at=<Q>, scheduled_at=<S>, first_token_at=<F>, last_token_at=<L>
+        [, preempted=<p>~<r>/<p>~<r>…] [, traceparent=<W3C>] [, tracestate=<W3C>]
+
+ttft, itl, total_latency and `t` are vLLM's own numbers (`first_token_latency`, its mean
+inter-token latency, its e2e latency ending at the iteration's wall-clock stamp). The `*_at`
+times are vLLM's engine-core stamps (`queued_ts`, `scheduled_ts`, `first_token_ts`,
+`last_token_ts`, each PREEMPTED and the SCHEDULED after it): CLOCK_MONOTONIC of the engine core,
+which on Linux is one clock for every process of the host, turned into wall-clock time with one
+offset (`time.time() - time.monotonic()`) taken once per API-server process. So the bridge's
+queued / prefill / decode spans are vLLM's `time_in_queue`, `time_in_model_prefill` and
+`time_in_model_decode`, to the microsecond. A time vLLM never stamped (a request aborted while
+queued) is left out. Old bridges read the summary's first fields and ignore the rest.
+
+The engine core writes lines only where the API server cannot know: with
+`VLLM_TRACE_BRIDGE_PLUGIN_ENGINE=1` (block counts on `Scheduling request` / `Preempting request`
+lines, the `Running queue` line, `Freed <n> blocks`), with `VLLM_TRACE_BRIDGE_PLUGIN_BLOCKS=1`
+(that and one line per block), and when vLLM keeps no stats (`--disable-log-stats`: the API
+server then has no event times, so the engine core writes every line, the summary included,
+from its own clock — the previous plugin's lines). Then `Scheduler.__init__` binds wrappers of
+six methods on that scheduler instance:
+
+- `add_request`: notes when the request entered the engine's queue.
+- `schedule`: the new and resumed requests' `Scheduling request` lines (blocks on: `Allocated
+  block` lines); at most once per interval, the `Running queue` line.
+- `_preempt_request`: the `Preempting request` line, before vLLM frees the blocks it counts.
+- `_free_request_blocks`: a finished request's `Freed <n> blocks` line (blocks on: one per block).
+- `update_from_output` / `_free_request`: stats off only, the first token and the summary.
+
+Every line goes through the plugin's own logger (`vllm_trace_bridge`: a handler of its own in
+vLLM's format on vLLM's stream, not propagating), so `VLLM_LOGGING_LEVEL=WARNING` or a logging
+config of the user's own does not drop it, and nothing is printed twice.
 
 Which vLLM: any whose classes have the hook points in `HOOK_POINTS`, by name and by the
 parameters the wrappers rely on (checked before anything is wrapped); tested on 0.32 and 0.33.
 
 Each wrapper calls vLLM's method first (or, where the plugin must look before vLLM changes
 state, reads and then calls it) and never lets its own error reach vLLM: the first error is
-logged once with its traceback and that object's tracer switches off.
+logged once with its traceback and that object's hooks switch off.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import re
+import sys
 import time
+import types
 
-from . import _LOGGER_NAME, TESTED_VERSIONS, version_tested
+from . import TESTED_VERSIONS, version_tested
+
+#: The plugin's own logger (not under `vllm.`: vLLM's logging config does not reach it).
+LOGGER_NAME = "vllm_trace_bridge"
 
 _SCHEDULER_PY = "vllm/v1/core/sched/scheduler.py"
 _OUTPUT_PY = "vllm/v1/engine/output_processor.py"
+_STATS_PY = "vllm/v1/metrics/stats.py"
+_ASYNC_PY = "vllm/v1/engine/async_llm.py"
 #: (module file, class, method, the leading parameters after `self` the wrapper relies on).
 HOOK_POINTS = (
+    (_SCHEDULER_PY, "Scheduler", "__init__", ()),
     (_SCHEDULER_PY, "Scheduler", "add_request", ("request",)),
     (_SCHEDULER_PY, "Scheduler", "schedule", ()),
     (_SCHEDULER_PY, "Scheduler", "update_from_output", ()),
@@ -50,8 +89,12 @@ HOOK_POINTS = (
     (_SCHEDULER_PY, "Scheduler", "_free_request", ("request",)),
     (_SCHEDULER_PY, "Scheduler", "_free_request_blocks", ("request",)),
     (_OUTPUT_PY, "OutputProcessor", "_update_stats_from_finished", ("req_state", "finish_reason", "iteration_stats")),
+    (_OUTPUT_PY, "OutputProcessor", "abort_requests", ("request_ids", "internal")),
+    (_STATS_PY, "IterationStats", "update_from_events", ("req_id", "events", "is_prefilling", "req_stats")),
+    (_ASYNC_PY, "AsyncLLM", "add_request", ("request_id",)),
 )
-HOOKED = tuple(m for _f, c, m, _p in HOOK_POINTS if c == "Scheduler")
+#: The engine core's methods, wrapped per scheduler instance when engine lines are wanted.
+HOOKED = tuple(m for _f, c, m, _p in HOOK_POINTS if c == "Scheduler" and m != "__init__")
 FRONTEND_HOOKED = tuple(m for _f, c, m, _p in HOOK_POINTS if c == "OutputProcessor")
 #: What the hooks read at run time (a miss there switches the plugin off, vLLM runs on): the
 #: names that must appear in vLLM's source, for the check against a release's wheel.
@@ -60,8 +103,10 @@ READ_AT_RUN_TIME = (
                                       "new_block_ids", "req_id", "block_ids")),
     ("vllm/v1/request.py", ("events", "num_output_tokens", "num_prompt_tokens", "arrival_time", "priority")),
     ("vllm/v1/engine/__init__.py", ("QUEUED", "SCHEDULED", "PREEMPTED")),
-    ("vllm/v1/metrics/stats.py", ("iteration_timestamp", "first_token_latency", "num_generation_tokens",
-                                  "first_token_ts", "last_token_ts")),
+    (_STATS_PY, ("iteration_timestamp", "first_token_latency", "num_generation_tokens", "num_preemptions",
+                 "queued_ts", "scheduled_ts", "first_token_ts", "last_token_ts", "arrival_time")),
+    (_OUTPUT_PY, ("request_states", "external_req_ids", "parent_requests", "child_requests", "external_req_id",
+                  "prompt_len", "stats")),
     (_SCHEDULER_PY, ("kv_cache_manager", "requests", "running", "waiting", "log_stats")),
     ("vllm/v1/core/block_pool.py", ("get_num_free_blocks", "num_gpu_blocks")),
 )
@@ -85,6 +130,8 @@ def missing_hook_points(classes: dict[str, type]) -> list[str]:
     """`Class.method` (and why) for each hook point the given classes lack: [] means install."""
     out = []
     for _file, cls_name, name, params in HOOK_POINTS:
+        if cls_name not in classes:
+            continue
         fn = getattr(classes[cls_name], name, None)
         if not callable(fn):
             out.append(f"{cls_name}.{name}")
@@ -128,19 +175,55 @@ def missing_in_source(read) -> list[str]:
             continue
         out += [f"{path}: {w}" for w in words if not _re.search(r"\b" + w + r"\b", text)]
     return out
+
+
 _ATTR = "_vllm_trace_bridge_tracer"
 _WRAPPED = "__vllm_trace_bridge_wrapped__"
-_SUFFIX = re.compile(r"-[0-9a-f]{8}$")
+_HEX8 = re.compile(r"[0-9a-f]{8}")
 
 _installed: dict[type, bool] = {}
 
-#: Ends that are a finished request in the seed's sense. Aborts, errors and ignored (too long)
-#: prompts get no summary line: vLLM's API server logs those itself, and a summary would make
-#: the bridge call them finished.
+#: Ends that are a finished request in the seed's sense: their line is the seed's summary. Any
+#: other end (abort, error, an ignored prompt) gets the `ended` line, which names its reason
+#: (written by the API server; the engine core's fallback writes none, as before).
 _COMPLETED = frozenset({"FINISHED_STOPPED", "FINISHED_LENGTH_CAPPED", "FINISHED_REPETITION"})
 _COMPLETED_REASONS = frozenset({"STOP", "LENGTH", "REPETITION"})  # the API server's FinishReason
 _SUMMARY = ("Request %s: prompt_tokens=%d, generated_tokens=%d, ttft=%.3fms, itl=%.3fms, total_latency=%.6fs, "
             "t=%.6f")
+_PHASES = "Request %s: prompt_tokens=%d, generated_tokens=%d, ttft=%.3fms, itl=%.3fms, total_latency=%.6fs, t=%.6f%s"
+_TIMES = ", arrival=%.6f, queued_at=%.6f, scheduled_at=%.6f, first_token_at=%.6f, last_token_at=%.6f"
+_ENDED = "Request %s ended: finish=%s, prompt_tokens=%d, generated_tokens=%d, total_latency=%.6fs, t=%.6f%s"
+#: W3C trace context, version 00 exactly, lower-case hex (a future version: its first four fields,
+#: then `-` and more); all-zero ids and version ff are invalid (W3C Trace Context §3.2).
+_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
+#: tracestate: up to 32 `key=value` members, comma-separated (W3C §3.3); kept only whole and valid.
+_TS_MEMBER = re.compile(r"(?:[a-z0-9][_0-9a-z\-*/]{0,240}@[a-z][_0-9a-z\-*/]{0,13}|[a-z][_0-9a-z\-*/]{0,255})"
+                        r"=[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]")
+
+
+def valid_traceparent(value) -> str | None:
+    """The header as written when it is a valid W3C traceparent, else None (never echoed)."""
+    if not isinstance(value, str) or len(value) > 512:
+        return None
+    m = _TRACEPARENT.fullmatch(value.strip(" \t"))
+    if m is None:
+        return None
+    version, trace, span, _flags, rest = m.groups()
+    if version == "ff" or trace == "0" * 32 or span == "0" * 16 or (version == "00" and rest is not None):
+        return None
+    return m.group(0)[:55]
+
+
+def valid_tracestate(value) -> str | None:
+    """The members of a valid W3C tracestate, joined by `,` (no spaces), else None."""
+    if not isinstance(value, str) or len(value) > 512:
+        return None
+    members = [m.strip(" \t") for m in value.split(",")]
+    members = [m for m in members if m]
+    # a value with a space inside is valid W3C but would end the line's field: dropped whole
+    if not members or len(members) > 32 or not all(_TS_MEMBER.fullmatch(m) and " " not in m for m in members):
+        return None
+    return ",".join(members)
 
 
 def _flag(environ, name: str, default: str) -> str:
@@ -158,7 +241,9 @@ class _Hooks:
 
     def api_id(self, engine_id: str) -> str:
         """`<id>-<8 hex>` → `<id>`: the id the API server logged (unless vLLM keeps ids as given)."""
-        return _SUFFIX.sub("", engine_id) if self.strip else engine_id
+        if self.strip and len(engine_id) > 9 and engine_id[-9] == "-" and _HEX8.fullmatch(engine_id, len(engine_id) - 8):
+            return engine_id[:-9]
+        return engine_id
 
     def fail(self, where: str) -> None:
         self.on = False
@@ -331,23 +416,113 @@ class Tracer(_Hooks):
 
 
 class Frontend(_Hooks):
-    """The API server's side: one summary line per completed request, written where vLLM itself
-    stamps the first token and the end (its `IterationStats`), from the same numbers."""
+    """The API server's side: one line per request, written where vLLM finishes the request's
+    stats, from vLLM's own numbers and event times (see the module docstring)."""
 
-    def finished(self, req_state, finish_reason, iteration_stats) -> None:
+    def __init__(self, logger, environ=os.environ) -> None:
+        super().__init__(logger, environ)
+        # vLLM's engine-core stamps are time.monotonic() (one clock for the whole host): one
+        # offset, taken once per process, turns them into wall-clock time.
+        self.wall = time.time() - time.monotonic()
+        self.trust_context = _flag(environ, "VLLM_TRACE_BRIDGE_PLUGIN_TRACE_CONTEXT", "1") not in ("0", "false",
+                                                                                                   "no", "off")
+        self.preempted: dict[str, list] = {}   # engine id → [[PREEMPTED, SCHEDULED after it or 0], …]
+        self.contexts: dict[str, str] = {}     # external id → ", traceparent=…[, tracestate=…]"
+
+    def caller_context(self, request_id, headers) -> None:
+        """`AsyncLLM.add_request`'s `trace_headers`: keep a valid traceparent (and tracestate)."""
+        if not self.trust_context or not headers or not isinstance(request_id, str):
+            return
+        parent = valid_traceparent(headers.get("traceparent"))
+        if parent is None:
+            return
+        state = valid_tracestate(headers.get("tracestate"))
+        if len(self.contexts) >= 65536:  # requests that never reached the output processor
+            self.contexts.clear()
+        self.contexts[request_id] = f", traceparent={parent}" + (f", tracestate={state}" if state else "")
+
+    def events(self, req_id: str, events) -> None:
+        """A preempted request's PREEMPTED stamps, each closed by the SCHEDULED that follows."""
+        spans = self.preempted.get(req_id)
+        for ev in events:
+            kind = ev.type.name
+            if kind == "PREEMPTED":
+                if spans is None:
+                    if len(self.preempted) >= 65536:
+                        self.preempted.clear()
+                    spans = self.preempted[req_id] = []
+                if not spans or spans[-1][1]:
+                    spans.append([ev.timestamp, 0.0])
+            elif kind == "SCHEDULED" and spans and not spans[-1][1]:
+                spans[-1][1] = ev.timestamp
+
+    def _tail(self, processor, req_state, stats) -> str:
+        """`, arrival=…, queued_at=…, …, preempted=…, traceparent=…` for a request's line."""
+        wall = self.wall
+        q, s, f, last = stats.queued_ts, stats.scheduled_ts, stats.first_token_ts, stats.last_token_ts
+        if q and s and f and last and stats.arrival_time:  # the common case, in one format
+            tail = _TIMES % (stats.arrival_time, q + wall, s + wall, f + wall, last + wall)
+        else:
+            parts = [f", arrival={stats.arrival_time:.6f}"] if stats.arrival_time else []
+            for name, ts in (("queued_at", q), ("scheduled_at", s), ("first_token_at", f), ("last_token_at", last)):
+                if ts:
+                    parts.append(f", {name}={ts + wall:.6f}")
+            tail = "".join(parts)
+        if stats.num_preemptions:
+            spans = self.preempted.pop(req_state.request_id, None)
+            if spans:
+                tail += ", preempted=" + "/".join(
+                    f"{p + wall:.6f}~{r + wall:.6f}" if r else f"{p + wall:.6f}~" for p, r in spans)
+        if self.contexts:
+            ext = req_state.external_req_id
+            ctx = self.contexts.get(ext)
+            if ctx is not None:
+                tail += ctx
+                if ext not in processor.external_req_ids:  # the last of its requests (n > 1: children)
+                    del self.contexts[ext]
+        return tail
+
+    def finished(self, processor, req_state, finish_reason, iteration_stats) -> None:
         stats = req_state.stats
         if iteration_stats is None or stats is None:
-            return  # no stats kept: the engine core writes the summary from its own clock
-        if getattr(finish_reason, "name", str(finish_reason)) not in _COMPLETED_REASONS:
-            return
+            return  # no stats kept: the engine core writes the lines from its own clock
         rid = self.api_id(req_state.request_id)  # the id the engine core's lines carry
         generated = stats.num_generation_tokens
         end = iteration_stats.iteration_timestamp  # wall clock: e2e's end, as vLLM's own span
         e2e = max(0.0, end - stats.arrival_time)
-        ttft = stats.first_token_latency if generated else e2e
-        itl = (stats.last_token_ts - stats.first_token_ts) / (generated - 1) if generated > 1 else 0.0
-        self.log.info(_SUMMARY, rid, req_state.prompt_len or 0, generated, ttft * 1e3, max(0.0, itl) * 1e3, e2e,
-                      end)
+        reason = getattr(finish_reason, "name", str(finish_reason))
+        tail = self._tail(processor, req_state, stats)
+        if reason in _COMPLETED_REASONS:
+            ttft = stats.first_token_latency if generated else e2e
+            itl = (stats.last_token_ts - stats.first_token_ts) / (generated - 1) if generated > 1 else 0.0
+            self.log.info(_PHASES, rid, req_state.prompt_len or 0, generated, ttft * 1e3, max(0.0, itl) * 1e3, e2e,
+                          end, tail)
+        else:
+            self.log.info(_ENDED, rid, reason.lower(), req_state.prompt_len or 0, generated, e2e, end, tail)
+
+    def aborting(self, processor, request_ids, internal) -> list:
+        """Before vLLM's abort: the request states it may drop (children of a parent included)."""
+        states, parents = processor.request_states, processor.parent_requests
+        if isinstance(request_ids, str):
+            request_ids = (request_ids,)
+        out = []
+        for rid in request_ids:
+            ids = [rid] if internal else list(processor.external_req_ids.get(rid, ()))
+            if internal and rid not in states and rid in parents:
+                ids = list(parents[rid].child_requests)
+            out += [st for st in map(states.get, ids) if st is not None]
+        return out
+
+    def aborted(self, processor, req_states) -> None:
+        """After it: an `ended` line for each state vLLM dropped, with what is known."""
+        now = time.time()
+        states = processor.request_states
+        for st in req_states:
+            if states.get(st.request_id) is st or st.stats is None:
+                continue
+            e2e = max(0.0, now - st.stats.arrival_time)
+            self.log.info(_ENDED, self.api_id(st.request_id), "abort", st.prompt_len or 0,
+                          st.stats.num_generation_tokens, e2e, now, self._tail(processor, st, st.stats))
 
 
 def _event_times(req) -> tuple[float | None, float | None]:
@@ -381,14 +556,36 @@ def _tracer(sched, logger) -> Tracer:
     return t
 
 
-def _frontend(processor, logger) -> Frontend:
-    f = processor.__dict__.get(_ATTR)
-    if f is None:
-        f = processor.__dict__[_ATTR] = Frontend(logger)
-    return f
+def engine_lines_wanted(sched, environ=os.environ) -> bool:
+    """The engine core writes lines only when vLLM keeps no stats (the API server then knows no
+    event time) or when asked to (block counts, block lines, the queue line)."""
+    if not getattr(sched, "log_stats", False):
+        return True
+    return any(_flag(environ, name, "0") in ("1", "true", "yes", "on")
+               for name in ("VLLM_TRACE_BRIDGE_PLUGIN_ENGINE", "VLLM_TRACE_BRIDGE_PLUGIN_BLOCKS"))
 
 
 def _wrap(cls, logger) -> None:
+    """`cls.__init__` only; a scheduler that must write lines gets the six wrappers bound on
+    itself, so a scheduler that writes none runs vLLM's methods with no layer in between."""
+    orig_init = cls.__init__
+    methods = _engine_methods(cls, logger)
+
+    @functools.wraps(orig_init)
+    def __init__(self, *args, **kwargs):
+        orig_init(self, *args, **kwargs)
+        try:
+            if engine_lines_wanted(self):
+                for name, fn in methods.items():
+                    self.__dict__[name] = types.MethodType(fn, self)
+        except Exception:  # noqa: BLE001
+            _off(self, logger, "__init__")
+
+    setattr(__init__, _WRAPPED, True)
+    cls.__init__ = __init__
+
+
+def _engine_methods(cls, logger) -> dict:
     orig_add = cls.add_request
     orig_schedule = cls.schedule
     orig_update = cls.update_from_output
@@ -473,27 +670,78 @@ def _wrap(cls, logger) -> None:
             _off(self, logger, "_free_request_blocks")
         return orig_free_blocks(self, request, *args, **kwargs)
 
+    out = {}
     for fn in (add_request, schedule, update_from_output, _preempt_request, _free_request, _free_request_blocks):
         setattr(fn, _WRAPPED, True)
-        setattr(cls, fn.__name__, fn)
+        out[fn.__name__] = fn
+    return out
 
 
-def _wrap_frontend(cls, logger) -> None:
-    orig_finished = cls._update_stats_from_finished
+def _wrap_frontend(front: Frontend, output_cls, stats_cls=None, async_cls=None) -> None:
+    """The API server's hooks, all sharing `front` (one per process: vLLM's IterationStats has
+    no link to its output processor)."""
+    orig_finished = output_cls._update_stats_from_finished
+    orig_abort = output_cls.abort_requests
 
     @functools.wraps(orig_finished)
     def _update_stats_from_finished(self, req_state, finish_reason, iteration_stats, *args, **kwargs):
         out = orig_finished(self, req_state, finish_reason, iteration_stats, *args, **kwargs)
-        try:
-            f = _frontend(self, logger)
-            if f.on:
-                f.finished(req_state, finish_reason, iteration_stats)
-        except Exception:  # noqa: BLE001
-            _off(self, logger, "_update_stats_from_finished", _frontend)
+        if front.on:
+            try:
+                front.finished(self, req_state, finish_reason, iteration_stats)
+            except Exception:  # noqa: BLE001
+                front.fail("_update_stats_from_finished")
         return out
 
-    setattr(_update_stats_from_finished, _WRAPPED, True)
-    cls._update_stats_from_finished = _update_stats_from_finished
+    @functools.wraps(orig_abort)
+    def abort_requests(self, request_ids, *args, **kwargs):
+        states = None
+        if front.on:
+            try:
+                internal = kwargs.get("internal", args[0] if args else False)
+                states = front.aborting(self, request_ids, internal)
+            except Exception:  # noqa: BLE001
+                front.fail("abort_requests")
+        out = orig_abort(self, request_ids, *args, **kwargs)
+        if states:
+            try:
+                front.aborted(self, states)
+            except Exception:  # noqa: BLE001
+                front.fail("abort_requests")
+        return out
+
+    wrapped = [(output_cls, _update_stats_from_finished), (output_cls, abort_requests)]
+    if stats_cls is not None:
+        orig_events = stats_cls.update_from_events
+
+        @functools.wraps(orig_events)
+        def update_from_events(self, req_id, events, is_prefilling, req_stats, *args, **kwargs):
+            out = orig_events(self, req_id, events, is_prefilling, req_stats, *args, **kwargs)
+            if req_stats.num_preemptions and front.on:  # a request never preempted costs this test
+                try:
+                    front.events(req_id, events)
+                except Exception:  # noqa: BLE001
+                    front.fail("update_from_events")
+            return out
+
+        wrapped.append((stats_cls, update_from_events))
+    if async_cls is not None:
+        orig_add = async_cls.add_request
+
+        @functools.wraps(orig_add)
+        async def add_request(self, request_id, *args, **kwargs):
+            headers = kwargs.get("trace_headers")
+            if headers and front.on:  # before vLLM drops them (its own tracing off)
+                try:
+                    front.caller_context(request_id, headers)
+                except Exception:  # noqa: BLE001
+                    front.fail("add_request")
+            return await orig_add(self, request_id, *args, **kwargs)
+
+        wrapped.append((async_cls, add_request))
+    for cls, fn in wrapped:
+        setattr(fn, _WRAPPED, True)
+        setattr(cls, fn.__name__, fn)
 
 
 def _off(obj, logger, where: str, state=_tracer) -> None:
@@ -506,32 +754,132 @@ def _off(obj, logger, where: str, state=_tracer) -> None:
         pass
 
 
-def install(scheduler_cls=None, version: str | None = None, logger=None, output_cls=None) -> bool:
-    """Wrap the scheduler's and the output processor's methods once per class. False (after one
-    warning naming what is missing) when a hook point is not there or takes other arguments:
-    then vLLM runs untouched. The version decides nothing; an untested one is said once."""
-    if logger is None:
-        from vllm.logger import init_logger
+class _Format(logging.Formatter):
+    """vLLM's line format (vllm/logger.py), fields vLLM's record factory adds defaulted."""
 
-        logger = init_logger(_LOGGER_NAME)
+    def format(self, record):
+        if not hasattr(record, "vllm_process_name"):
+            record.vllm_process_name = record.processName
+        if not hasattr(record, "fileinfo"):
+            record.fileinfo = record.filename
+        return super().format(record)
+
+
+def _stream(environ=os.environ):
+    return sys.stderr if environ.get("VLLM_LOGGING_STREAM", "") == "ext://sys.stderr" else sys.stdout
+
+
+def plugin_logger(environ=os.environ) -> logging.Logger:
+    """The plugin's own logger, for its warnings: its own handler on vLLM's stream in vLLM's
+    format, not propagating (so nothing is printed twice, and vLLM's level does not apply)."""
+    logger = logging.getLogger(LOGGER_NAME)
+    if not any(getattr(h, "_vllm_trace_bridge", False) for h in logger.handlers):
+        handler = logging.StreamHandler(_stream(environ))
+        handler._vllm_trace_bridge = True
+        fmt, datefmt = "(%(vllm_process_name)s pid=%(process)d) %(levelname)s %(asctime)s " \
+                       "[%(fileinfo)s:%(lineno)d] %(message)s", "%m-%d %H:%M:%S"
+        try:
+            from vllm.logger import _DATE_FORMAT, _FORMAT
+
+            fmt, datefmt = _FORMAT, _DATE_FORMAT
+        except Exception:  # noqa: BLE001 — another vLLM: the format above is 0.32's
+            pass
+        handler.setFormatter(_Format(fmt, datefmt))
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    return logger
+
+
+class LineWriter:
+    """The plugin's INFO lines, in vLLM's line format, written straight to vLLM's stream (and
+    flushed, as vLLM's handler does): `VLLM_LOGGING_LEVEL` and vLLM's logging config govern
+    vLLM's loggers, not these lines, so they reach the container's output whatever those say.
+    Not through `logging`: a record, its handler and its formatter cost 15-20 µs a line; here
+    the header is made once a second and a line costs one `%` and one write. Warnings go to
+    `plugin_logger()`."""
+
+    __slots__ = ("stream", "environ", "_sec", "_head", "_warn")
+
+    def __init__(self, stream=None, environ=os.environ) -> None:
+        self.stream = stream  # None: vLLM's stream (stdout, or stderr by VLLM_LOGGING_STREAM) at each write
+        self.environ = environ
+        self._sec = -1
+        self._head = ""
+        self._warn = None
+
+    def _header(self, sec: int) -> str:
+        """`(APIServer pid=1) INFO 12-03 16:22:02 [trace_bridge.py:1] `: vLLM's own format,
+        its process name as vLLM set it for this process (vllm.logger), re-read each second."""
+        pid = os.getpid()
+        name = None
+        try:
+            from vllm import logger as vllm_logger
+
+            info = getattr(vllm_logger, "_vllm_process_info", None)
+            if info is not None and info[1] == pid:
+                name = info[0]
+        except Exception:  # noqa: BLE001
+            pass
+        if name is None:
+            import multiprocessing
+
+            name = multiprocessing.current_process().name
+        stamp = time.strftime("%m-%d %H:%M:%S", time.localtime(sec))
+        return f"{self.environ.get('VLLM_LOGGING_PREFIX', '')}({name} pid={pid}) INFO {stamp} [trace_bridge.py:1] "
+
+    def info(self, fmt: str, *args) -> None:
+        sec = int(time.time())
+        if sec != self._sec:
+            self._head, self._sec = self._header(sec), sec
+        stream = self.stream or _stream(self.environ)
+        stream.write(f"{self._head}{fmt % args}\n")
+        stream.flush()
+
+    def warning(self, *args, **kwargs) -> None:
+        if self._warn is None:
+            self._warn = plugin_logger(self.environ)
+        self._warn.warning(*args, **kwargs)
+
+
+_DEFAULT = object()
+
+
+def install(scheduler_cls=None, version: str | None = None, logger=None, output_cls=None,
+            stats_cls=_DEFAULT, async_cls=_DEFAULT) -> bool:
+    """Wrap the hook points once per class (vLLM's, or the given ones; `stats_cls` /
+    `async_cls` None leaves those out). False (after one warning naming what is missing) when a
+    hook point is not there or takes other arguments: then vLLM runs untouched. The version
+    decides nothing; an untested one is said once."""
+    if logger is None:
+        logger = LineWriter()
     if version is None:
         from vllm.version import __version__ as version
     if scheduler_cls is None:
         from vllm.v1.core.sched.scheduler import Scheduler as scheduler_cls
     if output_cls is None:
         from vllm.v1.engine.output_processor import OutputProcessor as output_cls
+    if stats_cls is _DEFAULT:
+        from vllm.v1.metrics.stats import IterationStats as stats_cls
+    if async_cls is _DEFAULT:
+        from vllm.v1.engine.async_llm import AsyncLLM as async_cls
     if _installed.get(scheduler_cls) and _installed.get(output_cls):
         return True
-    missing = missing_hook_points({"Scheduler": scheduler_cls, "OutputProcessor": output_cls})
+    classes = {"Scheduler": scheduler_cls, "OutputProcessor": output_cls}
+    if stats_cls is not None:
+        classes["IterationStats"] = stats_cls
+    if async_cls is not None:
+        classes["AsyncLLM"] = async_cls
+    missing = missing_hook_points(classes)
     if missing:
         logger.warning("vllm-trace-bridge plugin does nothing: vLLM %s has no %s", version, ", ".join(missing))
         return False
     if not version_tested(version):
         logger.info("vllm-trace-bridge plugin: vLLM %s is not a version it was tested on (%s); every hook "
                     "point it needs is there, so it runs", version, ", ".join(f"{a}.{b}" for a, b in TESTED_VERSIONS))
-    if not any(getattr(getattr(scheduler_cls, name), _WRAPPED, False) for name in HOOKED):
+    if not getattr(scheduler_cls.__init__, _WRAPPED, False):
         _wrap(scheduler_cls, logger)
     if not any(getattr(getattr(output_cls, name), _WRAPPED, False) for name in FRONTEND_HOOKED):
-        _wrap_frontend(output_cls, logger)
+        _wrap_frontend(Frontend(logger), output_cls, stats_cls, async_cls)
     _installed[scheduler_cls] = _installed[output_cls] = True
     return True

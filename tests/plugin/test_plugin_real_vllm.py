@@ -88,7 +88,8 @@ def test_every_request_has_the_full_lifecycle(preempting_run):
     assert metrics["vllm:num_preemptions_total"] > 0, "the load did not force a preemption"
     assert len(traces) == N_REQUESTS == metrics["vllm:request_success_total"]
     for rid, spans in traces.items():
-        for phase in ("preprocess", "queued", "prefill", "decode", "freed"):
+        # `freed` needs the engine core's lines (VLLM_TRACE_BRIDGE_PLUGIN_ENGINE=1): off by default
+        for phase in ("preprocess", "queued", "prefill", "decode"):
             assert len(spans[phase]) == 1, (rid, phase, sorted(spans))
         root = spans["vllm.request"][0][1]
         assert root["vllm.outcome"] == "finished"
@@ -103,15 +104,17 @@ def test_preempted_spans_match_vllm_metrics(preempting_run):
     assert n == metrics["vllm:num_preemptions_total"]
 
 
-VIEWS = ("span.queued", "span.ttft", "span.e2e", "root.start", "root.time_in_queue", "root.ttft", "root.e2e")
+VIEWS = ("span.queued", "span.prefill", "span.decode", "span.e2e", "root.start", "root.time_in_queue",
+         "root.ttft", "root.e2e", "root.prefill", "root.decode")
 
 
 def _differences(truth, traces) -> dict[str, list[float]]:
-    """Per request |bridge - vLLM native|, two views. Spans: the `queued` span's length against
-    time_in_queue; first-token boundary (prefill's end) − the root's start against TTFT; decode's
-    end − the root's start against e2e (vLLM counts both from its arrival_time, where its own
-    `llm_request` span and our root and `preprocess` start; `queued` starts later, at the
-    engine's QUEUED). Root: the `gen_ai.latency.*` attributes against vLLM's."""
+    """Per request |bridge - vLLM native|, two views. Spans: the `queued`, `prefill` and
+    `decode` spans' lengths against vLLM's time_in_queue, time_in_model_prefill and
+    time_in_model_decode (the engine core's QUEUED / SCHEDULED / first and last NEW_TOKEN
+    stamps); the root's length against e2e (vLLM counts from its arrival_time, where its own
+    `llm_request` span and our root start). Root: the `gen_ai.latency.*` attributes against
+    vLLM's."""
     diffs: dict[str, list[float]] = {k: [] for k in VIEWS}
     for truth_id, t in truth.items():
         spans = _match(truth_id, traces)
@@ -120,18 +123,27 @@ def _differences(truth, traces) -> dict[str, list[float]]:
         q = spans["queued"][0][0]
         p = spans["prefill"][0][0]
         d = spans["decode"][0][0]
-        start = spans["vllm.request"][0][0].start_time_unix_nano
-        got = {"span.queued": (q.end_time_unix_nano - q.start_time_unix_nano) / 1e9,
-               "span.ttft": (p.end_time_unix_nano - start) / 1e9,
-               "span.e2e": (d.end_time_unix_nano - start) / 1e9,
-               "root.start": start / 1e9,
+        r = spans["vllm.request"][0][0]
+        start = r.start_time_unix_nano
+
+        def length(s) -> float:
+            return (s.end_time_unix_nano - s.start_time_unix_nano) / 1e9
+
+        got = {"span.queued": length(q), "span.prefill": length(p), "span.decode": length(d),
+               "span.e2e": length(r), "root.start": start / 1e9,
                "root.time_in_queue": root["gen_ai.latency.time_in_queue"],
                "root.ttft": root["gen_ai.latency.time_to_first_token"],
-               "root.e2e": root["gen_ai.latency.e2e"]}
-        want = {"span.queued": t["gen_ai.latency.time_in_queue"], "span.ttft": t["gen_ai.latency.time_to_first_token"],
+               "root.e2e": root["gen_ai.latency.e2e"],
+               "root.prefill": root["gen_ai.latency.time_in_model_prefill"],
+               "root.decode": root["gen_ai.latency.time_in_model_decode"]}
+        want = {"span.queued": t["gen_ai.latency.time_in_queue"],
+                "span.prefill": t["gen_ai.latency.time_in_model_prefill"],
+                "span.decode": t["gen_ai.latency.time_in_model_decode"],
                 "span.e2e": t["gen_ai.latency.e2e"], "root.start": t["llm_request.start_ns"] / 1e9,
                 "root.time_in_queue": t["gen_ai.latency.time_in_queue"],
-                "root.ttft": t["gen_ai.latency.time_to_first_token"], "root.e2e": t["gen_ai.latency.e2e"]}
+                "root.ttft": t["gen_ai.latency.time_to_first_token"], "root.e2e": t["gen_ai.latency.e2e"],
+                "root.prefill": t["gen_ai.latency.time_in_model_prefill"],
+                "root.decode": t["gen_ai.latency.time_in_model_decode"]}
         for k in got:
             diffs[k].append(abs(got[k] - want[k]))
     return diffs
@@ -142,10 +154,14 @@ def _worst_and_p99_ms(values: list[float]) -> tuple[float, float]:
     return round(ordered[-1] * 1e3, 3), round(ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] * 1e3, 3)
 
 
+TOLERANCE_EXACT_S = 2e-6  # the plugin prints µs; the rest is float rounding
+
+
 def test_queue_ttft_and_e2e_match_vllm_native_tracing_within_5ms_for_every_request(preempting_run):
-    """Every boundary comes from vLLM's own stamps through the plugin's `t=`: the engine's
-    QUEUED / SCHEDULED events for `queued`, the API server's iteration stamp and first-token
-    latency for the first token and the end. A plain file gives nothing finer than a second."""
+    """Every boundary comes from vLLM's own stamps through the plugin's line: the engine core's
+    QUEUED / SCHEDULED / NEW_TOKEN stamps for `queued`, `prefill` and `decode`, the API server's
+    arrival and iteration stamps for the root. A plain file gives nothing finer than a second.
+    The phases are vLLM's to the microsecond the line prints, not merely within 5 ms."""
     log, _ids, _metrics, truth, traces = preempting_run
     assert len(truth) == N_REQUESTS
     diffs = _differences(truth, traces)
@@ -154,6 +170,9 @@ def test_queue_ttft_and_e2e_match_vllm_native_tracing_within_5ms_for_every_reque
     (log.parent / "differences.json").write_text(__import__("json").dumps(report, indent=1))
     for k in VIEWS:
         assert max(diffs[k]) <= TOLERANCE_S, (k, report[k], diffs[k])
+    for k in ("span.queued", "span.prefill", "span.decode", "root.prefill", "root.decode", "root.time_in_queue",
+              "root.ttft", "root.e2e", "span.e2e", "root.start"):
+        assert max(diffs[k]) <= TOLERANCE_EXACT_S, (k, report[k])
 
 
 def test_preempted_spans_have_their_real_length(preempting_run):
@@ -208,4 +227,60 @@ def test_on_an_untested_vllm_version_with_every_hook_point_the_plugin_runs_and_s
     notes = [x for x in text.splitlines() if "vLLM 0.99.0 is not a version it was tested on" in x]
     # one note per vLLM process that loads plugins (API server, engine core, worker)
     assert sum("EngineCore" in x for x in notes) == 1 and len(notes) <= 3, notes
-    assert "Scheduling request" in text and "does nothing" not in text and "switched off" not in text
+    assert "] Request plugintest-001-0" in text or "] Request cmpl-plugintest-001-0" in text, text[-3000:]
+    assert "does nothing" not in text and "switched off" not in text
+
+
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def test_with_vllm_logging_at_warning_a_traceparent_only_request_joins_its_callers_trace(tmp_path):
+    """The done-when of issue 32: VLLM_LOGGING_LEVEL=WARNING (vLLM's own INFO lines gone) and a
+    request sent with only `traceparent` (no X-Request-Id, vLLM's own tracing off): the bridge
+    still draws every phase, and the request's root is in the caller's trace, under its span.
+    A malformed traceparent on another request is ignored, never written."""
+    log = tmp_path / "vllm.log"
+    with Vllm(log, plugin=True, extra_env={"VLLM_LOGGING_LEVEL": "WARNING"}) as v:
+        body = {"model": v.model, "prompt": "the quick brown fox", "max_tokens": 12, "ignore_eos": True,
+                "temperature": 0}
+        v.post("/v1/completions", body, headers={"traceparent": TRACEPARENT, "tracestate": "congo=t61rcWkgMzE"})
+        v.post("/v1/completions", body, headers={"traceparent": "00-4BF92F3577B34DA6A3CE929D0E0E4736-zz-01"})
+        v.load(3, max_tokens=20, prompt_words=10)
+        metrics = v.metrics()
+    text = log.read_text()
+    assert "Received request" not in text  # vLLM's INFO is off ...
+    assert "[trace_bridge.py:1] Request " in text  # ... the plugin's lines are not
+    assert "4BF92F" not in text and "zz-01" not in text
+    assert metrics["vllm:request_success_total"] == 5
+    with GrpcReceiver() as bridge:
+        replay(log, bridge.endpoint)
+        spans = list(bridge.spans())
+        traces = bridge_traces(bridge)
+    assert len(traces) == 5
+    for rid, t in traces.items():
+        for phase in ("preprocess", "queued", "prefill", "decode"):
+            assert len(t[phase]) == 1, (rid, phase, sorted(t))
+    want_trace, want_span = bytes.fromhex(TRACEPARENT[3:35]), bytes.fromhex(TRACEPARENT[36:52])
+    roots = [s for _r, s in spans if s.name == "vllm.request" and s.trace_id == want_trace]
+    assert len(roots) == 1 and roots[0].parent_span_id == want_span
+    assert attrs(roots[0].attributes)["vllm.trace_context"] == "traceparent"
+    others = [s for _r, s in spans if s.name == "vllm.request" and s.trace_id != want_trace]
+    assert len(others) == 4 and all(not s.parent_span_id for s in others)
+
+
+def test_with_vllm_stats_off_the_engine_core_writes_every_phase(tmp_path):
+    """`--disable-log-stats`: the API server keeps no request stats, so the plugin's fallback
+    writes the lines from the engine core (its own clock for the first token)."""
+    log = tmp_path / "vllm.log"
+    with Vllm(log, plugin=True, gpu_blocks=12, max_num_seqs=8, extra_args=("--disable-log-stats",)) as v:
+        v.load(6, max_tokens=100, prompt_words=60)
+    text = log.read_text()
+    assert "Scheduling request" in text and "first_token_at=" not in text
+    with GrpcReceiver() as bridge:
+        replay(log, bridge.endpoint)
+        traces = bridge_traces(bridge)
+    assert len(traces) == 6
+    for rid, spans in traces.items():
+        for phase in ("queued", "prefill", "decode", "freed"):
+            assert len(spans[phase]) == 1, (rid, phase, sorted(spans))
+        assert spans["vllm.request"][0][1]["vllm.outcome"] == "finished"

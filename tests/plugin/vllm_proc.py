@@ -55,7 +55,7 @@ class Vllm:
 
     def __init__(self, log_path: Path, *, plugin: bool = True, plugin_blocks: bool = False,
                  gpu_blocks: int = 64, otlp_endpoint: str | None = None, extra_env: dict | None = None,
-                 max_num_seqs: int = 32, plain: bool = False) -> None:
+                 max_num_seqs: int = 32, plain: bool = False, extra_args: tuple[str, ...] = ()) -> None:
         self.log_path = Path(log_path)
         self.plain = plain  # the log as a plain file: vLLM's lines only, no runtime stamp to help
         self.port = free_port()
@@ -80,6 +80,7 @@ class Vllm:
                     "--max-model-len", "1024", "--max-num-seqs", str(max_num_seqs), "--seed", "0"]
         if otlp_endpoint:
             self.cmd += ["--otlp-traces-endpoint", otlp_endpoint]
+        self.cmd += list(extra_args)
         self.env = env
         self.proc: subprocess.Popen | None = None
         self._pump: threading.Thread | None = None
@@ -124,9 +125,10 @@ class Vllm:
         if self._pump is not None:
             self._pump.join(10)
 
-    def post(self, path: str, body: dict, request_id: str | None = None, timeout: float = 600) -> dict:
+    def post(self, path: str, body: dict, request_id: str | None = None, timeout: float = 600,
+             headers: dict | None = None) -> dict:
         req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": "application/json", **(headers or {})})
         if request_id:
             req.add_header("X-Request-Id", request_id)
         with urllib.request.urlopen(req, timeout=timeout) as r:
