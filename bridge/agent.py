@@ -241,7 +241,7 @@ class Agent:
         if stream is None:
             try:
                 mtime = os.fstat(tf.fh.fileno()).st_mtime
-            except (OSError, ValueError):
+            except (OSError, ValueError, AttributeError):  # AttributeError: parked (no descriptor)
                 mtime = None
             stream = st.streams[key] = RecordStream(Decoder(tz=self._tz, year=self.cfg.year, mtime=mtime))
             st.files[key] = tf

@@ -94,6 +94,8 @@ class Health:
             "queued_spans": s.queued_spans, "latencies": list(s.latencies),
             "skipped_delivered": c.skipped_delivered,
             "behind": self._follower.behind(), "files_watched": len(self._follower.files),
+            "files_open": self._follower.open_count, "files_open_budget": self._follower.max_open,
+            "files_parked_total": f.files_parked, "files_reopened": f.files_reopened,
             "files_skipped": self._follower.skipped_by_kind(),
             "rotations": dict(f.rotations), "file_errors": dict(f.errors),
             "checkpoint_age": (time.time() - written) if written else 0.0,
