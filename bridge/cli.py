@@ -186,13 +186,16 @@ def run_agent(args: argparse.Namespace, env: Mapping[str, str], out: TextIO) -> 
     if args.config:
         import yaml  # only for a config file: 30 ms of start-up
 
+        from bridge.parse import yamlsafe
+
         try:
-            with open(args.config, encoding="utf-8") as f:
-                file_data = yaml.safe_load(f) or {}
+            file_data = yamlsafe.load(args.config, max_bytes=1 << 20) or {}
         except OSError as exc:
             raise UsageError(f"--config {args.config}: {exc.strerror or exc}") from None
-        except yaml.YAMLError as exc:
-            raise UsageError(f"--config {args.config}: not valid YAML: {' '.join(str(exc).split())}") from None
+        except yamlsafe.YamlLimitError as exc:
+            raise UsageError(f"--config {args.config}: {exc}") from None
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            raise UsageError(f"--config {args.config}: not valid YAML: {' '.join(str(exc).split())[:300]}") from None
     flags = {name: getattr(args, f"cfg_{name}") for name in FIELDS}
     try:
         cfg, _origins = load(file_data, env, flags, file_name=args.config or "config file")
