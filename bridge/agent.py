@@ -29,6 +29,7 @@ from bridge.decode.clock import zone
 from bridge.decode.stream import RecordStream
 from bridge.tail.source import Source
 from bridge.export.resource import base_resource
+from bridge.export.secrets import redact_url
 from bridge.export.transport import Destination, make_transport
 from bridge.health import AgentCounters, Health
 from bridge.logs import ExportProgress
@@ -108,7 +109,7 @@ class Agent:
         self._delivery = Delivery(base_resource(self._env), make_transport(self._dest), cfg, self.log,
                                   self._stop.is_set)
         self.health = Health(self.counters, self._parser, self._sources, self._follower, self._delivery,
-                             self._checkpointer, self._dest.endpoint, self._join, self._gateway_parser)
+                             self._checkpointer, redact_url(self._dest.endpoint), self._join, self._gateway_parser)
         telemetry = TelemetryServer(cfg.listen, self.health.snapshot, self.health.readiness)
         telemetry.start()
         self.telemetry_port = telemetry.port
@@ -119,7 +120,7 @@ class Agent:
                                       "too, and their requests sent again as new traces",
                                  fix="end the glob with the live file's name, e.g. /var/log/pods/*/*/*.log")
         self.log.info("agent_started", include=list(cfg.include), state_dir=cfg.state_dir,
-                      endpoint=self._dest.endpoint, protocol=self._dest.protocol, telemetry_port=telemetry.port,
+                      endpoint=redact_url(self._dest.endpoint), protocol=self._dest.protocol, telemetry_port=telemetry.port,
                       resumed_files=len(files))
         try:
             self._loop(first_run)

@@ -19,6 +19,7 @@ from bridge.export.console import Waterfall
 from bridge.export.resource import base_resource
 from bridge.export.summary import Summary
 from bridge.export.transport import destination, make_transport
+from bridge.export.secrets import redact_text, redact_url, secrets_from
 from bridge.logs import make_logger, route_library_logs
 from bridge.pipeline import ReplayConfig, ReplayStats, replay
 
@@ -203,13 +204,15 @@ def run_agent(args: argparse.Namespace, env: Mapping[str, str], out: TextIO) -> 
     except (ConfigError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     json_logs = {"json": True, "console": False}.get(cfg.log_format)
-    log = make_logger(json=json_logs)
+    log = make_logger(json=json_logs, secrets=secrets_from(env, dest.endpoint))
     for problem in unknown_env(env):
         log.warning("unknown_environment_variable", problem=problem)
     if args.print_config:
         import yaml
 
-        out.write(yaml.safe_dump(as_dict(cfg), sort_keys=False))
+        shown = as_dict(cfg)
+        shown["otlp_endpoint"] = redact_url(shown["otlp_endpoint"])  # never its user:password
+        out.write(yaml.safe_dump(shown, sort_keys=False))
         return EXIT_OK
     if dest.endpoint is None:
         raise UsageError("no OTLP endpoint: set otlp_endpoint (--otlp-endpoint, VLLM_TRACE_BRIDGE_OTLP_ENDPOINT) "
@@ -345,10 +348,10 @@ def run_replay(args: argparse.Namespace, env: Mapping[str, str], out: TextIO, lo
     out.write(_stats_lines(stats) + "\n")
     if sink is not None:
         s = sink.stats
-        out.write(f"export       {s.spans_sent} spans sent to {dest.endpoint} ({dest.protocol})"
+        out.write(f"export       {s.spans_sent} spans sent to {redact_url(dest.endpoint)} ({dest.protocol})"
                   + (f", {s.spans_failed} NOT delivered" if s.spans_failed else "") + "\n")
         if not delivered:
-            log.error("export_failed", endpoint=dest.endpoint, protocol=dest.protocol,
+            log.error("export_failed", endpoint=redact_url(dest.endpoint), protocol=dest.protocol,
                       spans_sent=s.spans_sent, spans_not_delivered=s.spans_failed,
                       fix="check that an OTLP receiver listens there and accepts this protocol")
             return EXIT_EXPORT_FAILED
@@ -365,7 +368,7 @@ def _say_once(log, dest):
     def on_trouble(message: str) -> None:
         if not said:
             said.append(True)
-            log.warning("export_retrying", endpoint=dest.endpoint, protocol=dest.protocol, error=message[:200],
+            log.warning("export_retrying", endpoint=redact_url(dest.endpoint), protocol=dest.protocol, error=message[:200],
                         fix="start an OTLP receiver there, or fix --otlp-endpoint / --otlp-protocol; each batch "
                             "is retried for about 10 s before replay gives up")
     return on_trouble
@@ -395,7 +398,10 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         tune_gc()
     env = os.environ if env is None else env
     out = out or sys.stdout
-    log = make_logger()
+    secrets = tuple(s for ep in (getattr(args, "otlp_endpoint", None), getattr(args, "cfg_otlp_endpoint", None),
+                                 env.get("OTEL_EXPORTER_OTLP_ENDPOINT"), env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+                    for s in secrets_from(env, ep if isinstance(ep, str) else None))
+    log = make_logger(secrets=secrets)
     if args.command != "run":  # run logs them in its own format
         from bridge.config import unknown_env
 
@@ -408,7 +414,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
             return run_check_command(args, out)
         return run_replay(args, env, out, log)
     except UsageError as exc:
-        print(f"vllm-trace-bridge: {exc}", file=sys.stderr)
+        print(f"vllm-trace-bridge: {redact_text(str(exc), secrets)}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:  # `… | head`: the reader has all it wanted
         devnull = os.open(os.devnull, os.O_WRONLY)
