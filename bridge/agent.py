@@ -110,7 +110,8 @@ class Agent:
                                   self._stop.is_set)
         self.health = Health(self.counters, self._parser, self._sources, self._follower, self._delivery,
                              self._checkpointer, redact_url(self._dest.endpoint), self._join, self._gateway_parser)
-        telemetry = TelemetryServer(cfg.listen, self.health.snapshot, self.health.readiness)
+        self.health.stall_timeout = cfg.stall_timeout
+        telemetry = TelemetryServer(cfg.listen, self.health.snapshot, self.health.readiness, self.health.liveness)
         telemetry.start()
         self.telemetry_port = telemetry.port
         for glob_ in cfg.include:
@@ -137,7 +138,7 @@ class Agent:
         first_round = True
         last_lines = 0.0
         while not self._stop.is_set():
-            now = time.monotonic()
+            now = self.health.turned_at = time.monotonic()
             if now >= next_discovery:
                 self._follower.discover(first_round=first_round and first_run)
                 self._report_discovery(first_round)

@@ -131,6 +131,7 @@ _RUN_METAVAR = {
     "max_open_requests": "N",
     "memory_limit_mb": "MB",
     "shutdown_grace": "SECONDS",
+    "stall_timeout": "SECONDS",
     "export_give_up": "SECONDS",
     "read_chunk_bytes": "BYTES",
     "log_format": "FORMAT",

@@ -161,8 +161,10 @@ class _Metrics:
 
 
 class TelemetryServer:
-    def __init__(self, listen: str, snapshot: Callable[[], dict], ready: Callable[[], bool | str]) -> None:
-        """`ready()`: True, or what is wrong (a short text: "starting", export or checkpoint trouble)."""
+    def __init__(self, listen: str, snapshot: Callable[[], dict], ready: Callable[[], bool | str],
+                 alive: Callable[[], bool | str] = lambda: True) -> None:
+        """`ready()`: True, or what is wrong (a short text: "starting", export or checkpoint trouble).
+        `alive()`: True, or why /healthz fails (the main loop stuck)."""
         host, _, port = listen.rpartition(":")
         metrics = _Metrics(snapshot)
 
@@ -172,7 +174,9 @@ class TelemetryServer:
                 if path == "/metrics":
                     (body, ctype), code = metrics(), 200
                 elif path == "/healthz":
-                    body, ctype, code = b"ok\n", "text/plain", 200
+                    state = alive()
+                    body = b"ok\n" if state is True else f"{state}\n".encode()
+                    ctype, code = "text/plain", 200 if state is True else 503
                 elif path == "/readyz":
                     state = ready()
                     ok = state is True

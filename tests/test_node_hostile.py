@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import resource
+import time
 import shutil
 import tempfile
 
@@ -171,4 +172,24 @@ def test_2000_files_under_a_1024_open_files_limit_are_all_sent_and_the_agent_sta
         assert agent.term(60)[0] == 0
         assert not [e for e in agent.log_events() if e.get("level") == "error"]
     finally:
+        rx.stop()
+
+
+def test_healthz_fails_when_the_main_loop_stops_turning(world, tmp_path):
+    rx = Receiver(free_port(), str(tmp_path / "rx.bin")).start()
+    log = _pod(world, "vllm-0", 1)
+    _write(log, _summary("0xa1"))
+    agent = _agent(world, rx, "--start-at", "beginning", "--stall-timeout", "3")
+    agent.env["VLLM_TRACE_BRIDGE_INJECT_FAULT"] = "hang:HANG-HERE"  # reading that line never returns
+    agent.start()
+    try:
+        assert wait_for(lambda: "0xa1" in _request_ids(rx), 60)
+        time.sleep(4)  # longer than stall_timeout: a loop that turns stays healthy
+        assert agent.get("/healthz") == (200, "ok\n")
+        _write(log, "2025-02-15T10:23:03.000000000Z stdout F INFO 02-15 10:23:03 a.py:1] HANG-HERE\n")
+        assert wait_for(lambda: agent.get("/healthz")[0] == 503, 60)
+        assert "main loop stuck" in agent.get("/healthz")[1]
+        assert agent.get("/metrics")[0] == 200  # the telemetry thread still answers
+    finally:
+        agent.kill9()
         rx.stop()
