@@ -30,6 +30,7 @@ from bridge.decode.stream import RecordStream
 from bridge.tail.source import Source
 from bridge.export.transforms import with_k8s_identity
 from bridge.export.resource import base_resource
+from bridge.export.secrets import redact_url
 from bridge.export.transport import Destination, make_transport
 from bridge.health import AgentCounters, Health
 from bridge.logs import ExportProgress
@@ -111,8 +112,9 @@ class Agent:
         self._delivery = Delivery(base_resource(self._env), make_transport(self._dest), cfg, self.log,
                                   self._stop.is_set)
         self.health = Health(self.counters, self._parser, self._sources, self._follower, self._delivery,
-                             self._checkpointer, self._dest.endpoint, self._join, self._gateway_parser)
-        telemetry = TelemetryServer(cfg.listen, self.health.snapshot, self.health.readiness)
+                             self._checkpointer, redact_url(self._dest.endpoint), self._join, self._gateway_parser)
+        self.health.stall_timeout = cfg.stall_timeout
+        telemetry = TelemetryServer(cfg.listen, self.health.snapshot, self.health.readiness, self.health.liveness)
         telemetry.start()
         self.telemetry_port = telemetry.port
         for glob_ in cfg.include:
@@ -122,7 +124,7 @@ class Agent:
                                       "too, and their requests sent again as new traces",
                                  fix="end the glob with the live file's name, e.g. /var/log/pods/*/*/*.log")
         self.log.info("agent_started", include=list(cfg.include), state_dir=cfg.state_dir,
-                      endpoint=self._dest.endpoint, protocol=self._dest.protocol, telemetry_port=telemetry.port,
+                      endpoint=redact_url(self._dest.endpoint), protocol=self._dest.protocol, telemetry_port=telemetry.port,
                       resumed_files=len(files))
         try:
             self._loop(first_run)
@@ -139,7 +141,7 @@ class Agent:
         first_round = True
         last_lines = 0.0
         while not self._stop.is_set():
-            now = time.monotonic()
+            now = self.health.turned_at = time.monotonic()
             if now >= next_discovery:
                 self._follower.discover(first_round=first_round and first_run)
                 self._report_discovery(first_round)
@@ -244,7 +246,7 @@ class Agent:
         if stream is None:
             try:
                 mtime = os.fstat(tf.fh.fileno()).st_mtime
-            except (OSError, ValueError):
+            except (OSError, ValueError, AttributeError):  # AttributeError: parked (no descriptor)
                 mtime = None
             stream = st.streams[key] = RecordStream(Decoder(tz=self._tz, year=self.cfg.year, mtime=mtime))
             st.files[key] = tf

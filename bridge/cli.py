@@ -23,6 +23,7 @@ from bridge.export.summary import Summary
 from bridge.export.transforms import K8sOnSpans, LastEnd, Shift, fan_out
 from bridge.export.transport import destination, make_transport
 from bridge.export.trouble import export_fix
+from bridge.export.secrets import redact_text, redact_url, secrets_from
 from bridge.logs import make_logger, route_library_logs
 from bridge.pipeline import ReplayConfig, ReplayStats, replay
 
@@ -192,6 +193,7 @@ _RUN_METAVAR = {
     "max_open_requests": "N",
     "memory_limit_mb": "MB",
     "shutdown_grace": "SECONDS",
+    "stall_timeout": "SECONDS",
     "export_give_up": "SECONDS",
     "read_chunk_bytes": "BYTES",
     "log_format": "FORMAT",
@@ -249,13 +251,16 @@ def run_agent(args: argparse.Namespace, env: Mapping[str, str], out: TextIO) -> 
     if args.config:
         import yaml  # only for a config file: 30 ms of start-up
 
+        from bridge.parse import yamlsafe
+
         try:
-            with open(args.config, encoding="utf-8") as f:
-                file_data = yaml.safe_load(f) or {}
+            file_data = yamlsafe.load(args.config, max_bytes=1 << 20) or {}
         except OSError as exc:
             raise UsageError(f"--config {args.config}: {exc.strerror or exc}") from None
-        except yaml.YAMLError as exc:
-            raise UsageError(f"--config {args.config}: not valid YAML: {' '.join(str(exc).split())}") from None
+        except yamlsafe.YamlLimitError as exc:
+            raise UsageError(f"--config {args.config}: {exc}") from None
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            raise UsageError(f"--config {args.config}: not valid YAML: {' '.join(str(exc).split())[:300]}") from None
     flags = {name: getattr(args, f"cfg_{name}") for name in FIELDS}
     try:
         cfg, _origins = load(file_data, env, flags, file_name=args.config or "config file")
@@ -263,13 +268,15 @@ def run_agent(args: argparse.Namespace, env: Mapping[str, str], out: TextIO) -> 
     except (ConfigError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     json_logs = {"json": True, "console": False}.get(cfg.log_format)
-    log = make_logger(json=json_logs)
+    log = make_logger(json=json_logs, secrets=secrets_from(env, dest.endpoint))
     for problem in unknown_env(env):
         log.warning("unknown_environment_variable", problem=problem)
     if args.print_config:
         import yaml
 
-        out.write(yaml.safe_dump(as_dict(cfg), sort_keys=False))
+        shown = as_dict(cfg)
+        shown["otlp_endpoint"] = redact_url(shown["otlp_endpoint"])  # never its user:password
+        out.write(yaml.safe_dump(shown, sort_keys=False))
         return EXIT_OK
     if dest.endpoint is None:
         raise UsageError("no OTLP endpoint: set otlp_endpoint (--otlp-endpoint, VLLM_TRACE_BRIDGE_OTLP_ENDPOINT) "
@@ -420,10 +427,10 @@ def run_replay(args: argparse.Namespace, env: Mapping[str, str], out: TextIO, lo
     out.write(_stats_lines(stats) + "\n")
     if sink is not None:
         s = sink.stats
-        out.write(f"export       {s.spans_sent} spans sent to {dest.endpoint} ({dest.protocol})"
+        out.write(f"export       {s.spans_sent} spans sent to {redact_url(dest.endpoint)} ({dest.protocol})"
                   + (f", {s.spans_failed} NOT delivered" if s.spans_failed else "") + "\n")
         if not delivered:
-            log.error("export_failed", endpoint=dest.endpoint, protocol=dest.protocol,
+            log.error("export_failed", endpoint=redact_url(dest.endpoint), protocol=dest.protocol,
                       spans_sent=s.spans_sent, spans_not_delivered=s.spans_failed,
                       fix=trouble.fix or "check that an OTLP receiver listens there and accepts this protocol")
             return EXIT_EXPORT_FAILED
@@ -454,7 +461,7 @@ class _ExportTrouble:
             return
         self.said = True
         self.fix = export_fix(message)
-        self.log.warning("export_retrying", endpoint=self.dest.endpoint, protocol=self.dest.protocol,
+        self.log.warning("export_retrying", endpoint=redact_url(self.dest.endpoint), protocol=self.dest.protocol,
                          error=message[:200] if self.fix is None else _cause(message),
                          fix=self.fix or "start an OTLP receiver there, or fix --otlp-endpoint / --otlp-protocol; "
                                          "each batch is retried for about 10 s before replay gives up")
@@ -491,7 +498,10 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         tune_gc()
     env = os.environ if env is None else env
     out = out or sys.stdout
-    log = make_logger()
+    secrets = tuple(s for ep in (getattr(args, "otlp_endpoint", None), getattr(args, "cfg_otlp_endpoint", None),
+                                 env.get("OTEL_EXPORTER_OTLP_ENDPOINT"), env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+                    for s in secrets_from(env, ep if isinstance(ep, str) else None))
+    log = make_logger(secrets=secrets)
     if args.command != "run":  # run logs them in its own format
         from bridge.config import unknown_env
 
@@ -508,7 +518,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
             return run_inject(args, out)
         return run_replay(args, env, out, log)
     except UsageError as exc:
-        print(f"vllm-trace-bridge: {exc}", file=sys.stderr)
+        print(f"vllm-trace-bridge: {redact_text(str(exc), secrets)}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:  # `… | head`: the reader has all it wanted
         devnull = os.open(os.devnull, os.O_WRONLY)

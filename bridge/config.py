@@ -50,6 +50,7 @@ class AgentConfig:
     max_open_requests: int = 100000    # beyond this the oldest open request is evicted
     memory_limit_mb: int = 512
     shutdown_grace: float = 10.0
+    stall_timeout: float = 120.0       # /healthz fails when the main loop has not turned for this long
     export_give_up: float = 900.0      # a batch refused this long is dropped (counted, logged)
     read_chunk_bytes: int = 1 << 20    # per file per round: fairness across files
     log_format: str = "auto"
@@ -90,7 +91,7 @@ _CHOICES = {
     "gateway_format": ("nginx", "envoy"),
 }
 _POSITIVE = {"poll_interval", "ttl", "max_queue_spans", "max_batch_spans", "max_batch_bytes", "batch_delay", "max_open_requests",
-             "memory_limit_mb", "shutdown_grace", "export_give_up", "read_chunk_bytes", "join_window",
+             "memory_limit_mb", "shutdown_grace", "stall_timeout", "export_give_up", "read_chunk_bytes", "join_window",
              "progress_interval"}
 _NON_NEGATIVE = {"linger", "slow_ttft_ms", "slow_itl_ms", "low_free_blocks_pct", "high_gpu_memory_pct"}
 
@@ -120,6 +121,7 @@ DOC = {
     "max_open_requests": "Open requests kept; beyond this the oldest is evicted (counted).",
     "memory_limit_mb": "Resident memory (MB) above which reading pauses until it falls, before the kernel would kill the agent.",
     "shutdown_grace": "Seconds to send what is queued after SIGTERM.",
+    "stall_timeout": "Seconds the main loop may go without turning before `/healthz` fails (the kubelet then restarts the agent).",
     "export_give_up": "Seconds a batch may be refused before it is dropped (counted and logged).",
     "read_chunk_bytes": "Bytes read per file per round: fairness across files.",
     "log_format": "The agent's own logs: `json`, `console`, or `auto` (console on a terminal).",

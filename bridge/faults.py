@@ -7,6 +7,8 @@ in production) the agent never calls into this module past `injected_faults`.
 
 from __future__ import annotations
 
+import threading
+
 
 class InjectedFault(RuntimeError):
     """Raised by the fault-injection hook (tests): stands for any bug a line could trigger."""
@@ -16,11 +18,12 @@ def injected_faults(env) -> dict[str, str]:
     """`VLLM_TRACE_BRIDGE_INJECT_FAULT=decode:MARK,parse:MARK,assemble:MARK`: that stage raises
     on a line containing MARK (assemble: a line whose origin, `file.py:LINE`, does). For the
     fault-injection tests of a real agent process; unset (always, in production) it costs one
-    truth test per line."""
+    truth test per line. `hang:MARK`: reading such a line blocks the main loop for ever (the
+    /healthz test)."""
     out = {}
     for item in (env.get("VLLM_TRACE_BRIDGE_INJECT_FAULT") or "").split(","):
         stage, _, marker = item.partition(":")
-        if stage.strip() in ("decode", "parse", "assemble") and marker:
+        if stage.strip() in ("decode", "parse", "assemble", "hang") and marker:
             out[stage.strip()] = marker
     return out
 
@@ -42,6 +45,9 @@ class PoisonedLines:
             raise StopIteration
         item = self._lines[self._i]
         self._i += 1
+        marker = self._faults.get("hang")
+        if marker is not None and marker.encode() in item[1]:
+            threading.Event().wait()  # a read that never returns (a hung mount, a deadlock)
         maybe_fail(self._faults, "decode", item[1])
         return item
 

@@ -34,9 +34,22 @@ class Health:
                  follower: Follower, delivery: Delivery, checkpointer: Checkpointer, endpoint: str,
                  join: ContextJoin | None, gateway_parser: GatewayParser) -> None:
         self.ready = False  # set by the agent once its first look for files is done
+        self.turned_at: float | None = None  # time.monotonic() of the main loop's last turn
+        self.stall_timeout = float("inf")
         self._counters, self._parser, self._sources = counters, parser, sources
         self._follower, self._delivery, self._checkpointer = follower, delivery, checkpointer
         self._endpoint, self._join, self._gateway_parser = endpoint, join, gateway_parser
+
+    def liveness(self) -> bool | str:
+        """/healthz: True, or how long the main loop has been stuck (a hung read, a deadlock):
+        then the kubelet restarts the agent, which resumes from its checkpoint."""
+        turned = self.turned_at
+        if turned is None:
+            return True  # starting: /readyz says so
+        stuck = time.monotonic() - turned
+        if stuck > self.stall_timeout:
+            return f"main loop stuck: it has not turned for {stuck:.0f} s (stall_timeout {self.stall_timeout:g} s)"
+        return True
 
     def readiness(self) -> bool | str:
         """/readyz: True, or the trouble. Only export and checkpoint trouble count: a line a
@@ -94,6 +107,8 @@ class Health:
             "queued_spans": s.queued_spans, "latencies": list(s.latencies),
             "skipped_delivered": c.skipped_delivered,
             "behind": self._follower.behind(), "files_watched": len(self._follower.files),
+            "files_open": self._follower.open_count, "files_open_budget": self._follower.max_open,
+            "files_parked_total": f.files_parked, "files_reopened": f.files_reopened,
             "files_skipped": self._follower.skipped_by_kind(),
             "rotations": dict(f.rotations), "file_errors": dict(f.errors),
             "checkpoint_age": (time.time() - written) if written else 0.0,

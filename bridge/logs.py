@@ -15,10 +15,11 @@ from typing import TextIO
 from bridge.export.trouble import export_fix
 
 
-def make_logger(stream: TextIO | None = None, json: bool | None = None) -> Logger:
+def make_logger(stream: TextIO | None = None, json: bool | None = None, secrets: tuple[str, ...] = ()) -> Logger:
     """The bridge's logger: structlog, built at its first use. `replay` usually logs nothing,
-    and importing structlog (it imports asyncio) is a fifth of its start-up."""
-    return Logger(lambda: _structlog_logger(stream, json))
+    and importing structlog (it imports asyncio) is a fifth of its start-up. Every line is
+    scrubbed of URL credentials and of `secrets` (bridge.export.secrets) before it is written."""
+    return Logger(lambda: _structlog_logger(stream, json, secrets))
 
 
 class Logger:
@@ -38,8 +39,10 @@ class Logger:
         return getattr(self._logger, name)
 
 
-def _structlog_logger(stream: TextIO | None, json: bool | None):
+def _structlog_logger(stream: TextIO | None, json: bool | None, secrets: tuple[str, ...] = ()):
     import structlog
+
+    from bridge.export.secrets import Redactor
 
     stream = stream or sys.stderr
     if json is None:
@@ -51,6 +54,7 @@ def _structlog_logger(stream: TextIO | None, json: bool | None):
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
+            Redactor(secrets),
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(20),

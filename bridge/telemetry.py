@@ -74,8 +74,16 @@ class AgentCollector:
         h.add_metric([], buckets, sum(lat))
         yield h
         yield gauge("file_bytes_behind", "Bytes written to a file but not read yet.", s["behind"], "path")
-        yield gauge("files_watched", "Files open for reading.", s["files_watched"])
-        yield gauge("files_skipped", "Candidate files not followed, by reason (filter, unreadable, not_a_file, duplicate); "
+        yield gauge("files_watched", "Files followed (open, or parked: closed with their place kept).",
+                    s["files_watched"])
+        yield gauge("files_open", "Followed files holding a descriptor now.", s.get("files_open", 0))
+        yield gauge("files_open_budget", "Descriptors log files may hold (3/4 of the open-files limit); past "
+                    "it the files idle longest are parked.", s.get("files_open_budget", 0))
+        yield counter("files_parked", "Times a file's descriptor was closed to stay within the budget.",
+                      s.get("files_parked_total", 0))
+        yield counter("files_reopened", "Times a parked file was opened again (by inode and first bytes) "
+                      "because it changed.", s.get("files_reopened", 0))
+        yield gauge("files_skipped", "Candidate files not followed, by reason (filter, unreadable, loop, not_a_file, duplicate); "
                     "the agent's file_skipped log lines name each one.", s.get("files_skipped", {}), "reason")
         yield counter("file_rotations", "Rotations seen, by kind.", s["rotations"], "kind")
         yield counter("file_errors", "File and directory errors, by reason.", s["file_errors"], "reason")
@@ -153,8 +161,10 @@ class _Metrics:
 
 
 class TelemetryServer:
-    def __init__(self, listen: str, snapshot: Callable[[], dict], ready: Callable[[], bool | str]) -> None:
-        """`ready()`: True, or what is wrong (a short text: "starting", export or checkpoint trouble)."""
+    def __init__(self, listen: str, snapshot: Callable[[], dict], ready: Callable[[], bool | str],
+                 alive: Callable[[], bool | str] = lambda: True) -> None:
+        """`ready()`: True, or what is wrong (a short text: "starting", export or checkpoint trouble).
+        `alive()`: True, or why /healthz fails (the main loop stuck)."""
         host, _, port = listen.rpartition(":")
         metrics = _Metrics(snapshot)
 
@@ -164,7 +174,9 @@ class TelemetryServer:
                 if path == "/metrics":
                     (body, ctype), code = metrics(), 200
                 elif path == "/healthz":
-                    body, ctype, code = b"ok\n", "text/plain", 200
+                    state = alive()
+                    body = b"ok\n" if state is True else f"{state}\n".encode()
+                    ctype, code = "text/plain", 200 if state is True else 503
                 elif path == "/readyz":
                     state = ready()
                     ok = state is True
@@ -175,8 +187,11 @@ class TelemetryServer:
                 self.send_response(code)
                 self.send_header("Content-Type", ctype)
                 self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                try:
+                    self.end_headers()
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):  # the scraper hung up: its loss, not ours
+                    pass
 
             def log_message(self, *args):
                 pass

@@ -394,7 +394,8 @@ def test_the_follower_says_why_it_skips_unreadable_files_and_directories(tmp_pat
         return real_open(path)
 
     monkeypatch.setattr(follow, "_open", refuse)
-    f = follow.Follower(follow.Filters((str(tmp_path / "*.log"),)))
+    now = [100.0]
+    f = follow.Follower(follow.Filters((str(tmp_path / "*.log"),)), clock=lambda: now[0])
     f.discover(first_round=True)
     changes = {(c.action, os.path.basename(c.path), c.kind) for c in f.take_changes()}
     assert changes == {("followed", "a.log", ""), ("skipped", "b.log", "unreadable"),
@@ -402,10 +403,13 @@ def test_the_follower_says_why_it_skips_unreadable_files_and_directories(tmp_pat
     assert "permission denied" in f.skipped[str(tmp_path / "b.log")][1]
     f.discover()
     assert f.take_changes() == []  # said once, not on every look
-    assert f.skipped_by_kind() == {"filter": 0, "unreadable": 1, "not_a_file": 1, "duplicate": 0}
+    assert f.skipped_by_kind() == {"filter": 0, "unreadable": 1, "loop": 0, "not_a_file": 1, "duplicate": 0}
     monkeypatch.setattr(follow, "_open", real_open)  # made readable: followed, no longer skipped
     (tmp_path / "b.log").write_text("y2\n")
     f._listings.clear()
+    f.discover()
+    assert f.take_changes() == []  # tried again only after its backoff
+    now[0] += follow.RETRY_FIRST_S
     f.discover()
     assert [(c.action, os.path.basename(c.path)) for c in f.take_changes()] == [("followed", "b.log")]
     assert f.skipped_by_kind()["unreadable"] == 0

@@ -1282,3 +1282,17 @@ def test_demo_log_writer_writes_logs_the_bridge_reads(tmp_path):
     assert main(["replay", str(log), "--waterfalls", "0"], env={}, out=out) == 0
     text = out.getvalue()
     assert "requests     12 (" in text and " 0 malformed" in text
+
+
+@pytest.mark.parametrize("endpoint,ports", [
+    ("https://tempo.example.com", [443]),           # no port: where the exporter connects
+    ("https://tempo.example.com:8443/otlp", [8443]),
+    ("http://otel-gateway.observability.svc:4317", [4317]),
+    ("http://collector", [80]),
+    ("collector.observability:4318", [4318]),
+    ("", [4317, 4318]),                             # the endpoint comes from extraEnv: both defaults
+])
+def test_network_policy_egress_follows_the_endpoint_port(endpoint, ports):
+    np = _by_kind(_objects({"otlp": {"endpoint": endpoint}, "networkPolicy": {"enabled": True}}))["NetworkPolicy"]
+    _, otlp = np["spec"]["egress"]
+    assert otlp["ports"] == [{"port": p, "protocol": "TCP"} for p in ports]

@@ -634,7 +634,7 @@ def test_common_cri_lines_take_the_c_path():
     # a line the runtime split (`P` parts, then the `F` that ends them) is one record, timed
     # and placed at its first part, as containerd's reader joins it
     p1 = f"{CRI_SECOND}.1Z stdout P INFO 02-15 10:23:00 [x.py:1] a".encode() + b"\n"
-    p2 = f"{CRI_SECOND}.15Z stderr P b".encode() + b"\n"
+    p2 = f"{CRI_SECOND}.15Z stdout P b".encode() + b"\n"  # the same stream: another's is never joined in
     f3 = f"{CRI_SECOND}.2Z stdout F c".encode() + b"\n"
     joined = list(stream_mod.FAST.records(decoder, joiner, lambda *a: called.append(a) or (),
                                           [(1000, p1), (1000 + len(p1), p2), (1000 + len(p1) + len(p2), f3)]))
@@ -642,6 +642,13 @@ def test_common_cri_lines_take_the_c_path():
     assert joined == [Record(base + 100_000_000, CLOCK_RUNTIME, "INFO", "x.py:1", "abc", 1000,
                              1000 + len(p1) + len(p2) + len(f3))]
     assert (decoder.stats.lines, decoder.stats.partials_joined, decoder._parts) == (4 + len(cases), 2, [])
+    # a part of the other stream while one is held: which line it joins is Python's to say
+    p4 = f"{CRI_SECOND}.3Z stdout P d".encode() + b"\n"
+    p5 = f"{CRI_SECOND}.4Z stderr F e".encode() + b"\n"
+    list(stream_mod.FAST.records(decoder, joiner, lambda *a: called.append(a) or (), [(5000, p4), (5000 + len(p4), p5)]))
+    assert [raw for raw, _ in called] == [p5]
+    called.clear()
+    decoder._parts.clear()
     # and each of these is Python's: a new second, an ERROR, a part that ends in another second
     decline = [f"2025-02-15T10:23:01.1Z stdout F INFO 02-15 10:23:01 [x.py:1] c",
                f"2025-02-15T10:23:01.3Z stdout F ERROR 02-15 10:23:01 [x.py:1] d"]

@@ -37,7 +37,8 @@ class DecodeStats:
 
 class Decoder:
     __slots__ = ("stats", "_framing", "_unwrap", "_clock", "_last_ts", "_parts", "_part_offset",
-                 "_part_chars", "_part_end", "_part_ts", "_header", "_shipper", "_tz", "_cut")
+                 "_part_chars", "_part_end", "_part_ts", "_header", "_shipper", "_tz", "_cut", "_part_stream",
+                 "_others")
 
     def __init__(self, *, tz: tzinfo = timezone.utc, year: int | None = None, mtime: float | None = None):
         self.stats = DecodeStats()
@@ -54,6 +55,12 @@ class Decoder:
         self._shipper = Rfc3339()
         self._tz = tz
         self._cut = False  # dropping the rest of a partial line cut at _MAX_PARTIAL_CHARS
+        # The `_part*` slots and `_cut` are the state of one stream's partial line (`_part_stream`,
+        # "stdout" or "stderr"); another stream's, while it holds one, waits in `_others`. The
+        # kubelet writes the streams' parts independently: a `P` on stderr inside a stdout line
+        # must not be joined into it.
+        self._part_stream = ""
+        self._others: dict[str, tuple] = {}
 
     @property
     def framing(self) -> str | None:
@@ -63,7 +70,10 @@ class Decoder:
     def held_position(self) -> int | None:
         """Where a partial line this decoder still holds began (a resume must re-read it), or
         the line it is cutting: a resume from inside it would read its rest as a line."""
-        return self._part_offset if self._parts or self._cut else None
+        held = [o[2] for o in self._others.values()]
+        if self._parts or self._cut:
+            held.append(self._part_offset)
+        return min(held, default=None)
 
     def __call__(self, raw: bytes, offset: int) -> Record | None:
         """One physical line (with its newline) starting at `offset` → a Record, or None while a
@@ -91,6 +101,11 @@ class Decoder:
                 stats.framing_errors += 1
             else:
                 runtime_ts, partial, line = framed
+                stream = getattr(self._unwrap, "stream", "")
+                if stream != self._part_stream and (self._others or self._parts or self._cut):
+                    self._switch(stream)
+                else:
+                    self._part_stream = stream
                 if self._cut:  # the rest of a line cut below: never a line of its own (forged lines)
                     self._cut = partial
                     return None
@@ -185,13 +200,33 @@ class Decoder:
         stats.records += 1
         return Record(ts, clock, level, origin, message, offset, end, process, continued)
 
+    def _switch(self, stream: str) -> None:
+        """Make `stream`'s partial-line state the current one; the current one, if it holds
+        anything, waits in `_others` for its stream's next line."""
+        mine = self._others.pop(stream, None)
+        if self._parts or self._cut:
+            self._others[self._part_stream] = (self._parts, self._part_chars, self._part_offset, self._part_end,
+                                               self._part_ts, self._cut)
+        if mine is None:
+            mine = ([], 0, 0, 0, 0, False)
+        (self._parts, self._part_chars, self._part_offset, self._part_end, self._part_ts, self._cut) = mine
+        self._part_stream = stream
+
     def flush(self) -> Record | None:
-        """At end of input: a partial line never completed is still a line."""
-        if not self._parts:
-            return None
-        end, ts = self._part_end, self._part_ts
-        line, offset = self._take_parts()
-        return self._record(line, ts, offset, end) if line else None
+        """At end of input: a partial line never completed is still a line. One stream's at a
+        time, the earliest first: call until None."""
+        while True:
+            if not self._parts:
+                waiting = [k for k, o in self._others.items() if o[0]]
+                if not waiting:
+                    return None
+                self._switch(min(waiting, key=lambda k: self._others[k][2]))
+                continue
+            end, ts = self._part_end, self._part_ts
+            line, offset = self._take_parts()
+            record = self._record(line, ts, offset, end) if line else None
+            if record is not None:
+                return record
 
     def _take_parts(self) -> tuple[str, int]:
         self.stats.partials_joined += len(self._parts) - 1

@@ -53,7 +53,7 @@ typedef struct {
 
 enum {
     DEC_STATS, DEC_FRAMING, DEC_PARTS, DEC_LAST_TS, DEC_CLOCK, DEC_UNWRAP, DEC_CUT,
-    DEC_PART_OFFSET, DEC_PART_CHARS, DEC_PART_END, DEC_PART_TS,
+    DEC_PART_OFFSET, DEC_PART_CHARS, DEC_PART_END, DEC_PART_TS, DEC_PART_STREAM, DEC_OTHERS,
     CLK_KEY, CLK_NS,
     CRI_STAMP, RFC_BASE, RFC_BASE_NS,
     ST_LINES, ST_RECORDS, ST_PREFIXED, ST_PARTIALS_JOINED,
@@ -65,6 +65,7 @@ static Slot slots[N_SLOTS] = {
     {"Decoder", "stats"}, {"Decoder", "_framing"}, {"Decoder", "_parts"}, {"Decoder", "_last_ts"},
     {"Decoder", "_clock"}, {"Decoder", "_unwrap"}, {"Decoder", "_cut"},
     {"Decoder", "_part_offset"}, {"Decoder", "_part_chars"}, {"Decoder", "_part_end"}, {"Decoder", "_part_ts"},
+    {"Decoder", "_part_stream"}, {"Decoder", "_others"},
     {"HeaderClock", "_cache_key"}, {"HeaderClock", "_cache_ns"},
     {"CriUnwrapper", "_stamp"}, {"Rfc3339", "_base"}, {"Rfc3339", "_base_ns"},
     {"DecodeStats", "lines"}, {"DecodeStats", "records"}, {"DecodeStats", "prefixed"},
@@ -77,6 +78,7 @@ static PyTypeObject *record_type, *decoder_type, *joiner_type, *clock_type, *sta
 static PyObject *plain_str, *cri_str, *header_clock_str, *runtime_clock_str, *empty_str, *levels[5];
 /* fast_line's answer for a line it took that makes no record (yet): a CRI `P` part it holds */
 static PyObject *consumed;
+static PyObject *stream_names[2]; /* "stdout", "stderr": Decoder._part_stream of a part C holds */
 static const char *level_names[5] = {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"};
 static int ready = 0;
 
@@ -385,7 +387,8 @@ static inline int digits2(const char *s) { return is_digit(s[0]) && is_digit(s[1
  * then `Z`, `z`, `+hh:mm`, `+hhmm` (or `-`) or none, then the stamp's end. Gives where the
  * text starts (after the fourth field's space) and the stamp in ns, computed as Rfc3339 does;
  * 0 to decline (Python decides, and refreshes the cache on a new second). */
-static int cri_frame(PyObject *decoder, const char *s, Py_ssize_t n, Py_ssize_t *text, long long *ns, int *partial) {
+static int cri_frame(PyObject *decoder, const char *s, Py_ssize_t n, Py_ssize_t *text, long long *ns, int *partial,
+                     int *err) {
     PyObject *unwrap = SLOT(decoder, DEC_UNWRAP);
     if (unwrap == NULL || Py_TYPE(unwrap) != cri_type)
         return 0;
@@ -407,6 +410,7 @@ static int cri_frame(PyObject *decoder, const char *s, Py_ssize_t n, Py_ssize_t 
         (s[e + 8] != 'F' && s[e + 8] != 'P') || s[e + 9] != ' ')
         return 0;
     *partial = s[e + 8] == 'P';
+    *err = s[e + 4] == 'e'; /* std(e)rr, not std(o)ut */
     /* _RFC3339_TAIL.match(stamp, 19): (?:\.(\d{1,9})\d*)?(Z|z|[+-]\d\d:?\d\d)?$ */
     Py_ssize_t i = 19;
     long long frac = 0, shift = 0;
@@ -486,7 +490,7 @@ static PyObject *make_record(const char *text, Py_ssize_t len, const Header *h, 
  * no record yet. `consumed` (borrowed) when held, Py_None to decline (a part that reaches
  * _MAX_PARTIAL_CHARS is cut, by Python), NULL on error. */
 static PyObject *hold_part(PyObject *decoder, PyObject *stats, PyObject *parts, const char *text, Py_ssize_t len,
-                           PyObject *offset, Py_ssize_t end, long long ns, Py_ssize_t lines) {
+                           PyObject *offset, Py_ssize_t end, long long ns, Py_ssize_t lines, int err) {
     int first = PyList_GET_SIZE(parts) == 0;
     Py_ssize_t chars = first ? 0 : ssize_slot(decoder, DEC_PART_CHARS);
     if (chars < 0 || chars + len >= MAX_PARTIAL_CHARS)
@@ -503,6 +507,7 @@ static PyObject *hold_part(PyObject *decoder, PyObject *stats, PyObject *parts, 
     }
     Py_DECREF(part);
     if (first) {
+        Py_XSETREF(SLOT(decoder, DEC_PART_STREAM), Py_NewRef(stream_names[err]));
         Py_XSETREF(SLOT(decoder, DEC_PART_OFFSET), Py_NewRef(offset));
         Py_XSETREF(SLOT(decoder, DEC_PART_TS), ts);
     }
@@ -544,7 +549,10 @@ static PyObject *fast_line(PyObject *decoder, PyObject *joiner, PyObject *raw, P
         return Py_None;
     PyObject *framing = SLOT(decoder, DEC_FRAMING), *parts = SLOT(decoder, DEC_PARTS), *stats = SLOT(decoder, DEC_STATS);
     /* the rest of a cut partial line (Decoder._cut) is for Python to drop */
+    PyObject *others = SLOT(decoder, DEC_OTHERS);
+    /* another stream's partial line waiting (Decoder._others): which stream a line joins is Python's */
     if (parts == NULL || !PyList_CheckExact(parts) || SLOT(decoder, DEC_CUT) != Py_False ||
+        others == NULL || !PyDict_CheckExact(others) || PyDict_GET_SIZE(others) != 0 ||
         SLOT(joiner, JN_PENDING) != Py_None || stats == NULL || Py_TYPE(stats) != stats_type)
         return Py_None;
     int cri = framing == cri_str;
@@ -569,11 +577,17 @@ static PyObject *fast_line(PyObject *decoder, PyObject *joiner, PyObject *raw, P
      * what follows the runtime's fields, with the runtime's stamp, after the parts it ends. */
     Py_ssize_t start = 0;
     long long ns = 0;
-    int partial = 0;
-    if (cri ? !cri_frame(decoder, s, n, &start, &ns, &partial) : framing != plain_str || SLOT(decoder, DEC_UNWRAP) != Py_None)
+    int partial = 0, err = 0;
+    if (cri ? !cri_frame(decoder, s, n, &start, &ns, &partial, &err) : framing != plain_str || SLOT(decoder, DEC_UNWRAP) != Py_None)
         return Py_None;
+    if (cri && PyList_GET_SIZE(parts) != 0) { /* parts held: this line joins them only on their stream */
+        PyObject *held_stream = SLOT(decoder, DEC_PART_STREAM);
+        if (held_stream == NULL || !PyUnicode_CheckExact(held_stream) ||
+            PyUnicode_CompareWithASCIIString(held_stream, err ? "stderr" : "stdout") != 0)
+            return Py_None;
+    }
     if (partial)
-        return hold_part(decoder, stats, parts, s + start, n - start, offset, off + size, ns, lines);
+        return hold_part(decoder, stats, parts, s + start, n - start, offset, off + size, ns, lines, err);
     const char *text = s + start;
     Py_ssize_t len = n - start;
     Py_ssize_t held = PyList_GET_SIZE(parts), joined_chars = 0;
@@ -784,6 +798,9 @@ PyMODINIT_FUNC PyInit__fastdecode(void) {
         if ((levels[k] = PyUnicode_InternFromString(level_names[k])) == NULL)
             return NULL;
     if ((consumed = PyTuple_New(0)) == NULL)
+        return NULL;
+    if ((stream_names[0] = PyUnicode_InternFromString("stdout")) == NULL ||
+        (stream_names[1] = PyUnicode_InternFromString("stderr")) == NULL)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m != NULL && PyModule_AddObjectRef(m, "CONSUMED", consumed) < 0)

@@ -27,13 +27,19 @@ def detect(first_line: str) -> str:
     return PLAIN
 
 
-class CriUnwrapper:
-    """containerd / CRI-O: `<RFC3339Nano> stdout|stderr P|F <text>`."""
+STDOUT, STDERR = "stdout", "stderr"
+_STREAMS = {STDOUT: STDOUT, STDERR: STDERR}
 
-    __slots__ = ("_stamp",)
+
+class CriUnwrapper:
+    """containerd / CRI-O: `<RFC3339Nano> stdout|stderr P|F <text>`. `stream`: the last line's
+    stream; the kubelet writes each stream's `P` parts independently, so they join per stream."""
+
+    __slots__ = ("_stamp", "stream")
 
     def __init__(self) -> None:
         self._stamp = Rfc3339()
+        self.stream = ""
 
     def __call__(self, line: str) -> tuple[int, bool, str] | None:
         parts = line.split(" ", 3)
@@ -42,6 +48,7 @@ class CriUnwrapper:
         ts = self._stamp(parts[0])
         if ts is None:
             return None
+        self.stream = _STREAMS[parts[1]]
         return ts, parts[2] == "P", parts[3] if len(parts) == 4 else ""
 
 
@@ -51,10 +58,11 @@ class DockerUnwrapper:
     Docker splits lines over 16 KiB into entries without the trailing newline: those are partial.
     """
 
-    __slots__ = ("_stamp",)
+    __slots__ = ("_stamp", "stream")
 
     def __init__(self) -> None:
         self._stamp = Rfc3339()
+        self.stream = ""
 
     def __call__(self, line: str) -> tuple[int, bool, str] | None:
         obj = loads(line)
@@ -64,6 +72,8 @@ class DockerUnwrapper:
             return None
         if not isinstance(text, str) or not isinstance(stamp, str):
             return None
+        stream = obj.get("stream") if isinstance(obj, dict) else None
+        self.stream = _STREAMS.get(stream, "") if isinstance(stream, str) else ""
         text = json_text(text, line)
         ts = self._stamp(stamp)
         if ts is None:

@@ -101,8 +101,7 @@ class RecordStream:
     def flush(self) -> list[Record]:
         """End of the file: a partial line never completed, then whatever the joiner holds."""
         out: list[Record] = []
-        record = self.decoder.flush()
-        if record is not None:
+        while (record := self.decoder.flush()) is not None:  # one per stream with a partial line
             out.extend(self.joiner(record))
         out.extend(self.release())
         return out

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
+from bridge.export.secrets import redact_url
 from bridge.export.wire import EncodedRequest
 
 GRPC, HTTP = "grpc", "http/protobuf"
@@ -46,7 +47,7 @@ def destination(env: Mapping[str, str], endpoint: str | None = None, protocol: s
     if ep:
         parsed = urlparse(ep if "://" in ep else f"http://{ep}")
         if not parsed.hostname:
-            raise ValueError(f"OTLP endpoint {ep!r} has no host: use e.g. http://127.0.0.1:4317")
+            raise ValueError(f"OTLP endpoint {redact_url(ep)!r} has no host: use e.g. http://127.0.0.1:4317")
         if proto == HTTP and is_base and (endpoint is None or parsed.path in ("", "/")):
             ep = ep.rstrip("/") + "/v1/traces"
     return Destination(ep or None, proto)

@@ -238,25 +238,47 @@ class Rules:
         self.rest = self._rest.take
 
 
+_SET_CHUNK = 512    # rules per re2.Set: one Set of 10,000 patterns is over RE2's memory budget
+MAX_RULES = 50_000  # past this a rule file is refused (each Set is one scan of every line)
+
+
 class _Group:
-    """Rules tried in file order; one `re2.Set` scan first tells which can match at all."""
+    """Rules tried in file order; a scan of each `re2.Set` (a few hundred rules each) first
+    tells which can match at all. A Set that RE2 will not compile is split in two until it
+    does; a single rule that will not compile in a Set is refused by name."""
 
     def __init__(self, rules: list[Rule], re2) -> None:
         self.rules = rules
-        self._set = None
-        if rules:
-            opts = re2.Options()
-            opts.log_errors = False
-            self._set = re2.Set.SearchSet(opts)
-            for r in rules:
-                self._set.Add(r.pattern.pattern.encode())
-            self._set.Compile()
+        self._sets: list[tuple[int, Any]] = []  # (index of its first rule, compiled Set)
+        for lo in range(0, len(rules), _SET_CHUNK):
+            self._compile(lo, min(len(rules), lo + _SET_CHUNK), re2)
+
+    def _compile(self, lo: int, hi: int, re2) -> None:
+        opts = re2.Options()
+        opts.log_errors = False
+        s = re2.Set.SearchSet(opts)
+        for r in self.rules[lo:hi]:
+            s.Add(r.pattern.pattern.encode())
+        try:
+            s.Compile()
+        except re2.error:
+            if hi - lo == 1:
+                raise RuleError(f"rule {self.rules[lo].name!r}: its pattern is too large for RE2 to compile "
+                                "(over its memory budget); fix: make it simpler or shorter") from None
+            mid = (lo + hi) // 2
+            self._compile(lo, mid, re2)
+            self._compile(mid, hi, re2)
+            return
+        self._sets.append((lo, s))
 
     def take(self, message: str) -> tuple[str, object] | None:
-        if self._set is None:
+        if not self._sets:
             return None
         line = message.encode("utf-8", "surrogatepass")  # never raises: a lone surrogate stays bytes
-        hits = self._set.Match(line)
+        if len(self._sets) == 1:
+            hits = self._sets[0][1].Match(line)
+        else:
+            hits = [lo + i for lo, s in self._sets for i in (s.Match(line) or ())]
         if not hits:
             return None
         rules = self.rules
@@ -274,12 +296,15 @@ def load_rules(path: str) -> Rules:
     """Read and validate a rule file; RuleError (one line) on anything unusable."""
     import yaml
 
+    from bridge.parse import yamlsafe
+
     try:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
+        data = yamlsafe.load(path)
     except OSError as exc:
         raise RuleError(f"{path}: cannot read it ({exc.strerror or exc})") from None
-    except yaml.YAMLError as exc:
+    except yamlsafe.YamlLimitError as exc:
+        raise RuleError(f"{path}: {exc}") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
         where = getattr(exc, "problem_mark", None)
         at = f" at line {where.line + 1}" if where is not None else ""
         raise RuleError(f"{path}: not valid YAML{at}; fix the syntax (a list of rules, docs/rules.md)") from None
@@ -296,6 +321,9 @@ def parse_rules(data: Any, origin: str = "rules") -> Rules:
         data = data["rules"]
     if not isinstance(data, list) or not data:
         raise RuleError(f"{origin}: expected a non-empty YAML list of rules (- name: …, match: …, fact: …)")
+    if len(data) > MAX_RULES:
+        raise RuleError(f"{origin}: {len(data):,} rules, more than the {MAX_RULES:,} a rule file may hold "
+                        "(every line is scanned against all of them); fix: keep the rules for the lines you have")
     rules, seen = [], set()
     for i, spec in enumerate(data, 1):
         rule = _one(spec, i, origin, re2)
@@ -303,7 +331,10 @@ def parse_rules(data: Any, origin: str = "rules") -> Rules:
             raise RuleError(f"{origin}: rule {rule.name!r} (#{i}): field 'name': used twice; fix: give each rule its own name")
         seen.add(rule.name)
         rules.append(rule)
-    return Rules(rules)
+    try:
+        return Rules(rules)
+    except RuleError as exc:
+        raise RuleError(f"{origin}: {exc}") from None
 
 
 def _one(spec: Any, i: int, origin: str, re2) -> Rule:

@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 from json.encoder import encode_basestring_ascii as _json_str  # json.dumps's own C string encoder
 
 _VERSION = 1
+#: A checkpoint is a few hundred bytes per file and per delivered request; one past this is
+#: damaged (or not ours), and reading it whole would cost the agent its memory limit.
+MAX_CHECKPOINT_BYTES = 64 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,8 +210,12 @@ class CheckpointStore:
         damaged: list[str] = []
         for name, path in (("current", self.path), ("previous", self.prev_path)):
             try:
-                with open(path, "rb") as f:
-                    raw = f.read()
+                with open(path, "rb") as f:  # a huge or runaway file is not read (nor read whole)
+                    too_big = os.fstat(f.fileno()).st_size > MAX_CHECKPOINT_BYTES
+                    raw = b"" if too_big else f.read(MAX_CHECKPOINT_BYTES + 1)
+                if too_big or len(raw) > MAX_CHECKPOINT_BYTES:
+                    raise ValueError(f"larger than {MAX_CHECKPOINT_BYTES >> 20} MiB, more than any checkpoint "
+                                     "this agent writes: not read")
                 doc = json.loads(raw)
                 files, sources, written = _parse(doc)
             except FileNotFoundError:

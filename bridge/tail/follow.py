@@ -17,6 +17,7 @@ Rotation kinds handled:
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import glob
 import io
@@ -156,6 +157,8 @@ class TailStats:
     files_retired: int = 0
     rotations: dict[str, int] = field(default_factory=dict)  # rename | copytruncate | truncate | deleted
     errors: dict[str, int] = field(default_factory=dict)     # permission | vanished | lost | io
+    files_parked: int = 0     # descriptors closed to stay within the budget (place kept)
+    files_reopened: int = 0   # parked files opened again by identity when they changed
     lines_oversized: int = 0
     bytes_cut: int = 0        # the rest of an oversized line past its first MAX_LINE_BYTES: dropped
     lines_long: int = 0       # over LONG_LINE_BYTES, still read whole
@@ -169,7 +172,7 @@ class TrackedFile:
     """One open file being read. `offset` is where the next unread line starts."""
 
     __slots__ = ("path", "source", "generation", "base", "fh", "inode", "fp", "fp_len", "offset",
-                 "partial", "detached", "quiet_since", "done", "seen", "at_eof", "cut")
+                 "partial", "detached", "quiet_since", "done", "seen", "at_eof", "cut", "active_at")
 
     def __init__(self, path: str, source: Source, generation: int, fh, inode: int, offset: int) -> None:
         self.path = path
@@ -187,13 +190,14 @@ class TrackedFile:
         self.done = False
         self.seen: tuple[int, int] | None = None  # (size, mtime_ns) when last read to the end
         self.at_eof = False
+        self.active_at = 0.0  # the follower's clock when lines last came from it (who is parked first)
         # Inside a line cut at MAX_LINE_BYTES: its rest, to the next newline, is dropped, never
         # read as a line of its own (a client whose prompt vLLM logs could forge lines). A resume
         # at an offset that follows no newline is inside such a line.
         self.cut = offset > 0 and not path.endswith(".gz") and _mid_line(fh, offset)
 
     def refresh_fingerprint(self) -> None:
-        if self.fp_len >= FINGERPRINT_BYTES:
+        if self.fp_len >= FINGERPRINT_BYTES or self.fh is None:
             return
         try:
             head = os.pread(self.fh.fileno(), FINGERPRINT_BYTES, 0) if not self.path.endswith(".gz") \
@@ -205,7 +209,7 @@ class TrackedFile:
 
     def signature(self) -> tuple[int, int] | None:
         """(size, mtime) of the open file; None where it cannot tell (gzip, closed)."""
-        if self.path.endswith(".gz"):
+        if self.path.endswith(".gz") or self.fh is None:
             return None
         try:
             st = os.fstat(self.fh.fileno())
@@ -214,11 +218,13 @@ class TrackedFile:
         return st.st_size, st.st_mtime_ns
 
     def size(self) -> int | None:
+        if self.fh is None:  # parked: read to its end when it was closed, as far as we know
+            return self.seen[0] if self.seen else None
         if self.path.endswith(".gz"):
             return None
         try:
             return os.fstat(self.fh.fileno()).st_size
-        except OSError:
+        except (OSError, ValueError):
             return None
 
     def read(self, max_bytes: int, stats: TailStats) -> list[tuple[int, bytes]]:
@@ -297,11 +303,21 @@ class TrackedFile:
         self.offset += len(raw)
         return [(self.base + pos, raw)]
 
-    def close(self) -> None:
+    def park(self) -> None:
+        """Close the descriptor, keep the place: reopened by identity (inode and fingerprint)
+        when the file changes (`Follower._unpark`). Files are a budget, not one fd each."""
         try:
             self.fh.close()
         except OSError:
             pass
+        self.fh = None
+
+    def close(self) -> None:
+        if self.fh is not None:
+            try:
+                self.fh.close()
+            except OSError:
+                pass
         self.done = True
 
 
@@ -313,10 +329,41 @@ def _mid_line(fh, offset: int) -> bool:
         return False
 
 
+RETRY_FIRST_S = 1.0    # an entry that could not be read is tried again after this long,
+RETRY_MAX_S = 300.0    # doubling after each failure up to this
+
+
+def file_error(exc: OSError) -> tuple[str, str, str]:
+    """(files_skipped kind, file_errors reason, a sentence) for an entry that could not be read."""
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "unreadable", "permission", "not readable by this user (permission denied)"
+    if exc.errno == errno.ELOOP:
+        return "loop", "loop", "a symbolic link loop (too many levels of symbolic links)"
+    if exc.errno in (errno.EMFILE, errno.ENFILE):
+        return "unreadable", "fd_limit", "no file descriptor left (open files limit)"
+    return "unreadable", "io", f"cannot be read: {exc.strerror or exc}"
+
+
+def open_files_budget() -> int:
+    """How many log files may be open at once: three quarters of the soft RLIMIT_NOFILE (the
+    rest is for sockets, the checkpoint, the telemetry server), at least 16."""
+    try:
+        import resource
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):
+        return 768
+    if soft == resource.RLIM_INFINITY or soft <= 0:
+        return 1 << 16
+    return max(16, soft * 3 // 4)
+
+
 def expand(pattern: str, errors: TailStats, listings: dict[str, tuple[int, list[str]]] | None = None,
-           denied: list[str] | None = None) -> list[tuple[str, bool]]:
-    """`glob`, but a directory we may not read is counted instead of silently skipped, and a
-    directory whose mtime has not changed is not listed again (`listings` caches them).
+           denied: list | None = None, due=None) -> list[tuple[str, bool]]:
+    """`glob`, but a directory we may not list (no permission, a link that loops, an I/O
+    error) is handed to the caller in `denied` as (directory, error) instead of silently
+    skipped or raised, and a directory whose mtime has not changed is not listed again
+    (`listings` caches them). `due(directory)`: False for a directory that failed before and
+    is not to be tried again yet (the caller's backoff).
 
     Each match comes with `changed`: False when its directory was unchanged since the last
     call (no file there was created, renamed or removed), so the caller may skip it.
@@ -327,6 +374,8 @@ def expand(pattern: str, errors: TailStats, listings: dict[str, tuple[int, list[
         nxt: list[tuple[str, bool]] = []
         for d, _ in roots:
             if glob.has_magic(part):
+                if due is not None and not due(d):
+                    continue
                 try:
                     mtime = os.stat(d).st_mtime_ns
                     cached = listings.get(d) if listings is not None else None
@@ -340,12 +389,13 @@ def expand(pattern: str, errors: TailStats, listings: dict[str, tuple[int, list[
                             listings[d] = (mtime, names)
                     else:
                         names = cached[1]
-                except PermissionError:
-                    errors.count(errors.errors, "permission")
-                    if denied is not None:
-                        denied.append(d)
-                    continue
                 except (FileNotFoundError, NotADirectoryError):
+                    continue
+                except OSError as exc:  # EACCES, ELOOP (a directory link that loops), EIO, ...
+                    if denied is not None:
+                        denied.append((d, exc))
+                    else:
+                        errors.count(errors.errors, file_error(exc)[1])
                     continue
                 nxt.extend((os.path.join(d, n), changed) for n in names
                            if fnmatch.fnmatchcase(n, part) and not n.startswith("."))
@@ -361,8 +411,13 @@ class Follower:
     """Knows every file worth reading and hands out their new lines, round-robin."""
 
     def __init__(self, filters: Filters, *, start_at_end: bool = False, read_chunk: int = 1 << 20,
-                 clock=time.monotonic) -> None:
+                 clock=time.monotonic, max_open: int | None = None) -> None:
         self.filters = filters
+        # Descriptors are a budget: past it, the files idle longest are parked (closed, place
+        # kept) and reopened by identity when they change; 10,000 files under a 1,024 limit.
+        self.max_open = max_open or open_files_budget()
+        self.open_count = 0
+        self._poll_started: float | None = None  # set while a poll runs
         self.stats = TailStats()
         self.files: list[TrackedFile] = []
         self._by_path: dict[str, TrackedFile] = {}
@@ -374,7 +429,9 @@ class Follower:
         # Paths whose checkpointed file was rotated away while we were down → the checkpoint's
         # time: the files rotated after it, from that path, are read before the one there now.
         self._rotated_while_down: dict[str, float] = {}
-        self._denied: set[str] = set()
+        # Entries (files, directories) that could not be read → (failures, when to try again):
+        # each is reported once, then tried again with backoff; the healthy ones beside it are served.
+        self._retry: dict[str, tuple[int, float]] = {}
         # Per followed path, the heads (length, fingerprint) of the files known to have been
         # at it: every file opened, and the rotated siblings there when it was first seen (not
         # read, deliberately). A sibling with a head not known is one that took the name and was
@@ -451,13 +508,26 @@ class Follower:
     def discover(self, first_round: bool = False) -> None:
         looked_at = time.time()
         found: set[str] = set()
-        denied: list[str] = []
+        denied: list[tuple[str, OSError]] = []
         accepted: list[tuple[str, Source]] = []
+        now = self._clock()
+        tried: set[str] = set()  # directories in backoff tried again this look
+
+        def due(d: str) -> bool:
+            if d not in self._retry:
+                return True
+            if now < self._retry[d][1]:
+                return False
+            tried.add(d)
+            return True
+
         for pattern in self.filters.include:
-            for path, changed in expand(pattern, self.stats, self._listings, denied):
+            for path, changed in expand(pattern, self.stats, self._listings, denied, due):
                 path = os.path.abspath(path)
                 if path in found:
                     continue
+                if path in self._retry and path not in self._by_path and now < self._retry[path][1]:
+                    continue  # failed before: its next try is not due yet
                 if not changed and path in self._by_path:
                     found.add(path)  # its directory is as it was: same file, nothing to look at
                     continue
@@ -476,9 +546,16 @@ class Follower:
         # A file reached by two names (kubelet's /var/log/containers symlink and its real path
         # under /var/log/pods) is followed once, by the real one when both are new.
         for path, source in sorted(accepted, key=lambda a: os.path.islink(a[0])):
-            self._see(path, source, first_round)
-        for d in denied:
-            self._skip(os.path.abspath(d), "unreadable", "directory not readable by this user (permission denied)")
+            try:
+                self._see(path, source, first_round)
+            except OSError as exc:  # nothing one entry does stops the agent: skipped, tried again later
+                self._failed(path, exc, source)
+        failed_dirs = set()
+        for d, exc in denied:
+            failed_dirs.add(d)
+            self._failed(os.path.abspath(d), exc, directory=True)
+        for d in tried - failed_dirs:
+            self._recovered(os.path.abspath(d))
         for path, tf in list(self._by_path.items()):
             if path not in found:  # deleted or renamed away: read what is left, then retire
                 tf.detached = True
@@ -506,13 +583,30 @@ class Follower:
         self.skipped[path] = (kind, why)
         self.changes.append(Discovery("skipped", path, why, kind, source.key if source else ""))
 
+    def _failed(self, path: str, exc: OSError, source: Source | None = None, directory: bool = False) -> None:
+        """An entry that could not be read: reported once (a `skipped` change and one count in
+        `errors` by reason), then tried again after RETRY_FIRST_S, doubling up to RETRY_MAX_S."""
+        kind, reason, why = file_error(exc)
+        n, _ = self._retry.get(path, (0, 0.0))
+        if n == 0:
+            self.stats.count(self.stats.errors, reason)
+        self._retry[path] = (n + 1, self._clock() + min(RETRY_MAX_S, RETRY_FIRST_S * 2 ** min(n, 20)))
+        if len(self._retry) > 100_000:
+            self._retry.clear()
+        self._skip(path, kind, ("directory " if directory else "") + why + "; tried again later, with backoff",
+                   source)
+
+    def _recovered(self, path: str) -> None:
+        if self._retry.pop(path, None) is not None:
+            self.skipped.pop(path, None)
+
     def take_changes(self) -> list[Discovery]:
         """What was followed, skipped or released since the last call (the agent logs it)."""
         out, self.changes = self.changes, []
         return out
 
     def skipped_by_kind(self) -> dict[str, int]:
-        out: dict[str, int] = {"filter": 0, "unreadable": 0, "not_a_file": 0, "duplicate": 0}
+        out: dict[str, int] = {"filter": 0, "unreadable": 0, "loop": 0, "not_a_file": 0, "duplicate": 0}
         for kind, _ in self.skipped.values():
             out[kind] = out.get(kind, 0) + 1
         return out
@@ -536,7 +630,7 @@ class Follower:
             del self._by_path[path]
             try:
                 renamed_since = os.fstat(tf.fh.fileno()).st_mtime
-            except (OSError, ValueError):
+            except (OSError, ValueError, AttributeError):  # AttributeError: parked, no descriptor
                 pass
         if tf is None:
             twin = self._same_file(path, st)
@@ -547,7 +641,9 @@ class Follower:
         ck = self._resume.pop(path, None)
         if ck is not None:
             if ck.inode == st.st_ino and st.st_size >= ck.offset and self._matches(path, ck):
-                self._by_path_open(path, source, ck.generation, ck.offset)
+                if self._by_path_open(path, source, ck.generation, ck.offset) is None:
+                    self._resume[path] = ck  # not opened now (permission, no descriptor): kept for the next try
+                    return
                 self._know_siblings(path)  # not rotated while we were down: nothing there is new
                 return
             # Rotated (renamed or copied and truncated) between the restore and this look:
@@ -575,7 +671,7 @@ class Follower:
         for other, tf in self._by_path.items():
             if tf.inode == st.st_ino and other != path:
                 try:
-                    if os.path.samestat(os.fstat(tf.fh.fileno()), st):
+                    if tf.fh is None or os.path.samestat(os.fstat(tf.fh.fileno()), st):
                         return other
                 except (OSError, ValueError):
                     continue
@@ -673,42 +769,121 @@ class Follower:
         self._next_gen[source.key] = gen + 1
         return gen
 
-    def _by_path_open(self, path: str, source: Source, generation: int, offset: int) -> None:
+    def _by_path_open(self, path: str, source: Source, generation: int, offset: int) -> TrackedFile | None:
         tf = self._open(path, source, generation, offset, detached=False)
         if tf is not None:
             self._by_path[path] = tf
             note = "" if "k8s.pod.name" in source.resource or any(
                 fnmatch.fnmatch(path, p) for p in self.filters.gateway) else _NOT_KUBELET
             self.changes.append(Discovery("followed", path, note, source=source.key))
+        return tf
 
     def _open(self, path: str, source: Source, generation: int, offset: int, detached: bool) -> TrackedFile | None:
+        self._make_room()
+        fh = None
         try:
             fh = _open(path)
             inode = os.fstat(fh.fileno()).st_ino
             if offset:
                 fh.seek(offset)
-        except PermissionError:
-            if path not in self._denied:
-                self._denied.add(path)
-                self.stats.count(self.stats.errors, "permission")
-                self._skip(path, "unreadable", "not readable by this user (permission denied); retried on each look")
-            return None
-        except FileNotFoundError:
-            self.stats.count(self.stats.errors, "vanished")
-            return None
-        except OSError:
-            self.stats.count(self.stats.errors, "io")
-            return None
-        self._denied.discard(path)
+        except (OSError, EOFError, zlib.error) as exc:
+            if fh is not None:
+                fh.close()
+            if not isinstance(exc, OSError):
+                exc = OSError(errno.EIO, str(exc))
+            return self._open_failed(path, exc, source)
+        self._retry.pop(path, None)
         self.skipped.pop(path, None)
         self._next_gen[source.key] = max(self._next_gen.get(source.key, 0), generation + 1)
         tf = TrackedFile(path, source, generation, fh, inode, offset)
         tf.detached = detached
+        tf.active_at = self._clock()
         tf.refresh_fingerprint()
         self._remember(tf)
         self.files.append(tf)
+        self.open_count += 1
         self.stats.files_opened += 1
         return tf
+
+    # -- the descriptor budget -----------------------------------------------------------
+
+    def _make_room(self) -> None:
+        """Below the budget, park the files idle longest: first those read to their end and
+        unchanged since, then any followed plain file (a gzip file or a detached one, being
+        read to its end, keeps its descriptor). A batch at a time, so an open is not a sort."""
+        if self.open_count < self.max_open:
+            return
+        want = self.open_count - self.max_open + 1 + max(1, self.max_open // 16)
+        # Never, during a poll, one read in it: the caller has yet to take its lines (and mtime).
+        now = self._poll_started
+        open_ = [t for t in self.files if t.fh is not None and not t.done and not t.detached
+                 and not t.path.endswith(".gz") and not (now is not None and t.active_at >= now)]
+        open_.sort(key=lambda t: (t.seen is None, t.active_at))
+        for tf in open_[:want]:
+            tf.park()
+            self.open_count -= 1
+            self.stats.files_parked += 1
+
+    def _unpark(self, tf: TrackedFile) -> bool:
+        """Reopen a parked file by identity: at its path if the inode and the first bytes are
+        still its own, else among its rotated siblings (renamed while parked). False when it
+        has not changed since it was parked (no descriptor taken) or cannot be opened now."""
+        candidates = [] if tf.detached else [tf.path]
+        try:
+            st = os.stat(tf.path) if not tf.detached else None
+        except OSError:
+            st = None
+        if st is not None and st.st_ino == tf.inode:
+            if tf.seen is not None and (st.st_size, st.st_mtime_ns) == tf.seen:
+                return False  # as it was: nothing to read, keep it closed
+        else:
+            candidates = siblings(tf.path)
+        for path in candidates:
+            try:
+                if os.stat(path).st_ino != tf.inode:
+                    continue
+                self._make_room()
+                if self.open_count >= self.max_open:
+                    return False  # every descriptor is on a file read in this round: next round
+                fh = open(path, "rb")
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE):
+                    self.stats.count(self.stats.errors, "fd_limit")
+                    return False
+                continue
+            try:
+                # At its path the inode is enough (a copytruncate while parked is found by the
+                # truncation check after); a sibling must also start with its first bytes.
+                same = os.fstat(fh.fileno()).st_ino == tf.inode and (
+                    path == tf.path or not tf.fp_len or fingerprint(os.pread(fh.fileno(), tf.fp_len, 0)) == tf.fp)
+                if same:
+                    fh.seek(tf.offset + len(tf.partial))
+            except OSError:
+                same = False
+            if not same:
+                fh.close()
+                continue
+            tf.fh = fh
+            self.open_count += 1
+            self.stats.files_reopened += 1
+            if path != tf.path:  # rotated away while parked: its rest is read, the path's new file is discovered
+                tf.detached = True
+                if self._by_path.get(tf.path) is tf:
+                    del self._by_path[tf.path]
+                self.stats.count(self.stats.rotations, "rename")
+            return True
+        # Gone while parked (deleted, or rotated out of reach): what it held past our place is lost.
+        self.stats.count(self.stats.errors, "lost")
+        if self._by_path.get(tf.path) is tf:
+            del self._by_path[tf.path]
+        tf.done = True
+        return False
+
+    def _open_failed(self, path: str, exc: OSError, source: Source) -> None:
+        if isinstance(exc, FileNotFoundError):
+            self.stats.count(self.stats.errors, "vanished")
+        else:  # permission, a loop, no descriptor left, I/O: reported once, tried again with backoff
+            self._failed(path, exc, source)
 
     def _remember(self, tf: TrackedFile) -> None:
         if tf.fp_len:
@@ -773,12 +948,14 @@ class Follower:
         in generation order, a newer one only once the older (rotated) ones are read to their
         end: its lines reach assemble in the order they were written, as on any other run."""
         out = []
-        now = self._clock()
+        now = self._poll_started = self._clock()
         self.just_truncated = []
         behind: set[str] = set()  # sources with an older generation still being read
         for tf in self.files if len(self.files) < 2 else sorted(self.files, key=_generation):
             if tf.source.key in behind:
                 continue
+            if tf.fh is None and not tf.done and not self._unpark(tf):
+                continue  # parked and unchanged (or not reopened now): nothing to read
             sig = tf.signature()
             if sig is not None and sig == tf.seen:
                 lines = []  # unchanged since we read it to the end: one fstat, nothing more
@@ -802,6 +979,7 @@ class Follower:
                 behind.add(tf.source.key)
             if lines:
                 tf.quiet_since = None
+                tf.active_at = now
             elif tf.detached:
                 if tf.quiet_since is None:
                     tf.quiet_since = now
@@ -813,8 +991,10 @@ class Follower:
         self.just_retired = [tf for tf in self.files if tf.done]
         if self.just_retired:
             self.files = [tf for tf in self.files if not tf.done]
+            self.open_count = sum(1 for tf in self.files if tf.fh is not None)
             self.stats.files_retired += len(self.just_retired)
             self._forget({tf.source.path for tf in self.just_retired})
+        self._poll_started = None
         return out
 
     def behind(self) -> dict[str, int]:
@@ -836,3 +1016,4 @@ class Follower:
     def close(self) -> None:
         for tf in self.files:
             tf.close()
+        self.open_count = 0

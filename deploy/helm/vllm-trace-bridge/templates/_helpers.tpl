@@ -140,3 +140,30 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- join "," $pairs -}}
 {{- end -}}
+
+
+{{/*
+The OTLP ports the NetworkPolicy lets out, comma-separated: networkPolicy.otlpPorts when given;
+else the port of otlp.endpoint (its explicit port, else 443 for https and 80 for http, as the
+exporter connects), so an endpoint on 443 is not silently blocked; else, with no endpoint here
+(it comes from extraEnv), both OTLP defaults.
+*/}}
+{{- define "vllm-trace-bridge.otlpPorts" -}}
+{{- if .Values.networkPolicy.otlpPorts -}}
+{{- join "," .Values.networkPolicy.otlpPorts -}}
+{{- else -}}
+{{- $ep := .Values.otlp.endpoint | default "" -}}
+{{- if not $ep -}}
+4317,4318
+{{- else -}}
+{{- $u := urlParse (ternary $ep (printf "http://%s" $ep) (contains "://" $ep)) -}}
+{{- if regexMatch ":[0-9]+$" $u.host -}}
+{{- regexFind "[0-9]+$" $u.host -}}
+{{- else if eq $u.scheme "https" -}}
+443
+{{- else -}}
+80
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
