@@ -44,8 +44,8 @@ class Setup:
         harness's --enable-log-requests/--enable-log-outputs are removed by the caller when off."""
         args = ["--max-model-len", str(self.max_model_len), "--scheduling-policy", self.policy,
                 "--api-server-count", str(self.api_servers), "--max-num-seqs", "8"]
-        if self.small_kv:   # 40 blocks of 16 tokens: a few 200-token requests fill it
-            args += ["--num-gpu-blocks-override", "40"]
+        if self.small_kv:   # 36 blocks of 16 tokens (576): two or three long requests fill it
+            args += ["--num-gpu-blocks-override", "36"]
         if self.json_logs:
             args += ["--logging-config.formatter", "json"]
         env = {"VLLM_TRACE_BRIDGE_PLUGIN": "1" if self.plugin else "0"}
@@ -95,14 +95,15 @@ def draw_requests(rng: random.Random, setup: Setup, count: int, tag: str) -> lis
         api = rng.choices(APIS, weights=(4, 4, 1))[0]
         stream = rng.random() < 0.5
         n = 1 if api == "responses" else rng.choices((1, 2, 3), weights=(6, 2, 1))[0]
-        max_tokens = rng.choice((1, 4, 16, 48, 120, 200) if setup.small_kv else (1, 4, 16, 48, 120))
+        max_tokens = rng.choice((1, 4, 16, 48, 120, 200, 300, 300) if setup.small_kv else (1, 4, 16, 48, 120))
         abort_after = rng.randint(1, 8) if stream and rng.random() < 0.25 else None
         if abort_after is not None:
             max_tokens = max(max_tokens, 120)   # long enough to be cut in the middle
         bad = rng.choice(BAD) if rng.random() < 0.12 else None
         priority = rng.choice((-5, 0, 0, 3, 10)) if setup.policy == "priority" else \
             rng.choices((0, 1), weights=(9, 1))[0]
-        at += rng.expovariate(1 / 0.25)
+        if rng.random() >= 0.35:   # else a burst: sent with the one before
+            at += rng.expovariate(1 / 0.3)
         out.append(RequestSpec(index=i, api=api, stream=stream, n=n, max_tokens=max_tokens,
                                ignore_eos=rng.random() < 0.6, priority=priority, abort_after=abort_after,
                                bad=bad, at_s=round(at, 3),

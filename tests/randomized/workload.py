@@ -4,9 +4,11 @@ then the bridge's `replay` of that log exported over OTLP to a real in-process r
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -98,9 +100,25 @@ def replay_spans(log: Path) -> tuple[list[Span], bytes]:
         return spans, b"".join(rx.raw)
 
 
+def log_of(d: Path) -> Path:
+    """A run's log: server.log, or server.log.gz as the fixtures keep it (replay reads both)."""
+    return d / "server.log" if (d / "server.log").exists() else d / "server.log.gz"
+
+
 def check_dir(d: Path) -> list:
-    """Replay d/server.log and hold its spans to d/truth.json: the violations."""
+    """Replay d's log and hold its spans to d/truth.json: the violations."""
     from .invariants import check
     truth = json.loads((d / "truth.json").read_text())
-    spans, raw = replay_spans(d / "server.log")
-    return check(truth, spans, raw, (d / "server.log").read_text(errors="replace"))
+    log = log_of(d)
+    spans, raw = replay_spans(log)
+    with (gzip.open(log, "rt", errors="replace") if log.suffix == ".gz" else open(log, errors="replace")) as f:
+        text = f.read()
+    return check(truth, spans, raw, text)
+
+
+def save_fixture(run_dir: Path, dest: Path) -> None:
+    """Keep a run for the fast suite: its truth, and its log gzipped (DEBUG logs are large)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy(run_dir / "truth.json", dest / "truth.json")
+    with open(run_dir / "server.log", "rb") as src, gzip.open(dest / "server.log.gz", "wb") as out:
+        shutil.copyfileobj(src, out)
