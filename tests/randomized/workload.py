@@ -4,6 +4,8 @@ then the bridge's `replay` of that log exported over OTLP to a real in-process r
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import gzip
 import json
 import os
@@ -58,6 +60,29 @@ def run(seed: int, count: int, out: Path, setup: Setup | None = None) -> dict:
     server.args = [a for a in server.args if a not in drop]
     truth: dict = {"seed": seed, "setup": setup.to_json(), "setup_name": setup.name,
                    "server_args": server.args[2:], "max_model_len": setup.max_model_len}
+    with _machine_lock():
+        _serve(server, port, setup, specs, truth)
+    (out / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")
+    return truth
+
+
+@contextlib.contextmanager
+def _machine_lock():
+    """RANDOMIZED_LOCK names a lock file held while vLLM runs (one vLLM at a time on a shared
+    machine), taken per run so that a long soak never holds it for long."""
+    path = os.environ.get("RANDOMIZED_LOCK")
+    if not path:
+        yield
+        return
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _serve(server: VllmServer, port: int, setup: Setup, specs: list, truth: dict) -> None:
     server.start()
     try:
         truth["healthy_ns"] = time.time_ns()
@@ -72,8 +97,6 @@ def run(seed: int, count: int, out: Path, setup: Setup | None = None) -> dict:
     finally:
         server.stop()
     truth["requests"] = [asdict(r) for r in records]
-    (out / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")
-    return truth
 
 
 @dataclass(frozen=True)
