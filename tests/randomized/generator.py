@@ -95,17 +95,19 @@ def draw_requests(rng: random.Random, setup: Setup, count: int, tag: str) -> lis
         api = rng.choices(APIS, weights=(4, 4, 1))[0]
         stream = rng.random() < 0.5
         n = 1 if api == "responses" else rng.choices((1, 2, 3), weights=(6, 2, 1))[0]
-        max_tokens = rng.choice((1, 4, 16, 48, 120, 200, 300, 300) if setup.small_kv else (1, 4, 16, 48, 120))
+        # A small KV cache gets long requests in bursts: together they outgrow it (preemption).
+        max_tokens = rng.choice((48, 120, 200, 300, 300) if setup.small_kv else (1, 4, 16, 48, 120))
         abort_after = rng.randint(1, 8) if stream and rng.random() < 0.25 else None
         if abort_after is not None:
             max_tokens = max(max_tokens, 120)   # long enough to be cut in the middle
         bad = rng.choice(BAD) if rng.random() < 0.12 else None
         priority = rng.choice((-5, 0, 0, 3, 10)) if setup.policy == "priority" else \
             rng.choices((0, 1), weights=(9, 1))[0]
-        if rng.random() >= 0.35:   # else a burst: sent with the one before
+        if rng.random() >= (0.6 if setup.small_kv else 0.35):   # else a burst: sent with the one before
             at += rng.expovariate(1 / 0.3)
         out.append(RequestSpec(index=i, api=api, stream=stream, n=n, max_tokens=max_tokens,
-                               ignore_eos=rng.random() < 0.6, priority=priority, abort_after=abort_after,
+                               ignore_eos=rng.random() < (0.9 if setup.small_kv else 0.6), priority=priority,
+                               abort_after=abort_after,
                                bad=bad, at_s=round(at, 3),
                                words=tuple(_word(rng) for _ in range(rng.randint(3, 12))),
                                sent_id=f"rnd-{tag}-{i:03d}-{rng.getrandbits(32):08x}"))
