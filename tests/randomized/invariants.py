@@ -118,7 +118,7 @@ def check(truth: dict, spans: list, exported: bytes, log_text: str) -> list[Viol
         # its last token) with no idle stats line between its end and the stop (two API servers
         # turn stats off) reads, in the log, as in flight at the stop: `shutdown`, or finished
         # with an inferred end, is all the log allows.
-        unknowable = not _end_stated(keys, lines_all(log_lines, keys)) and \
+        unknowable = not _end_stated(lines_all(log_lines, keys)) and \
             not _idle_between(log_lines, r["t_end_ns"] - TOL_NS, truth.get("sigterm_ns") or 0)
         # outcome
         outcome, etype = a.get("vllm.outcome"), a.get("error.type")
@@ -193,7 +193,7 @@ def lines_all(log_lines: list[str], keys: list[str]) -> list[str]:
     return [ln for ln in log_lines if any(k in ln for k in keys)]
 
 
-def _end_stated(keys: list[str], lines: list[str]) -> bool:
+def _end_stated(lines: list[str]) -> bool:
     """Whether any line about the request says it ended (vLLM's output/abort/failure lines, the
     plugin's summary and frees)."""
     return any(w in ln for ln in lines for w in END_WORDS)
