@@ -115,7 +115,7 @@ def replay_spans(log: Path) -> tuple[list[Span], bytes]:
     the spans as received, and every raw request body (for the privacy scan)."""
     with GrpcReceiver() as rx:
         proc = subprocess.run([sys.executable, "-m", "bridge", "replay", "--otlp-endpoint", rx.endpoint,
-                               "--waterfalls", "0", str(log)], cwd=str(ROOT), capture_output=True, text=True,
+                               "--waterfalls", "0", str(Path(log).resolve())], cwd=str(ROOT), capture_output=True, text=True,
                               timeout=600, env={**os.environ, "OTEL_EXPORTER_OTLP_TRACES_INSECURE": "true"})
         assert proc.returncode == 0, f"replay exited {proc.returncode}: {proc.stderr[-2000:]}"
         spans = [Span(s.trace_id.hex(), s.span_id.hex(), s.parent_span_id.hex(), s.name,
