@@ -44,8 +44,8 @@ class Setup:
         harness's --enable-log-requests/--enable-log-outputs are removed by the caller when off."""
         args = ["--max-model-len", str(self.max_model_len), "--scheduling-policy", self.policy,
                 "--api-server-count", str(self.api_servers), "--max-num-seqs", "8"]
-        if self.small_kv:   # 36 blocks of 16 tokens (576): two or three long requests fill it
-            args += ["--num-gpu-blocks-override", "36"]
+        if self.small_kv:   # the CPU backend's blocks hold 128 tokens: 6 (768) are 1.5 requests
+            args += ["--num-gpu-blocks-override", "6"]   # of --max-model-len 512 (4 is vLLM's minimum)
         if self.json_logs:
             args += ["--logging-config.formatter", "json"]
         env = {"VLLM_TRACE_BRIDGE_PLUGIN": "1" if self.plugin else "0"}
