@@ -51,25 +51,6 @@ def _ok(r: dict) -> bool:
 
 
 KNOWN_GAPS: tuple[Gap, ...] = (
-    Gap("plugin_n_children", "roots.count",
-        lambda s, r: s["plugin"] and r["spec"]["n"] > 1 and r["status"] == 200 and r["spec"]["api"] != "responses",
-        "issue #31: with the plugin, n>1 gives a root per child id (`0_cmpl-…-0`, `1_cmpl-…-0`, "
-        "…) besides the parent's (without --enable-log-requests, only the children's): the "
-        "plugin's lines name the engine's child ids"),
-    Gap("plugin_finish_reasons_after_summary", "finish_reasons",
-        lambda s, r: s["plugin"] and s["log_outputs"] and _ok(r) and r["spec"]["api"] == "chat"
-        and not r["spec"]["stream"],
-        "found here: with the plugin, its `Request <id>: prompt_tokens=…` summary comes before "
-        "vLLM's `Generated response <id>: …, finish_reason: length`; the root is closed by the "
-        "summary and the finish reason on the next line is lost"),
-    Gap("debug_n_usage_one_choice", "usage",
-        # (with the plugin such a request is split into several roots: plugin_n_children)
-        lambda s, r: s["debug"] and s["log_requests"] and not s["plugin"] and r["spec"]["n"] > 1
-        and r["spec"]["api"] == "chat"
-        and not r["spec"]["stream"] and _ok(r),
-        "found here: at DEBUG, vLLM logs `Generated response <id> details: output_token_ids: [...]` "
-        "once per choice of an n>1 chat; gen_ai.usage.output_tokens is one choice's count (16 "
-        "where the client's usage says 48 for n=3), not their sum"),
     Gap("plugin_abort_end_inferred", "window.end",
         lambda s, r: s["plugin"] and not s["log_requests"] and r["ended"] == "aborted"
         and len(r["finish_reasons"]) < r["spec"]["n"],

@@ -935,15 +935,21 @@ class Assembler:
             r.set("gen_ai.usage.output_tokens", (r.extra or {}).get("gen_ai.usage.output_tokens", 0) + ev.output_tokens)
         if ev.finish_reason is None and ev.streaming != "complete":
             return
+        if ev.streaming == "complete":
+            r.closed += 1
         # One line per choice (n>1 logs each choice's reason): one reason per choice, as the
         # GenAI convention has it, and the last choice's line ends the request.
         extra = r.extra or {}
+        n = extra.get("gen_ai.request.n") or 1
         reasons = extra.get("gen_ai.response.finish_reasons", [])
-        if ev.finish_reason is not None and len(reasons) < (extra.get("gen_ai.request.n") or 1):
-            r.set("gen_ai.response.finish_reasons", [*reasons, ev.finish_reason])
+        if ev.finish_reason is not None and len(reasons) < n:
+            reasons = [*reasons, ev.finish_reason]
+            r.set("gen_ai.response.finish_reasons", reasons)
         if r.terminal_ns is None:
             ts = self._when(record, r)
-            if ev.finish_reason == "abort" and self._stop_ns is not None:
+            if ev.finish_reason != "abort" and len(reasons) < n and r.closed < n:
+                pass  # one choice of n>1 is done (a stream's last delta); the others go on
+            elif ev.finish_reason == "abort" and self._stop_ns is not None:
                 self._stopped(r, ts, True)  # aborted by the stop (vLLM's abort mode)
             elif ev.finish_reason == "abort":
                 # aborted by the engine with no line of its own (`POST /pause`, core.py): the
@@ -956,10 +962,11 @@ class Assembler:
         elif r.outcome == "finished" and r.error_type is None and record.ts_ns > r.terminal_ns and r.summary is None:
             # (a summary's end is vLLM's own e2e end, and its arrival counts back from it)
             r.terminal_ns = record.ts_ns
-        elif r.summary is not None and ev.streaming != "delta" and r.held <= 0 and not self._awaits_api(r) \
-                and self._open.get(r.request_id) is r:
-            # the plugin's summary, then a reason for every choice (and a stream's closing line):
-            # nothing more to come
+        elif r.summary is not None and ev.streaming != "delta" and r.held <= 0 and self._open.get(r.request_id) is r \
+                and (r.closed >= (extra.get("gen_ai.request.n") or 1) if ev.streaming == "complete"
+                     else not self._awaits_api(r)):
+            # the plugin's summary, then a reason for every choice, or a stream's closing lines,
+            # one per choice (serving_chat.py logs one for each): nothing more to come
             self._finish(r)
         elif r in self._signal_ends and ev.streaming != "complete" and ev.finish_reason not in (None, "abort"):
             # a choice's own reason, not `(streaming complete)`: vLLM logs that after an abort too

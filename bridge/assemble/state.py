@@ -23,7 +23,7 @@ class RequestState:
         "events", "dropped", "summary", "terminal_ns", "outcome", "error_type", "error_message",
         "timeout_after_s", "queue_at_schedule", "gpu_at_schedule", "min_free_ratio",
         "max_gpu_ratio", "last_free_ns", "release_ns", "extra", "sampled_preemptions", "idle_at",
-        "seen", "added", "seqs", "coarse_start", "times",
+        "seen", "added", "seqs", "coarse_start", "times", "closed",
     )
 
     def __init__(self, request_id: str, occurrence: str, ts: int, offset: int) -> None:
@@ -62,6 +62,9 @@ class RequestState:
         # about the request may say when within that second it began (build).
         self.coarse_start = False
         self.times: PluginTimes | None = None  # vLLM's own phase stamps, from the plugin's end line
+        # A stream's closing lines seen (`Generated response <id> (streaming complete)`): vLLM's
+        # chat server logs one per choice, so n of them say the stream is over.
+        self.closed = 0
 
     def set(self, key: str, value) -> None:
         if self.extra is None:
