@@ -155,6 +155,20 @@ def wait_for(cond, timeout: float, every: float = 0.2) -> bool:
     return cond()
 
 
+def wait_while_progressing(done, progress, stall: float = 90, every: float = 0.2) -> bool:
+    """Wait for `done()`, giving up only when `progress()` has not changed for `stall` seconds: a
+    loaded machine is slow but moving, a stuck agent is not (no fixed deadline for the whole)."""
+    last, moved = progress(), time.monotonic()
+    while not done():
+        now = progress()
+        if now != last:
+            last, moved = now, time.monotonic()
+        elif time.monotonic() - moved > stall:
+            return done()
+        time.sleep(every)
+    return True
+
+
 def roots_by_request(spans) -> Counter:
     """(request id, trace id) pairs of every root span received, counted."""
     from receivers import attrs

@@ -17,7 +17,7 @@ import shutil
 import time
 
 import pytest
-from agentkit import AgentProc, Receiver, free_port, pod_log, start_writer, wait_for
+from agentkit import AgentProc, Receiver, free_port, pod_log, start_writer, wait_for, wait_while_progressing
 
 from bridge.config import AgentConfig
 
@@ -137,7 +137,8 @@ def drive(tmp_path, *, requests: int, rate: int, rotate_every: int, kills: int, 
             t_back = time.monotonic()
         assert writer.wait(240) == 0
         n = truth_count(truth)
-        assert wait_for(lambda: roots_received(rx) >= n, 120), f"only {roots_received(rx)} of {n} arrived"
+        assert wait_while_progressing(lambda: roots_received(rx) >= n, lambda: roots_received(rx)), \
+            f"only {roots_received(rx)} of {n} arrived, none for 90 s"
         if outage_s:
             figures["catch_up_after_outage_s"] = round(time.monotonic() - t_back, 1)
             assert wait_for(lambda: agent.get("/readyz")[0] == 200, 30)
