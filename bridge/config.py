@@ -104,7 +104,7 @@ DOC = {
     "namespaces": "Kubernetes namespace patterns (from the kubelet path) whose files are followed.",
     "pods": "Pod name patterns whose files are followed.",
     "containers": "Container name patterns whose files are followed. A name without wildcards is followed whatever it logs (no `detect` look).",
-    "detect": "`vllm`: follow a container's file only once a line in it was written by vLLM (its log header, process prefix or logger), whatever the container's name; `off`: the name patterns alone decide. Files outside kubelet's tree and gateway logs are never looked at.",
+    "detect": "`vllm`: follow a container's file only once a line in it was written by vLLM (its log header, process prefix or logger), whatever the container's name; `off` (or `false`): the name patterns alone decide. Files outside kubelet's tree and gateway logs are never looked at.",
     "detect_bytes": "Bytes of a file's start `detect` reads at most: a file with no vLLM line by then is skipped (`file_skipped`, `kind=not_vllm`); a shorter one is looked at again as it grows.",
     "state_dir": "Directory for checkpoints (which offsets are delivered); keep it across restarts.",
     "start_at": "Where to start files that existed before the agent first ran: `beginning` or `end`.",
@@ -262,6 +262,8 @@ def load(file_data: Mapping[str, Any] | None, env: Mapping[str, str], flags: Map
             flag = "--" + key.replace("_", "-")
             values[key] = _coerce(key, value, flag)
             origins[key] = flag
+    if values.get("detect") in ("False", "false"):  # YAML 1.1 (PyYAML, Helm) reads a bare `off` as false
+        values["detect"] = "off"
     if values.get("otlp_protocol") == "http":  # the same spelling `replay` takes
         values["otlp_protocol"] = "http/protobuf"
     cfg = AgentConfig(**values)

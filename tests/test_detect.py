@@ -250,3 +250,18 @@ def test_detect_off_and_name_patterns_still_decide(tmp_path):
         assert agent.term()[0] == 0
     finally:
         rx.stop()
+
+
+def test_detect_setting_reads_a_bare_yaml_off_and_names_a_bad_value():
+    """PyYAML and Helm read YAML 1.1, where a bare `off` is false: the setting takes it as `off`."""
+    import yaml
+
+    from bridge.config import ConfigError, load
+    cfg, _ = load(yaml.safe_load("detect: off\n"), {}, {})
+    assert cfg.detect == "off"
+    assert load(None, {"VLLM_TRACE_BRIDGE_DETECT": "off"}, {})[0].detect == "off"
+    assert load(None, {}, {})[0].detect == "vllm" and load(None, {}, {})[0].containers == ("*",)
+    with pytest.raises(ConfigError, match="detect .*'names'.*vllm, off"):
+        load({"detect": "names"}, {}, {})
+    with pytest.raises(ConfigError, match="detect_bytes"):
+        load({"detect_bytes": 0}, {}, {})
