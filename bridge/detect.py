@@ -15,8 +15,8 @@ follows it once one line was written by vLLM:
 
 A Python traceback, a uvicorn line without a prefix or a torch message is not enough: any
 Python server prints those. A file with no such line yet is looked at again as it grows (a
-container that starts quietly: a shell script, a download), until its first `detect_bytes`
-were read; then it is skipped, once, with a `file_skipped` line (`kind=not_vllm`) and the
+container that starts quietly: a shell script, a download; its files rotated away are read
+too: an idle vLLM's new file may be empty), until its first `detect_bytes` were read; then it is skipped, once, with a `file_skipped` line (`kind=not_vllm`) and the
 `files_skipped{reason="not_vllm"}` gauge. A container once found to be vLLM stays so (its
 rotated and restarted files are followed without a look). Not asked: files of no container
 (a path outside kubelet's tree: the include glob named it), gateway access logs, and a file
@@ -37,7 +37,7 @@ from datetime import timezone, tzinfo
 from bridge.decode import Decoder, Record
 from bridge.parse import Parser
 from bridge.parse.events import KIND, AccessLog, EngineError, Notice, Stamped
-from bridge.tail.follow import read_head
+from bridge.tail.follow import read_head, siblings
 from bridge.tail.source import Source
 
 KIND_NOT_VLLM = "not_vllm"
@@ -84,6 +84,7 @@ class _Look:
     decoder: Decoder
     size: int = -1      # the size when last read: unchanged, nothing to read again
     examined: int = 0   # bytes decoded (complete lines only)
+    rotated: set = field(default_factory=set)  # files rotated from it, already read
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,10 +145,12 @@ class Detector:
             if len(self._looks) > _KEEP:
                 self._looks.clear()
                 self._looks[path] = look
-        if st.st_size == look.size:
-            return KIND_NOT_VLLM, self._waiting
-        look.size = st.st_size
-        why = self._read(path, look)
+        why = None
+        if st.st_size != look.size:
+            look.size = st.st_size
+            why = self._read(path, look)
+        if why is None:
+            why = self._rotated(path, look)
         if why is not None:
             del self._looks[path]
             if len(self._vllm) > _KEEP:
@@ -164,6 +167,19 @@ class Detector:
             self.stats.not_vllm += 1
             return KIND_NOT_VLLM, self._refused
         return KIND_NOT_VLLM, self._waiting
+
+    def _rotated(self, path: str, look: _Look) -> tuple[str, int] | None:
+        """Evidence in a file rotated from `path` (each read once): an idle vLLM's new file may
+        stay empty while the one rotated away is full of its lines, and a look can come just
+        after a rotation."""
+        for sibling in siblings(path):
+            if sibling in look.rotated:
+                continue
+            look.rotated.add(sibling)
+            found = self._read(sibling, _Look(0, Decoder(tz=self.tz)))
+            if found is not None:
+                return f"{found[0]}, in {os.path.basename(sibling)}", found[1]
+        return None
 
     def _read(self, path: str, look: _Look) -> tuple[str, int] | None:
         """Decode and parse the complete lines past `look.examined`, up to `limit` bytes in all."""
@@ -191,7 +207,21 @@ class Detector:
             except Exception:  # a bad line never raises out of a stage, nor out of a look
                 pass
             pos = end + 1
-        look.examined = pos if len(head) < self.limit else self.limit
+        if len(head) < self.limit:
+            look.examined = pos
+            return None
+        # The whole head is read: the line it ends inside (a vLLM line longer than the head still
+        # starts with its header) and a partial line the decoder holds (CRI `P`) count too.
+        look.examined = self.limit
+        try:
+            tail = [decoder(head[pos:], pos)] if pos < len(head) else []
+            for record in tail + [decoder.flush()]:
+                if record is not None:
+                    why = evidence(record, parse(record.message, record.level, record.origin))
+                    if why is not None:
+                        return why, line_no + 1
+        except Exception:
+            pass
         return None
 
     def take_found(self) -> list[Found]:

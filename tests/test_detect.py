@@ -265,3 +265,28 @@ def test_detect_setting_reads_a_bare_yaml_off_and_names_a_bad_value():
         load({"detect": "names"}, {}, {})
     with pytest.raises(ConfigError, match="detect_bytes"):
         load({"detect_bytes": 0}, {}, {})
+
+
+def test_a_vllm_line_longer_than_the_head_or_held_partial_still_tells(tmp_path):
+    """The head may end inside a line: a vLLM line cut there (a long prompt logged) and a
+    CRI partial (`P`) line the runtime split still show vLLM's header."""
+    det = Detector(limit=4096)
+    head = "INFO 12-01 21:56:56 [logger.py:41] Received request cmpl-1-0: prompt: '"
+    long_line = kubelet_file(tmp_path, "p", "a", cri([head + "x" * 10000 + "'"]))
+    assert det(str(long_line), source_for(str(long_line))) is None
+    partial = kubelet_file(tmp_path, "p", "b", "2026-12-01T21:56:56.000000000Z stdout P " + head + "y" * 8000 + "\n")
+    assert det(str(partial), source_for(str(partial))) is None
+
+
+def test_an_empty_file_after_rotation_is_told_by_the_file_rotated_from_it(tmp_path):
+    """An idle vLLM (no stats, no requests) after kubelet rotated its log: the new 0.log is
+    empty, 0.log.<stamp> is full of vLLM's lines."""
+    det = Detector(limit=4096)
+    path = kubelet_file(tmp_path, "p", "model", "")
+    src = source_for(str(path))
+    assert det(str(path), src)[0] == "not_vllm"
+    rotated = str(path) + ".20261201-215656"
+    with open(rotated, "w", encoding="utf-8") as f:
+        f.write("".join((SCENARIOS / "idle_shutdown" / "server.log").read_text().splitlines(keepends=True)[:3]))
+    assert det(str(path), src) is None
+    assert "0.log.20261201-215656" in det.take_found()[0].evidence

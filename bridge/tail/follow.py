@@ -509,11 +509,32 @@ class Follower:
         if path in self._by_path or path in self._resume or path in self._rotated_while_down \
                 or any(tf.source.key == source.key for tf in self.files):
             return False
+        if path not in self._exact and path not in self._known:
+            self._know_history(path)
         verdict = self._admit(path, source)
         if verdict is None:
             return False
         self._skip(path, verdict[0], verdict[1], source)
         return True
+
+    def _know_history(self, path: str) -> None:
+        """A held path at first sight: its rotated files are known (history), but for those a
+        file followed at once would catch up (`_catch_missed`: plain ones written since the last
+        look). Its heads are then complete: once admitted, `_see` reads every rotated file not
+        known, those rotated while it was held included, gzipped or not."""
+        since = self._restored_at if self._last_look is None else self._last_look
+        found = siblings(path)
+        for sibling in found:
+            try:
+                if since is not None and not sibling.endswith(".gz") and os.stat(sibling).st_mtime >= since:
+                    continue
+                head = read_head(sibling)
+            except OSError:
+                continue
+            if head:
+                self._know(path, (len(head), fingerprint(head)))
+        if len(found) < _KNOWN_PER_PATH and path not in self._overflowed:
+            self._exact.add(path)
 
     def _skip(self, path: str, kind: str, why: str, source: Source | None = None) -> None:
         """Remember (and report once) a candidate not followed, and why."""
