@@ -25,6 +25,7 @@ from bridge.assemble.join import ContextJoin, upstream_id
 from bridge.config import AgentConfig
 from bridge.decode import Decoder
 from bridge.delivery import Delivery
+from bridge.detect import Detector
 from bridge.decode.clock import zone
 from bridge.decode.stream import RecordStream
 from bridge.tail.source import Source
@@ -97,10 +98,14 @@ class Agent:
         loaded = self._checkpointer.load(cfg.start_at)
         first_run = loaded.files is None
         files, sources = loaded.files or [], loaded.sources
+        self._detector = None if cfg.detect == "off" else Detector(
+            cfg.detect_bytes, cfg.gateway_include, cfg.include, cfg.containers,
+            load_rules(cfg.rules) if cfg.rules else None, self._tz)
         self._follower = Follower(
             Filters(cfg.include + cfg.gateway_include, cfg.exclude, cfg.namespaces, cfg.pods, cfg.containers,
                     cfg.gateway_include),
-            start_at_end=cfg.start_at == "end" and first_run, read_chunk=cfg.read_chunk_bytes)
+            start_at_end=cfg.start_at == "end" and first_run, read_chunk=cfg.read_chunk_bytes,
+            admit=self._detector)
         for s in sources:
             st = self._state(s.key, None)
             st.skip = {d.key: d.last_offset for d in s.delivered}
@@ -112,7 +117,8 @@ class Agent:
         self._delivery = Delivery(base_resource(self._env), make_transport(self._dest), cfg, self.log,
                                   self._stop.is_set)
         self.health = Health(self.counters, self._parser, self._sources, self._follower, self._delivery,
-                             self._checkpointer, redact_url(self._dest.endpoint), self._join, self._gateway_parser)
+                             self._checkpointer, redact_url(self._dest.endpoint), self._join, self._gateway_parser,
+                             self._detector)
         self.health.stall_timeout = cfg.stall_timeout
         telemetry = TelemetryServer(cfg.listen, self.health.snapshot, self.health.readiness, self.health.liveness)
         telemetry.start()
@@ -184,6 +190,9 @@ class Agent:
     def _report_discovery(self, first_round: bool) -> None:
         """What is followed and skipped, logged at start and on each change (bridge.tail.report)."""
         changes = self._follower.take_changes()
+        if self._detector is not None:
+            for found in self._detector.take_found():
+                self.log.info("vllm_detected", path=found.path, evidence=found.evidence, line=found.line)
         log_changes(self.log, changes)
         followed = len(self._follower.files)
         if first_round or (changes and followed != self._followed_last):

@@ -181,6 +181,8 @@ _RUN_METAVAR = {
     "namespaces": "PATTERN",
     "pods": "PATTERN",
     "containers": "PATTERN",
+    "detect": "WHAT",
+    "detect_bytes": "BYTES",
     "state_dir": "DIR",
     "start_at": "WHERE",
     "poll_interval": "SECONDS",

@@ -32,7 +32,11 @@ class AgentConfig:
     exclude: tuple[str, ...] = ()
     namespaces: tuple[str, ...] = ("*",)
     pods: tuple[str, ...] = ("*",)
-    containers: tuple[str, ...] = ("*vllm*",)
+    containers: tuple[str, ...] = ("*",)
+    # Follow a container's file only once a line shows vLLM wrote it (bridge/detect.py): `vllm`
+    # or `off` (the name patterns alone decide). Read: at most detect_bytes of each file's start.
+    detect: str = "vllm"
+    detect_bytes: int = 64 << 10
     state_dir: str = "/var/lib/vllm-trace-bridge"
     start_at: str = "beginning"        # for files that existed before the agent first ran
     poll_interval: float = 1.0         # seconds between looks for new or rotated files, and at quiet ones
@@ -89,9 +93,11 @@ _CHOICES = {
     "otlp_protocol": (None, "grpc", "http/protobuf"),
     "log_format": ("auto", "json", "console"),
     "gateway_format": ("nginx", "envoy"),
+    "detect": ("vllm", "off"),
 }
 _POSITIVE = {"poll_interval", "ttl", "max_queue_spans", "max_batch_spans", "max_batch_bytes", "batch_delay", "max_open_requests",
              "memory_limit_mb", "shutdown_grace", "stall_timeout", "export_give_up", "read_chunk_bytes", "join_window",
+             "detect_bytes",
              "progress_interval"}
 _NON_NEGATIVE = {"linger", "slow_ttft_ms", "slow_itl_ms", "low_free_blocks_pct", "high_gpu_memory_pct"}
 
@@ -103,7 +109,9 @@ DOC = {
     "exclude": "Globs of files to skip, even when `include` matches them.",
     "namespaces": "Kubernetes namespace patterns (from the kubelet path) whose files are followed.",
     "pods": "Pod name patterns whose files are followed.",
-    "containers": "Container name patterns whose files are followed.",
+    "containers": "Container name patterns whose files are followed. A name without wildcards is followed whatever it logs (no `detect` look).",
+    "detect": "`vllm`: follow a container's file only once a line in it was written by vLLM (its log header, process prefix or logger), whatever the container's name; `off` (or `false`): the name patterns alone decide. Files outside kubelet's tree and gateway logs are never looked at.",
+    "detect_bytes": "Bytes of a file's start `detect` reads at most: a file with no vLLM line by then is skipped (`file_skipped`, `kind=not_vllm`); a shorter one is looked at again as it grows.",
     "state_dir": "Directory for checkpoints (which offsets are delivered); keep it across restarts.",
     "start_at": "Where to start files that existed before the agent first ran: `beginning` or `end`.",
     "poll_interval": "Seconds between looks for new or rotated files, and at quiet ones.",
@@ -262,6 +270,8 @@ def load(file_data: Mapping[str, Any] | None, env: Mapping[str, str], flags: Map
             flag = "--" + key.replace("_", "-")
             values[key] = _coerce(key, value, flag)
             origins[key] = flag
+    if values.get("detect") in ("False", "false"):  # YAML 1.1 (PyYAML, Helm) reads a bare `off` as false
+        values["detect"] = "off"
     if values.get("otlp_protocol") == "http":  # the same spelling `replay` takes
         values["otlp_protocol"] = "http/protobuf"
     cfg = AgentConfig(**values)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from bridge.assemble.join import ContextJoin
 from bridge.delivery import Delivery
+from bridge.detect import Detector
 from bridge.parse import Parser
 from bridge.parse.gateway import GatewayParser
 from bridge.resume import Checkpointer
@@ -32,13 +33,14 @@ class AgentCounters:
 class Health:
     def __init__(self, counters: AgentCounters, parser: Parser, sources: dict[str, SourceState],
                  follower: Follower, delivery: Delivery, checkpointer: Checkpointer, endpoint: str,
-                 join: ContextJoin | None, gateway_parser: GatewayParser) -> None:
+                 join: ContextJoin | None, gateway_parser: GatewayParser, detector: Detector | None = None) -> None:
         self.ready = False  # set by the agent once its first look for files is done
         self.turned_at: float | None = None  # time.monotonic() of the main loop's last turn
         self.stall_timeout = float("inf")
         self._counters, self._parser, self._sources = counters, parser, sources
         self._follower, self._delivery, self._checkpointer = follower, delivery, checkpointer
         self._endpoint, self._join, self._gateway_parser = endpoint, join, gateway_parser
+        self._detector = detector
 
     def liveness(self) -> bool | str:
         """/healthz: True, or how long the main loop has been stuck (a hung read, a deadlock):
@@ -110,6 +112,9 @@ class Health:
             "files_open": self._follower.open_count, "files_open_budget": self._follower.max_open,
             "files_parked_total": f.files_parked, "files_reopened": f.files_reopened,
             "files_skipped": self._follower.skipped_by_kind(),
+            "files_detected": None if self._detector is None else {
+                "vllm": self._detector.stats.vllm, "not_vllm": self._detector.stats.not_vllm,
+                "named": self._detector.stats.named},
             "rotations": dict(f.rotations), "file_errors": dict(f.errors),
             "checkpoint_age": (time.time() - written) if written else 0.0,
             "checkpoint_delivered_listed": listed,

@@ -83,8 +83,12 @@ class AgentCollector:
                       s.get("files_parked_total", 0))
         yield counter("files_reopened", "Times a parked file was opened again (by inode and first bytes) "
                       "because it changed.", s.get("files_reopened", 0))
-        yield gauge("files_skipped", "Candidate files not followed, by reason (filter, unreadable, loop, not_a_file, duplicate); "
+        yield gauge("files_skipped", "Candidate files not followed, by reason (filter, unreadable, loop, not_a_file, duplicate, "
+                    "not_vllm); "
                     "the agent's file_skipped log lines name each one.", s.get("files_skipped", {}), "reason")
+        yield counter("files_detected", "Container files looked at for vLLM lines, by verdict: vllm (followed), "
+                      "not_vllm (skipped: none in the first detect_bytes), named (named literally: not looked at); "
+                      "no samples with detect: off.", s.get("files_detected") or {}, "verdict")
         yield counter("file_rotations", "Rotations seen, by kind.", s["rotations"], "kind")
         yield counter("file_errors", "File and directory errors, by reason.", s["file_errors"], "reason")
         yield gauge("checkpoint_age_seconds", "Seconds since the checkpoint was last written.", s["checkpoint_age"])

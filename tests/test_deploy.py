@@ -162,7 +162,7 @@ def test_image_install_steps_give_a_working_agent(tmp_path):
                            "--state-dir", str(state)], capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
     printed = yaml.safe_load(proc.stdout)
-    assert printed["containers"] == ["*vllm*"] and printed["listen"] == "[::]:9464"
+    assert printed["containers"] == ["*"] and printed["detect"] == "vllm" and printed["listen"] == "[::]:9464"
     assert printed["export_error_text"] is False  # the chart's default: error text redacted
 
     import socket

@@ -13,7 +13,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STAGES = ("tail", "decode", "parse", "assemble", "export")
-TOP = ("agent", "faults", "resume", "sources", "delivery", "health", "cli", "pipeline", "check", "telemetry", "config", "logs", "inject",
+TOP = ("agent", "faults", "resume", "sources", "detect", "delivery", "health", "cli", "pipeline", "check", "telemetry", "config", "logs", "inject",
        "plugin_dist", "__main__")
 ALONE = ("vllm_plugin", "synth")  # import nothing of the bridge but themselves
 

@@ -143,7 +143,7 @@ class Discovery:
     action: str          # followed | skipped | released
     path: str
     reason: str = ""     # skipped: why; followed: a note (e.g. not a kubelet path)
-    kind: str = ""       # skipped: filter | unreadable | not_a_file (the files_skipped label)
+    kind: str = ""       # skipped: filter | unreadable | not_a_file | duplicate | not_vllm (the files_skipped label)
     source: str = ""
 
 
@@ -411,13 +411,17 @@ class Follower:
     """Knows every file worth reading and hands out their new lines, round-robin."""
 
     def __init__(self, filters: Filters, *, start_at_end: bool = False, read_chunk: int = 1 << 20,
-                 clock=time.monotonic, max_open: int | None = None) -> None:
+                 clock=time.monotonic, max_open: int | None = None, admit=None) -> None:
         self.filters = filters
         # Descriptors are a budget: past it, the files idle longest are parked (closed, place
         # kept) and reopened by identity when they change; 10,000 files under a 1,024 limit.
         self.max_open = max_open or open_files_budget()
         self.open_count = 0
         self._poll_started: float | None = None  # set while a poll runs
+        # A check above this stage (bridge/detect.py: does the file read like vLLM?) of a file the
+        # filters accept and no file of its container is followed yet: `admit(path, source)` is
+        # None to follow it, else (kind, why) to hold it back, asked again at the next look.
+        self._admit = admit
         self.stats = TailStats()
         self.files: list[TrackedFile] = []
         self._by_path: dict[str, TrackedFile] = {}
@@ -538,6 +542,8 @@ class Follower:
                     source = source_for(path)
                     known = self._judged[path] = (source, self.filters.accepts(path, source))
                 source, ok = known
+                if ok and self._admit is not None and self._held(path, source):
+                    continue
                 if ok:
                     found.add(path)
                     accepted.append((path, source))
@@ -573,6 +579,39 @@ class Follower:
         if looked_at - self._pruned_at >= 60:  # a pod whose file went first and directory later
             self._pruned_at = looked_at
             self._forget([p for p in self._known if p not in found])
+
+    def _held(self, path: str, source: Source) -> bool:
+        """Whether `admit` holds back a file the filters accept. Never asked of a file followed
+        or to be resumed, nor of a container with a file followed: it was admitted once."""
+        if path in self._by_path or path in self._resume or path in self._rotated_while_down \
+                or any(tf.source.key == source.key for tf in self.files):
+            return False
+        if path not in self._exact and path not in self._known:
+            self._know_history(path)
+        verdict = self._admit(path, source)
+        if verdict is None:
+            return False
+        self._skip(path, verdict[0], verdict[1], source)
+        return True
+
+    def _know_history(self, path: str) -> None:
+        """A held path at first sight: its rotated files are known (history), but for those a
+        file followed at once would catch up (`_catch_missed`: plain ones written since the last
+        look). Its heads are then complete: once admitted, `_see` reads every rotated file not
+        known, those rotated while it was held included, gzipped or not."""
+        since = self._restored_at if self._last_look is None else self._last_look
+        found = siblings(path)
+        for sibling in found:
+            try:
+                if since is not None and not sibling.endswith(".gz") and os.stat(sibling).st_mtime >= since:
+                    continue
+                head = read_head(sibling)
+            except OSError:
+                continue
+            if head:
+                self._know(path, (len(head), fingerprint(head)))
+        if len(found) < _KNOWN_PER_PATH and path not in self._overflowed:
+            self._exact.add(path)
 
     def _skip(self, path: str, kind: str, why: str, source: Source | None = None) -> None:
         """Remember (and report once) a candidate not followed, and why."""

@@ -45,5 +45,6 @@ def warn_if_nothing(log, followed: int, include: Iterable[str], skipped: dict[st
     where = {p: ("exists" if os.path.isdir(_root(p)) else f"{_root(p)} does not exist") for p in include}
     log.warning("following_nothing", include=where, skipped={k: v for k, v in skipped.items() if v},
                 fix="check include (the log mount), and containers/pods/namespaces against the file_skipped "
-                    "lines; /readyz stays ready: it reports export and checkpoint trouble, not files")
+                    "lines (kind=not_vllm: no line vLLM wrote in the file's start; see detect); /readyz stays "
+                    "ready: it reports export and checkpoint trouble, not files")
     return True
