@@ -35,8 +35,16 @@ def test_json_log_record_decodes_with_year_milliseconds_and_process():
     assert (js.level, js.origin, js.process, js.message) == (
         "INFO", "vllm.v1.engine.async_llm", "APIServer pid=24672", "Added request cmpl-b65c-0-ad6fd603.")
     assert js.ts_ns == 1_796_024_970_746_000_000
+    # vLLM stamped the record at .746; the runtime read the line at .750: the event's own
+    # millisecond wins (a pipe can hold lines and the runtime stamp them alike, issue 33) ...
     rec = Decoder()(("2026-11-30T07:49:30.750000000Z stdout F " + line + "\n").encode(), 0)
-    assert rec.ts_ns == 1_796_024_970_750_000_000 and rec.clock == "runtime"  # the runtime's stamp wins
+    assert rec.ts_ns == 1_796_024_970_746_000_000 and rec.clock == "json"
+    # ... unless the read is within that millisecond (the runtime's ns are finer) ...
+    rec = Decoder()(("2026-11-30T07:49:30.746500000Z stdout F " + line + "\n").encode(), 0)
+    assert rec.ts_ns == 1_796_024_970_746_500_000 and rec.clock == "runtime"
+    # ... or the record's clock is not the zone configured (hours off the read): the runtime's.
+    rec = Decoder()(("2026-11-30T09:49:30.750000000Z stdout F " + line + "\n").encode(), 0)
+    assert rec.ts_ns == 1_796_032_170_750_000_000 and rec.clock == "runtime"
     rec = Decoder()((line + "\n").encode(), 0)
     assert rec.clock == "json" and rec.level == "INFO" and rec.message.startswith("Added request")
     with_exc = line.replace('"vllm_process_name"', '"exc_info": "Traceback (most recent call last):\\nValueError: x", '

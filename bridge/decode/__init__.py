@@ -20,6 +20,9 @@ __all__ = ["Decoder", "DecodeStats", "Record", "Source", "source_for"]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _MAX_PARTIAL_CHARS = 4 * 1024 * 1024  # a runaway partial line is cut, not held forever
+# A JSON record's own `asctime` (ms) wins over the runtime's stamp when it lies this far before
+# the read at most: further off, the record's zone is not the one configured.
+_JSON_LAG_NS, _MS_NS = 10_000_000_000, 1_000_000
 
 
 @dataclass(slots=True)
@@ -142,7 +145,13 @@ class Decoder:
         if line[:1] == "{":  # vLLM's JSON format: one record per line, year and milliseconds
             js = parse_json_line(line, self._tz)
             if js is not None:
-                if runtime_ts is not None:
+                if runtime_ts is not None and js.ts_ns is not None and \
+                        runtime_ts - _JSON_LAG_NS <= js.ts_ns and js.ts_ns + _MS_NS <= runtime_ts:
+                    # vLLM stamped the record as the event happened; the runtime, when it read
+                    # the line (a pipe's buffering can hold several lines and stamp them alike).
+                    # The record's millisecond is the better time when it lies before the read.
+                    ts, clock = js.ts_ns, CLOCK_JSON
+                elif runtime_ts is not None:
                     ts, clock = runtime_ts, CLOCK_RUNTIME
                 elif js.ts_ns is not None:
                     ts, clock = js.ts_ns, CLOCK_JSON
