@@ -48,12 +48,16 @@ six methods on that scheduler instance:
 - `_free_request_blocks`: a finished request's `Freed <n> blocks` line (blocks on: one per block).
 - `update_from_output` / `_free_request`: stats off only, the first token and the summary.
 
-Every line goes through the plugin's own logger (`vllm_trace_bridge`: a handler of its own in
-vLLM's format on vLLM's stream, not propagating), so `VLLM_LOGGING_LEVEL=WARNING` or a logging
-config of the user's own does not drop it, and nothing is printed twice.
+Every line is written in vLLM's format straight to vLLM's stream (`LineWriter`, not through
+`logging`), so `VLLM_LOGGING_LEVEL=WARNING` or a logging config of the user's own does not drop
+it; the plugin's warnings go through its own logger (`vllm_trace_bridge`, not propagating).
 
-Which vLLM: any whose classes have the hook points in `HOOK_POINTS`, by name and by the
-parameters the wrappers rely on (checked before anything is wrapped); tested on 0.32 and 0.33.
+Which vLLM: the gate is per side (`HOOK_POINTS`, each by name — or an older name of the same
+meaning — and by the parameters its wrapper relies on, checked before anything is wrapped). The
+API server's hook points decide whether the plugin installs; the engine core's only whether it
+writes its lines (a missing one: no engine line, said once where they are wanted). Names some
+releases lack are read with a fallback (`ADAPTED`). Every phase on 0.10 → 0.34 by their source
+(tests/plugin_versions_table.py); tested on 0.32 and 0.33.
 
 Each wrapper calls vLLM's method first (or, where the plugin must look before vLLM changes
 state, reads and then calls it) and never lets its own error reach vLLM: the first error is
