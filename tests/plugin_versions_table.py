@@ -12,8 +12,9 @@ member's CRC is checked by zipfile). The files are cached under
 needs no network. Standard library only.
 
 Generic over the plugin's design: the columns are whatever `hooks.HOOK_POINTS` names when this
-runs, the verdicts whatever `hooks.missing_in_source` says, and `READ_AT_RUN_TIME` is read
-through it too; a message this module cannot place under a hook point is shown, not dropped.
+runs, the cells and the names whatever `hooks.source_report` finds (an older name the plugin
+also wraps shows as `as <name>`), and the two verdicts follow the sides install() gates on:
+the default mode (the API server's hook points) and the engine lines (the engine core's).
 """
 
 from __future__ import annotations
@@ -247,21 +248,24 @@ class ReleaseSource:
 
 @dataclass(frozen=True)
 class Row:
-    """One release: a cell per hook point ('' when present), the run-time names it lacks, and
-    what `missing_in_source` said that fits no hook point."""
+    """One release: a cell per hook point ('' there, 'as `<older name>`', 'missing', 'takes
+    `(…)`', 'no file'), the run-time names it lacks, and what each side of the plugin gives
+    there: `default` (the API server's line, the default mode) and `engine` (the engine core's
+    lines, when asked for or when vLLM keeps no stats)."""
 
     version: str
     cells: tuple[str, ...]
     run_time: tuple[str, ...]
-    other: tuple[str, ...]
+    default: str
+    engine: str
 
     @property
     def installs(self) -> bool:
-        return not any(self.cells) and not self.other
+        return not self.default.startswith("nothing")
 
     @property
     def full(self) -> bool:
-        return self.installs and not self.run_time
+        return self.default == "every phase" and self.engine.startswith("all")
 
 
 def hook_columns(hooks) -> list[str]:
@@ -270,56 +274,69 @@ def hook_columns(hooks) -> list[str]:
     return [hp[2] if names.count(hp[2]) == 1 else f"{hp[1]}.{hp[2]}" for hp in hooks.HOOK_POINTS]
 
 
+def _cell(cell: str) -> str:
+    if cell.startswith("("):
+        takes = re.search(r"it takes (\(.*\))$", cell)
+        return f"takes `{takes[1]}`" if takes else "other signature"
+    return cell
+
+
 def row(version: str, read, hooks) -> Row:
-    """Place each of `missing_in_source(read)`'s messages under its hook point or run-time name."""
-    messages = list(hooks.missing_in_source(read))
-    used: set[int] = set()
-    cells = []
-    for hp in hooks.HOOK_POINTS:
-        path, cls, name = hp[0], hp[1], hp[2]
-        cell = ""
-        for i, msg in enumerate(messages):
-            if msg == f"{path} (no such file)":
-                cell = "no file"
-                used.add(i)
-            elif msg == f"{cls}.{name}":
-                cell = "missing"
-                used.add(i)
-            elif msg.startswith(f"{cls}.{name}("):
-                takes = re.search(r"it takes (\(.*\))$", msg)
-                cell = f"takes `{takes[1]}`" if takes else "other signature"
-                used.add(i)
-        cells.append(cell)
+    """What `hooks.source_report(read)` says of that release, side by side, as hooks.install
+    acts on it."""
+    rep = hooks.source_report(read)
     run_time = []
-    for path, words in hooks.READ_AT_RUN_TIME:
-        for i, msg in enumerate(messages):
-            if msg.startswith(f"{path}: ") and msg[len(path) + 2:] in words:
-                run_time.append(f"`{msg[len(path) + 2:]}` ({path.rsplit('/', 1)[-1]})")
-                used.add(i)
-            elif msg == f"{path} (no such file)" and i not in used:
-                run_time.append(f"{path} (no file)")
-                used.add(i)
-    other = tuple(m for i, m in enumerate(messages) if i not in used)
-    return Row(version, tuple(cells), tuple(run_time), other)
+    for path, name in rep.names:
+        where = path.rsplit("/", 1)[-1]
+        if name.startswith("("):
+            run_time.append(f"{path} (no file)")
+        else:
+            run_time.append(f"`{name}` ({where})" + (": adapted" if name in hooks.ADAPTED else ""))
+    return Row(version, tuple(map(_cell, rep.points)), tuple(run_time), _default(rep, hooks), _engine(rep, hooks))
+
+
+def _names(items) -> str:
+    return ", ".join(f"`{i}`" for i in items)
+
+
+def _default(rep, hooks) -> str:
+    """What the default mode's line has on that release (hooks.install, Frontend)."""
+    gone = rep.lacking(hooks.API)
+    points = [g for g in gone if ":" not in g]
+    if points:
+        return f"nothing: the plugin does nothing (one warning: no {_names(points)})"
+    if gone:
+        return f"partial: the API server's side switches off at the first use of {_names(gone)}"
+    costs = [hooks.EXTRA_COST[g.split("(")[0]] for g in rep.lacking(hooks.EXTRA)]
+    return "every phase" + "".join(f", {c}" for c in costs)
+
+
+def _engine(rep, hooks) -> str:
+    """What the engine core writes there when its lines are wanted (hooks._wrap)."""
+    gone = rep.lacking(hooks.ENGINE)
+    points = [g for g in gone if ":" not in g]
+    if points:
+        return f"none: no {_names(points)} (said once when they are wanted)"
+    if gone:
+        return f"partial: the engine core's side switches off at the first use of {_names(gone)}"
+    how = rep.adapted(hooks.ENGINE)
+    return "all" + (f" ({'; '.join(how)})" if how else "")
 
 
 def traces(r: Row) -> str:
-    """What a user of that release gets, by what the plugin does with it (hooks.install)."""
-    if r.full:
-        return "every phase"
-    if r.installs:
-        return "partial: the hook that reads a missing name switches the plugin off in its process at first use"
-    return "vLLM's own lines only: the plugin does nothing (one warning)"
+    """Both sides in one sentence (for a reader of one row)."""
+    return f"default: {r.default}; engine lines: {r.engine}"
 
 
 def table(rows: list[Row], hooks) -> str:
     cols = hook_columns(hooks)
-    head = ["vLLM", *(f"`{c}`" for c in cols), "names read at run time", "traces"]
+    head = ["vLLM", *(f"`{c}`" for c in cols), "names read at run time", "traces (default: the API server's line)",
+            "engine lines (`…_ENGINE=1`, or stats off)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [c or "✓" for c in r.cells]
-        missing = "; ".join([*r.run_time, *r.other]) or "✓"
-        lines.append("| " + " | ".join([r.version, *cells, missing, traces(r)]) + " |")
+        missing = "; ".join(r.run_time) or "✓"
+        lines.append("| " + " | ".join([r.version, *cells, missing, r.default, r.engine]) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -105,7 +105,7 @@ def test_the_docs_table_has_todays_hook_points_and_every_release():
 
 def _source_of(points, drop=(), rename_param=(), drop_words=()) -> dict[str, str]:
     """A release's files written from `points` (HOOK_POINTS' shape): every class and method with
-    the parameters named there, every run-time name in a comment; then one thing broken."""
+    the parameters named there, every run-time name in a comment; then things broken."""
     files: dict[str, dict[str, list[str]]] = {}
     for hp in points:
         path, cls, name, params = hp[0], hp[1], hp[2], hp[3]
@@ -116,31 +116,65 @@ def _source_of(points, drop=(), rename_param=(), drop_words=()) -> dict[str, str
             f"    def {name}(self{''.join(', ' + p for p in params)}, *rest):\n        pass\n")
     text = {path: "".join(f"class {c}:\n" + "".join(ms) for c, ms in classes.items())
             for path, classes in files.items()}
-    for path, words in hooks.READ_AT_RUN_TIME:
+    for path, _side, words in hooks.READ_AT_RUN_TIME:
         text[path] = text.get(path, "") + "".join(f"# {w}\n" for w in words if w not in drop_words)
     return text
 
 
-def test_each_break_lands_in_its_own_cell():
-    """The table puts what `missing_in_source` finds under the hook point it is about: a method
-    gone, a parameter renamed, a run-time name gone."""
+def _point(cls, name):
+    return next(hp for hp in hooks.HOOK_POINTS if (hp.cls, hp.name) == (cls, name))
+
+
+def _word(side, adapted: bool):
+    """A run-time name of that side whose absence the source would show (not also a method or
+    parameter there), adapted to or not."""
+    return next((path, w) for path, s, words in hooks.READ_AT_RUN_TIME for w in words
+                if s == side and (w in hooks.ADAPTED) == adapted
+                and not re.search(r"\b%s\b" % w, _source_of(hooks.HOOK_POINTS, drop_words=[w])[path]))
+
+
+def test_each_break_lands_in_its_own_cell_and_its_own_side():
+    """The table puts what `source_report` finds under the hook point it is about (a method gone,
+    a parameter renamed, an older name), and each side's verdict follows install()'s gate: the
+    API server's hook points decide the default mode, the engine core's only its lines."""
     points = hooks.HOOK_POINTS
-    gone, renamed = points[0], next(hp for hp in points[1:] if hp[3])
     whole = _source_of(points)
-    assert pvt.row("x", whole.get, hooks) == pvt.Row("x", ("",) * len(points), (), ())
-    # a run-time name whose absence the source would show (not also a method or parameter there)
-    word_path, word = next((path, w) for path, words in hooks.READ_AT_RUN_TIME for w in words
-                           if not re.search(r"\b%s\b" % w, _source_of(points, drop_words=[w])[path]))
-    broken = _source_of(points, drop=[(gone[1], gone[2])], rename_param=(renamed[1], renamed[2]),
-                        drop_words=[word])
+    full = pvt.row("x", whole.get, hooks)
+    assert full == pvt.Row("x", ("",) * len(points), (), "every phase", "all") and full.full
+    # the engine side: a method gone, another with other parameters, one under its older name
+    gone, renamed = _point("Scheduler", "_preempt_request"), _point("Scheduler", "add_request")
+    older = next(hp for hp in points if hp.alt)
+    broken = _source_of(points, drop=[(gone.cls, gone.name)], rename_param=(renamed.cls, renamed.name))
+    broken[older.file] = broken[older.file].replace(f"def {older.name}(", f"def {older.alt[0]}(")
     r = pvt.row("x", broken.get, hooks)
     assert r.cells[points.index(gone)] == "missing"
-    assert r.cells[points.index(renamed)] == "takes `(%s)`" % ", ".join(("other", *renamed[3][1:]))
-    assert [c for i, c in enumerate(r.cells) if points[i] not in (gone, renamed)] == [""] * (len(points) - 2)
-    assert r.run_time == (f"`{word}` ({word_path.rsplit('/', 1)[-1]})",) and r.other == ()
-    assert not r.installs and "does nothing" in pvt.traces(r)
-    only_word = pvt.row("x", _source_of(points, drop_words=[word]).get, hooks)
-    assert only_word.installs and not only_word.full and "switches the plugin off" in pvt.traces(only_word)
+    assert r.cells[points.index(renamed)] == "takes `(%s)`" % ", ".join(("other", *renamed.params[1:]))
+    assert r.cells[points.index(older)] == f"as `{older.alt[0]}`"
+    assert [c for i, c in enumerate(r.cells) if points[i] not in (gone, renamed, older)] == [""] * (len(points) - 3)
+    assert r.installs and r.default == "every phase" and not r.full
+    assert r.engine.startswith("none: no `Scheduler.add_request(request), it takes (other)`, "
+                               "`Scheduler._preempt_request`")
+    only_older = dict(whole)
+    only_older[older.file] = only_older[older.file].replace(f"def {older.name}(", f"def {older.alt[0]}(")
+    assert pvt.row("x", only_older.get, hooks).engine == f"all (`{older.name}` as `{older.alt[0]}`)"
+    # the API server's side: a hook point gone → nothing at all; an extra one → its part
+    api = _point("OutputProcessor", "_update_stats_from_finished")
+    r = pvt.row("x", _source_of(points, drop=[(api.cls, api.name)]).get, hooks)
+    assert not r.installs and r.default.startswith("nothing") and api.name in r.default
+    extra = _point("IterationStats", "update_from_events")
+    r = pvt.row("x", _source_of(points, drop=[(extra.cls, extra.name)]).get, hooks)
+    assert r.installs and r.default == "every phase, no preempted spans" and r.engine == "all"
+    # run-time names: one adapted to changes nothing; another switches its side off at first use
+    path, word = _word(hooks.API, adapted=True)
+    r = pvt.row("x", _source_of(points, drop_words=[word]).get, hooks)
+    assert r.run_time == (f"`{word}` ({path.rsplit('/', 1)[-1]}): adapted",) and r.default == "every phase"
+    path, word = _word(hooks.ENGINE, adapted=False)
+    r = pvt.row("x", _source_of(points, drop_words=[word]).get, hooks)
+    assert r.run_time == (f"`{word}` ({path.rsplit('/', 1)[-1]})",) and r.default == "every phase"
+    assert r.engine.startswith("partial") and word in r.engine
+    path, word = _word(hooks.API, adapted=False)
+    r = pvt.row("x", _source_of(points, drop_words=[word]).get, hooks)
+    assert r.default.startswith("partial") and word in r.default and r.engine == "all"
     assert pvt.row("x", {}.get, hooks).cells == ("no file",) * len(points)
 
 

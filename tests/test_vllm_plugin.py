@@ -467,26 +467,241 @@ def test_an_untested_version_with_every_hook_point_installs_and_says_so(log):
     assert getattr(cls.__init__, hooks._WRAPPED, False)
 
 
-def test_a_missing_hook_point_or_another_signature_is_named_and_changes_nothing(log):
+def test_a_missing_api_server_hook_point_or_another_signature_is_named_and_changes_nothing(log):
+    """The default mode lives in the API server: without one of its hook points (by any name, with
+    the parameters its wrapper relies on) the plugin wraps nothing at all."""
     cls, out_cls = make_scheduler_class(), make_output_class()
     before, out_before = dict(vars(cls)), dict(vars(out_cls))
-    del cls._free_request_blocks
+    del out_cls._update_stats_from_finished
+    out_before.pop("_update_stats_from_finished")
     assert install(cls, log, "0.32.0", out_cls) is False
-    assert dict(vars(cls)) == {k: v for k, v in before.items() if k != "_free_request_blocks"}
-    assert dict(vars(out_cls)) == out_before
+    assert dict(vars(cls)) == before and dict(vars(out_cls)) == out_before
     cls2, out_cls2 = make_scheduler_class(), make_output_class()
-    del out_cls2._update_stats_from_finished
-    before2 = dict(vars(cls2))
-    assert install(cls2, log, "0.32.0", out_cls2) is False
-    assert dict(vars(cls2)) == before2
-    cls3, out_cls3 = make_scheduler_class(), make_output_class()
-    cls3._preempt_request = lambda self, request, drop_stale_output=False: None  # no timestamp
-    assert install(cls3, log, "0.33.1", out_cls3) is False
-    assert not getattr(cls3.__init__, hooks._WRAPPED, False)
-    assert len(log.lines) == 3 and all("does nothing" in x for x in log.lines)
-    assert log.lines[0].endswith("has no Scheduler._free_request_blocks")
-    assert "OutputProcessor._update_stats_from_finished" in log.lines[1]
-    assert "Scheduler._preempt_request(request, timestamp), it takes (request, drop_stale_output)" in log.lines[2]
+    out_cls2.abort_requests = lambda self, ids_to_abort, internal: []  # another first parameter
+    assert install(cls2, log, "0.33.1", out_cls2) is False
+    assert not getattr(cls2.__init__, hooks._WRAPPED, False)
+    assert len(log.lines) == 2 and all("does nothing" in x for x in log.lines)
+    assert log.lines[0].endswith("has no OutputProcessor._update_stats_from_finished")
+    assert "OutputProcessor.abort_requests(request_ids), it takes (ids_to_abort, internal)" in log.lines[1]
+
+
+def _finish_one(out_cls, rid="cmpl-g-0"):
+    op = out_cls()
+    st = state(rid, rid, Stats(1.0, 0.1, 2, 0.0, 0.0))
+    op.add(st)
+    op.finish(st, types.SimpleNamespace(name="STOP"), types.SimpleNamespace(iteration_timestamp=2.0))
+
+
+@pytest.mark.parametrize("lacks", ["free", "preempt_signature", "preempt"])
+def test_a_missing_engine_hook_point_leaves_the_engine_core_alone_and_the_api_server_on(log, monkeypatch, lacks):
+    """0.10-0.11 have no `_preempt_request` (and 0.10's takes no timestamp): the API server's line
+    is written as on any release; the engine core gets no wrapper, and says so once, only where
+    its lines are wanted."""
+    cls, out_cls = make_scheduler_class(), make_output_class()
+    if lacks == "free":
+        del cls._free_request_blocks
+        cls._free_request = lambda self, request: None
+    elif lacks == "preempt_signature":
+        cls._preempt_request = lambda self, request, drop_stale_output=False: None  # no timestamp
+    else:
+        del cls._preempt_request
+    cls.log_stats = True
+    assert install(cls, log, "0.32.0", out_cls) is True
+    assert log.lines == []
+    _finish_one(out_cls)
+    assert isinstance(parse_message(log.lines[-1]), RequestSummary)  # the default mode: every phase
+    cls()  # stats on, no engine lines asked for: nothing to say
+    assert len(log.lines) == 1
+    monkeypatch.setenv("VLLM_TRACE_BRIDGE_PLUGIN_ENGINE", "1")
+    s, s2 = cls(), cls()
+    assert not any(name in vars(s) or name in vars(s2) for name in (*hooks.HOOKED, "_free_blocks"))
+    assert len(log.lines) == 2 and "the engine core writes no line: vLLM 0.32.0 has no Scheduler." in log.lines[1]
+    want = {"free": "Scheduler._free_request_blocks",
+            "preempt_signature": "Scheduler._preempt_request(request, timestamp), it takes (request, drop_stale_output)",
+            "preempt": "Scheduler._preempt_request"}[lacks]
+    assert log.lines[1].endswith(want)
+
+
+def test_a_missing_engine_hook_point_with_stats_off_says_there_is_no_line_at_all(log):
+    cls, out_cls = make_scheduler_class(), make_output_class()
+    del cls._preempt_request
+    assert install(cls, log, "0.11.2", out_cls) is True
+    cls()
+    assert any("vLLM keeps no stats" in x and "drop --disable-log-stats" in x for x in log.lines)
+
+
+def test_0_12_to_0_23_free_blocks_give_the_engine_lines(log, monkeypatch):
+    """Before 0.24 a finished request's blocks are freed by `_free_blocks(request)` (vLLM
+    0.23's source: `kv_cache_manager.free(request)`, then the request is dropped) and a
+    preemption frees its blocks inside `_preempt_request`: the same lines come out."""
+    monkeypatch.setenv("VLLM_TRACE_BRIDGE_PLUGIN_BLOCKS", "1")
+    cls = make_scheduler_class()
+    del cls._free_request_blocks
+
+    def _free_blocks(self, request):
+        assert request.status.name.startswith("FINISHED")
+        self.kv_cache_manager.block_pool.free += len(self.blocks.pop(request.request_id, ()))
+        del self.requests[request.request_id]
+
+    def _preempt_request(self, request, timestamp):
+        self.kv_cache_manager.block_pool.free += len(self.blocks.pop(request.request_id, ()))
+
+    def _free_request(self, request):
+        self._free_blocks(request)
+
+    cls._free_blocks, cls._preempt_request, cls._free_request = _free_blocks, _preempt_request, _free_request
+    cls.log_stats = True
+    assert install(cls, log, "0.23.0") is True
+    s = cls()
+    assert "_free_blocks" in vars(s) and "_free_request_blocks" not in vars(s)
+    r = Req("cmpl-o-0", arrival=0.0)
+    s.add_request(r)
+    s.schedule()
+    s._preempt_request(r, 0.0)
+    s.waiting.append(r)
+    s.schedule()
+    r.status = Status("FINISHED_STOPPED")
+    s._free_request(r)
+    assert "0.23.0 is not a version it was tested on" in log.lines[0]
+    events = [parse_message(x) for x in log.lines[1:]]
+    kinds = [type(e).__name__ for e in events]
+    assert kinds == ["Scheduled", "BlockAllocated", "BlockAllocated", "QueueState", "Preempted", "BlockFreed",
+                     "BlockFreed", "Scheduled", "BlockAllocated", "BlockAllocated", "BlockFreed", "BlockFreed"], log.lines
+    assert [e.reason for e in events if type(e).__name__ == "BlockFreed"] == ["preempted"] * 2 + ["completed"] * 2
+    assert s.__dict__[hooks._ATTR].on
+
+
+def test_0_34_resumed_requests_in_scheduled_new_reqs(log, monkeypatch):
+    """0.34 dropped `CachedRequestData.resumed_req_ids`: a resumed request is re-sent in
+    `scheduled_new_reqs` (0.34's source: "re-sent in full, like a new one"). Its line is a
+    resumption's (no `queued=`), and the engine side stays on."""
+    monkeypatch.setenv("VLLM_TRACE_BRIDGE_PLUGIN_ENGINE", "1")
+    cls = make_scheduler_class()
+    orig = cls.schedule
+
+    def schedule(self):
+        out = orig(self)
+        out.scheduled_cached_reqs = types.SimpleNamespace(req_ids=[], new_block_ids=[])  # 0.34's fields
+        return out
+
+    cls.schedule = schedule
+    cls.log_stats = True
+    assert install(cls, log, "0.34.0") is True
+    s = cls()
+    r = Req("cmpl-r-0", arrival=0.0)
+    s.add_request(r)
+    s.schedule()
+    s._preempt_request(r, 0.0)
+    s.waiting.append(r)
+    s.schedule()
+    scheds = [e for e in map(parse_message, log.lines) if isinstance(e, Scheduled)]
+    assert len(scheds) == 2 and scheds[0].queued_s is not None and scheds[1].queued_s is None
+    assert s.__dict__[hooks._ATTR].on
+
+
+def make_old_output_class():
+    """vLLM 0.10-0.13's OutputProcessor: no external ids (a request is known by the id given to
+    `add_request`, children by `<i>_<id>` under a parent), `abort_requests(request_ids)`."""
+
+    class OutputProcessor:
+        def __init__(self):
+            self.request_states = {}
+            self.parent_requests = {}
+
+        def finish(self, state, reason, iteration_stats):
+            self.request_states.pop(state.request_id)
+            self._update_stats_from_finished(state, reason, iteration_stats)
+
+        def _update_stats_from_finished(self, req_state, finish_reason, iteration_stats):
+            return None
+
+        def abort_requests(self, request_ids):
+            out = []
+            for rid in request_ids:
+                if self.request_states.pop(rid, None) is not None:
+                    out.append(rid)
+                elif parent := self.parent_requests.get(rid):
+                    out += self.abort_requests(list(parent.child_requests))
+                    self.parent_requests.pop(rid, None)
+            return out
+
+    return OutputProcessor
+
+
+class OldStats(Stats):
+    """0.10-0.29's RequestStateStats: no `num_preemptions`."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        del self.num_preemptions
+
+
+def make_old_stats_class():
+    class IterationStats:
+        def update_from_events(self, req_id, events, is_prefilling, req_stats, lora_stats):
+            for ev in events:
+                if ev.type.name == "QUEUED":
+                    req_stats.queued_ts = ev.timestamp
+                elif ev.type.name == "SCHEDULED" and not req_stats.scheduled_ts:
+                    req_stats.scheduled_ts = ev.timestamp
+
+    return IterationStats
+
+
+def test_0_10_to_0_13s_api_server_every_phase_preemptions_aborts_and_context(log):
+    """No `num_preemptions` (before 0.30): the preemptions come from the PREEMPTED events; no
+    external ids and `abort_requests(request_ids)` (before 0.14): vLLM's own ids, a parent's
+    children aborted by its id; the caller's context on every child, let go with the last."""
+    import asyncio
+
+    out_cls, stats_cls, async_cls = make_old_output_class(), make_old_stats_class(), make_async_class()
+    assert install(make_scheduler_class(), log, "0.13.0", out_cls, stats_cls, async_cls) is True
+    op, it = out_cls(), stats_cls()
+    st = types.SimpleNamespace(request_id="cmpl-p-0", parent_req=None, prompt_len=4,
+                               stats=OldStats(__import__("time").time() - 1, 0.0, 0, 0.0, 0.0))
+    op.request_states[st.request_id] = st
+    for evs in ([Event("QUEUED", 10.0), Event("SCHEDULED", 10.5)], [Event("PREEMPTED", 11.0)],
+                [Event("SCHEDULED", 11.25)]):
+        it.update_from_events(st.request_id, evs, False, st.stats, None)
+    assert op.abort_requests(["cmpl-p-0"]) == ["cmpl-p-0"]
+    ended = parse_message(log.lines[-1])
+    assert isinstance(ended, RequestEnded) and (ended.request_id, ended.finish) == ("cmpl-p-0", "abort")
+    (pre,) = ended.times.preempted
+    assert (pre[1] - pre[0]) / 1e9 == pytest.approx(0.25, abs=2e-6)
+    # n=2 under a parent, with the caller's context; one child aborted through the parent's id
+    tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    now = __import__("time").time()
+    asyncio.run(async_cls().add_request("cmpl-t-0", trace_headers={"traceparent": tp}))
+    parent = types.SimpleNamespace(request_id="cmpl-t-0", child_requests={"0_cmpl-t-0", "1_cmpl-t-0"})
+    op.parent_requests["cmpl-t-0"] = parent
+    kids = [types.SimpleNamespace(request_id=f"{i}_cmpl-t-0", parent_req=parent, prompt_len=4,
+                                  stats=OldStats(now - 1, 0.1, 2, 0.0, 0.0)) for i in range(2)]
+    for k in kids:
+        op.request_states[k.request_id] = k
+    op.finish(kids[0], types.SimpleNamespace(name="STOP"), types.SimpleNamespace(iteration_timestamp=now))
+    parent.child_requests.discard("0_cmpl-t-0")
+    assert op.abort_requests(["cmpl-t-0"]) == ["1_cmpl-t-0"]
+    done, aborted = map(parse_message, log.lines[-2:])
+    assert isinstance(done, RequestSummary) and done.times.preempted == ()
+    assert aborted.request_id == "1_cmpl-t-0" and aborted.finish == "abort"
+    assert done.times.caller.trace_id.hex() == aborted.times.caller.trace_id.hex() == tp[3:35]
+    assert not any(v for v in _frontends(out_cls))  # the context and the spans let go
+    assert not any("switched off" in x or "has no" in x for x in log.lines)
+
+
+def test_a_missing_extra_hook_point_costs_its_part_said_once_by_the_api_server(log):
+    class IterationStats:  # a release without update_from_events
+        pass
+
+    out_cls = make_output_class()
+    assert install(make_scheduler_class(), log, "0.32.0", out_cls, IterationStats, None) is True
+    assert log.lines == []  # not at install: every vLLM process installs
+    _finish_one(out_cls, "a")
+    _finish_one(out_cls, "b")
+    warnings = [x for x in log.lines if "has no" in x]
+    assert warnings == ["vllm-trace-bridge plugin: vLLM 0.32.0 has no IterationStats.update_from_events: "
+                        "no preempted spans"]
+    assert sum(isinstance(parse_message(x), RequestSummary) for x in log.lines) == 2
 
 
 class Event:
@@ -525,13 +740,13 @@ def test_lines_carry_vllms_own_event_times_on_the_wall_clock(log, monkeypatch):
 def test_the_hook_points_are_read_from_source_without_importing_vllm():
     """`missing_in_source` on a made-up release: what it names is what is missing."""
     files: dict[str, str] = {}
-    for f, c, m, p in hooks.HOOK_POINTS:
+    for f, c, m, p, *_ in hooks.HOOK_POINTS:
         head = f"class {c}:\n"
         text = files.get(f, "")
         files[f] = (text if head in text else text + head) + f"    def {m}(self, {', '.join(p)}): pass\n"
     # one class per file here: methods follow their class's header
-    assert len({c for f, c, _m, _p in hooks.HOOK_POINTS}) == len(files)
-    for path, words in hooks.READ_AT_RUN_TIME:
+    assert len({hp.cls for hp in hooks.HOOK_POINTS}) == len(files)
+    for path, _side, words in hooks.READ_AT_RUN_TIME:
         files[path] = files.get(path, "") + "\n# " + " ".join(words) + "\n"
     assert hooks.missing_in_source(files.get) == []
     files[hooks._SCHEDULER_PY] = files[hooks._SCHEDULER_PY].replace("request, timestamp", "request, ts")

@@ -39,8 +39,9 @@ from __future__ import annotations
 import os
 
 #: vLLM releases (major, minor) the plugin was tested against. Not a gate: on any other
-#: version it installs when every hook point it needs is there (`hooks.HOOK_POINTS`, checked
-#: by name and signature), and otherwise says which one is missing and leaves vLLM untouched.
+#: version it installs when the API server's hook points are there (`hooks.HOOK_POINTS`, checked
+#: by name and signature; the engine core's only for its lines), and otherwise says which one is
+#: missing and leaves vLLM untouched.
 TESTED_VERSIONS = ((0, 32), (0, 33))
 
 #: The bridge release this plugin belongs to (the wheel's version; tests check it is the bridge's).

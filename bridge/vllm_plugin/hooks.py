@@ -48,12 +48,16 @@ six methods on that scheduler instance:
 - `_free_request_blocks`: a finished request's `Freed <n> blocks` line (blocks on: one per block).
 - `update_from_output` / `_free_request`: stats off only, the first token and the summary.
 
-Every line goes through the plugin's own logger (`vllm_trace_bridge`: a handler of its own in
-vLLM's format on vLLM's stream, not propagating), so `VLLM_LOGGING_LEVEL=WARNING` or a logging
-config of the user's own does not drop it, and nothing is printed twice.
+Every line is written in vLLM's format straight to vLLM's stream (`LineWriter`, not through
+`logging`), so `VLLM_LOGGING_LEVEL=WARNING` or a logging config of the user's own does not drop
+it; the plugin's warnings go through its own logger (`vllm_trace_bridge`, not propagating).
 
-Which vLLM: any whose classes have the hook points in `HOOK_POINTS`, by name and by the
-parameters the wrappers rely on (checked before anything is wrapped); tested on 0.32 and 0.33.
+Which vLLM: the gate is per side (`HOOK_POINTS`, each by name — or an older name of the same
+meaning — and by the parameters its wrapper relies on, checked before anything is wrapped). The
+API server's hook points decide whether the plugin installs; the engine core's only whether it
+writes its lines (a missing one: no engine line, said once where they are wanted). Names some
+releases lack are read with a fallback (`ADAPTED`). Every phase on 0.10 → 0.34 by their source
+(tests/plugin_versions_table.py); tested on 0.32 and 0.33.
 
 Each wrapper calls vLLM's method first (or, where the plugin must look before vLLM changes
 state, reads and then calls it) and never lets its own error reach vLLM: the first error is
@@ -62,6 +66,7 @@ logged once with its traceback and that object's hooks switch off.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -69,6 +74,7 @@ import re
 import sys
 import time
 import types
+import typing
 
 from . import TESTED_VERSIONS, version_tested
 
@@ -79,101 +85,212 @@ _SCHEDULER_PY = "vllm/v1/core/sched/scheduler.py"
 _OUTPUT_PY = "vllm/v1/engine/output_processor.py"
 _STATS_PY = "vllm/v1/metrics/stats.py"
 _ASYNC_PY = "vllm/v1/engine/async_llm.py"
-#: (module file, class, method, the leading parameters after `self` the wrapper relies on).
+
+#: The sides of the plugin a hook point belongs to. `API`: the default mode, in the API server —
+#: without every one of these the plugin does nothing. `EXTRA`: an API-server hook whose absence
+#: costs one thing (the preempted spans, the caller's context), said once. `ENGINE`: the engine
+#: core's lines, needed only when they are asked for or vLLM keeps no stats; without one the
+#: engine core writes nothing, said once when they are wanted.
+API, EXTRA, ENGINE = "api", "extra", "engine"
+
+
+class HookPoint(typing.NamedTuple):
+    """A method the plugin wraps: its file in vLLM, class, name, the leading parameters after
+    `self` the wrapper relies on, its side, and older names with the same meaning (the release's
+    source read: same arguments, same moment, same effect on the request)."""
+
+    file: str
+    cls: str
+    name: str
+    params: tuple[str, ...]
+    side: str
+    alt: tuple[str, ...] = ()
+
+
 HOOK_POINTS = (
-    (_SCHEDULER_PY, "Scheduler", "__init__", ()),
-    (_SCHEDULER_PY, "Scheduler", "add_request", ("request",)),
-    (_SCHEDULER_PY, "Scheduler", "schedule", ()),
-    (_SCHEDULER_PY, "Scheduler", "update_from_output", ()),
-    (_SCHEDULER_PY, "Scheduler", "_preempt_request", ("request", "timestamp")),
-    (_SCHEDULER_PY, "Scheduler", "_free_request", ("request",)),
-    (_SCHEDULER_PY, "Scheduler", "_free_request_blocks", ("request",)),
-    (_OUTPUT_PY, "OutputProcessor", "_update_stats_from_finished", ("req_state", "finish_reason", "iteration_stats")),
-    (_OUTPUT_PY, "OutputProcessor", "abort_requests", ("request_ids", "internal")),
-    (_STATS_PY, "IterationStats", "update_from_events", ("req_id", "events", "is_prefilling", "req_stats")),
-    (_ASYNC_PY, "AsyncLLM", "add_request", ("request_id",)),
+    HookPoint(_SCHEDULER_PY, "Scheduler", "__init__", (), ENGINE),
+    HookPoint(_SCHEDULER_PY, "Scheduler", "add_request", ("request",), ENGINE),
+    HookPoint(_SCHEDULER_PY, "Scheduler", "schedule", (), ENGINE),
+    HookPoint(_SCHEDULER_PY, "Scheduler", "update_from_output", (), ENGINE),
+    HookPoint(_SCHEDULER_PY, "Scheduler", "_preempt_request", ("request", "timestamp"), ENGINE),
+    HookPoint(_SCHEDULER_PY, "Scheduler", "_free_request", ("request",), ENGINE),
+    # 0.12-0.23: `_free_blocks(request)` frees a finished request's blocks (`kv_cache_manager.free`),
+    # as `_free_request_blocks` does from 0.24 on (then also for a preemption, which before 0.24
+    # frees inside `_preempt_request`: the plugin writes those blocks' lines there).
+    HookPoint(_SCHEDULER_PY, "Scheduler", "_free_request_blocks", ("request",), ENGINE, ("_free_blocks",)),
+    HookPoint(_OUTPUT_PY, "OutputProcessor", "_update_stats_from_finished",
+              ("req_state", "finish_reason", "iteration_stats"), API),
+    # `internal` (0.14 on) is read when the method takes it; before, the ids are vLLM's own.
+    HookPoint(_OUTPUT_PY, "OutputProcessor", "abort_requests", ("request_ids",), API),
+    HookPoint(_STATS_PY, "IterationStats", "update_from_events", ("req_id", "events", "is_prefilling", "req_stats"),
+              EXTRA),
+    HookPoint(_ASYNC_PY, "AsyncLLM", "add_request", ("request_id",), EXTRA),
 )
 #: The engine core's methods, wrapped per scheduler instance when engine lines are wanted.
-HOOKED = tuple(m for _f, c, m, _p in HOOK_POINTS if c == "Scheduler" and m != "__init__")
-FRONTEND_HOOKED = tuple(m for _f, c, m, _p in HOOK_POINTS if c == "OutputProcessor")
-#: What the hooks read at run time (a miss there switches the plugin off, vLLM runs on): the
-#: names that must appear in vLLM's source, for the check against a release's wheel.
+HOOKED = tuple(hp.name for hp in HOOK_POINTS if hp.cls == "Scheduler" and hp.name != "__init__")
+FRONTEND_HOOKED = tuple(hp.name for hp in HOOK_POINTS if hp.cls == "OutputProcessor")
+#: What each missing EXTRA hook point costs (its degradation, said once).
+EXTRA_COST = {"IterationStats.update_from_events": "no preempted spans",
+              "AsyncLLM.add_request": "no caller trace context"}
+#: What the hooks read at run time (file, side, names): the names that must appear in vLLM's
+#: source, for the check against a release's wheel. A miss there switches that side off at its
+#: first use (vLLM runs on), unless the name is in ADAPTED.
 READ_AT_RUN_TIME = (
-    ("vllm/v1/core/sched/output.py", ("scheduled_new_reqs", "scheduled_cached_reqs", "resumed_req_ids",
-                                      "new_block_ids", "req_id", "block_ids")),
-    ("vllm/v1/request.py", ("events", "num_output_tokens", "num_prompt_tokens", "arrival_time", "priority")),
-    ("vllm/v1/engine/__init__.py", ("QUEUED", "SCHEDULED", "PREEMPTED")),
-    (_STATS_PY, ("iteration_timestamp", "first_token_latency", "num_generation_tokens", "num_preemptions",
-                 "queued_ts", "scheduled_ts", "first_token_ts", "last_token_ts", "arrival_time")),
-    (_OUTPUT_PY, ("request_states", "external_req_ids", "parent_requests", "child_requests", "external_req_id",
-                  "prompt_len", "stats")),
-    (_SCHEDULER_PY, ("kv_cache_manager", "requests", "running", "waiting", "log_stats")),
-    ("vllm/v1/core/block_pool.py", ("get_num_free_blocks", "num_gpu_blocks")),
+    ("vllm/v1/core/sched/output.py", ENGINE, ("scheduled_new_reqs", "scheduled_cached_reqs", "resumed_req_ids",
+                                              "new_block_ids", "req_id", "block_ids")),
+    ("vllm/v1/request.py", ENGINE, ("events", "num_output_tokens", "num_prompt_tokens", "arrival_time",
+                                    "priority", "status")),
+    ("vllm/v1/core/kv_cache_manager.py", ENGINE, ("get_block_ids", "block_pool")),
+    ("vllm/v1/engine/__init__.py", API, ("QUEUED", "SCHEDULED", "PREEMPTED")),
+    (_STATS_PY, API, ("iteration_timestamp", "first_token_latency", "num_generation_tokens", "num_preemptions",
+                      "queued_ts", "scheduled_ts", "first_token_ts", "last_token_ts", "arrival_time")),
+    (_OUTPUT_PY, API, ("request_states", "external_req_ids", "parent_requests", "child_requests",
+                       "external_req_id", "prompt_len", "stats")),
+    (_SCHEDULER_PY, ENGINE, ("kv_cache_manager", "requests", "running", "waiting", "log_stats")),
+    ("vllm/v1/core/block_pool.py", ENGINE, ("get_num_free_blocks", "num_gpu_blocks")),
 )
+#: Names the hooks read with a fallback, read in the releases without them, and what they do
+#: there instead (exact: the same stamps or ids, found another way).
+ADAPTED = {
+    "resumed_req_ids": "0.34: a resumed request comes in `scheduled_new_reqs`",
+    "num_preemptions": "PREEMPTED found in the events",
+    "external_req_ids": "before 0.14: the request's own id",
+    "external_req_id": "before 0.14: the request's own id",
+}
 
 
 def _signature_gap(fn, params: tuple[str, ...]) -> str | None:
     """None when `fn(self, *params)` is how it takes its leading arguments; else what differs."""
-    import inspect
-
-    try:
-        names = [p.name for p in inspect.signature(fn).parameters.values()
-                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)][1:]
-    except (TypeError, ValueError):
+    names = _param_names(fn)
+    if names is None:
         return None  # no signature to read (a C method): trust the name
     if tuple(names[:len(params)]) != params:
         return f"({', '.join(params)}), it takes ({', '.join(names)})"
     return None
 
 
-def missing_hook_points(classes: dict[str, type]) -> list[str]:
-    """`Class.method` (and why) for each hook point the given classes lack: [] means install."""
-    out = []
-    for _file, cls_name, name, params in HOOK_POINTS:
-        if cls_name not in classes:
-            continue
-        fn = getattr(classes[cls_name], name, None)
-        if not callable(fn):
-            out.append(f"{cls_name}.{name}")
-            continue
-        fn = getattr(fn, "__wrapped__", fn) if getattr(fn, _WRAPPED, False) else fn
-        gap = _signature_gap(fn, params)
-        if gap is not None:
-            out.append(f"{cls_name}.{name}{gap}")
-    return out
+def _param_names(fn) -> list[str] | None:
+    """The positional parameters after `self`, or None when there is no signature to read."""
+    import inspect
+
+    try:
+        return [p.name for p in inspect.signature(fn).parameters.values()
+                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)][1:]
+    except (TypeError, ValueError):
+        return None
 
 
-def missing_in_source(read) -> list[str]:
-    """The same check on a vLLM release's source, without importing it (nor torch): `read(path)`
-    gives a file of the release (`vllm/...py`) or None. Also the names read at run time."""
+def _unwrapped(fn):
+    return getattr(fn, "__wrapped__", fn) if getattr(fn, _WRAPPED, False) else fn
+
+
+def resolve(classes: dict[str, type]) -> tuple[dict[HookPoint, str], dict[HookPoint, str]]:
+    """({hook point: the name it has in these classes (its own or an older one)}, {hook point:
+    why it is not there}) for the hook points of the classes given."""
+    found, gaps = {}, {}
+    for hp in HOOK_POINTS:
+        if hp.cls not in classes:
+            continue
+        why = None
+        for name in (hp.name, *hp.alt):
+            fn = getattr(classes[hp.cls], name, None)
+            if not callable(fn):
+                continue
+            gap = _signature_gap(_unwrapped(fn), hp.params)
+            if gap is None:
+                found[hp] = name
+                break
+            why = why or f"{hp.cls}.{name}{gap}"
+        if hp not in found:
+            gaps[hp] = why or f"{hp.cls}.{hp.name}"
+    return found, gaps
+
+
+def missing_hook_points(classes: dict[str, type], sides=(API, EXTRA, ENGINE)) -> list[str]:
+    """`Class.method` (and why) for each hook point of those sides the given classes lack
+    (under any of its names): [] means that side installs."""
+    return [why for hp, why in resolve(classes)[1].items() if hp.side in sides]
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceReport:
+    """One release's source against the hook points: a cell per `HOOK_POINTS` entry ('' there,
+    'as `<older name>`', 'missing', '(…), it takes (…)', 'no file') and the (file, name) pairs
+    the hooks read at run time that it lacks."""
+
+    points: tuple[str, ...]
+    names: tuple[tuple[str, str], ...]
+
+    def lacking(self, side: str) -> list[str]:
+        """What that side lacks that nothing adapts to (hook points, then run-time names)."""
+        out = [f"{hp.cls}.{hp.name}" + (cell if cell.startswith("(") else "")
+               for hp, cell in zip(HOOK_POINTS, self.points)
+               if hp.side == side and cell and not cell.startswith("as ")]
+        sides = {path: s for path, s, _w in READ_AT_RUN_TIME}
+        return out + [f"{path}: {w}" for path, w in self.names if sides[path] == side and w not in ADAPTED]
+
+    def adapted(self, side: str) -> list[str]:
+        """Where that side runs on an older name or a fallback (exact, per the release's source)."""
+        out = [f"`{hp.name}` {cell}" for hp, cell in zip(HOOK_POINTS, self.points)
+               if hp.side == side and cell.startswith("as ")]
+        sides = {path: s for path, s, _w in READ_AT_RUN_TIME}
+        return out + [ADAPTED[w] for path, w in self.names if sides[path] == side and w in ADAPTED]
+
+
+def source_report(read) -> SourceReport:
+    """The hook points and run-time names in a vLLM release's source, without importing it (nor
+    torch): `read(path)` gives a file of the release (`vllm/...py`) or None."""
     import ast
     import re as _re
 
-    out = []
     trees: dict[str, object] = {}
-    for path, cls_name, name, params in HOOK_POINTS:
-        if path not in trees:
-            text = read(path)
-            trees[path] = ast.parse(text) if text is not None else None
-        tree = trees[path]
+    cells = []
+    for hp in HOOK_POINTS:
+        if hp.file not in trees:
+            text = read(hp.file)
+            trees[hp.file] = ast.parse(text) if text is not None else None
+        tree = trees[hp.file]
         if tree is None:
-            out.append(f"{path} (no such file)")
+            cells.append("no file")
             continue
-        cls = next((n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls_name), None)
-        fn = None if cls is None else next(
-            (n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name), None)
-        if fn is None:
-            out.append(f"{cls_name}.{name}")
-            continue
-        names = [a.arg for a in fn.args.posonlyargs + fn.args.args][1:]
-        if tuple(names[:len(params)]) != params:
-            out.append(f"{cls_name}.{name}({', '.join(params)}), it takes ({', '.join(names)})")
-    for path, words in READ_AT_RUN_TIME:
+        cls = next((n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == hp.cls), None)
+        cell = "missing"
+        for i, name in enumerate((hp.name, *hp.alt)):
+            fn = None if cls is None else next(
+                (n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name),
+                None)
+            if fn is None:
+                continue
+            names = [a.arg for a in fn.args.posonlyargs + fn.args.args][1:]
+            if tuple(names[:len(hp.params)]) == hp.params:
+                cell = f"as `{name}`" if i else ""
+                break
+            if cell == "missing":
+                cell = f"({', '.join(hp.params)}), it takes ({', '.join(names)})"
+        cells.append(cell)
+    absent = []
+    for path, _side, words in READ_AT_RUN_TIME:
         text = read(path)
         if text is None:
-            out.append(f"{path} (no such file)")
+            absent.append((path, "(no such file)"))
             continue
-        out += [f"{path}: {w}" for w in words if not _re.search(r"\b" + w + r"\b", text)]
+        absent += [(path, w) for w in words if not _re.search(r"\b" + w + r"\b", text)]
+    return SourceReport(tuple(cells), tuple(absent))
+
+
+def missing_in_source(read) -> list[str]:
+    """`source_report` as messages: each hook point absent under every name it may have, each
+    run-time name absent (adapted or not)."""
+    rep = source_report(read)
+    out = []
+    for hp, cell in zip(HOOK_POINTS, rep.points):
+        if cell == "no file":
+            out.append(f"{hp.file} (no such file)")
+        elif cell == "missing":
+            out.append(f"{hp.cls}.{hp.name}")
+        elif cell.startswith("("):
+            out.append(f"{hp.cls}.{hp.name}{cell}")
+    out += [f"{path} {w}" if w.startswith("(") else f"{path}: {w}" for path, w in rep.names]
     return out
 
 
@@ -273,6 +390,9 @@ class Tracer(_Hooks):
         self.ids: dict[str, str] = {}                # engine id → the id the API server logged
         self.queued_at: dict[str, float] = {}        # engine id → monotonic time it was queued
         self.block_bytes: int | None = None
+        #: before 0.24 `_preempt_request` frees the blocks itself (not through the hooked free):
+        #: with block lines on, its hook writes them
+        self.frees_in_preempt = False
 
     def rid(self, engine_id: str) -> str:
         rid = self.ids.get(engine_id)
@@ -314,7 +434,9 @@ class Tracer(_Hooks):
             if self.blocks and ids:
                 self._allocated(sched, rid, ids)
         cached = out.scheduled_cached_reqs
-        resumed = cached.resumed_req_ids
+        # 0.34 on: no `resumed_req_ids`; a resumed request is sent in full in
+        # `scheduled_new_reqs` (above: its line has no `queued=`, as here, its events no QUEUED)
+        resumed = getattr(cached, "resumed_req_ids", None) or ()
         if resumed or self.blocks:
             for engine_id, new_ids in zip(cached.req_ids, cached.new_block_ids):
                 ids = new_ids[0] if new_ids else ()
@@ -428,6 +550,10 @@ class Frontend(_Hooks):
                                                                                                    "no", "off")
         self.preempted: dict[str, list] = {}   # engine id → [[PREEMPTED, SCHEDULED after it or 0], …]
         self.contexts: dict[str, str] = {}     # external id → ", traceparent=…[, tracestate=…]"
+        #: what this release's lines lack (a missing EXTRA hook point's cost), said once, by the
+        #: API server, at its first line (install runs in every vLLM process)
+        self.lacking: str = ""
+        self.in_abort = 0  # depth of vLLM's abort_requests (the outer call reports its children)
 
     def caller_context(self, request_id, headers) -> None:
         """`AsyncLLM.add_request`'s `trace_headers`: keep a valid traceparent (and tracestate)."""
@@ -468,17 +594,27 @@ class Frontend(_Hooks):
                 if ts:
                     parts.append(f", {name}={ts + wall:.6f}")
             tail = "".join(parts)
-        if stats.num_preemptions:
+        if getattr(stats, "num_preemptions", self.preempted):  # before 0.30 no count: the spans seen
             spans = self.preempted.pop(req_state.request_id, None)
             if spans:
                 tail += ", preempted=" + "/".join(
                     f"{p + wall:.6f}~{r + wall:.6f}" if r else f"{p + wall:.6f}~" for p, r in spans)
         if self.contexts:
-            ext = req_state.external_req_id
+            ext = getattr(req_state, "external_req_id", None)
+            parent = None
+            if ext is None:  # before 0.14: the id given to add_request is the request's or its parent's
+                parent = getattr(req_state, "parent_req", None)
+                ext = parent.request_id if parent is not None else req_state.request_id
             ctx = self.contexts.get(ext)
             if ctx is not None:
                 tail += ctx
-                if ext not in processor.external_req_ids:  # the last of its requests (n > 1: children)
+                if parent is not None:
+                    last = not any(getattr(st, "parent_req", None) is parent
+                                   for st in processor.request_states.values() if st is not req_state)
+                else:
+                    ids = getattr(processor, "external_req_ids", None)
+                    last = ids is None or ext not in ids
+                if last:  # the last of its requests (n > 1: children)
                     del self.contexts[ext]
         return tail
 
@@ -486,6 +622,9 @@ class Frontend(_Hooks):
         stats = req_state.stats
         if iteration_stats is None or stats is None:
             return  # no stats kept: the engine core writes the lines from its own clock
+        if self.lacking:
+            lacking, self.lacking = self.lacking, ""
+            self.log.warning("vllm-trace-bridge plugin: %s", lacking)
         rid = self.api_id(req_state.request_id)  # the id the engine core's lines carry
         generated = stats.num_generation_tokens
         end = iteration_stats.iteration_timestamp  # wall clock: e2e's end, as vLLM's own span
@@ -547,11 +686,12 @@ def _block_bytes(sched) -> int:
         return 0
 
 
-def _tracer(sched, logger) -> Tracer:
+def _tracer(sched, logger, frees_in_preempt: bool = False) -> Tracer:
     t = sched.__dict__.get(_ATTR)
     if t is None:
         # vLLM keeps stats in the API server when the scheduler does (`log_stats`, the same flag)
         t = Tracer(logger, summary=not getattr(sched, "log_stats", False))
+        t.frees_in_preempt = frees_in_preempt
         sched.__dict__[_ATTR] = t
     return t
 
@@ -565,17 +705,29 @@ def engine_lines_wanted(sched, environ=os.environ) -> bool:
                for name in ("VLLM_TRACE_BRIDGE_PLUGIN_ENGINE", "VLLM_TRACE_BRIDGE_PLUGIN_BLOCKS"))
 
 
-def _wrap(cls, logger) -> None:
+def _wrap(cls, logger, names: dict[str, str], version: str = "?", lacking=()) -> None:
     """`cls.__init__` only; a scheduler that must write lines gets the six wrappers bound on
-    itself, so a scheduler that writes none runs vLLM's methods with no layer in between."""
+    itself (under the names this release has: `names`), so a scheduler that writes none runs
+    vLLM's methods with no layer in between. `lacking`: the engine-side hook points this release
+    does not have; then no wrapper, and when engine lines are wanted that is said once."""
     orig_init = cls.__init__
-    methods = _engine_methods(cls, logger)
+    methods = None if lacking else _engine_methods(cls, logger, names)
+    said = []
 
     @functools.wraps(orig_init)
     def __init__(self, *args, **kwargs):
         orig_init(self, *args, **kwargs)
         try:
             if engine_lines_wanted(self):
+                if methods is None:
+                    if not said:
+                        said.append(True)
+                        logger.warning(
+                            "vllm-trace-bridge plugin: the engine core writes no line: vLLM %s has no %s%s", version,
+                            ", ".join(lacking), "" if getattr(self, "log_stats", False) else
+                            " (and vLLM keeps no stats, so the API server has no times to write either: "
+                            "no plugin line at all; drop --disable-log-stats)")
+                    return
                 for name, fn in methods.items():
                     self.__dict__[name] = types.MethodType(fn, self)
         except Exception:  # noqa: BLE001
@@ -585,19 +737,23 @@ def _wrap(cls, logger) -> None:
     cls.__init__ = __init__
 
 
-def _engine_methods(cls, logger) -> dict:
+def _engine_methods(cls, logger, names: dict[str, str]) -> dict:
+    """The engine-side wrappers, keyed by the name each has in `cls` (`names`: hook point's
+    name → this release's)."""
     orig_add = cls.add_request
     orig_schedule = cls.schedule
     orig_update = cls.update_from_output
     orig_preempt = cls._preempt_request
     orig_free = cls._free_request
-    orig_free_blocks = cls._free_request_blocks
+    free_blocks_name = names.get("_free_request_blocks", "_free_request_blocks")
+    orig_free_blocks = getattr(cls, free_blocks_name)
+    frees_in_preempt = free_blocks_name != "_free_request_blocks"
 
     @functools.wraps(orig_add)
     def add_request(self, request, *args, **kwargs):
         out = orig_add(self, request, *args, **kwargs)
         try:
-            t = _tracer(self, logger)
+            t = _tracer(self, logger, frees_in_preempt)
             if t.on:
                 t.added(request)
         except Exception:  # noqa: BLE001
@@ -609,7 +765,7 @@ def _engine_methods(cls, logger) -> dict:
         started = time.monotonic()
         out = orig_schedule(self, *args, **kwargs)
         try:
-            t = _tracer(self, logger)
+            t = _tracer(self, logger, frees_in_preempt)
             if t.on:
                 t.after_schedule(self, out, started)
         except Exception:  # noqa: BLE001
@@ -620,7 +776,7 @@ def _engine_methods(cls, logger) -> dict:
     def update_from_output(self, *args, **kwargs):
         out = orig_update(self, *args, **kwargs)
         try:
-            t = _tracer(self, logger)
+            t = _tracer(self, logger, frees_in_preempt)
             if t.on and t.summary:
                 t.after_update()
         except Exception:  # noqa: BLE001
@@ -632,10 +788,12 @@ def _engine_methods(cls, logger) -> dict:
         # Written before vLLM's call: the blocks are counted before vLLM frees them, and the
         # line comes before the `Freed block` lines of the same preemption.
         try:
-            t = _tracer(self, logger)
+            t = _tracer(self, logger, frees_in_preempt)
             if t.on:
                 forced = bool(kwargs.get("drop_stale_output", args[1] if len(args) > 1 else False))
                 t.preempted(*t.preempting(self, request), forced, kwargs.get("timestamp", args[0] if args else None))
+                if t.blocks and t.frees_in_preempt:  # vLLM frees them next, not through the hooked free
+                    t.freeing_blocks(self, request)
         except Exception:  # noqa: BLE001
             _off(self, logger, "_preempt_request")
         return orig_preempt(self, request, *args, **kwargs)
@@ -644,7 +802,7 @@ def _engine_methods(cls, logger) -> dict:
     def _free_request(self, request, *args, **kwargs):
         t = summary = None
         try:
-            t = _tracer(self, logger)
+            t = _tracer(self, logger, frees_in_preempt)
             if t.on:
                 summary = t.freeing(request)
             else:
@@ -663,13 +821,14 @@ def _engine_methods(cls, logger) -> dict:
     @functools.wraps(orig_free_blocks)
     def _free_request_blocks(self, request, *args, **kwargs):
         try:
-            t = _tracer(self, logger)
+            t = _tracer(self, logger, frees_in_preempt)
             if t.on:
                 t.freeing_blocks(self, request)
         except Exception:  # noqa: BLE001
             _off(self, logger, "_free_request_blocks")
         return orig_free_blocks(self, request, *args, **kwargs)
 
+    _free_request_blocks.__name__ = free_blocks_name
     out = {}
     for fn in (add_request, schedule, update_from_output, _preempt_request, _free_request, _free_request_blocks):
         setattr(fn, _WRAPPED, True)
@@ -679,9 +838,13 @@ def _engine_methods(cls, logger) -> dict:
 
 def _wrap_frontend(front: Frontend, output_cls, stats_cls=None, async_cls=None) -> None:
     """The API server's hooks, all sharing `front` (one per process: vLLM's IterationStats has
-    no link to its output processor)."""
+    no link to its output processor). `stats_cls` / `async_cls` None: those hooks left out."""
     orig_finished = output_cls._update_stats_from_finished
     orig_abort = output_cls.abort_requests
+    # `abort_requests(request_ids, internal)` from 0.14; before, `(request_ids)`: vLLM's own ids
+    # (0.10-0.13 abort a parent's children by its id, as `internal=True` does now)
+    params = _param_names(orig_abort)
+    takes_internal = params is None or "internal" in params
 
     @functools.wraps(orig_finished)
     def _update_stats_from_finished(self, req_state, finish_reason, iteration_stats, *args, **kwargs):
@@ -696,13 +859,17 @@ def _wrap_frontend(front: Frontend, output_cls, stats_cls=None, async_cls=None) 
     @functools.wraps(orig_abort)
     def abort_requests(self, request_ids, *args, **kwargs):
         states = None
-        if front.on:
+        if front.on and not front.in_abort:  # 0.10-0.13 abort a parent's children by calling itself
             try:
-                internal = kwargs.get("internal", args[0] if args else False)
+                internal = kwargs.get("internal", args[0] if args else False) if takes_internal else True
                 states = front.aborting(self, request_ids, internal)
             except Exception:  # noqa: BLE001
                 front.fail("abort_requests")
-        out = orig_abort(self, request_ids, *args, **kwargs)
+        front.in_abort += 1
+        try:
+            out = orig_abort(self, request_ids, *args, **kwargs)
+        finally:
+            front.in_abort -= 1
         if states:
             try:
                 front.aborted(self, states)
@@ -717,7 +884,8 @@ def _wrap_frontend(front: Frontend, output_cls, stats_cls=None, async_cls=None) 
         @functools.wraps(orig_events)
         def update_from_events(self, req_id, events, is_prefilling, req_stats, *args, **kwargs):
             out = orig_events(self, req_id, events, is_prefilling, req_stats, *args, **kwargs)
-            if req_stats.num_preemptions and front.on:  # a request never preempted costs this test
+            # a request never preempted costs this test; before 0.30 (no count) the events are read
+            if getattr(req_stats, "num_preemptions", 1) and front.on:
                 try:
                     front.events(req_id, events)
                 except Exception:  # noqa: BLE001
@@ -848,9 +1016,16 @@ _DEFAULT = object()
 def install(scheduler_cls=None, version: str | None = None, logger=None, output_cls=None,
             stats_cls=_DEFAULT, async_cls=_DEFAULT) -> bool:
     """Wrap the hook points once per class (vLLM's, or the given ones; `stats_cls` /
-    `async_cls` None leaves those out). False (after one warning naming what is missing) when a
-    hook point is not there or takes other arguments: then vLLM runs untouched. The version
-    decides nothing; an untested one is said once."""
+    `async_cls` None leaves those out), side by side:
+
+    - the API server's (`API`): without one of them, one warning naming it and False: vLLM runs
+      untouched;
+    - `EXTRA` ones: a missing one costs its part of the line (`EXTRA_COST`), said once;
+    - the engine core's (`ENGINE`, under an older name where the release's has the same
+      meaning): a missing one leaves the engine core untouched, said once where its lines are
+      wanted (`VLLM_TRACE_BRIDGE_PLUGIN_ENGINE` / `_BLOCKS`, or vLLM's stats off).
+
+    The version decides nothing; an untested one is said once."""
     if logger is None:
         logger = LineWriter()
     if version is None:
@@ -870,7 +1045,8 @@ def install(scheduler_cls=None, version: str | None = None, logger=None, output_
         classes["IterationStats"] = stats_cls
     if async_cls is not None:
         classes["AsyncLLM"] = async_cls
-    missing = missing_hook_points(classes)
+    found, gaps = resolve(classes)
+    missing = [why for hp, why in gaps.items() if hp.side == API]
     if missing:
         logger.warning("vllm-trace-bridge plugin does nothing: vLLM %s has no %s", version, ", ".join(missing))
         return False
@@ -878,8 +1054,16 @@ def install(scheduler_cls=None, version: str | None = None, logger=None, output_
         logger.info("vllm-trace-bridge plugin: vLLM %s is not a version it was tested on (%s); every hook "
                     "point it needs is there, so it runs", version, ", ".join(f"{a}.{b}" for a, b in TESTED_VERSIONS))
     if not getattr(scheduler_cls.__init__, _WRAPPED, False):
-        _wrap(scheduler_cls, logger)
+        engine_gaps = [why for hp, why in gaps.items() if hp.side == ENGINE]
+        _wrap(scheduler_cls, logger, {hp.name: name for hp, name in found.items() if hp.side == ENGINE},
+              version, engine_gaps)
     if not any(getattr(getattr(output_cls, name), _WRAPPED, False) for name in FRONTEND_HOOKED):
-        _wrap_frontend(Frontend(logger), output_cls, stats_cls, async_cls)
+        front = Frontend(logger)
+        extra = {f"{hp.cls}.{hp.name}": why for hp, why in gaps.items() if hp.side == EXTRA}
+        if extra:
+            front.lacking = f"vLLM {version} has no " + "; no ".join(
+                f"{why}: {EXTRA_COST[key]}" for key, why in extra.items())
+        _wrap_frontend(front, output_cls, None if "IterationStats.update_from_events" in extra else stats_cls,
+                       None if "AsyncLLM.add_request" in extra else async_cls)
     _installed[scheduler_cls] = _installed[output_cls] = True
     return True

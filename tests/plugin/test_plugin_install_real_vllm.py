@@ -42,7 +42,10 @@ def test_vllm_with_the_plugin_only_from_plugin_install_target_writes_its_lines(t
     assert proc.returncode == 0, proc.stderr
     mask = hide_site_packages_copy(tmp_path / "mask")
     log = tmp_path / "vllm.log"
-    with Vllm(log, plugin=True, plain=True, extra_env={"PYTHONPATH": f"{target}:{mask}"}) as v:
+    # engine lines asked for: both processes' hooks run from the --target copy (by default only
+    # the API server writes; the engine core's `Scheduling request` lines need this switch)
+    with Vllm(log, plugin=True, plain=True,
+              extra_env={"PYTHONPATH": f"{target}:{mask}", "VLLM_TRACE_BRIDGE_PLUGIN_ENGINE": "1"}) as v:
         ids = v.load(4, max_tokens=16, prompt_words=10)
         assert v.metrics()["vllm:request_success_total"] == 4
     lines = log.read_text().splitlines()
