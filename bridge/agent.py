@@ -27,7 +27,7 @@ from bridge.decode import Decoder
 from bridge.delivery import Delivery
 from bridge.decode.clock import zone
 from bridge.decode.stream import RecordStream
-from bridge.tail.source import Source
+from bridge.tail.source import Source, file_of
 from bridge.export.resource import base_resource
 from bridge.export.transport import Destination, make_transport
 from bridge.health import AgentCounters, Health
@@ -236,6 +236,8 @@ class Agent:
 
     def _process(self, tf: TrackedFile, lines: list[tuple[int, bytes]]) -> None:
         st = self._state(tf.source.key, tf.source)
+        if st.assembler is not None:  # its timelines name this file (a copytruncate renumbers it)
+            st.assembler.add_file(tf.generation, tf.source if tf.path == tf.source.path else file_of(tf.source, tf.path))
         key = id(tf)
         stream = st.streams.get(key)
         if stream is None:

@@ -29,6 +29,7 @@ from bridge.assemble.startup import Startup
 from bridge.assemble.state import SEEN_DETAILS, SEEN_RECEIVED, RequestState
 from bridge.assemble.timeline import INFERRED, IncidentEvent, IncidentRef, SpanEvent, Timeline
 from bridge.decode.record import CLOCK_EXACT, Record
+from bridge.tail.files import GEN_SHIFT
 from bridge.tail.source import Source
 from bridge.parse.events import (
     AccessLog,
@@ -188,6 +189,7 @@ class Assembler:
                  fast: bool = True):
         """`fast=False`: this stage's pure-Python code only (the C paths' reference)."""
         self.source = source
+        self._files: dict[int, Source] = {}  # generation → the file its lines came from (add_file)
         self._timeline = request_timeline if fast else _request_timeline
         self._fan_out = _FAST.fan_out if fast and _FAST is not None else None
         self.stats = AssembleStats()
@@ -322,6 +324,15 @@ class Assembler:
                 self._close_unended(r)
             else:
                 self._finish(r)
+
+    def add_file(self, generation: int, source: Source) -> None:
+        """Lines at positions of `generation` come from `source`'s file (of this stream): the
+        timelines that begin there name it. Ids stay the stream's (`self.source.key`)."""
+        self._files[generation] = source
+
+    def _source_at(self, offset: int) -> Source:
+        """The file of the line at `offset` (a position: generation << GEN_SHIFT | byte)."""
+        return self._files.get(offset >> GEN_SHIFT, self.source) if self._files else self.source
 
     @property
     def open_requests(self) -> int:
@@ -527,7 +538,7 @@ class Assembler:
         if r.terminal_ns is None:  # no line ended it: its end is the last evidence (replay ≡ agent)
             r.set("vllm.end_inferred", True)
         parent = self._config.context_rule(r.request_id)
-        t = self._timeline(r, self.source, self._config.thresholds, parent)
+        t = self._timeline(r, self._source_at(int(r.occurrence)), self._config.thresholds, parent)
         if r.extra is not None and ("vllm.start_unknown" in r.extra or "vllm.end_inferred" in r.extra):
             # A bound no line proves: the first line seen is no arrival; a stop's time no end.
             if "vllm.start_unknown" in r.extra:
@@ -1002,7 +1013,8 @@ class Assembler:
 
     def _end_startup(self, error_type: str = "", message: str = "") -> None:
         if self._startup is not None:
-            self._emit(self._startup.timeline(self.source, error_type, self._text(message)))
+            self._emit(self._startup.timeline(self._source_at(self._startup.first_offset), error_type,
+                                              self._text(message)))
             self._startup = None
 
     def _on_engine_error(self, record: Record, ev: EngineError) -> None:
@@ -1154,6 +1166,6 @@ class Assembler:
                 r.add_event(event, False)
         self.stats.engine_incidents += 1
         self._emit(engine_timeline(
-            self.source, kind, occurrence, start_ns, record.ts_ns if end_ns is None else end_ns,
+            self._source_at(int(occurrence) if occurrence.isdigit() else record.offset), kind, occurrence, start_ns, record.ts_ns if end_ns is None else end_ns,
             error_type, self._text(message), attrs, list(hit), record.offset,
             record.end_offset if end_offset is None else end_offset))

@@ -31,7 +31,7 @@ from itertools import accumulate
 
 from bridge.tail.source import Source, source_for
 from bridge.tail.checkpoint import FileCheckpoint
-from bridge.tail.files import GEN_SHIFT
+from bridge.tail.files import GEN_SHIFT, rotation_key
 
 FINGERPRINT_BYTES = 256
 MAX_LINE_BYTES = 4 << 20   # a longer line is cut into pieces (counted)
@@ -84,18 +84,8 @@ def matches_rotated_files(glob_: str) -> bool:
 
 
 def rotation_order(path: str, sibling: str, mtime: float) -> tuple:
-    """Oldest first, by the name the rotation gave: a number counts back (logrotate's `.1` is
-    the newest), a date or stamp (kubelet's `20260215-100000`, `dateext`) counts forward; the
-    modification time only where the name tells nothing. Not by mtime first: kubelet gzips a
-    file at the next rotation, which makes an older file's `.gz` newer than the file after it."""
-    suffix = sibling[len(os.path.realpath(path)) + 1:]
-    if suffix.endswith(".gz"):
-        suffix = suffix[:-3]
-    if suffix.isdigit():
-        return (0, -int(suffix), mtime)
-    if suffix[:1].isdigit():
-        return (1, suffix, mtime)
-    return (2, mtime, sibling)
+    """Oldest first, by the name the rotation gave (`files.rotation_key`: the one rule replay uses too)."""
+    return rotation_key(sibling[len(os.path.realpath(path)):], mtime, sibling)
 
 
 @dataclass(slots=True)
