@@ -30,6 +30,7 @@ class Outcome:
 
     lines: int
     rotations: list[int] = field(default_factory=list)  # line indexes a rotation came before
+    restarts: list[int] = field(default_factory=list)   # line indexes a container restart came before
     killed_at: int | None = None                         # line index the agent was killed at
     agent_spans: int = 0        # distinct span ids the agent sent
     resent: int = 0             # spans the agent sent again, identical (after the kill)
@@ -106,12 +107,21 @@ def diff_spans(agent: list, replay: list) -> str:
 
 
 def run_agent_and_replay(tmp_path, lines: list[str], seed: int, *, rotations: int = 3, kill: bool = True,
-                         chunk: tuple[int, int] = (1, 40), agent_args: tuple[str, ...] = ()) -> tuple[list, list, Outcome]:
+                         restarts: int = 0, chunk: tuple[int, int] = (1, 40),
+                         agent_args: tuple[str, ...] = ()) -> tuple[list, list, Outcome]:
     """Write `lines` (CRI) to a kubelet path while the agent follows it: `rotations` kubelet
-    rotations at random lines (mid-request as often as not), the agent killed with SIGKILL at
-    a random line and started again while the writing goes on; then the files left behind are
-    replayed (`vllm-trace-bridge replay <dir>`, as a user would). Returns the agent's distinct
-    spans, the replay's, and what happened. Every choice comes from `seed`."""
+    rotations at random lines (mid-request as often as not), `restarts` container restarts
+    (the lines after one go to the next `<n>.log`, as kubelet names a restarted container's
+    log), the agent killed with SIGKILL at a random line and started again while the writing
+    goes on; then the files left behind are replayed (`vllm-trace-bridge replay <dir>`, as a
+    user would). Returns the agent's distinct spans, the replay's, and what happened. Every
+    choice comes from `seed`.
+
+    Two moments are left out on purpose, as no agent can know them: a pod's log rotated (and
+    gzipped) before the agent first looked at it, and a kill before the agent's first
+    checkpoint (its restart is a first run). In both, rotated files already there are history
+    the agent was not asked to read (docs/agent.md), so the writer waits for the agent to
+    follow the first file, and the kill for the first checkpoint."""
     from bridge.cli import main
 
     rng = random.Random(seed)
@@ -124,6 +134,7 @@ def run_agent_and_replay(tmp_path, lines: list[str], seed: int, *, rotations: in
     out = Outcome(lines=n)
     out.rotations = sorted(rng.sample(range(1, n - 1), min(rotations, max(0, n - 2))))
     out.killed_at = rng.randrange(1, n) if kill else None
+    out.restarts = sorted(rng.sample(range(2, n - 1), min(restarts, max(0, n - 3))))
     include = str(tmp_path / "pods/*/*/*.log")
     state = str(tmp_path / "state")
     with GrpcReceiver() as rx:
@@ -141,6 +152,10 @@ def run_agent_and_replay(tmp_path, lines: list[str], seed: int, *, rotations: in
                 elif i == 1 and out.killed_at != 0:
                     assert wait_for(lambda: agent.metric("files_watched") >= 1, 30), "the agent did not find the log"
                 for j in range(i, min(n, i + step)):
+                    if j in out.restarts:  # the container restarts: kubelet's next <n>.log
+                        f.close()
+                        log = os.path.join(os.path.dirname(log), f"{out.restarts.index(j) + 1}.log")
+                        f = open(log, "a", encoding="utf-8")
                     if j in out.rotations:
                         f.close()
                         stamp += 60
@@ -216,6 +231,6 @@ def assert_agent_equals_replay(tmp_path, lines: list[str], seed: int, **kw) -> O
     """The check: the agent's span set (through rotations and a kill -9) equals the replay's."""
     agent, replay, out = run_agent_and_replay(tmp_path, lines, seed, **kw)
     problem = diff_spans(agent, replay)
-    assert not problem, (f"seed {seed}: agent ≠ replay (rotations before lines {out.rotations}, kill -9 at line "
-                         f"{out.killed_at} of {out.lines}; files {out.files})\n{problem}")
+    assert not problem, (f"seed {seed}: agent ≠ replay (rotations before lines {out.rotations}, restarts before "
+                         f"{out.restarts}, kill -9 at line {out.killed_at} of {out.lines}; files {out.files})\n{problem}")
     return out

@@ -39,9 +39,18 @@ def test_agent_through_rotations_and_kill9_sends_what_replay_of_the_files_sends(
     assert _requests_line(out.replay_stdout) == len(truth.requests), out.replay_stdout
 
 
+def test_a_container_restart_and_rotations_of_both_logs_agent_equals_replay(tmp_path):
+    """`0.log`, its rotated files, then `1.log` (the container restarted) and its own."""
+    lines, truth = synth_lines(4)
+    out = assert_agent_equals_replay(tmp_path, lines, 4, rotations=3, restarts=1)
+    assert "1.log" in out.files, out.files
+    assert _requests_line(out.replay_stdout) == len(truth.requests), out.replay_stdout  # one stream: none cut
+
+
 @pytest.mark.faults
-@pytest.mark.parametrize("seed", range(10, 30))
+@pytest.mark.parametrize("seed", range(10, 40))
 def test_faults_agent_equals_replay_many_seeds(tmp_path, seed):
     lines, truth = synth_lines(seed, requests=150)
-    out = assert_agent_equals_replay(tmp_path, lines, seed, rotations=1 + seed % 5, chunk=(1, 120))
+    out = assert_agent_equals_replay(tmp_path, lines, seed, rotations=1 + seed % 5, restarts=seed % 3 == 0,
+                                     chunk=(1, 120))
     assert _requests_line(out.replay_stdout) == len(truth.requests), out.replay_stdout

@@ -760,8 +760,9 @@ class Follower:
 
     def poll(self) -> list[tuple[TrackedFile, list[tuple[int, bytes]]]]:
         """One fair round: up to `read_chunk` bytes from each file. A source's files are read
-        in generation order, a newer one only once the older (rotated) ones are read to their
-        end: its lines reach assemble in the order they were written, as on any other run."""
+        in generation order, a newer one only once the older ones (rotated, or a restart's
+        `0.log` before its `1.log`) are read to their end: its lines reach assemble in the
+        order they were written, as `replay` reads them."""
         out = []
         now = self._clock()
         self.just_truncated = []
@@ -788,7 +789,7 @@ class Follower:
                 tf.refresh_fingerprint()
                 if tf.fp_len >= FINGERPRINT_BYTES:
                     self._remember(tf)
-            if tf.detached and not tf.at_eof and not tf.done:
+            if not tf.at_eof and not tf.done:  # a rotated file, or a restart's (0.log before 1.log)
                 behind.add(tf.source.key)
             if lines:
                 tf.quiet_since = None
