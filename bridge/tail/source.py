@@ -70,9 +70,11 @@ def file_of(stream: Source, path: str) -> Source:
     return Source(stream.key, own.path, own.resource)
 
 
-def _restart(path: str) -> int:
+def live_order(path: str) -> tuple[int, str]:
+    """Where a live file comes in its stream: a container's restarts in order (`0.log`, `1.log`,
+    …, `10.log`: by number, not by name), other files by path."""
     m = _POD_PATH.search(path)
-    return int(m["restart"]) if m else 0
+    return (int(m["restart"]) if m else 0, path)
 
 
 def streams(paths: Iterable[str]) -> list[list[str]]:
@@ -93,6 +95,6 @@ def streams(paths: Iterable[str]) -> list[list[str]]:
             mtime = os.stat(path).st_mtime
         except OSError:
             mtime = 0.0
-        order = (_restart(live), live, 0 if rotated else 1, rotation_key(suffix, mtime, abspath) if rotated else ())
+        order = (*live_order(live), 0 if rotated else 1, rotation_key(suffix, mtime, abspath) if rotated else ())
         groups.setdefault(source_for(abspath).key, []).append((order, path))
     return [[p for _, p in sorted(files, key=lambda f: f[0])] for files in groups.values()]

@@ -1,0 +1,128 @@
+"""A container's rotated files are one log in `replay` and `check` (tail.source.streams).
+
+Truth: the ground-truth generator's requests (bridge.synth), and where this test itself put
+each line (which file, after which rotation); never the bridge's own output.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import random
+
+from receivers import GrpcReceiver, attrs
+
+from bridge.cli import main
+from bridge.synth import SynthConfig, generate, write
+from bridge.tail.source import source_for, streams
+
+POD = "pods/llm_vllm-0_3f2a9c1e-1111-2222-3333-444455556666/vllm"
+STAMPS = ("20260215-100100", "20260215-100200", "20260215-100300")
+
+
+def _lines(seed: int, requests: int = 40) -> tuple[list[str], object]:
+    cfg = SynthConfig(requests=requests, seed=seed, cri=True, mean_interarrival_s=0.05, model_load_failure=False,
+                      reuse_ratio=0.0)
+    lines, truth = generate(cfg)
+    buf = io.StringIO()
+    write(lines, buf, cfg)
+    return buf.getvalue().splitlines(keepends=True), truth
+
+
+def _kubelet_dir(tmp_path, lines: list[str], seed: int) -> tuple[str, dict[str, str]]:
+    """The lines cut at three random points into what kubelet leaves: the two older rotated files
+    gzipped, the last plain, then `0.log`. Returns the directory and, per line, its file."""
+    d = tmp_path / POD
+    d.mkdir(parents=True)
+    cuts = sorted(random.Random(seed).sample(range(1, len(lines)), 3))
+    names = [f"0.log.{STAMPS[0]}.gz", f"0.log.{STAMPS[1]}.gz", f"0.log.{STAMPS[2]}", "0.log"]
+    where: dict[str, str] = {}
+    for name, a, b in zip(names, [0, *cuts], [*cuts, len(lines)]):
+        data = "".join(lines[a:b]).encode()
+        opener = gzip.open if name.endswith(".gz") else open
+        with opener(d / name, "wb") as f:
+            f.write(data)
+        for line in lines[a:b]:
+            where.setdefault(line, str(d / name))
+    for i, name in enumerate(reversed(names)):  # kubelet gzips at the next rotation: .gz files look newest
+        os.utime(d / name, (1_771_000_000 + i, 1_771_000_000 + i))
+    return str(d), where
+
+
+def _replay(paths: list[str]) -> tuple[list, str]:
+    with GrpcReceiver() as rx:
+        out = io.StringIO()
+        assert main(["replay", *paths, "--otlp-endpoint", rx.endpoint], env={"PATH": os.environ["PATH"]},
+                    out=out) == 0, out.getvalue()
+        return rx.spans(), out.getvalue()
+
+
+def test_replay_of_a_pod_directory_gives_one_root_per_request_named_after_its_first_lines_file(tmp_path):
+    lines, truth = _lines(5)
+    d, where = _kubelet_dir(tmp_path, lines, 5)
+    spans, stdout = _replay([d])
+    roots = [(res, s) for res, s in spans if s.name == "vllm.request"]
+    assert sorted(attrs(s.attributes)["vllm.request.id"] for _, s in roots) == sorted(
+        r.request_id for r in truth.requests)
+    assert not [s for _, s in roots if attrs(s.attributes).get("vllm.start_unknown")]
+    assert f"requests     {len(truth.requests)} " in stdout
+    first_file = {}
+    for line in lines:  # each request's first line, in write order
+        for r in truth.requests:
+            if r.request_id in line and r.request_id not in first_file:
+                first_file[r.request_id] = where[line]
+    named = {attrs(s.attributes)["vllm.request.id"]: res["log.file.path"] for res, s in roots}
+    assert named == first_file
+    assert len(set(named.values())) > 1  # the cuts put first lines in several files
+    # one stream: every span of a request under one trace id, whatever file its lines are in
+    assert len({s.trace_id for _, s in spans if s.name == "vllm.request"}) == len(truth.requests)
+
+
+def test_the_files_given_in_any_order_are_the_directory(tmp_path):
+    lines, _ = _lines(6)
+    d, _ = _kubelet_dir(tmp_path, lines, 6)
+    names = sorted(os.listdir(d))  # what a shell's `0.log*` gives: the live file first
+    assert names[0] == "0.log"
+    by_dir, _ = _replay([d])
+    by_files, _ = _replay([os.path.join(d, n) for n in reversed(names)])
+    key = lambda spans: sorted(s.SerializeToString(deterministic=True) for _, s in spans)  # noqa: E731
+    assert key(by_dir) == key(by_files)
+
+
+def test_streams_order_by_the_name_rotation_gave_and_restarts_in_order(tmp_path):
+    d = tmp_path / POD
+    d.mkdir(parents=True)
+    written = ["0.log.20260215-090000.gz", "0.log.20260215-100000.gz", "0.log.20260215-110000", "0.log",
+               "1.log.20260215-120000", "1.log", "2.log", "10.log"]
+    for i, name in enumerate(written):
+        (d / name).write_text("x\n")
+        os.utime(d / name, (2_000_000_000 - i, 2_000_000_000 - i))  # mtimes say the opposite
+    other = tmp_path / "plain"
+    other.mkdir()
+    for name in ("vllm.log.2.gz", "vllm.log.1", "vllm.log"):  # logrotate: .1 is the newest
+        (other / name).write_text("x\n")
+    given = [str(other / "vllm.log"), *(str(d / n) for n in sorted(written)), str(other / "vllm.log.1"),
+             str(other / "vllm.log.2.gz")]
+    got = [[os.path.basename(p) for p in s] for s in streams(given)]
+    assert got == [["vllm.log.2.gz", "vllm.log.1", "vllm.log"], written]
+    assert source_for(str(other / "vllm.log.2.gz")).key == source_for(str(other / "vllm.log")).key
+    assert source_for(str(d / "1.log.20260215-120000")).resource["k8s.container.restart_count"] == 1
+
+
+def test_check_reads_a_container_as_one_log_its_banner_in_the_oldest_file(tmp_path):
+    d = tmp_path / POD
+    d.mkdir(parents=True)
+    banner = ("2026-02-15T10:00:00.000000000Z stdout F (EngineCore_DP0 pid=7) INFO 02-15 10:00:00 [core.py:93] "
+              "Initializing a V1 LLM engine (v0.14.0) with config: model='m', speculative_config=None\n")
+    later = ("2026-02-15T10:05:00.000000000Z stdout F INFO 02-15 10:05:00 [logger.py:39] Received request "
+             "cmpl-1: prompt: 'x', params: SamplingParams(n=1), prompt_token_ids: None, lora_request: None.\n")
+    with gzip.open(d / "0.log.20260215-100100.gz", "wt") as f:
+        f.write(banner)
+    (d / "0.log").write_text(later)
+    out = io.StringIO()
+    assert main(["check", str(d)], env={}, out=out) == 0
+    text = out.getvalue()
+    assert text.startswith(str(d / "0.log") + "  (and 1 rotated file(s) before it: 0.log.20260215-100100.gz)"), text
+    assert "V1 (vLLM 0.14.0)" in text, text
+    assert "records       2 from 2 lines" in text, text
