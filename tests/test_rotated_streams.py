@@ -126,3 +126,83 @@ def test_check_reads_a_container_as_one_log_its_banner_in_the_oldest_file(tmp_pa
     assert text.startswith(str(d / "0.log") + "  (and 1 rotated file(s) before it: 0.log.20260215-100100.gz)"), text
     assert "V1 (vLLM 0.14.0)" in text, text
     assert "records       2 from 2 lines" in text, text
+
+
+# -- the live follower and checkpoint, each rule replay ≡ agent needed (tests/test_replay_equiv.py found them)
+
+
+def test_a_closed_file_after_the_one_an_open_request_began_in_resumes_from_its_start(tmp_path):
+    """A request open since generation 0 holds the checkpoint there; a later file, read to its
+    end and closed meanwhile (a gzipped rotation), must resume from its start, not its end:
+    its lines (other requests' too) were skipped after a kill -9."""
+    import json
+
+    from bridge.resume import Checkpointer
+    from bridge.sources import Pending, SourceState
+    from bridge.tail.checkpoint import FileCheckpoint
+    from bridge.tail.files import GEN_SHIFT
+    from bridge.tail.follow import Filters, Follower
+
+    follower = Follower(Filters((str(tmp_path / "*.log"),)))
+    src = source_for(str(tmp_path / "0.log"))
+    st = SourceState(src)
+    st.pending[0] = Pending((0 << GEN_SHIFT) + 300, "open-since-gen-0", (2 << GEN_SHIFT) + 5)
+    st.retired = [FileCheckpoint(str(tmp_path / "0.log.20260215-100100.gz"), src.key, 1, 7, "fp", 256, 4100)]
+    ckpt = Checkpointer(str(tmp_path / "state"), None)
+    os.makedirs(ckpt.store.state_dir)
+    assert ckpt.save(follower, {src.key: st}, (), lambda key: st)
+    with open(ckpt.store.path) as f:
+        files = json.load(f)["files"]
+    assert [(f["generation"], f["offset"]) for f in files] == [(1, 0)]
+    assert st.retired[0].offset == 4100  # kept: where the file ends
+
+
+def test_a_restarts_logs_are_numbered_in_the_order_written(tmp_path):
+    from bridge.tail.follow import Filters, Follower
+
+    d = tmp_path / POD
+    d.mkdir(parents=True)
+    for name in ("10.log", "2.log", "1.log", "0.log"):
+        (d / name).write_text(f"{name}\n")
+    follower = Follower(Filters((str(tmp_path / "pods/*/*/*.log"),)))
+    follower.discover(first_round=True)
+    gens = {os.path.basename(tf.path): tf.generation for tf in follower.files}
+    assert sorted(gens, key=gens.get) == ["0.log", "1.log", "2.log", "10.log"]
+
+
+def test_a_directory_changed_in_the_tick_of_its_listing_is_listed_again(tmp_path):
+    """A change that leaves the directory's mtime as it was listed (coarse file times) must not
+    hide a new file until the directory's next change."""
+    from bridge.tail.follow import TailStats, expand
+
+    (tmp_path / "0.log").write_text("x\n")
+    listings: dict = {}
+    stats = TailStats()
+    assert [os.path.basename(p) for p, _ in expand(str(tmp_path / "*.log"), stats, listings)] == ["0.log"]
+    mtime = os.stat(tmp_path).st_mtime_ns
+    (tmp_path / "1.log").write_text("y\n")
+    os.utime(tmp_path, ns=(mtime, mtime))  # the same tick
+    assert sorted(os.path.basename(p) for p, _ in expand(str(tmp_path / "*.log"), stats, listings)) == [
+        "0.log", "1.log"]
+
+
+def test_a_new_log_rotated_and_gzipped_before_the_first_look_is_read_whole(tmp_path):
+    """kubelet's `1.log` (the container restarted) came, rotated twice and was gzipped between
+    two looks: the directory was listed without it, so every file rotated from it is new."""
+    from bridge.tail.follow import Filters, Follower
+
+    d = tmp_path / POD
+    d.mkdir(parents=True)
+    (d / "0.log").write_text("a\n")
+    follower = Follower(Filters((str(tmp_path / "pods/*/*/*.log"),)))
+    follower.discover(first_round=True)
+    follower.poll()
+    with gzip.open(d / "1.log.20260215-100100.gz", "wt") as f:
+        f.write("b1\n")
+    (d / "1.log.20260215-100200").write_text("b2\n")
+    (d / "1.log").write_text("b3\n")
+    later = os.stat(d).st_mtime + 5
+    os.utime(d, (later, later))  # a change the listing cannot miss
+    follower.discover()
+    got = [raw for _ in range(3) for _, lines in follower.poll() for _, raw in lines]
+    assert got == [b"b1\n", b"b2\n", b"b3\n"]
