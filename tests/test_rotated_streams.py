@@ -206,3 +206,52 @@ def test_a_new_log_rotated_and_gzipped_before_the_first_look_is_read_whole(tmp_p
     follower.discover()
     got = [raw for _ in range(3) for _, lines in follower.poll() for _, raw in lines]
     assert got == [b"b1\n", b"b2\n", b"b3\n"]
+
+
+def test_the_agent_hands_on_what_an_older_files_decoder_holds_before_the_newer_files_lines(tmp_path):
+    """A rotated file's last record waits in its decoder for a continuation; the newer file's
+    lines come next. Fed after them (when the file is closed), it came after a line 10 s later
+    that had ended its request: one request became two. Truth: replay of the same files."""
+    from types import SimpleNamespace
+
+    from bridge import agent as agent_mod
+    from bridge.config import AgentConfig
+    from bridge.export.transport import Destination
+    from bridge.pipeline import replay
+    from bridge.tail.files import GEN_SHIFT
+
+    d = tmp_path / POD
+    d.mkdir(parents=True)
+    old = ["2025-02-15T10:23:00.000000000Z stdout F INFO 02-15 10:23:00 scheduler.py:234] Scheduling request "
+           "0x7f8c4a001000: priority=0, num_scheduled_blocks=1, remaining_blocks=10\n",
+           "2025-02-15T10:23:30.000000000Z stdout F WARNING 02-15 10:23:30 scheduler.py:450] Request 0x7f8c4a001000 "
+           "timed out after 30s\n",
+           "2025-02-15T10:23:30.000200000Z stdout F ERROR 02-15 10:23:30 api_server.py:200] Request timeout: "
+           "0x7f8c4a001000\n"]
+    new = ["2025-02-15T10:23:40.000000000Z stdout F INFO 02-15 10:23:40 scheduler.py:312] Running queue: 0 requests, "
+           "waiting queue: 0 requests, free blocks: 512/512\n"]
+    (d / "0.log.20260215-100100").write_text("".join(old))
+    (d / "0.log").write_text("".join(new))
+
+    want = []
+    replay([str(d / "0.log"), str(d / "0.log.20260215-100100")], [want.append])
+    got = []
+    agent = agent_mod.Agent(AgentConfig(), Destination("http://127.0.0.1:1", "grpc"), {}, None)
+    agent._batch = lambda t, token: got.append(t)
+    live = source_for(str(d / "0.log"))
+    for gen, lines in enumerate((old, new)):
+        path = str(d / ("0.log.20260215-100100" if gen == 0 else "0.log"))
+        with open(path, "rb") as fh:
+            tf = SimpleNamespace(source=live, fh=fh, path=str(d / "0.log"), generation=gen, at_eof=True)
+            positions, at = [], gen << GEN_SHIFT
+            for line in lines:
+                positions.append(at)
+                at += len(line.encode())
+            agent._process(tf, list(zip(positions, (line.encode() for line in lines))))
+    agent._sources[live.key].assembler.flush()
+
+    def shape(ts):
+        return sorted((t.request_id, t.occurrence, t.end_ns) for t in ts if hasattr(t, "request_id"))
+
+    assert len(shape(want)) == 1
+    assert shape(got) == shape(want)
