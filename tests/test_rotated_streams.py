@@ -255,3 +255,24 @@ def test_the_agent_hands_on_what_an_older_files_decoder_holds_before_the_newer_f
 
     assert len(shape(want)) == 1
     assert shape(got) == shape(want)
+
+
+def test_a_new_pods_log_rotated_and_gzipped_before_the_first_look_is_read_whole(tmp_path):
+    """A pod that started and rotated between two looks: its directory was not there at the
+    last look, so nothing in it is history."""
+    from bridge.tail.follow import Filters, Follower
+
+    (tmp_path / "pods").mkdir()
+    follower = Follower(Filters((str(tmp_path / "pods/*/*/*.log"),)))
+    follower.discover(first_round=True)
+    d = tmp_path / POD
+    d.mkdir(parents=True)
+    with gzip.open(d / "0.log.20260215-100100.gz", "wt") as f:
+        f.write("a1\n")
+    (d / "0.log.20260215-100200").write_text("a2\n")
+    (d / "0.log").write_text("a3\n")
+    later = os.stat(tmp_path / "pods").st_mtime + 5
+    os.utime(tmp_path / "pods", (later, later))
+    follower.discover()
+    got = [raw for _ in range(3) for _, lines in follower.poll() for _, raw in lines]
+    assert got == [b"a1\n", b"a2\n", b"a3\n"]

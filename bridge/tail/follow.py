@@ -590,14 +590,26 @@ class Follower:
 
     def _new_since_last_look(self, path: str) -> set[str] | None:
         """The names in `path`'s directory at our last look, when `path` was not one of them (a
-        container's restart, `1.log`, that kubelet rotated and gzipped before we looked): so the
-        file there and every file rotated from it since came after that look. None when that
-        is not known (the directory not listed before, or the name there already)."""
-        d, name = os.path.split(path)
-        before = self._previous.get(d)
-        if before is None or name in before or os.path.islink(path):  # a symlink's rotated files are elsewhere
+        container's restart, `1.log`, that kubelet rotated and gzipped before we looked), or
+        none when the directory itself (or one above it) was not there then (a new pod's): so
+        the file there and every file rotated from it since came after that look. None when
+        that is not known (nothing above it listed before, or the name there already)."""
+        if os.path.islink(path):  # a symlink's rotated files are elsewhere
             return None
-        return set(before)
+        d, name = os.path.split(path)
+        names: set[str] | None = None  # the path's own directory's names at the last look
+        while True:
+            before = self._previous.get(d)
+            if before is not None:
+                if name in before:
+                    return None
+                return set(before) if names is None else names
+            if names is None:
+                names = set()  # not listed before: a new directory, if one above says so
+            parent, name = os.path.split(d)
+            if parent == d or not name:
+                return None
+            d = parent
 
     def _catch_missed(self, path: str, source: Source, since: float, history: set[str] | None = None) -> None:
         """Files that took the name and were rotated away again between two looks (or while
