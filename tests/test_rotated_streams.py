@@ -276,3 +276,29 @@ def test_a_new_pods_log_rotated_and_gzipped_before_the_first_look_is_read_whole(
     follower.discover()
     got = [raw for _ in range(3) for _, lines in follower.poll() for _, raw in lines]
     assert got == [b"a1\n", b"a2\n", b"a3\n"]
+
+
+def test_ids_do_not_depend_on_which_of_a_containers_files_are_there(tmp_path):
+    """kubelet deletes a container's oldest rotated file (and an agent started late never read
+    it): a request whose first line is in the files left keeps its ids. They come from the
+    stream and where the line is in its own file, not from how many files came before it."""
+    lines, truth = _lines(8)
+    d, where = _kubelet_dir(tmp_path, lines, 8)
+    whole, _ = _replay([d])
+    oldest = os.path.join(d, f"0.log.{STAMPS[0]}.gz")
+    first_file = {}
+    for line in lines:
+        for r in truth.requests:
+            if r.request_id in line:
+                first_file.setdefault(r.request_id, where[line])
+    kept = {rid for rid, f in first_file.items() if f != oldest}
+    assert 0 < len(kept) < len(truth.requests)
+    os.remove(oldest)
+    left, _ = _replay([d])
+
+    def roots(spans):
+        return {(attrs(s.attributes)["vllm.request.id"], s.trace_id, s.span_id) for _, s in spans
+                if s.name == "vllm.request" and attrs(s.attributes)["vllm.request.id"] in kept}
+
+    assert len(roots(whole)) == len(kept)
+    assert roots(left) == roots(whole)

@@ -134,6 +134,17 @@ def _exact(record: Record, ev) -> Record:
     return record if at is None else replace(record, ts_ns=at, clock=CLOCK_EXACT)
 
 
+_IN_FILE = (1 << GEN_SHIFT) - 1
+
+
+def _where(record: Record) -> str:
+    """An occurrence: where a request's (or incident's) first line is, the same for every
+    reader of the stream: its time and its byte offset in its own file. Not the file's
+    generation: the agent numbers the files it followed from where it started, `replay` the
+    files it is given, and kubelet deletes the oldest; ids hashed from it would differ."""
+    return f"{record.ts_ns}:{record.offset & _IN_FILE}"
+
+
 def _incident_event(kind: str, error_type: str, ts_ns: int, occurrence: str) -> IncidentEvent:
     """An engine incident as the requests in flight see it: its type, time and a link to its
     span (the exporter resolves `IncidentRef`), never its text."""
@@ -164,7 +175,7 @@ class _Incident:
         self.affected: dict[str, RequestState] = {}  # in flight while it lasted
         self.failed: list[RequestState] = []          # ended by it
         self.event: SpanEvent | None = None
-        self.occurrence = ""  # set by the assembler when the incident begins: its first line's offset
+        self.occurrence = ""  # set by the assembler when the incident begins: where its first line is
 
     def add(self, record: Record, ev: EngineError) -> bool:
         """Take one more record; True when the incident's type became more specific."""
@@ -397,10 +408,10 @@ class Assembler:
                 r.last_offset = record.offset
                 return r
             self._finish(r)  # over already: the id has been reused
-        # The occurrence is where its first line is (source-wide, generation-qualified): the
-        # same in every run that reads that line, whatever was read before it, so a request
-        # rebuilt after a restart or rotation keeps its ids and a reused id never shares them.
-        r = RequestState(rid, str(record.offset), record.ts_ns, record.offset)
+        # The occurrence is where its first line is (`_where`): the same in every run that reads
+        # that line, whatever was read before it, so a request rebuilt after a restart or
+        # rotation keeps its ids and a reused id never shares them.
+        r = RequestState(rid, _where(record), record.ts_ns, record.offset)
         for dep in (self._queue_offset, self._gpu_offset):
             if dep is not None and dep < r.first_offset:
                 r.first_offset = dep
@@ -538,7 +549,7 @@ class Assembler:
         if r.terminal_ns is None:  # no line ended it: its end is the last evidence (replay ≡ agent)
             r.set("vllm.end_inferred", True)
         parent = self._config.context_rule(r.request_id)
-        t = self._timeline(r, self._source_at(int(r.occurrence)), self._config.thresholds, parent)
+        t = self._timeline(r, self._source_at(r.generation << GEN_SHIFT), self._config.thresholds, parent)
         if r.extra is not None and ("vllm.start_unknown" in r.extra or "vllm.end_inferred" in r.extra):
             # A bound no line proves: the first line seen is no arrival; a stop's time no end.
             if "vllm.start_unknown" in r.extra:
@@ -618,7 +629,7 @@ class Assembler:
                    for o in self._group(rid))
 
     def _open_twin(self, rid: str, record: Record) -> RequestState:
-        r = RequestState(rid, str(record.offset), record.ts_ns, record.offset)
+        r = RequestState(rid, _where(record), record.ts_ns, record.offset)
         for dep in (self._queue_offset, self._gpu_offset):
             if dep is not None and dep < r.first_offset:
                 r.first_offset = dep
@@ -1042,7 +1053,7 @@ class Assembler:
                                    _engine_failed(self._death), True)
                 return
             inc = self._incident_open = _Incident(record, ev)
-            inc.occurrence = str(record.offset)  # reserved now: the link its event carries names its span
+            inc.occurrence = _where(record)  # reserved now: the link its event carries names its span
         upgraded = inc.add(record, ev)
         if upgraded or inc.event is None:
             self._incident_event(inc)
@@ -1158,7 +1169,7 @@ class Assembler:
                   end_offset: int | None = None, occurrence: str | None = None) -> None:
         """One `vllm.engine` span; its event goes on the requests in flight (`affected`: those in
         flight while a multi-line incident lasted, which have it already)."""
-        occurrence = occurrence or str(record.offset)  # where its first line is: the same after a restart
+        occurrence = occurrence or _where(record)  # where its first line is: the same after a restart
         hit = self._in_flight if affected is None else affected
         if affected is None:  # a multi-line incident's requests have its event already
             event = _incident_event(kind, error_type, record.ts_ns, occurrence)
@@ -1166,6 +1177,6 @@ class Assembler:
                 r.add_event(event, False)
         self.stats.engine_incidents += 1
         self._emit(engine_timeline(
-            self._source_at(int(occurrence) if occurrence.isdigit() else record.offset), kind, occurrence, start_ns, record.ts_ns if end_ns is None else end_ns,
+            self._source_at(record.offset), kind, occurrence, start_ns, record.ts_ns if end_ns is None else end_ns,
             error_type, self._text(message), attrs, list(hit), record.offset,
             record.end_offset if end_offset is None else end_offset))
