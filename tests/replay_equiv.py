@@ -66,6 +66,8 @@ def closing_line(lines: list[str], after_s: float = 7200.0) -> str:
         if m:
             ns = calendar.timegm(time.strptime(m[1], "%Y-%m-%dT%H:%M:%S")) * 10**9 + int((m[2] or "0").ljust(9, "0"))
             last = max(last, ns)
+    if not last:
+        raise ValueError("give CRI lines (`<RFC 3339 stamp> stdout F <line>`, as containerd writes them)")
     ts = last + int(after_s * 1e9)
     sec = ts // 10**9
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec)) + f".{ts % 10**9:09d}Z"
