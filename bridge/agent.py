@@ -28,7 +28,7 @@ from bridge.delivery import Delivery
 from bridge.detect import Detector
 from bridge.decode.clock import zone
 from bridge.decode.stream import RecordStream
-from bridge.tail.source import Source
+from bridge.tail.source import Source, file_of
 from bridge.export.transforms import with_k8s_identity
 from bridge.export.resource import base_resource
 from bridge.export.secrets import redact_url
@@ -250,6 +250,8 @@ class Agent:
 
     def _process(self, tf: TrackedFile, lines: list[tuple[int, bytes]]) -> None:
         st = self._state(tf.source.key, tf.source)
+        if st.assembler is not None:  # its timelines name this file (a copytruncate renumbers it)
+            st.assembler.add_file(tf.generation, tf.source if tf.path == tf.source.path else file_of(tf.source, tf.path))
         key = id(tf)
         stream = st.streams.get(key)
         if stream is None:
@@ -259,6 +261,8 @@ class Agent:
                 mtime = None
             stream = st.streams[key] = RecordStream(Decoder(tz=self._tz, year=self.cfg.year, mtime=mtime))
             st.files[key] = tf
+        if len(st.streams) > 1:
+            self._finish_older(st, tf)
         st.quiet_since[key] = time.monotonic()
         self.counters.lines_read += len(lines)
         if st.gateway or st.skip:
@@ -277,6 +281,24 @@ class Agent:
                 st.assembler.evict_oldest(self.cfg.max_open_requests)
             except Exception as exc:
                 self._line_error("assemble", tf.path, None, exc)
+
+    def _finish_older(self, st: SourceState, tf: TrackedFile) -> None:
+        """Lines of a newer file of the stream: an older file read to its end is finished (the
+        runtime writes the new file only once it let the old one go: kubelet's rotation, a
+        container's restart), so what its decoder still holds (a record kept for a continuation,
+        a partial line) goes first, where `replay` reads it; not later, after newer lines, when
+        the file is closed or the quiet release comes."""
+        for key, other in st.files.items():
+            if other.generation < tf.generation and other.at_eof:
+                stream = st.streams.get(key)
+                if stream is not None and stream.held_position is not None:
+                    try:
+                        records = stream.flush()
+                    except Exception as exc:
+                        self._line_error("decode", other.path, None, exc)
+                        continue
+                    for record in records:
+                        self._handle(st, record)
 
     def _line_error_at(self, stage: str, path: str, offset: int | None, exc: BaseException) -> None:
         self._line_error(stage, path, None if offset is None else offset & _MASK, exc)

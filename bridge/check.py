@@ -24,6 +24,7 @@ from bridge.parse import Parser
 from bridge.parse.events import EngineConfig, EngineStats, RequestAdded
 from bridge.parse.literals import DOTTED_NAME, mask_literals
 from bridge.tail import read_lines
+from bridge.tail.source import streams
 
 SEED_KINDS = frozenset({"request_summary", "request_ended", "scheduling", "preemption", "queue_state", "block_alloc", "block_free",
                         "gpu_memory", "cuda_oom", "alloc_failed", "request_timeout", "model_load",
@@ -72,6 +73,7 @@ class FileReport:
     by_rule: Counter = field(default_factory=Counter)  # user rule → lines it took (every rule, 0 too)
     version: str = ""
     engine: str = ""
+    rotated: list[str] = field(default_factory=list)  # the stream's older files, read before `path`
 
     @property
     def recognised(self) -> int:
@@ -113,8 +115,17 @@ def _older_than_0_8(version: str) -> bool:
 
 def check_file(path: str, rules=None) -> FileReport:
     """`rules`: user rules (`bridge.parse.rules.Rules`), applied as replay applies them."""
-    report = FileReport(path)
-    stream, parser = RecordStream(Decoder(mtime=os.stat(path).st_mtime)), Parser(rules=rules)
+    return check_stream([path], rules)
+
+
+def check_stream(paths: list[str], rules=None) -> FileReport:
+    """One report for the files of one container's stream (`tail.source.streams`: rotated files
+    oldest first, then the live one), read in that order as replay reads them: the banner in
+    the oldest file tells the version of the lines in the newer ones. Each file has its own
+    decoder, as in replay. The report is named after the newest file."""
+    report = FileReport(paths[-1])
+    report.rotated = paths[:-1]
+    parser = Parser(rules=rules)
     stats = parser.stats
     if rules is not None:
         report.by_rule.update(dict.fromkeys(rules.names, 0))
@@ -141,21 +152,23 @@ def check_file(path: str, rules=None) -> FileReport:
         elif isinstance(event, RequestAdded) and _V1_INTERNAL_ID.search(event.request_id):
             ev["v1"] += 1
 
-    for offset, raw in read_lines(path):
-        report.physical_lines += 1
-        if b"] " in raw:
-            if _BRACKETED.search(raw):
-                ev["bracket_header"] += 1
-            else:
-                ev["plain_header"] += 1
-        for record in stream(raw, offset):
+    for path in paths:
+        stream = RecordStream(Decoder(mtime=os.stat(path).st_mtime))
+        for offset, raw in read_lines(path):
+            report.physical_lines += 1
+            if b"] " in raw:
+                if _BRACKETED.search(raw):
+                    ev["bracket_header"] += 1
+                else:
+                    ev["plain_header"] += 1
+            for record in stream(raw, offset):
+                handle(record)
+        for record in stream.flush():
             handle(record)
-    for record in stream.flush():
-        handle(record)
+        report.joined += stream.joiner.stats.lines_joined
     snapshot = parser.snapshot()
     report.by_kind.update(snapshot.by_kind)
     report.by_rule.update(snapshot.by_rule)
-    report.joined = stream.joiner.stats.lines_joined
     return report
 
 
@@ -169,7 +182,8 @@ def _count(counter: Counter, message: str) -> None:
 
 def render(r: FileReport, top: int = 10) -> str:
     lines = [
-        r.path,
+        r.path + (f"  (and {len(r.rotated)} rotated file(s) before it: "
+                  + ", ".join(os.path.basename(p) for p in r.rotated) + ")" if r.rotated else ""),
         f"  family        {r.family}",
         f"  records       {r.records} from {r.physical_lines} lines ({r.joined} joined into multi-line records)",
         f"  recognised    {r.recognised} ({r.recognised_pct:.1f} %)",
@@ -217,11 +231,13 @@ def render_families(reports: list[FileReport], top: int = 20) -> str:
 
 
 def run_check(paths: list[str], out: TextIO, top: int = 10, rules=None) -> list[FileReport]:
-    reports = [check_file(p, rules) for p in paths]
+    """One report per container stream (its rotated files and live file read as one log)."""
+    reports = [check_stream(files, rules) for files in streams(paths)]
     out.write("\n\n".join(render(r, top) for r in reports) + "\n")
     if len(reports) > 1:
         total = sum(r.records for r in reports)
         known = sum(r.recognised for r in reports)
-        out.write(f"\ntotal         {known}/{total} records recognised ({_pct(known, total)}) in {len(reports)} files\n")
+        files = sum(1 + len(r.rotated) for r in reports)
+        out.write(f"\ntotal         {known}/{total} records recognised ({_pct(known, total)}) in {files} files\n")
         out.write("\n" + render_families(reports, max(top, 20)) + "\n")
     return reports

@@ -341,8 +341,12 @@ def _rules(path: str | None):
 
 def log_files(paths: Sequence[str]) -> list[str]:
     """The files to read for the paths given: a file as it is; a directory as its `*.log`
-    files, each after its rotated siblings (`0.log.<stamp>`, `.gz` too: older, oldest first),
-    so a container's stream is read in the order it was written."""
+    files and the files rotation made of them (`0.log.<stamp>`, `.gz` too). Ordered by
+    `tail.source.streams`: each container's files together, in the order they were written
+    (rotated files oldest first, then the live file; `0.log`'s before `1.log`'s)."""
+    from bridge.tail.files import rotated_from
+    from bridge.tail.source import streams
+
     files: list[str] = []
     for path in paths:
         if os.path.isdir(path):
@@ -350,13 +354,8 @@ def log_files(paths: Sequence[str]) -> list[str]:
                 names = sorted(os.listdir(path))
             except OSError as exc:
                 raise UsageError(f"{path}: directory not readable ({exc.strerror})") from None
-            found = []
-            for name in names:
-                if name.endswith(".log") and os.path.isfile(os.path.join(path, name)):
-                    rotated = [n for n in names if n.startswith(name + ".")
-                               and os.path.isfile(os.path.join(path, n))]
-                    rotated.sort(key=lambda n: (os.stat(os.path.join(path, n)).st_mtime, n))
-                    found += [os.path.join(path, n) for n in rotated] + [os.path.join(path, name)]
+            found = [os.path.join(path, n) for n in names if (n.endswith(".log") or rotated_from(n))
+                     and os.path.isfile(os.path.join(path, n))]
             if not found:
                 raise UsageError(f"{path}: a directory with no *.log file in it; give log files, or the directory "
                                  "holding them (e.g. /var/log/pods/<ns>_<pod>_<uid>/<container>)")
@@ -370,7 +369,7 @@ def log_files(paths: Sequence[str]) -> list[str]:
     for path in files:
         if not os.access(path, os.R_OK):
             raise UsageError(f"{path}: not readable by this user (run as a user that may read it)")
-    return files
+    return [f for stream in streams(files) for f in stream]
 
 
 def _stats_lines(stats: ReplayStats) -> str:

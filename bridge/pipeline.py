@@ -20,6 +20,7 @@ from bridge.export.transforms import fan_out
 from bridge.parse import Parser, ParseStats
 from bridge.parse.rules import Rules
 from bridge.tail import read_lines
+from bridge.tail.source import streams
 from bridge.tail.files import GEN_SHIFT
 
 Sink = Callable[[Timeline], None]
@@ -102,28 +103,35 @@ def drive(records: Callable[[], Iterable[Record]], parse: Callable, feed: Callab
 
 def replay(paths: Iterable[str], sinks: list[Sink], config: ReplayConfig = ReplayConfig(),
            log=None) -> ReplayStats:
-    """Run every file through the pipeline, in order, each with its own decoder and assembler.
+    """Run the files through the pipeline. The files of one container's stream (its rotated
+    files, its live file, its restarts: `tail.source.streams`) are one log, read in the order
+    written into one assembler, as the live agent reads them: a request across a rotation is
+    one request, and its ids are the agent's. Each file has its own decoder (framing, clock).
     A line that makes a stage raise is skipped and counted (`stats.line_errors`), never fatal."""
     stats = ReplayStats()
     errors = LineErrors(stats.line_errors, log)
     parser = Parser(rules=config.rules)
     emit = fan_out(sinks)
-    generations: dict[str, int] = {}  # source key → files of it so far
-    for path in paths:
-        stats.files += 1
-        source = source_for(path)
-        gen = generations[source.key] = generations.get(source.key, -1) + 1
-        stream = RecordStream(Decoder(tz=config.tz, year=config.year, mtime=os.stat(path).st_mtime))
-        assembler = Assembler(source, emit, config.assemble)
-        at = [-1]
-        lines = read_lines(path, gen << GEN_SHIFT, at)  # files of one source are its generations
-        drive(lambda: stream.over(lines), parser.parse, assembler.feed, errors, path, lambda: max(at[0], 0))
+
+    for files in streams(paths):
+        assembler = None
+        for gen, path in enumerate(files):  # a stream's files are its generations
+            stats.files += 1
+            source = source_for(path)
+            if assembler is None:
+                assembler = Assembler(source, emit, config.assemble)
+            assembler.add_file(gen, source)
+            stream = RecordStream(Decoder(tz=config.tz, year=config.year, mtime=os.stat(path).st_mtime))
+            at = [-1]
+            lines = read_lines(path, gen << GEN_SHIFT, at)
+            drive(lambda: stream.over(lines), parser.parse, assembler.feed, errors, path,
+                  lambda: max(at[0], 0))
+            _add_into(stats.decode, stream.decoder.stats)
+            _add_into(stats.join, stream.joiner.stats)
         try:
             assembler.flush()
         except Exception as exc:
-            errors("assemble", path, None, exc)
-        _add_into(stats.decode, stream.decoder.stats)
-        _add_into(stats.join, stream.joiner.stats)
+            errors("assemble", files[-1], None, exc)
         _add_into(stats.assemble, assembler.stats)
     stats.parse = parser.snapshot()
     return stats

@@ -9,6 +9,7 @@ counted, logged once and retried by the caller; a damaged file is reported and s
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping
 
@@ -91,9 +92,12 @@ class Checkpointer:
                 keep_from = low >> GEN_SHIFT
                 st.retired = [r for r in st.retired if r.generation >= keep_from]
                 for r in st.retired:
-                    r.offset = min(r.offset, low & _MASK) if r.generation == keep_from else r.offset
-                files.extend(st.retired)
-                safe_positions.extend((r.generation << GEN_SHIFT) + r.offset for r in st.retired)
+                    # As for a file still open: the one holding `low` resumes there, a later one
+                    # (read to its end and closed while a request from before it was open) from
+                    # its start, or a restart would skip its lines. A copy: `r` keeps its end.
+                    offset = min(r.offset, low & _MASK) if r.generation == keep_from else 0
+                    files.append(dataclasses.replace(r, offset=offset))
+                    safe_positions.append((r.generation << GEN_SHIFT) + offset)
             else:
                 st.retired = []
             floor = min(safe_positions, default=None)

@@ -13,6 +13,7 @@ import sys
 import threading
 
 sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(1, os.path.join(os.path.dirname(__file__), ".."))  # receivers imports bridge (not installed)
 
 from receivers import GrpcReceiver  # noqa: E402
 

@@ -366,7 +366,7 @@ def test_a_line_the_decoder_raises_on_costs_that_line_only(tmp_path, monkeypatch
                           error=lambda *a, **k: None, debug=lambda *a, **k: None)
     agent = agent_mod.Agent(AgentConfig(), Destination("http://127.0.0.1:1", "grpc"), {}, log)
     with open(path, "rb") as fh:
-        tf = SimpleNamespace(source=Source("s", str(path)), fh=fh, path=str(path))
+        tf = SimpleNamespace(source=Source("s", str(path)), fh=fh, path=str(path), generation=0)
         agent._process(tf, list(zip(offsets, lines)))
     assert agent.counters.line_errors == {"decode": 1}
     assert [kw["offset"] for event, kw in logged if event == "line_error"] == [offsets[1]]

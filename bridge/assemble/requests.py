@@ -30,6 +30,7 @@ from bridge.assemble.startup import Startup
 from bridge.assemble.state import SEEN_DETAILS, SEEN_RECEIVED, RequestState
 from bridge.assemble.timeline import INFERRED, IncidentEvent, IncidentRef, SpanEvent, Timeline
 from bridge.decode.record import CLOCK_ANCHORED, CLOCK_EXACT, CLOCK_HEADER, Record
+from bridge.tail.files import GEN_SHIFT
 from bridge.tail.source import Source
 from bridge.parse.events import (
     AccessLog,
@@ -141,6 +142,17 @@ def _exact(record: Record, ev) -> Record:
     return record if at is None else replace(record, ts_ns=at, clock=CLOCK_EXACT)
 
 
+_IN_FILE = (1 << GEN_SHIFT) - 1
+
+
+def _where(record: Record) -> str:
+    """An occurrence: where a request's (or incident's) first line is, the same for every
+    reader of the stream: its time and its byte offset in its own file. Not the file's
+    generation: the agent numbers the files it followed from where it started, `replay` the
+    files it is given, and kubelet deletes the oldest; ids hashed from it would differ."""
+    return f"{record.ts_ns}:{record.offset & _IN_FILE}"
+
+
 def _incident_event(kind: str, error_type: str, ts_ns: int, occurrence: str) -> IncidentEvent:
     """An engine incident as the requests in flight see it: its type, time and a link to its
     span (the exporter resolves `IncidentRef`), never its text."""
@@ -200,7 +212,7 @@ class _Incident:
         self.affected: dict[str, RequestState] = {}  # in flight while it lasted
         self.failed: list[RequestState] = []          # ended by it
         self.event: SpanEvent | None = None
-        self.occurrence = ""  # set by the assembler when the incident begins: its first line's offset
+        self.occurrence = ""  # set by the assembler when the incident begins: where its first line is
 
     def add(self, record: Record, ev: EngineError) -> bool:
         """Take one more record; True when the incident's type became more specific."""
@@ -225,6 +237,7 @@ class Assembler:
                  fast: bool = True):
         """`fast=False`: this stage's pure-Python code only (the C paths' reference)."""
         self.source = source
+        self._files: dict[int, Source] = {}  # generation → the file its lines came from (add_file)
         self._timeline = request_timeline if fast else _request_timeline
         self._fan_out = _FAST.fan_out if fast and _FAST is not None else None
         self.stats = AssembleStats()
@@ -364,6 +377,15 @@ class Assembler:
             else:
                 self._finish(r)
 
+    def add_file(self, generation: int, source: Source) -> None:
+        """Lines at positions of `generation` come from `source`'s file (of this stream): the
+        timelines that begin there name it. Ids stay the stream's (`self.source.key`)."""
+        self._files[generation] = source
+
+    def _source_at(self, offset: int) -> Source:
+        """The file of the line at `offset` (a position: generation << GEN_SHIFT | byte)."""
+        return self._files.get(offset >> GEN_SHIFT, self.source) if self._files else self.source
+
     @property
     def open_requests(self) -> int:
         return len(self._open)
@@ -427,10 +449,10 @@ class Assembler:
                 r.last_offset = record.offset
                 return r
             self._finish(r)  # over already: the id has been reused
-        # The occurrence is where its first line is (source-wide, generation-qualified): the
-        # same in every run that reads that line, whatever was read before it, so a request
-        # rebuilt after a restart or rotation keeps its ids and a reused id never shares them.
-        r = RequestState(rid, str(record.offset), record.ts_ns, record.offset)
+        # The occurrence is where its first line is (`_where`): the same in every run that reads
+        # that line, whatever was read before it, so a request rebuilt after a restart or
+        # rotation keeps its ids and a reused id never shares them.
+        r = RequestState(rid, _where(record), record.ts_ns, record.offset)
         r.coarse_start = record.clock in _COARSE
         for dep in (self._queue_offset, self._gpu_offset):
             if dep is not None and dep < r.first_offset:
@@ -691,7 +713,7 @@ class Assembler:
         if self._config.client_context:
             caller = r.times.caller if r.times is not None else None
             parent = caller if caller is not None else self._config.context_rule(r.request_id)
-        t = self._timeline(r, self.source, self._config.thresholds, parent)
+        t = self._timeline(r, self._source_at(r.generation << GEN_SHIFT), self._config.thresholds, parent)
         if r.extra is not None and ("vllm.start_unknown" in r.extra or "vllm.end_inferred" in r.extra):
             # A bound no line proves: the first line seen is no arrival; a stop's time no end.
             if "vllm.start_unknown" in r.extra:
@@ -771,7 +793,7 @@ class Assembler:
                    for o in self._group(rid))
 
     def _open_twin(self, rid: str, record: Record) -> RequestState:
-        r = RequestState(rid, str(record.offset), record.ts_ns, record.offset)
+        r = RequestState(rid, _where(record), record.ts_ns, record.offset)
         r.coarse_start = record.clock in _COARSE
         for dep in (self._queue_offset, self._gpu_offset):
             if dep is not None and dep < r.first_offset:
@@ -1196,7 +1218,8 @@ class Assembler:
 
     def _end_startup(self, error_type: str = "", message: str = "") -> None:
         if self._startup is not None:
-            self._emit(self._startup.timeline(self.source, error_type, self._text(message)))
+            self._emit(self._startup.timeline(self._source_at(self._startup.first_offset), error_type,
+                                              self._text(message)))
             self._startup = None
 
     def _on_engine_error(self, record: Record, ev: EngineError) -> None:
@@ -1227,14 +1250,14 @@ class Assembler:
                                    _engine_failed(self._death), True)
                 return
             inc = self._incident_open = _Incident(record, ev)
-            inc.occurrence = str(record.offset)  # reserved now: the link its event carries names its span
+            inc.occurrence = _where(record)  # reserved now: the link its event carries names its span
         engine, first_engine = _dp_engine(record.process), _dp_engine(inc.first.process)
         if engine and first_engine and engine != first_engine:
             # another data-parallel engine failing at the same time: its own incident
             sibling = self._sibling_incidents.get(engine)
             if sibling is None:
                 sibling = self._sibling_incidents[engine] = _Incident(record, ev)
-                sibling.occurrence = str(record.offset)
+                sibling.occurrence = _where(record)
             sibling.add(record, ev)
             inc.last_ns = max(inc.last_ns, record.ts_ns)  # the window stays open while any reports
             inc = sibling
@@ -1365,7 +1388,7 @@ class Assembler:
                   end_offset: int | None = None, occurrence: str | None = None) -> None:
         """One `vllm.engine` span; its event goes on the requests in flight (`affected`: those in
         flight while a multi-line incident lasted, which have it already)."""
-        occurrence = occurrence or str(record.offset)  # where its first line is: the same after a restart
+        occurrence = occurrence or _where(record)  # where its first line is: the same after a restart
         hit = self._in_flight if affected is None else affected
         if affected is None:  # a multi-line incident's requests have its event already
             event = _incident_event(kind, error_type, record.ts_ns, occurrence)
@@ -1373,6 +1396,6 @@ class Assembler:
                 r.add_event(event, False)
         self.stats.engine_incidents += 1
         self._emit(engine_timeline(
-            self.source, kind, occurrence, start_ns, record.ts_ns if end_ns is None else end_ns,
+            self._source_at(record.offset), kind, occurrence, start_ns, record.ts_ns if end_ns is None else end_ns,
             error_type, self._text(message), attrs, list(hit), record.offset,
             record.end_offset if end_offset is None else end_offset))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from bridge.assemble.timeline import SpanEvent
 from bridge.parse.events import GpuMemory, PluginTimes, QueueState, RequestSummary, Scheduled
+from bridge.tail.files import GEN_SHIFT
 
 EVENT_CAP = 32  # sampled events (KV blocks, gauges) kept per span; totals are attributes
 BLOCK_EVENTS_KEPT = 8 * EVENT_CAP  # spread over the phases later, EVENT_CAP per span
@@ -23,7 +24,7 @@ class RequestState:
         "events", "dropped", "summary", "terminal_ns", "outcome", "error_type", "error_message",
         "timeout_after_s", "queue_at_schedule", "gpu_at_schedule", "min_free_ratio",
         "max_gpu_ratio", "last_free_ns", "release_ns", "extra", "sampled_preemptions", "idle_at",
-        "seen", "added", "seqs", "coarse_start", "times", "closed",
+        "seen", "added", "seqs", "coarse_start", "times", "closed", "generation",
     )
 
     def __init__(self, request_id: str, occurrence: str, ts: int, offset: int) -> None:
@@ -31,6 +32,7 @@ class RequestState:
         self.occurrence = occurrence
         self.first_ns = self.last_ns = ts
         self.first_offset = self.last_offset = offset
+        self.generation = offset >> GEN_SHIFT  # the file of its first line (the timeline names it)
         self.schedules: list[tuple[int, Scheduled]] | None = None
         self.preemptions: list[list] | None = None  # [start_ns, end_ns | None, Preempted]
         self.allocated = self.freed = self.held = 0

@@ -122,13 +122,13 @@ class RequestBuilder:
 
     def __init__(self, base: Mapping[str, str]):
         self._base = dict(base)
-        self._by_source: dict[str, tuple[Source, list[Span]]] = {}
+        self._by_source: dict[Source, tuple[Source, list[Span]]] = {}
         self.count = 0
 
     def add(self, source: Source, spans: list[Span]) -> None:
-        entry = self._by_source.get(source.key)
+        entry = self._by_source.get(source)  # one resource per file (ids are the stream's)
         if entry is None:
-            entry = self._by_source[source.key] = (source, [])
+            entry = self._by_source[source] = (source, [])
         entry[1].extend(spans)
         self.count += len(spans)
 

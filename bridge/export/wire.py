@@ -252,8 +252,8 @@ class WireEncoder:
         self._fast = fast  # None: this module's encoder only
         self._fast_events: dict[int, tuple] = {}  # the C encoder's shared events: id → (event, bytes)
         self._base = dict(base)
-        self._resources: dict[str, bytes] = {}
-        self._by_source: dict[str, tuple[Source, list[bytes]]] = {}
+        self._resources: dict[Source, bytes] = {}
+        self._by_source: dict[Source, tuple[Source, list[bytes]]] = {}
         self.count = 0
         self.size = 0  # bytes of the spans held (the request adds a resource and scope per source)
         span_kv = KeyValues(_SPAN_ATTRS)
@@ -268,9 +268,9 @@ class WireEncoder:
         self._timings: dict[tuple, bytes] = {}  # (start, end) timing → their attributes, encoded
 
     def add(self, timeline: Timeline) -> int:
-        entry = self._by_source.get(timeline.source.key)
+        entry = self._by_source.get(timeline.source)  # one resource per file (ids are the stream's)
         if entry is None:
-            entry = self._by_source[timeline.source.key] = (timeline.source, [])
+            entry = self._by_source[timeline.source] = (timeline.source, [])
         chunks = entry[1]
         held = len(chunks)
         if isinstance(timeline, RequestTimeline):
@@ -307,10 +307,12 @@ class WireEncoder:
 
     def _resource(self, source: Source) -> bytes:
         """ResourceSpans.resource, as a whole field."""
-        res = self._resources.get(source.key)
+        res = self._resources.get(source)
         if res is None:
+            if len(self._resources) > 10_000:  # one per file read: bounded over months of rotations
+                self._resources.clear()
             kv = KeyValues(_RESOURCE_ATTRS)
-            res = self._resources[source.key] = field(b"\x0a", b"".join(kv.all({**self._base, **source.resource})))
+            res = self._resources[source] = field(b"\x0a", b"".join(kv.all({**self._base, **source.resource})))
         return res
 
     def _name(self, tag: bytes, name: str) -> bytes:

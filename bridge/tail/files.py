@@ -1,13 +1,46 @@
-"""Read a finished log file as (offset, raw line) pairs; gzip-rotated files are read through."""
+"""Read a finished log file as (offset, raw line) pairs; gzip-rotated files are read through.
+
+Also the one rule for which files are one stream and in what order they were written
+(`rotated_from`, `rotation_key`): `replay` and `check` order the files they are given with it,
+and the live follower orders the rotated siblings it catches up with by it.
+"""
 
 from __future__ import annotations
 
 import gzip
+import re
 from collections.abc import Iterator
 
 # A position is (generation << GEN_SHIFT) + byte offset: the files of one source (a container's
 # rotations, restarts) are its generations, so positions stay ordered across them.
 GEN_SHIFT = 40
+
+# `<live>.log` + the suffix a rotation gives it: kubelet's `.<YYYYMMDD-HHMMSS>`, logrotate's
+# `.<N>` and dateext `-<YYYYMMDD[HH]>`, each maybe gzipped (kubelet gzips at the next rotation).
+_ROTATED = re.compile(r"(?P<live>.+\.log)(?P<suffix>\.\d{8}-\d{6}|\.\d{1,6}|-\d{8,10})(?:\.gz)?")
+
+
+def rotated_from(path: str) -> tuple[str, str] | None:
+    """(the live file's path, the rotation suffix) when `path` is a rotated `.log` file's name
+    (`0.log.20260215-100000.gz` → (`0.log`, `.20260215-100000`)), else None."""
+    m = _ROTATED.fullmatch(path)
+    return (m["live"], m["suffix"]) if m else None
+
+
+def rotation_key(suffix: str, mtime: float, name: str = "") -> tuple:
+    """Sorts one live file's rotated siblings oldest first, by the name the rotation gave: a
+    number counts back (logrotate's `.1` is the newest), a stamp or date (kubelet's
+    `20260215-100000`, `dateext`) counts forward; the modification time only where the name
+    tells nothing. Not by mtime first: kubelet gzips a file at the next rotation, which makes
+    an older file's `.gz` newer than the file after it."""
+    suffix = suffix[1:] if suffix[:1] in ".-" else suffix
+    if suffix.endswith(".gz"):
+        suffix = suffix[:-3]
+    if suffix.isdigit() and len(suffix) < 8:
+        return (0, -int(suffix), mtime, name)
+    if suffix[:1].isdigit():
+        return (1, suffix, mtime, name)
+    return (2, mtime, name)
 
 
 def read_lines(path: str, base: int = 0, at: list[int] | None = None) -> Iterator[tuple[int, bytes]]:

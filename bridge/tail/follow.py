@@ -30,15 +30,16 @@ from dataclasses import dataclass, field
 from hashlib import blake2b
 from itertools import accumulate
 
-from bridge.tail.source import Source, source_for
+from bridge.tail.source import Source, live_order, source_for
 from bridge.tail.checkpoint import FileCheckpoint
-from bridge.tail.files import GEN_SHIFT
+from bridge.tail.files import GEN_SHIFT, rotation_key
 
 FINGERPRINT_BYTES = 256
 MAX_LINE_BYTES = 4 << 20   # a longer line is cut into pieces (counted)
 _CHUNK_MAX = 64 << 20         # a bigger read (a rotated file's rest, all at once) goes line by line
 LONG_LINE_BYTES = 64 << 10  # lines longer than this are counted: a sign of a stuck writer or a dump
 RETIRE_AFTER_S = 5.0       # a detached file quiet this long at its end is closed
+_RACY_NS = 2_000_000_000  # a directory changed this recently is listed again at the next look
 _KNOWN_PER_PATH = 1024     # heads kept per path (kubelet keeps 5 files, logrotate `rotate N`)
 
 
@@ -85,18 +86,8 @@ def matches_rotated_files(glob_: str) -> bool:
 
 
 def rotation_order(path: str, sibling: str, mtime: float) -> tuple:
-    """Oldest first, by the name the rotation gave: a number counts back (logrotate's `.1` is
-    the newest), a date or stamp (kubelet's `20260215-100000`, `dateext`) counts forward; the
-    modification time only where the name tells nothing. Not by mtime first: kubelet gzips a
-    file at the next rotation, which makes an older file's `.gz` newer than the file after it."""
-    suffix = sibling[len(os.path.realpath(path)) + 1:]
-    if suffix.endswith(".gz"):
-        suffix = suffix[:-3]
-    if suffix.isdigit():
-        return (0, -int(suffix), mtime)
-    if suffix[:1].isdigit():
-        return (1, suffix, mtime)
-    return (2, mtime, sibling)
+    """Oldest first, by the name the rotation gave (`files.rotation_key`: the one rule replay uses too)."""
+    return rotation_key(sibling[len(os.path.realpath(path)):], mtime, sibling)
 
 
 @dataclass(slots=True)
@@ -358,7 +349,8 @@ def open_files_budget() -> int:
 
 
 def expand(pattern: str, errors: TailStats, listings: dict[str, tuple[int, list[str]]] | None = None,
-           denied: list | None = None, due=None) -> list[tuple[str, bool]]:
+           denied: list | None = None, due=None,
+           previous: dict[str, list[str]] | None = None) -> list[tuple[str, bool]]:
     """`glob`, but a directory we may not list (no permission, a link that loops, an I/O
     error) is handed to the caller in `denied` as (directory, error) instead of silently
     skipped or raised, and a directory whose mtime has not changed is not listed again
@@ -367,6 +359,7 @@ def expand(pattern: str, errors: TailStats, listings: dict[str, tuple[int, list[
 
     Each match comes with `changed`: False when its directory was unchanged since the last
     call (no file there was created, renamed or removed), so the caller may skip it.
+    `previous`, if given, gets the names a directory listed again held at its last listing.
     """
     parts = [p for p in pattern.split(os.sep) if p]
     roots = [(os.sep if pattern.startswith(os.sep) else os.curdir, False)]
@@ -383,10 +376,18 @@ def expand(pattern: str, errors: TailStats, listings: dict[str, tuple[int, list[
                     if changed:
                         with os.scandir(d) as it:
                             names = [e.name for e in it]
+                        if previous is not None and cached is not None:
+                            previous[d] = cached[1]
                         if listings is not None:
                             if len(listings) > 50_000:
                                 listings.clear()
-                            listings[d] = (mtime, names)
+                            # File times are coarse (a kernel tick, coarser on some filesystems):
+                            # a change in the tick of this listing (kubelet's rename, then the
+                            # runtime's new file, ms apart) leaves the mtime as read here. A
+                            # listing that recent is not trusted next time (git's racy rule), or
+                            # the new live file would wait for the directory's next change.
+                            racy = time.time_ns() - mtime < _RACY_NS
+                            listings[d] = (-1 if racy else mtime, names)
                     else:
                         names = cached[1]
                 except (FileNotFoundError, NotADirectoryError):
@@ -447,6 +448,7 @@ class Follower:
         self._overflowed: set[str] = set()  # paths that had more files than heads kept: never complete
         self._pruned_at = 0.0  # when the known heads of gone directories were last dropped
         self._listings: dict[str, tuple[int, list[str]]] = {}  # directory → (mtime, names)
+        self._previous: dict[str, list[str]] = {}  # directory listed again this look → its names at the last
         self._last_look: float | None = None  # wall time of the last discovery
         self._judged: dict[str, tuple[Source, bool]] = {}     # path → (source, passes the filters)
         self.skipped: dict[str, tuple[str, str]] = {}  # path → (kind, why) of candidates not followed
@@ -511,6 +513,7 @@ class Follower:
 
     def discover(self, first_round: bool = False) -> None:
         looked_at = time.time()
+        self._previous = {}
         found: set[str] = set()
         denied: list[tuple[str, OSError]] = []
         accepted: list[tuple[str, Source]] = []
@@ -526,7 +529,7 @@ class Follower:
             return True
 
         for pattern in self.filters.include:
-            for path, changed in expand(pattern, self.stats, self._listings, denied, due):
+            for path, changed in expand(pattern, self.stats, self._listings, denied, due, self._previous):
                 path = os.path.abspath(path)
                 if path in found:
                     continue
@@ -550,8 +553,10 @@ class Follower:
                 else:
                     self._skip(path, "filter", self.filters.refusal(path, source) or "filtered", source)
         # A file reached by two names (kubelet's /var/log/containers symlink and its real path
-        # under /var/log/pods) is followed once, by the real one when both are new.
-        for path, source in sorted(accepted, key=lambda a: os.path.islink(a[0])):
+        # under /var/log/pods) is followed once, by the real one when both are new. A stream's
+        # files in the order they were written (`0.log` before `1.log`), whatever order the
+        # directory lists them in: new ones are numbered (generations) as they are seen.
+        for path, source in sorted(accepted, key=lambda a: (os.path.islink(a[0]), live_order(a[0]))):
             try:
                 self._see(path, source, first_round)
             except OSError as exc:  # nothing one entry does stops the agent: skipped, tried again later
@@ -699,7 +704,10 @@ class Follower:
         if since is None and ck is None:
             since = 0.0 if path in self._exact else (self._restored_at if self._last_look is None
                                                      else self._last_look)
-        if since is not None:
+        history = self._new_since_last_look(path) if since is not None and path not in self._exact else None
+        if history is not None:  # it and all rotated from it came since: every one is new
+            self._catch_missed(path, source, 0.0, history)
+        elif since is not None:
             self._catch_missed(path, source, since)
         self._know_siblings(path)
         offset = st.st_size if (first_round and self._start_at_end and ck is None) else 0
@@ -716,7 +724,30 @@ class Follower:
                     continue
         return None
 
-    def _catch_missed(self, path: str, source: Source, since: float) -> None:
+    def _new_since_last_look(self, path: str) -> set[str] | None:
+        """The names in `path`'s directory at our last look, when `path` was not one of them (a
+        container's restart, `1.log`, that kubelet rotated and gzipped before we looked), or
+        none when the directory itself (or one above it) was not there then (a new pod's): so
+        the file there and every file rotated from it since came after that look. None when
+        that is not known (nothing above it listed before, or the name there already)."""
+        if os.path.islink(path):  # a symlink's rotated files are elsewhere
+            return None
+        d, name = os.path.split(path)
+        names: set[str] | None = None  # the path's own directory's names at the last look
+        while True:
+            before = self._previous.get(d)
+            if before is not None:
+                if name in before:
+                    return None
+                return set(before) if names is None else names
+            if names is None:
+                names = set()  # not listed before: a new directory, if one above says so
+            parent, name = os.path.split(d)
+            if parent == d or not name:
+                return None
+            d = parent
+
+    def _catch_missed(self, path: str, source: Source, since: float, history: set[str] | None = None) -> None:
         """Files that took the name and were rotated away again between two looks (or while
         the agent was down): rotated siblings never read, oldest first (`rotation_order`).
         Where the path's known heads are complete (`_exact`: it was seen here from its start,
@@ -724,12 +755,13 @@ class Follower:
         not. Otherwise (a name first seen now, a checkpoint from before the heads were kept)
         only plain siblings written since `since` (our last look, or the checkpoint's time):
         kubelet gzips the file it rotated before at its next rotation, which makes a file read
-        long ago look new when nothing says it was read."""
-        exact = path in self._exact
+        long ago look new when nothing says it was read. `history`: the names the directory held
+        at our last look, when the path was not one of them; every other sibling is new."""
+        exact = path in self._exact or history is not None
         open_inodes = {t.inode for t in self.files if not t.path.endswith(".gz")}
         candidates = []
         for sibling in siblings(path):
-            if sibling.endswith(".gz") and not exact:
+            if (sibling.endswith(".gz") and not exact) or (history and os.path.basename(sibling) in history):
                 continue
             try:
                 st = os.stat(sibling)
@@ -984,8 +1016,9 @@ class Follower:
 
     def poll(self) -> list[tuple[TrackedFile, list[tuple[int, bytes]]]]:
         """One fair round: up to `read_chunk` bytes from each file. A source's files are read
-        in generation order, a newer one only once the older (rotated) ones are read to their
-        end: its lines reach assemble in the order they were written, as on any other run."""
+        in generation order, a newer one only once the older ones (rotated, or a restart's
+        `0.log` before its `1.log`) are read to their end: its lines reach assemble in the
+        order they were written, as `replay` reads them."""
         out = []
         now = self._poll_started = self._clock()
         self.just_truncated = []
@@ -1014,7 +1047,7 @@ class Follower:
                 tf.refresh_fingerprint()
                 if tf.fp_len >= FINGERPRINT_BYTES:
                     self._remember(tf)
-            if tf.detached and not tf.at_eof and not tf.done:
+            if not tf.at_eof and not tf.done:  # a rotated file, or a restart's (0.log before 1.log)
                 behind.add(tf.source.key)
             if lines:
                 tf.quiet_since = None

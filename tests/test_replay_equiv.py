@@ -1,0 +1,56 @@
+"""Replay ≡ agent on generated workloads (bridge.synth, fixed seeds) written as a container's CRI
+log with kubelet rotations at random lines and a kill -9 of the agent at a random line
+(tests/replay_equiv.py). A few seeds in the fast suite; more behind `-m faults`."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import pytest
+from replay_equiv import assert_agent_equals_replay
+
+from bridge.synth import SynthConfig, generate, write
+
+
+def synth_lines(seed: int, requests: int = 60) -> tuple[list[str], object]:
+    """CRI lines from the ground-truth generator (as tests/writer_proc.py writes them) and the truth."""
+    cfg = SynthConfig(requests=requests, seed=seed, cri=True, mean_interarrival_s=0.05, model_load_failure=False,
+                      reuse_ratio=0.05)
+    lines, truth = generate(cfg)
+    buf = io.StringIO()
+    write(lines, buf, cfg)
+    return buf.getvalue().splitlines(keepends=True), truth
+
+
+def _requests_line(stdout: str) -> int:
+    """The roots replay's summary counts (`requests     N (...)`)."""
+    m = re.search(r"^requests\s+(\d+)", stdout, re.M)
+    assert m, stdout
+    return int(m[1])
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_agent_through_rotations_and_kill9_sends_what_replay_of_the_files_sends(tmp_path, seed):
+    lines, truth = synth_lines(seed)
+    out = assert_agent_equals_replay(tmp_path, lines, seed, rotations=3)
+    assert len([f for f in out.files if f.endswith(".gz")]) == 2  # kubelet gzipped the older ones
+    # replay of the directory, as a user runs it: one root per request the generator wrote
+    assert _requests_line(out.replay_stdout) == len(truth.requests), out.replay_stdout
+
+
+def test_a_container_restart_and_rotations_of_both_logs_agent_equals_replay(tmp_path):
+    """`0.log`, its rotated files, then `1.log` (the container restarted) and its own."""
+    lines, truth = synth_lines(4)
+    out = assert_agent_equals_replay(tmp_path, lines, 4, rotations=3, restarts=1)
+    assert "1.log" in out.files, out.files
+    assert _requests_line(out.replay_stdout) == len(truth.requests), out.replay_stdout  # one stream: none cut
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("seed", range(10, 40))
+def test_faults_agent_equals_replay_many_seeds(tmp_path, seed):
+    lines, truth = synth_lines(seed, requests=150)
+    out = assert_agent_equals_replay(tmp_path, lines, seed, rotations=1 + seed % 5, restarts=seed % 3 == 0,
+                                     chunk=(1, 120))
+    assert _requests_line(out.replay_stdout) == len(truth.requests), out.replay_stdout
