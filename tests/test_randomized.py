@@ -51,12 +51,6 @@ def _ok(r: dict) -> bool:
 
 
 KNOWN_GAPS: tuple[Gap, ...] = (
-    Gap("plugin_abort_end_inferred", "window.end",
-        lambda s, r: s["plugin"] and not s["log_requests"] and r["ended"] == "aborted"
-        and len(r["finish_reasons"]) < r["spec"]["n"],
-        "found here: without --enable-log-requests, a stream the client closed has the plugin's "
-        "`Freed N blocks for request <id>, reason=aborted, t=…` (its end, to the µs), yet its "
-        "root ends `inferred` 3.5–9 s after the client closed, long after that line"),
 )
 
 

@@ -178,7 +178,7 @@ def _combined(rid: str, seqs: dict) -> tuple[RequestSummary, int]:
     client's response counts them: the prompt once, the generated tokens of all n (its
     `usage.completion_tokens`); arrival the children's (vLLM copies the parent's to each), first
     token the first of any child's, end the last child's. ITL: the mean gap over all of them."""
-    done = [v for v in seqs.values() if v is not None]
+    done = [v for v in seqs.values() if v is not None and v[1] is not None]  # (an ended child has no summary)
     arrival = min(end - round(s.e2e_s * _NS) for end, s in done)
     first = min(end - round(s.e2e_s * _NS) + round(s.ttft_s * _NS) for end, s in done)
     end = max(e for e, _ in done)
@@ -604,7 +604,7 @@ class Assembler:
         """Whether children of an n>1 request other than `ending` have not finished: vLLM's
         `ParentRequest` answers the client once every one of its n children has. n is the
         logged `SamplingParams(n=…)`, else the children `Added request` or the plugin named."""
-        n = (r.extra or {}).get("gen_ai.request.n") or 0
+        n = (r.extra or {}).get("gen_ai.request.n") or (r.times.n if r.times is not None else None) or 0
         if not n and r.added:
             n = sum(1 for a in r.added if ids.child_index(a) is not None)
         seqs = r.seqs
@@ -617,11 +617,18 @@ class Assembler:
         record = _exact(record, ev)
         rid = self._seed_id(ev.request_id)
         r = self._open.get(rid)
-        if r is not None and r.terminal_ns is not None:  # vLLM's own line ended it first
+        k = ids.child_index(ev.request_id) if rid != ev.request_id else None
+        if r is not None and r.terminal_ns is not None:  # vLLM's own line (or a sibling's) ended it first
             if ev.times is not None and r.times is None:
                 self._plugin_times(r, ev.request_id, ev.times)
+            if k is not None and r.seqs is not None:  # n>1: this child is over too
+                r.seqs[k] = (record.ts_ns, None)
+                if r.held <= 0 and not self._seqs_left(r) and self._open.get(r.request_id) is r:
+                    self._finish(r)
             return
-        r, _k = self._start_seq(ev.request_id, record)  # a child of n>1 ends its parent: vLLM aborts all
+        r, k = self._start_seq(ev.request_id, record)  # a child of n>1 ends its parent: vLLM aborts all
+        if k is not None:
+            r.seqs[k] = (record.ts_ns, None)
         if ev.times is not None:
             self._plugin_times(r, ev.request_id, ev.times)
         r.set("gen_ai.usage.input_tokens", ev.prompt_tokens)
@@ -632,7 +639,7 @@ class Assembler:
         else:
             self._fail(r, record.ts_ns, "failed", ev.finish, "RequestFailed",
                        f"Request {ev.request_id} ended: {ev.finish}")
-        if r.held <= 0:
+        if r.held <= 0 and not (k is not None and self._seqs_left(r)):  # n>1: its siblings' lines come too
             self._finish(r)
 
     @staticmethod

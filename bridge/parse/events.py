@@ -30,6 +30,7 @@ class PluginTimes:
     preempted: tuple[tuple[int, int | None], ...] = ()
     caller: TraceContext | None = None  # the request's own valid W3C traceparent
     tracestate: str | None = None
+    n: int | None = None  # an n>1 child's: how many children its client request has (`n=`)
 
 
 @dataclass(frozen=True, slots=True)

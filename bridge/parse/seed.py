@@ -170,7 +170,9 @@ def _fields(tail: str) -> PluginTimes:
             raise ValueError("not a preemption")
         preempted.append((_stamp(start), _stamp(end) if end else None))
     caller = caller_context(found["traceparent"]) if "traceparent" in found else None
-    return PluginTimes(*stamps, tuple(preempted), caller, state if caller is not None else None)
+    n = found.get("n", "")
+    return PluginTimes(*stamps, tuple(preempted), caller, state if caller is not None else None,
+                       int(n) if n.isdigit() and 1 <= len(n) <= 6 else None)
 
 
 def _summary(m: re.Match[str], msg: str) -> Event:

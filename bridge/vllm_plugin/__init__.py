@@ -10,7 +10,7 @@ server receives anyway) and the caller's W3C `traceparent`:
 
     Request <id>: prompt_tokens=<n>, generated_tokens=<n>, ttft=<x>ms, itl=<x>ms, total_latency=<x>s,
         t=<T>, arrival=<T>, queued_at=<T>, scheduled_at=<T>, first_token_at=<T>, last_token_at=<T>
-        [, preempted=<T>~<T>/…] [, traceparent=…] [, tracestate=…]
+        [, n=<n>] [, preempted=<T>~<T>/…] [, traceparent=…] [, tracestate=…]
     Request <id> ended: finish=<reason>, prompt_tokens=<n>, generated_tokens=<n>, total_latency=<x>s, t=<T>, …
 
 The engine core runs untouched unless its lines are asked for (`…_PLUGIN_ENGINE=1`, `…_BLOCKS=1`)

@@ -594,6 +594,10 @@ class Frontend(_Hooks):
                 if ts:
                     parts.append(f", {name}={ts + wall:.6f}")
             tail = "".join(parts)
+        parent = getattr(req_state, "parent_req", None)
+        sampling = getattr(parent, "sampling_params", None)
+        if isinstance(getattr(sampling, "n", None), int):  # a child of n>1: how many its request has
+            tail += f", n={sampling.n}"
         if getattr(stats, "num_preemptions", self.preempted):  # before 0.30 no count: the spans seen
             spans = self.preempted.pop(req_state.request_id, None)
             if spans:
