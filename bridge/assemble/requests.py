@@ -422,6 +422,9 @@ class Assembler:
         if self._incident_open is not None:
             held = self._incident_open.first.offset
             low = held if low is None else min(low, held)
+        if self._startup is not None:  # an engine's start not emitted yet: its first line too
+            held = self._startup.first_offset
+            low = held if low is None else min(low, held)
         return low
 
     def evict_oldest(self, keep: int) -> int:
