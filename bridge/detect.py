@@ -148,7 +148,11 @@ class Detector:
         why = None
         if st.st_size != look.size:
             look.size = st.st_size
-            why = self._read(path, look)
+            try:
+                why = self._read(path, look, strict=True)
+            except OSError:  # unreadable: the follower opens it, reports, counts and retries it
+                del self._looks[path]
+                return None
         if why is None:
             why = self._rotated(path, look)
         if why is not None:
@@ -181,11 +185,14 @@ class Detector:
                 return f"{found[0]}, in {os.path.basename(sibling)}", found[1]
         return None
 
-    def _read(self, path: str, look: _Look) -> tuple[str, int] | None:
-        """Decode and parse the complete lines past `look.examined`, up to `limit` bytes in all."""
+    def _read(self, path: str, look: _Look, strict: bool = False) -> tuple[str, int] | None:
+        """Decode and parse the complete lines past `look.examined`, up to `limit` bytes in all.
+        `strict`: a file that cannot be read raises (else: no evidence in it)."""
         try:
             head = read_head(path, self.limit)
         except OSError:
+            if strict:
+                raise
             return None
         self.stats.bytes_read += max(0, len(head) - look.examined)
         decoder, parse = look.decoder, self._parser.parse
