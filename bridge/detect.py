@@ -149,8 +149,8 @@ class Detector:
         if st.st_size != look.size:
             look.size = st.st_size
             try:
-                why = self._read(path, look, strict=True)
-            except OSError:  # unreadable: the follower opens it, reports, counts and retries it
+                why = self._read(path, look)
+            except OSError:  # unreadable (permission, I/O): the follower reports it and tries again
                 del self._looks[path]
                 return None
         if why is None:
@@ -180,20 +180,18 @@ class Detector:
             if sibling in look.rotated:
                 continue
             look.rotated.add(sibling)
-            found = self._read(sibling, _Look(0, Decoder(tz=self.tz)))
+            try:
+                found = self._read(sibling, _Look(0, Decoder(tz=self.tz)))
+            except OSError:
+                continue
             if found is not None:
                 return f"{found[0]}, in {os.path.basename(sibling)}", found[1]
         return None
 
-    def _read(self, path: str, look: _Look, strict: bool = False) -> tuple[str, int] | None:
-        """Decode and parse the complete lines past `look.examined`, up to `limit` bytes in all.
-        `strict`: a file that cannot be read raises (else: no evidence in it)."""
-        try:
-            head = read_head(path, self.limit)
-        except OSError:
-            if strict:
-                raise
-            return None
+    def _read(self, path: str, look: _Look) -> tuple[str, int] | None:
+        """Decode and parse the complete lines past `look.examined`, up to `limit` bytes in all
+        (OSError when the file cannot be read)."""
+        head = read_head(path, self.limit)
         self.stats.bytes_read += max(0, len(head) - look.examined)
         decoder, parse = look.decoder, self._parser.parse
         pos = look.examined

@@ -10,6 +10,7 @@ which any Python server prints, so they must not be taken for vLLM).
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -22,6 +23,7 @@ from agentkit import AgentProc, Receiver, free_port, wait_for
 
 from bridge.detect import Detector, evidence
 from bridge.decode import Decoder
+from bridge.synth import SynthConfig, generate, write
 from bridge.tail.source import source_for
 
 SCENARIOS = Path(__file__).parent / "fixtures" / "scenarios"
@@ -117,6 +119,18 @@ def test_a_vllm_log_read_after_rotation_is_recognised_by_any_of_its_lines():
     # uvicorn's own line, written by the APIServer process: its prefix tells (vllm/utils/system_utils.py)
     assert "process prefix" in _first_evidence(
         cri(['(APIServer pid=1) INFO:     10.0.0.1:5050 - "POST /v1/completions HTTP/1.1" 200 OK']))
+
+
+def test_the_seed_dialects_lines_are_vllm_from_the_first():
+    """The project's own contract (the seed dialect the generator writes: a header with a bare
+    `file.py:N]` origin) is told from its first line, `Scheduling request`, so a file the
+    generator writes is admitted at the look that first sees a line."""
+    assert _first_evidence(cri(["INFO 02-15 10:23:00 scheduler.py:234] Scheduling request 0x7f8c4a001000: "
+                                "priority=0, num_scheduled_blocks=1, remaining_blocks=10"]))
+    cfg = SynthConfig(requests=3, seed=1, cri=True, model_load_failure=False)
+    buf = io.StringIO()
+    write(generate(cfg)[0], buf, cfg)
+    assert _first_evidence(buf.getvalue().splitlines(keepends=True)[0])
 
 
 @pytest.mark.parametrize("lines", [envoy(20), queue_proxy(20), transformer(),

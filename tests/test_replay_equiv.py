@@ -15,12 +15,6 @@ from replay_equiv import assert_agent_equals_replay
 from bridge.synth import SynthConfig, generate, write
 
 
-#: The equivalence runs follow the container by name. With `detect: vllm` (the default) a file
-#: held before vLLM's first line that rotates while held loses rotated lines: a known defect,
-#: shown by the expected failures at the end of this module.
-NO_DETECT = ("--detect", "off")
-
-
 def synth_lines(seed: int, requests: int = 60) -> tuple[list[str], object]:
     """CRI lines from the ground-truth generator (as tests/writer_proc.py writes them) and the truth."""
     cfg = SynthConfig(requests=requests, seed=seed, cri=True, mean_interarrival_s=0.05, model_load_failure=False,
@@ -41,7 +35,7 @@ def _requests_line(stdout: str) -> int:
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_agent_through_rotations_and_kill9_sends_what_replay_of_the_files_sends(tmp_path, seed):
     lines, truth = synth_lines(seed)
-    out = assert_agent_equals_replay(tmp_path, lines, seed, rotations=3, agent_args=NO_DETECT)
+    out = assert_agent_equals_replay(tmp_path, lines, seed, rotations=3)
     assert len([f for f in out.files if f.endswith(".gz")]) == 2  # kubelet gzipped the older ones
     # replay of the directory, as a user runs it: one root per request the generator wrote
     assert _requests_line(out.replay_stdout) == len(truth.requests), out.replay_stdout
@@ -50,7 +44,7 @@ def test_agent_through_rotations_and_kill9_sends_what_replay_of_the_files_sends(
 def test_a_container_restart_and_rotations_of_both_logs_agent_equals_replay(tmp_path):
     """`0.log`, its rotated files, then `1.log` (the container restarted) and its own."""
     lines, truth = synth_lines(4)
-    out = assert_agent_equals_replay(tmp_path, lines, 4, rotations=3, restarts=1, agent_args=NO_DETECT)
+    out = assert_agent_equals_replay(tmp_path, lines, 4, rotations=3, restarts=1)
     assert "1.log" in out.files, out.files
     assert _requests_line(out.replay_stdout) == len(truth.requests), out.replay_stdout  # one stream: none cut
 
@@ -60,7 +54,7 @@ def test_a_container_restart_and_rotations_of_both_logs_agent_equals_replay(tmp_
 def test_faults_agent_equals_replay_many_seeds(tmp_path, seed):
     lines, truth = synth_lines(seed, requests=150)
     out = assert_agent_equals_replay(tmp_path, lines, seed, rotations=1 + seed % 5, restarts=seed % 3 == 0,
-                                     chunk=(1, 120), agent_args=NO_DETECT)
+                                     chunk=(1, 120))
     assert _requests_line(out.replay_stdout) == len(truth.requests), out.replay_stdout
 
 
@@ -88,25 +82,21 @@ def _randomized_lines(log: Path) -> list[str]:
 def test_agent_equals_replay_on_the_randomized_real_vllm_runs(tmp_path, log):
     """The randomized workloads' real vLLM 0.32 logs (tests/randomized, saved runs), written again
     with kubelet rotations and a kill -9 of the agent: the agent sends exactly what a replay of
-    the files sends. Detection is off here (`--detect off`): see the test below."""
+    the files sends, with `detect: vllm` (the default) deciding when the file is followed."""
     out = assert_agent_equals_replay(tmp_path, _randomized_lines(log), int(_run_id(log)), rotations=2,
-                                     chunk=(1, 120), agent_args=NO_DETECT)
+                                     chunk=(1, 120))
     assert out.agent_spans == out.replay_spans > 0
 
 
-_HELD_ROTATED = ("with detect: vllm (the default), a file the agent first saw before vLLM's first line is held; "
-                 "rotated twice before it is admitted, a rotated file is not caught up, so the agent misses lines "
-                 "a replay reads (a real run: the startup banner and the model on every request; the generator's: "
-                 "whole requests)")
-
-
-@pytest.mark.xfail(strict=False, reason=_HELD_ROTATED)
 def test_agent_equals_replay_with_detection_through_an_early_rotation_real_vllm(tmp_path):
+    """No kill, detection on: kubelet rotates the new `0.log` (and gzips the older file) early,
+    before detection admits it or before the agent's first look at it: every rotated file is
+    still read (the listing before held no `0.log`, so none of them is history)."""
     log = next(p for p in RANDOMIZED if _run_id(p) == "2000")
     assert_agent_equals_replay(tmp_path, _randomized_lines(log), 2000, rotations=2, kill=False, chunk=(1, 120))
 
 
-@pytest.mark.xfail(strict=False, reason=_HELD_ROTATED)
 def test_agent_equals_replay_with_detection_through_an_early_rotation_generated(tmp_path):
+    """As above, on the generator's lines (its first line, `Scheduling request`, is vLLM's header)."""
     lines, _truth = synth_lines(1)
     assert_agent_equals_replay(tmp_path, lines, 1, rotations=3, kill=False)

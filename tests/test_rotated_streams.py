@@ -278,6 +278,37 @@ def test_a_new_pods_log_rotated_and_gzipped_before_the_first_look_is_read_whole(
     assert got == [b"a1\n", b"a2\n", b"a3\n"]
 
 
+def test_a_new_pods_log_held_at_first_sight_then_admitted_is_read_whole(tmp_path):
+    """As above, but the check above the follower (`detect: vllm`) holds the new `0.log` at the
+    look that first sees it (no vLLM line yet) and admits it at the next: its directory was
+    not there at the last look, so its rotated files, gzipped ones too, are new, not history."""
+    from bridge.tail.follow import Filters, Follower
+
+    asked: list[str] = []
+
+    def admit(path, source):  # holds a file the first time it is asked about it
+        asked.append(path)
+        return None if asked.count(path) > 1 else ("not_vllm", "no vLLM line yet")
+
+    (tmp_path / "pods").mkdir()
+    follower = Follower(Filters((str(tmp_path / "pods/*/*/*.log"),)), admit=admit)
+    follower.discover(first_round=True)
+    d = tmp_path / POD
+    d.mkdir(parents=True)
+    with gzip.open(d / "0.log.20260215-100100.gz", "wt") as f:
+        f.write("a1\n")
+    (d / "0.log.20260215-100200").write_text("a2\n")
+    (d / "0.log").write_text("a3\n")
+    later = os.stat(tmp_path / "pods").st_mtime + 5
+    os.utime(tmp_path / "pods", (later, later))
+    follower.discover()
+    assert [raw for _ in range(3) for _, lines in follower.poll() for _, raw in lines] == []  # held
+    follower.discover()
+    got = [raw for _ in range(3) for _, lines in follower.poll() for _, raw in lines]
+    assert asked == [str(d / "0.log")] * 2
+    assert got == [b"a1\n", b"a2\n", b"a3\n"]
+
+
 def test_ids_do_not_depend_on_which_of_a_containers_files_are_there(tmp_path):
     """kubelet deletes a container's oldest rotated file (and an agent started late never read
     it): a request whose first line is in the files left keeps its ids. They come from the

@@ -602,13 +602,19 @@ class Follower:
     def _know_history(self, path: str) -> None:
         """A held path at first sight: its rotated files are known (history), but for those a
         file followed at once would catch up (`_catch_missed`: plain ones written since the last
-        look). Its heads are then complete: once admitted, `_see` reads every rotated file not
-        known, those rotated while it was held included, gzipped or not."""
+        look; every one, gzipped or not, when the directory listed at our last look did not hold
+        the path: `_new_since_last_look`, as `_see` asks). Its heads are then complete: once
+        admitted, `_see` reads every rotated file not known, those rotated while it was held
+        included, gzipped or not."""
         since = self._restored_at if self._last_look is None else self._last_look
+        history = self._new_since_last_look(path) if since is not None else None
         found = siblings(path)
         for sibling in found:
             try:
-                if since is not None and not sibling.endswith(".gz") and os.stat(sibling).st_mtime >= since:
+                if history is not None:
+                    if os.path.basename(sibling) not in history:
+                        continue  # rotated from a path that came after our last look: new
+                elif since is not None and not sibling.endswith(".gz") and os.stat(sibling).st_mtime >= since:
                     continue
                 head = read_head(sibling)
             except OSError:
