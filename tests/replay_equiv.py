@@ -21,6 +21,18 @@ from dataclasses import dataclass, field
 from agentkit import AgentProc, pod_log, wait_for
 from receivers import GrpcReceiver, attrs
 
+def synth_cri_lines(seed: int, requests: int = 60, reuse: float = 0.05) -> tuple[list[str], object]:
+    """CRI lines from the ground-truth generator (as tests/writer_proc.py writes them) and its truth."""
+    from bridge.synth import SynthConfig, generate, write
+
+    cfg = SynthConfig(requests=requests, seed=seed, cri=True, mean_interarrival_s=0.05, model_load_failure=False,
+                      reuse_ratio=reuse)
+    lines, truth = generate(cfg)
+    buf = io.StringIO()
+    write(lines, buf, cfg)
+    return buf.getvalue().splitlines(keepends=True), truth
+
+
 _CRI_STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?Z ")
 
 

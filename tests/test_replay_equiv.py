@@ -4,25 +4,12 @@ log with kubelet rotations at random lines and a kill -9 of the agent at a rando
 
 from __future__ import annotations
 
-import io
-import os
 import re
 from pathlib import Path
 
 import pytest
 from replay_equiv import assert_agent_equals_replay
-
-from bridge.synth import SynthConfig, generate, write
-
-
-def synth_lines(seed: int, requests: int = 60) -> tuple[list[str], object]:
-    """CRI lines from the ground-truth generator (as tests/writer_proc.py writes them) and the truth."""
-    cfg = SynthConfig(requests=requests, seed=seed, cri=True, mean_interarrival_s=0.05, model_load_failure=False,
-                      reuse_ratio=0.05)
-    lines, truth = generate(cfg)
-    buf = io.StringIO()
-    write(lines, buf, cfg)
-    return buf.getvalue().splitlines(keepends=True), truth
+from replay_equiv import synth_cri_lines as synth_lines
 
 
 def _requests_line(stdout: str) -> int:

@@ -12,9 +12,9 @@ import os
 import random
 
 from receivers import GrpcReceiver, attrs
+from replay_equiv import synth_cri_lines
 
 from bridge.cli import main
-from bridge.synth import SynthConfig, generate, write
 from bridge.tail.source import source_for, streams
 
 POD = "pods/llm_vllm-0_3f2a9c1e-1111-2222-3333-444455556666/vllm"
@@ -22,12 +22,7 @@ STAMPS = ("20260215-100100", "20260215-100200", "20260215-100300")
 
 
 def _lines(seed: int, requests: int = 40) -> tuple[list[str], object]:
-    cfg = SynthConfig(requests=requests, seed=seed, cri=True, mean_interarrival_s=0.05, model_load_failure=False,
-                      reuse_ratio=0.0)
-    lines, truth = generate(cfg)
-    buf = io.StringIO()
-    write(lines, buf, cfg)
-    return buf.getvalue().splitlines(keepends=True), truth
+    return synth_cri_lines(seed, requests, reuse=0.0)
 
 
 def _kubelet_dir(tmp_path, lines: list[str], seed: int) -> tuple[str, dict[str, str]]:
@@ -257,13 +252,9 @@ def test_the_agent_hands_on_what_an_older_files_decoder_holds_before_the_newer_f
     assert shape(got) == shape(want)
 
 
-def test_a_new_pods_log_rotated_and_gzipped_before_the_first_look_is_read_whole(tmp_path):
-    """A pod that started and rotated between two looks: its directory was not there at the
-    last look, so nothing in it is history."""
-    from bridge.tail.follow import Filters, Follower
-
-    (tmp_path / "pods").mkdir()
-    follower = Follower(Filters((str(tmp_path / "pods/*/*/*.log"),)))
+def _pod_rotated_between_looks(tmp_path, follower) -> None:
+    """After the follower's first look: a pod's directory appears holding `0.log`, a plain
+    rotated file and a gzipped older one (lines a3, a2, a1), its parent's time moved on."""
     follower.discover(first_round=True)
     d = tmp_path / POD
     d.mkdir(parents=True)
@@ -273,6 +264,16 @@ def test_a_new_pods_log_rotated_and_gzipped_before_the_first_look_is_read_whole(
     (d / "0.log").write_text("a3\n")
     later = os.stat(tmp_path / "pods").st_mtime + 5
     os.utime(tmp_path / "pods", (later, later))
+
+
+def test_a_new_pods_log_rotated_and_gzipped_before_the_first_look_is_read_whole(tmp_path):
+    """A pod that started and rotated between two looks: its directory was not there at the
+    last look, so nothing in it is history."""
+    from bridge.tail.follow import Filters, Follower
+
+    (tmp_path / "pods").mkdir()
+    follower = Follower(Filters((str(tmp_path / "pods/*/*/*.log"),)))
+    _pod_rotated_between_looks(tmp_path, follower)
     follower.discover()
     got = [raw for _ in range(3) for _, lines in follower.poll() for _, raw in lines]
     assert got == [b"a1\n", b"a2\n", b"a3\n"]
@@ -292,20 +293,12 @@ def test_a_new_pods_log_held_at_first_sight_then_admitted_is_read_whole(tmp_path
 
     (tmp_path / "pods").mkdir()
     follower = Follower(Filters((str(tmp_path / "pods/*/*/*.log"),)), admit=admit)
-    follower.discover(first_round=True)
-    d = tmp_path / POD
-    d.mkdir(parents=True)
-    with gzip.open(d / "0.log.20260215-100100.gz", "wt") as f:
-        f.write("a1\n")
-    (d / "0.log.20260215-100200").write_text("a2\n")
-    (d / "0.log").write_text("a3\n")
-    later = os.stat(tmp_path / "pods").st_mtime + 5
-    os.utime(tmp_path / "pods", (later, later))
+    _pod_rotated_between_looks(tmp_path, follower)
     follower.discover()
     assert [raw for _ in range(3) for _, lines in follower.poll() for _, raw in lines] == []  # held
     follower.discover()
     got = [raw for _ in range(3) for _, lines in follower.poll() for _, raw in lines]
-    assert asked == [str(d / "0.log")] * 2
+    assert asked == [str(tmp_path / POD / "0.log")] * 2
     assert got == [b"a1\n", b"a2\n", b"a3\n"]
 
 
