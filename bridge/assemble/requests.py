@@ -962,9 +962,13 @@ class Assembler:
             return
         if ev.output_tokens is not None and r.summary is None:
             # One line per choice of a whole response (serving.py logs each choice's token ids):
-            # their counts add up, as the response's `usage.completion_tokens` does over n. (A
-            # plugin summary counted them already, from vLLM's own stats, empty choices too.)
-            r.set("gen_ai.usage.output_tokens", (r.extra or {}).get("gen_ai.usage.output_tokens", 0) + ev.output_tokens)
+            # their counts add up, as the response's `usage.completion_tokens` does over n. But
+            # serving.py logs a choice only `if output_text:`: a choice with no text has no line,
+            # and fewer than n lines are a lower bound, not the output, so nothing is set until
+            # all n are in. (A plugin summary counted them already, from vLLM's own stats.)
+            r.choice_tokens = [*(r.choice_tokens or ()), ev.output_tokens]
+            if len(r.choice_tokens) >= ((r.extra or {}).get("gen_ai.request.n") or 1):
+                r.set("gen_ai.usage.output_tokens", sum(r.choice_tokens))
         if ev.finish_reason is None and ev.streaming != "complete":
             return
         if ev.streaming == "complete":
