@@ -1128,9 +1128,11 @@ class Assembler:
 
     def _idle(self, record: Record) -> None:
         """The engine says nothing runs or waits: requests with no end line are over, end
-        unknown — once nothing more comes for them within the grace (see `tick`)."""
+        unknown — once nothing more comes for them within the grace (see `tick`). A line of the
+        request after an earlier idle line voids that one (the API server's stats can predate
+        the engine's `Added request`): the next idle line is the one that counts."""
         for r in self._in_flight.values():
-            if r.extra is not None and r.last_ns < record.ts_ns and r.idle_at is None:
+            if r.extra is not None and r.last_ns < record.ts_ns and (r.idle_at is None or r.idle_at < r.last_ns):
                 r.idle_at = record.ts_ns
 
     def _close_idle(self, r: RequestState, seen_ns: int | None = None) -> None:
