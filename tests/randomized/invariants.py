@@ -35,6 +35,8 @@ request of which set-up, with the log lines that name the request. The rules:
 - ttft             vllm.ttft_s ≤ the client's time to its first chunk with text (+1 ms of
                    printing precision); a whole body: to its first byte.
 - privacy          no prompt word in any exported byte.
+- setup.plugin     a plugin set-up whose requests reached vLLM has the plugin's lines (`t=`):
+                   else the run was of stock vLLM and proves nothing about the plugin.
 """
 
 from __future__ import annotations
@@ -190,6 +192,10 @@ def check(truth: dict, spans: list, exported: bytes, log_text: str) -> list[Viol
         if ttft is not None and tok and ttft * 1e9 > tok - r["t_send_ns"] + TTFT_SLACK_NS:
             bad("ttft", f"vllm.ttft_s={ttft}, the client's first token came "
                 f"{(tok - r['t_send_ns']) / 1e9:.6f} s after sending")
+    if setup.get("plugin") and any(r["status"] == 200 for r in truth["requests"]) \
+            and not any(_T_EQ.search(ln) for ln in log_lines):
+        out.append(Violation("setup.plugin", setup_name, None, "", "a plugin set-up, but no line of the "
+                             "plugin's (`t=`) is in the log: vLLM ran without it"))
     for s in roots:
         if s.span_id not in claimed:
             rid = str(s.attrs.get("vllm.request.id"))

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from agentkit import free_port
 from receivers import GrpcReceiver, attrs
-from vllm_server import VllmServer, ensure_vllm
+from vllm_server import VllmServer, ensure_vllm, plugin_path
 
 from .client import run_workload
 from .generator import Setup, draw_requests, draw_setup
@@ -49,7 +49,11 @@ def run(seed: int, count: int, out: Path, setup: Setup | None = None) -> dict:
     log = out / "server.log"
     install = ensure_vllm()
     args, env = setup.server_args()
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(ROOT)) if p)
+    # The plugin as users get it (`plugin install --target` + PYTHONPATH, tests/vllm_server.py
+    # plugin_path): the venv holds none, and this checkout on PYTHONPATH declares no entry point,
+    # so without it a `plugin` set-up ran stock vLLM (soak 4009: not one plugin line).
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(ROOT),
+                                                    plugin_path() if setup.plugin else None) if p)
     port = free_port()
     server = VllmServer(install, str(log), port, *args, env=env)
     drop = set()
