@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import timezone, tzinfo
+from datetime import datetime, timezone, tzinfo
 
 from bridge.decode.clock import MAX_NS, HeaderClock, Rfc3339
 from bridge.decode.framing import CLOUD, CRI, DOCKER, PLAIN, CloudUnwrapper, CriUnwrapper, DockerUnwrapper, detect
@@ -23,6 +23,19 @@ _MAX_PARTIAL_CHARS = 4 * 1024 * 1024  # a runaway partial line is cut, not held 
 # A JSON record's own `asctime` (ms) wins over the runtime's stamp when it lies this far before
 # the read at most: further off, the record's zone is not the one configured.
 _JSON_LAG_NS, _MS_NS = 10_000_000_000, 1_000_000
+_S_NS = 1_000_000_000
+
+
+def _header_near(stamp: str, runtime_ts: int, tz: tzinfo) -> int | None:
+    """The header's `MM-DD HH:MM:SS` (local time in `tz`) in the year of the runtime's stamp
+    of the same line (not the HeaderClock's year, which a CRI file never needs): epoch ns,
+    None when it is no date that year."""
+    try:
+        year = datetime.fromtimestamp(runtime_ts // _S_NS, tz).year
+        return int(datetime(year, int(stamp[0:2]), int(stamp[3:5]), int(stamp[6:8]), int(stamp[9:11]),
+                            int(stamp[12:14]), tzinfo=tz).timestamp()) * _S_NS
+    except (ValueError, OverflowError, OSError):
+        return None
 
 
 @dataclass(slots=True)
@@ -187,6 +200,14 @@ class Decoder:
             message = line[m.end():]
             if runtime_ts is not None:
                 ts, clock = runtime_ts, (CLOCK_SHIPPER if shipper else CLOCK_RUNTIME)
+                if not shipper and int(stamp[12:14]) != runtime_ts // _S_NS % 60 and \
+                        (own_s := _header_near(stamp, runtime_ts, self._tz)) is not None and \
+                        own_s + _S_NS <= runtime_ts <= own_s + _JSON_LAG_NS:
+                    # vLLM wrote the line within its header's second; the runtime stamped it
+                    # when it read the pipe, after that second had passed (a loaded machine:
+                    # over a second late). The line's time is no later than the second's end.
+                    # (The C fast path takes only lines whose stamp is in the header's second.)
+                    ts = own_s + _S_NS - 1
             else:
                 ts, clock = self._clock(stamp), CLOCK_HEADER
                 if ts is None:  # 02-30 is not a date: keep the line, time it from the last one
