@@ -622,6 +622,11 @@ class Assembler:
         r = self._open.get(rid)
         k = ids.child_index(ev.request_id) if rid != ev.request_id else None
         if r is not None and r.terminal_ns is not None:  # vLLM's own line (or a sibling's) ended it first
+            # Still a line of the request: its last offset is what a resumed agent skips up to
+            # once the request is delivered (else a sibling's line read again opens a new root).
+            if record.ts_ns > r.last_ns:
+                r.last_ns = record.ts_ns
+            r.last_offset = record.offset
             if ev.times is not None and r.times is None:
                 self._plugin_times(r, ev.request_id, ev.times)
             if k is not None and r.seqs is not None:  # n>1: this child is over too
