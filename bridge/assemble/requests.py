@@ -1147,6 +1147,11 @@ class Assembler:
             seen_ns = min(seen_ns, r.idle_at)  # the first line that showed the engine idle
         if seen_ns is not None and r.terminal_ns is None and seen_ns > r.last_ns:
             r.last_ns = seen_ns
+        if seen_ns is not None and r.events:
+            # Over by the idle line: the stats lines after it are not about it. (When the grace
+            # lets it close depends on when a tick comes, on the wall clock too in the agent:
+            # without this, the agent and a replay gave it different stats events.)
+            r.events = [e for e in r.events if e.ts_ns <= seen_ns or e.name != "vllm.engine_stats"]
         if "vllm.request.internal_id" in r.extra:
             # V1 with internal ids (≈ 0.14+) logs every abort and failure: an idle engine and
             # neither line means the request finished (a completion never logs its end).
