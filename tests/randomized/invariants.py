@@ -26,11 +26,11 @@ request of which set-up, with the log lines that name the request. The rules:
                    exact: every clock involved (CRI stamp, the plugin's `t=`, vLLM's arrival) is
                    read on this machine after the client sent. The upper bound allows TOL for
                    the CRI stamp, taken when the line is read from vLLM's pipe: the worst lag
-                   this log shows between a line's own clock and its stamp (stamp_lag_ns), at
-                   least 250 ms.
+                   this log shows between a line's own clock (`t=`, JSON's ms, a text header's
+                   second's end) and its stamp (stamp_lag_ns), at least 250 ms.
 - window.end       client send ≤ last end of the trace ≤ client's end + TOL; for an end the
                    bridge marks `inferred` (no line states it), up to the first stats line that
-                   shows the engine idle; for a client abort, up to ABORT_S after the client
+                   shows the engine idle after the request's own lines; for a client abort, up to ABORT_S after the client
                    closed (vLLM notices the closed socket at its next token and logs the abort).
 - ttft             vllm.ttft_s ≤ the client's time to its first chunk with text (+1 ms of
                    printing precision); a whole body: to its first byte.
