@@ -133,6 +133,7 @@ class AssembleStats:
     stop_errors: int = 0   # error records during a deliberate stop: part of the stop, no incident
     death_errors: int = 0  # error records after an engine death's incident went out: part of it
     reused_concurrent: int = 0  # requests received under an id another request held at the time
+    requests_capped: int = 0  # closed early by `evict_oldest` (the open-request limit), ended or not
     clock_jumps: int = 0  # the stream's clock leapt between neighbouring lines (bridge.assemble.clock)
 
 
@@ -457,6 +458,7 @@ class Assembler:
         excess = len(self._open) - keep
         if excess <= 0:
             return 0
+        self.stats.requests_capped += excess
         for r in list(self._open.values())[:excess]:
             if r.terminal_ns is None:
                 self.stats.requests_evicted += 1
