@@ -24,7 +24,7 @@ What counts as a jump, by cause:
   back of a day or more is a clock being set.
 
 A jump is counted (`AssembleStats.clock_jumps`, `vllm_trace_bridge_clock_jumps_total`),
-reported as a `vllm.clock_jump` event on every request in flight (both stamps as attributes),
+reported as a `vllm.clock_jump` event on every request not yet emitted (both stamps as attributes),
 and the assembler's clock follows the new time. No stamp is rewritten: a request that straddles
 the jump is one request whose lines keep their stamps. Deadlines (TTL, linger, idle grace) that
 would fall before the jump count from the jump instead, so the jump itself ends nothing; the

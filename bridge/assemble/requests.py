@@ -376,7 +376,7 @@ class Assembler:
 
     def _clock_jumped(self, ts: int) -> None:
         """The stream's clock jumped between two lines (`bridge.assemble.clock`): counted, an event on
-        every request in flight with both stamps, and the assembler's clock follows it. It ends no
+        every request not yet emitted with both stamps, and the assembler's clock follows it. It ends no
         request: deadlines count from it. An incident's window or a held NCCL line closes at it."""
         before = self._now
         self.stats.clock_jumps += 1
@@ -385,7 +385,7 @@ class Assembler:
         if self._incident_open is not None:
             self._close_incident()
         event = SpanEvent("vllm.clock_jump", ts, jump_attrs(before, ts))
-        for r in self._in_flight.values():
+        for r in self._open.values():  # in flight, or waiting for its last block frees
             r.add_event(event, False)
         self._clock.jump(before, ts)
         self._now = self._next_sweep = ts
