@@ -245,3 +245,20 @@ def test_the_agent_idle_after_a_jump_back_keeps_the_new_clock(tmp_path):
             assert agent.term()[0] == 0
         roots = roots_by_request(s for _, s in rx.spans())
     assert Counter(rid for rid, _ in roots.elements()) == Counter(r.request_id for r in truth.requests)
+
+
+def test_a_first_line_without_a_stamp_is_no_clock_reading(tmp_path):
+    """A file's first lines before any stamp take the file's time (its mtime, days after its lines
+    when it was copied or kept): a guess, not the clock; the stamped lines after it are no jump."""
+    import os
+
+    path = tmp_path / "vllm.log"
+    path.write_text("Triton is installed, but doesn't include CPU backend. Disabling Triton.\n"
+                    "INFO 02-15 10:23:00 scheduler.py:234] Scheduling request 0xa: priority=0, "
+                    "num_scheduled_blocks=1, remaining_blocks=4\n"
+                    "INFO 02-15 10:23:01 scheduler.py:789] Request 0xa: prompt_tokens=1, generated_tokens=2, "
+                    "ttft=1.0ms, itl=1.0ms, total_latency=0.5s\n")
+    t = calendar.timegm((2025, 2, 18, 0, 0, 0))  # three days after its lines
+    os.utime(path, (t, t))
+    stats = replay([str(path)], [lambda t: None], ReplayConfig())
+    assert stats.assemble.clock_jumps == 0

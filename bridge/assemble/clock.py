@@ -23,6 +23,10 @@ What counts as a jump, by cause:
   misconfigured zone is off by at most 26 hours (UTC−12 … UTC+14) but consistently so. A step
   back of a day or more is a clock being set.
 
+Only stamps that are readings of the clock count: a line with no stamp of its own at the start
+of a file takes the file's modification time (decode's `anchored` clock), a guess that can be
+days after the file's lines; it is neither side of a jump.
+
 A jump is counted (`AssembleStats.clock_jumps`, `vllm_trace_bridge_clock_jumps_total`),
 reported as a `vllm.clock_jump` event on every request not yet emitted (both stamps as attributes),
 and the assembler's clock follows the new time. No stamp is rewritten: a request that straddles

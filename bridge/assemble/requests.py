@@ -264,6 +264,7 @@ class Assembler:
         self._now = 0
         self._next_sweep = 0
         self._clock = ClockWatch(max(self._ttl_ns, self._linger_ns, _IDLE_GRACE_NS))  # the latest clock jump
+        self._guess_ns = -1  # `_now` when a line with no stamp of its own set it (its file's time)
         self._startup: Startup | None = None
         self._engine: dict = {}  # what the banner said: gen_ai.request.model, vllm.version
         # Each change of those facts with the position of the line that made it, so a resume
@@ -331,12 +332,16 @@ class Assembler:
     def feed(self, record: Record, event) -> None:
         ts = record.ts_ns
         if ts > self._now:
-            if ts - self._now >= _AHEAD_NS and self._now:  # a clock jump, not years of silence
+            # a clock jump, not years of silence; a line with no stamp of its own (its file's
+            # time, at the start of a file) is no reading of the clock, ahead or back (`_guess_ns`)
+            if ts - self._now >= _AHEAD_NS and self._now and record.clock != CLOCK_ANCHORED:
                 self._clock_jumped(ts)
             self._now = ts
             if ts >= self._next_sweep:
+                if record.clock == CLOCK_ANCHORED:
+                    self._guess_ns = ts
                 self.tick(ts)
-        elif self._now - ts >= _BEHIND_NS:  # a clock set back (_fastfeed.c declines these lines)
+        elif self._now - ts >= _BEHIND_NS and self._now != self._guess_ns:  # a clock set back (_fastfeed.c declines these)
             self._clock_jumped(ts)
         if self._pending_nccl is not None and type(event) is not NcclHint:
             self._flush_nccl(None)
