@@ -463,8 +463,8 @@ class Assembler:
         excess = len(self._open) - keep
         if excess <= 0:
             return 0
-        self.stats.requests_capped += excess
         for r in list(self._open.values())[:excess]:
+            self.stats.requests_capped += 1  # one by one: a /metrics scrape meanwhile sees what is closed
             if r.terminal_ns is None:
                 self.stats.requests_evicted += 1
                 self._close_unended(r)
