@@ -262,3 +262,18 @@ def test_a_first_line_without_a_stamp_is_no_clock_reading(tmp_path):
     os.utime(path, (t, t))
     stats = replay([str(path)], [lambda t: None], ReplayConfig())
     assert stats.assemble.clock_jumps == 0
+
+
+def test_check_counts_the_jumps(tmp_path):
+    from bridge.check import check_file, render
+
+    lines, _ = synth_cri_lines(7, requests=40, reuse=0)
+    at, _ = _straddling(lines)
+    back = at + (len(lines) - at) // 2
+    path = tmp_path / "0.log"
+    path.write_text("".join(_moved(_moved(lines, at, YEAR50), back, -YEAR50)))  # ahead, then back again
+    report = check_file(str(path))
+    assert report.clock_jumps == 2
+    assert "clock jumps   2" in render(report)
+    path.write_text("".join(_moved(lines, at, 6 * 3600 * _NS)))
+    assert check_file(str(path)).clock_jumps == 0
