@@ -235,6 +235,7 @@ def test_the_agent_idle_after_a_jump_back_keeps_the_new_clock(tmp_path):
                     f.writelines(moved[at if end > at else 0:end])
                 assert wait_for(lambda: agent.metric("lines_read") == end, 60)
             assert agent.metric("clock_jumps") == 1
+            assert [e["file"] for e in agent.log_events() if e.get("event") == "clock_jump"] == [log]
             time.sleep(2)  # quiet and read to its end: the agent's wall-clock ticks run
             with open(log, "a") as f:
                 f.writelines(moved[pause + 1:])
