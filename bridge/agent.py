@@ -22,6 +22,7 @@ import time
 from bridge.assemble import AssembleConfig, Assembler, EngineTimeline, RequestTimeline, Thresholds, Timeline, ids
 from bridge.parse.context import TraceContext, make_rule
 from bridge.assemble.join import ContextJoin, upstream_id
+from bridge.assemble.clock import jumped as clock_jumped
 from bridge.config import AgentConfig
 from bridge.decode import Decoder
 from bridge.delivery import Delivery
@@ -265,6 +266,7 @@ class Agent:
             self._finish_older(st, tf)
         st.quiet_since[key] = time.monotonic()
         self.counters.lines_read += len(lines)
+        jumps = st.assembler.stats.clock_jumps if st.assembler is not None else 0
         if st.gateway or st.skip:
             record = self._process_each(st, tf, stream, lines)
         else:  # the common case: the whole batch through the C paths, as replay does
@@ -274,8 +276,13 @@ class Agent:
                 parse, feed = failing(self._faults, "parse", parse), failing(self._faults, "assemble", feed)
             record = drive(lambda: stream.each(it), parse, feed, self._line_error_at, tf.path,
                            lambda: lines[len(lines) - it.__length_hint__() - 1][0])
-        if record is not None and record.ts_ns > st.last_ts:
+        # (the log's clock follows a jump back too: the wall clock extends the new time, not the old)
+        if record is not None and (record.ts_ns > st.last_ts or clock_jumped(st.last_ts, record.ts_ns)):
             st.last_ts, st.last_wall = record.ts_ns, time.time_ns()
+        if st.assembler is not None and st.assembler.stats.clock_jumps > jumps:
+            self.log.warning("clock_jump", file=tf.path, jumps=st.assembler.stats.clock_jumps - jumps,
+                             note="the log's clock stepped a year or more ahead or a day or more back between lines; "
+                                  "no request is split by it (vllm.clock_jump events, clock_jumps_total)")
         if st.assembler is not None and st.assembler.open_requests > self.cfg.max_open_requests:
             try:
                 st.assembler.evict_oldest(self.cfg.max_open_requests)

@@ -18,7 +18,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from bridge.assemble.clock import jumped
 from bridge.decode import Decoder
+from bridge.decode.record import CLOCK_ANCHORED
 from bridge.decode.stream import RecordStream
 from bridge.parse import Parser
 from bridge.parse.events import EngineConfig, EngineStats, RequestAdded
@@ -74,6 +76,7 @@ class FileReport:
     version: str = ""
     engine: str = ""
     rotated: list[str] = field(default_factory=list)  # the stream's older files, read before `path`
+    clock_jumps: int = 0  # the clock set a year+ ahead or a day+ back between lines (bridge.assemble.clock)
 
     @property
     def recognised(self) -> int:
@@ -131,8 +134,17 @@ def check_stream(paths: list[str], rules=None) -> FileReport:
         report.by_rule.update(dict.fromkeys(rules.names, 0))
     ev = report.evidence
 
+    clock = [0]  # the latest stamp, as the assembler's clock follows it (a jump back resets it)
+
     def handle(record) -> None:
         report.records += 1
+        ts = record.ts_ns
+        if record.clock != CLOCK_ANCHORED:  # a line with no stamp of its own reads no clock
+            if jumped(clock[0], ts):
+                report.clock_jumps += 1
+                clock[0] = ts
+            elif ts > clock[0]:
+                clock[0] = ts
         if record.process:
             ev["v1" if record.process.startswith(_V1_PROCESS) else "v0" if "VllmWorkerProcess" in record.process
                else "process"] += 1
@@ -191,6 +203,9 @@ def render(r: FileReport, top: int = 10) -> str:
         + (f", malformed {r.malformed_lines}" if r.malformed_lines else ""),
         "  kinds         " + (", ".join(f"{k} {n}" for k, n in sorted(r.by_kind.items())) or "none"),
     ]
+    if r.clock_jumps:
+        lines.append(f"  clock jumps   {r.clock_jumps} (the clock set a year or more ahead or a day or more back between "
+                     "lines: replay and the agent report each, split no request over it)")
     if r.by_rule:
         lines.append("  rules         " + ", ".join(f"{k} {n}" for k, n in r.by_rule.items()))
     for title, counter in (("top unrecognised templates", r.unrecognised), ("malformed (a known start, an unknown rest)", r.malformed)):

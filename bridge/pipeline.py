@@ -7,6 +7,7 @@ sinks (OTLP, waterfall, summary) are plain callables taking a timeline.
 from __future__ import annotations
 
 import os
+from itertools import islice
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from datetime import timezone, tzinfo
@@ -32,6 +33,9 @@ class ReplayConfig:
     year: int | None = None
     assemble: AssembleConfig = AssembleConfig()
     rules: Rules | None = None  # user line rules (--rules), run where the built-in grammar found nothing
+    # Open requests kept per stream; beyond this the oldest are closed (counted in
+    # `assemble.requests_capped`): the agent's `max_open_requests`, with its default.
+    max_open_requests: int = 100_000  # (tests/test_open_cap.py: the agent's default)
 
 
 @dataclass(slots=True)
@@ -101,6 +105,28 @@ def drive(records: Callable[[], Iterable[Record]], parse: Callable, feed: Callab
             failed_at = pos
 
 
+#: Lines between two looks at the open-request limit: the agent looks once per read (a chunk of
+#: the file), so both overshoot it by at most a few thousand requests and memory stays bounded.
+_CAP_EVERY = 4096
+
+
+def bounded(lines: Iterable, assembler: Assembler, keep: int, errors: Callable, path: str) -> Iterable:
+    """`lines`, passed on as they are; after each `_CAP_EVERY` of them the assembler's oldest open
+    requests are closed until `keep` remain (`Assembler.evict_oldest`), as the agent does after
+    each read: a log of requests that start and never end no longer holds them all until its end."""
+    it = iter(lines)
+    while True:
+        chunk = list(islice(it, _CAP_EVERY))
+        if not chunk:
+            return
+        yield from chunk
+        if assembler.open_requests > keep:
+            try:
+                assembler.evict_oldest(keep)
+            except Exception as exc:
+                errors("assemble", path, None, exc)
+
+
 def replay(paths: Iterable[str], sinks: list[Sink], config: ReplayConfig = ReplayConfig(),
            log=None) -> ReplayStats:
     """Run the files through the pipeline. The files of one container's stream (its rotated
@@ -123,7 +149,7 @@ def replay(paths: Iterable[str], sinks: list[Sink], config: ReplayConfig = Repla
             assembler.add_file(gen, source)
             stream = RecordStream(Decoder(tz=config.tz, year=config.year, mtime=os.stat(path).st_mtime))
             at = [-1]
-            lines = read_lines(path, gen << GEN_SHIFT, at)
+            lines = bounded(read_lines(path, gen << GEN_SHIFT, at), assembler, config.max_open_requests, errors, path)
             drive(lambda: stream.over(lines), parser.parse, assembler.feed, errors, path,
                   lambda: max(at[0], 0))
             _add_into(stats.decode, stream.decoder.stats)

@@ -60,7 +60,13 @@ class AgentCollector:
         yield counter("requests_finished", "Requests assembled and handed to export.", s["requests_emitted"])
         yield counter("requests_evicted", "Requests ended by TTL or the open-request limit (incomplete).",
                       s["requests_evicted"])
+        yield counter("requests_capped", "Requests closed early because max_open_requests were open: the oldest "
+                      "first (an unended one exported as incomplete, also in requests_evicted).",
+                      s.get("requests_capped", 0))
         yield counter("engine_incidents", "Engine-wide incidents (vllm.engine spans).", s["engine_incidents"])
+        yield counter("clock_jumps", "Steps of a log's clock between neighbouring lines (a year or more ahead, a day "
+                      "or more back): a vllm.clock_jump event on the requests in flight; no request split by it.",
+                      s.get("clock_jumps", 0))
         yield counter("spans_exported", "Spans acknowledged by the receiver.", s["spans_sent"])
         yield counter("spans_retried", "Spans in export attempts that failed and were retried.", s["spans_retried"])
         yield counter("spans_dropped", "Spans dropped after the export give-up time.", s["spans_dropped"])

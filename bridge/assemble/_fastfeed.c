@@ -7,8 +7,8 @@
  *
  *   - the event is a BlockAllocated, BlockFreed or RequestSummary (exact types; a summary
  *     without the vLLM plugin's phase times);
- *   - the record's time is not newer than the assembler's clock (no tick is due) and no NCCL
- *     timeout is held;
+ *   - the record's time is not newer than the assembler's clock (no tick is due), nor a day or
+ *     more older (a clock set back: `_clock_jumped`), and no NCCL timeout is held;
  *   - the request id is open (so `_seed_id` is the id itself), and, for an allocation or a
  *     summary, not over (so `_start` continues it rather than starting a new occurrence);
  *   - the record's time decides the tick; the event's own exact time (`at_ns`, when an int)
@@ -98,6 +98,26 @@ static int add(PyObject **p, long delta) {
     return 0;
 }
 
+/* clock.py BEHIND_NS: a step back this long is a clock jump, which feed() handles (the module's
+ * BEHIND_NS; tests/test_clock_jumps.py checks it is clock.py's). */
+#define BEHIND_NS (86400LL * 1000000000LL)
+
+/* 1 when `ts` lies BEHIND_NS or more before `now` (both ints), 0 if not, -1 on error. Stamps past
+ * int64 (after 2262) are compared as Python ints. */
+static int set_back(PyObject *now, PyObject *ts) {
+    int o1 = 0, o2 = 0;
+    long long a = PyLong_AsLongLongAndOverflow(now, &o1), b = PyLong_AsLongLongAndOverflow(ts, &o2);
+    if ((a == -1 || b == -1) && PyErr_Occurred())
+        return -1;
+    if (!o1 && !o2)
+        return a >= b && (unsigned long long)a - (unsigned long long)b >= (unsigned long long)BEHIND_NS;
+    PyObject *limit = PyLong_FromLongLong(BEHIND_NS), *d = PyNumber_Subtract(now, ts);
+    int r = limit && d ? PyObject_RichCompareBool(d, limit, Py_GE) : -1;
+    Py_XDECREF(limit);
+    Py_XDECREF(d);
+    return r;
+}
+
 /* feed()'s checks: no tick due and no NCCL timeout held. 1: go on, 0: decline, -1: error.
  * A later stamp before the next sweep only advances `_now`, as feed() does: CRI and JSON
  * stamps differ on every line, and declining those would leave their lines to Python. */
@@ -106,9 +126,12 @@ static int quiet(Feeder *self, PyObject *ts) {
     if (now == NULL)
         return -1;
     int newer = PyObject_RichCompareBool(ts, now, Py_GT);
+    int behind = newer == 0 ? set_back(now, ts) : 0;
     Py_DECREF(now);
-    if (newer < 0)
+    if (newer < 0 || behind < 0)
         return -1;
+    if (behind)
+        return 0; /* the clock was set back: feed()'s `_clock_jumped` */
     if (newer) {
         PyObject *sweep = PyObject_GetAttr(self->assembler, s_next_sweep);
         if (sweep == NULL)
@@ -470,7 +493,8 @@ PyMODINIT_FUNC PyInit__fastfeed(void) {
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
-    if (PyModule_AddObjectRef(m, "Feeder", (PyObject *)&FeederType) < 0) {
+    if (PyModule_AddObjectRef(m, "Feeder", (PyObject *)&FeederType) < 0 ||
+        PyModule_AddObject(m, "BEHIND_NS", PyLong_FromLongLong(BEHIND_NS)) < 0) {
         Py_DECREF(m);
         return NULL;
     }

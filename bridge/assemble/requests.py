@@ -23,6 +23,7 @@ from types import MethodType
 from dataclasses import dataclass, replace
 
 from bridge.assemble import ids
+from bridge.assemble.clock import AHEAD_NS as _AHEAD_NS, BEHIND_NS as _BEHIND_NS, ClockWatch, jump_attrs
 from bridge.parse.context import Rule, w3c_rule
 from bridge.assemble.build import _request_timeline, engine_timeline, request_timeline
 from bridge.assemble.diagnosis import Thresholds
@@ -132,6 +133,8 @@ class AssembleStats:
     stop_errors: int = 0   # error records during a deliberate stop: part of the stop, no incident
     death_errors: int = 0  # error records after an engine death's incident went out: part of it
     reused_concurrent: int = 0  # requests received under an id another request held at the time
+    requests_capped: int = 0  # closed early by `evict_oldest` (the open-request limit), ended or not
+    clock_jumps: int = 0  # the stream's clock leapt between neighbouring lines (bridge.assemble.clock)
 
 
 def _exact(record: Record, ev) -> Record:
@@ -260,6 +263,8 @@ class Assembler:
         self._pending_nccl: tuple[Record, NcclTimeout] | None = None
         self._now = 0
         self._next_sweep = 0
+        self._clock = ClockWatch(max(self._ttl_ns, self._linger_ns, _IDLE_GRACE_NS))  # the latest clock jump
+        self._guess_ns = -1  # `_now` when a line with no stamp of its own set it (its file's time)
         self._startup: Startup | None = None
         self._engine: dict = {}  # what the banner said: gen_ai.request.model, vllm.version
         # Each change of those facts with the position of the line that made it, so a resume
@@ -327,9 +332,17 @@ class Assembler:
     def feed(self, record: Record, event) -> None:
         ts = record.ts_ns
         if ts > self._now:
+            # a clock jump, not years of silence; a line with no stamp of its own (its file's
+            # time, at the start of a file) is no reading of the clock, ahead or back (`_guess_ns`)
+            if ts - self._now >= _AHEAD_NS and self._now and record.clock != CLOCK_ANCHORED:
+                self._clock_jumped(ts)
             self._now = ts
             if ts >= self._next_sweep:
+                if record.clock == CLOCK_ANCHORED:
+                    self._guess_ns = ts
                 self.tick(ts)
+        elif self._now - ts >= _BEHIND_NS and self._now != self._guess_ns:  # a clock set back (_fastfeed.c declines these)
+            self._clock_jumped(ts)
         if self._pending_nccl is not None and type(event) is not NcclHint:
             self._flush_nccl(None)
         self._handlers[type(event)](record, event)
@@ -342,9 +355,10 @@ class Assembler:
             self._flush_nccl(None)
         if self._incident_open is not None and now_ns - self._incident_open.last_ns >= _INCIDENT_WINDOW_NS:
             self._close_incident()
-        linger_deadline = now_ns - self._linger_ns
-        ttl_deadline = now_ns - self._ttl_ns
-        idle_deadline = now_ns - _IDLE_GRACE_NS
+        # a deadline before the latest clock jump counts from the jump: the jump ends nothing
+        linger_deadline = self._clock.deadline(now_ns - self._linger_ns)
+        ttl_deadline = self._clock.deadline(now_ns - self._ttl_ns)
+        idle_deadline = self._clock.deadline(now_ns - _IDLE_GRACE_NS)
         if self._startup is not None and self._startup.end_ns <= ttl_deadline:
             self._end_startup()
         for r in [r for r in self._in_flight.values()
@@ -354,6 +368,7 @@ class Assembler:
             r for r in self._open.values()
             if (r.terminal_ns is not None and r.terminal_ns <= linger_deadline) or r.last_ns <= ttl_deadline
         ]
+        due += self._clock.stale(self._open.values(), now_ns, due)  # stamped before a jump back, TTL over
         for r in due:
             if r.terminal_ns is None:
                 self.stats.requests_evicted += 1
@@ -363,6 +378,22 @@ class Assembler:
         if len(self._gone) > _GONE_KEPT or (self._gone and next(iter(self._gone.values())) <= ttl_deadline):
             gone = sorted(self._gone.items(), key=lambda kv: kv[1])[-_GONE_KEPT:]
             self._gone = {k: v for k, v in gone if v > ttl_deadline}
+
+    def _clock_jumped(self, ts: int) -> None:
+        """The stream's clock jumped between two lines (`bridge.assemble.clock`): counted, an event on
+        every request not yet emitted with both stamps, and the assembler's clock follows it. It ends no
+        request: deadlines count from it. An incident's window or a held NCCL line closes at it."""
+        before = self._now
+        self.stats.clock_jumps += 1
+        if self._pending_nccl is not None:
+            self._flush_nccl(None)
+        if self._incident_open is not None:
+            self._close_incident()
+        event = SpanEvent("vllm.clock_jump", ts, jump_attrs(before, ts))
+        for r in self._open.values():  # in flight, or waiting for its last block frees
+            r.add_event(event, False)
+        self._clock.jump(before, ts)
+        self._now = self._next_sweep = ts
 
     def flush(self) -> None:
         """End of input: everything still open is emitted, unfinished requests as incomplete."""
@@ -433,6 +464,7 @@ class Assembler:
         if excess <= 0:
             return 0
         for r in list(self._open.values())[:excess]:
+            self.stats.requests_capped += 1  # one by one: a /metrics scrape meanwhile sees what is closed
             if r.terminal_ns is None:
                 self.stats.requests_evicted += 1
                 self._close_unended(r)
