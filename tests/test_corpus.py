@@ -38,8 +38,6 @@ FACT_KEYS = {"model": "gen_ai.request.model", "version": "vllm.version"}
 #: (excerpt, aspect) → the gap that keeps the bridge from meeting it. Strict: a fixed gap fails
 #: here until its row is removed.
 GAPS: dict[tuple[str, str], str] = {
-    ("cuda/llm-d-391-stern-nixl-request-finished.log", "requests"):
-        "the NIXL connector's DEBUG 'request_finished(<id>), request_status=…' names a request the bridge does not read",
     ("hpu/vllm-fork-1557-rank-warmup-notimplemented.log", "error"):
         "a rank-prefixed traceback whose indentation the paste squashed is not joined: its frames are lost",
     ("cuda/vllm-27194-bracket-artifact-stream.log", "incidents"):
@@ -48,8 +46,6 @@ GAPS: dict[tuple[str, str], str] = {
         "a header whose ']' came through as '[]' ([serving_chat.py:1136[]) is not read as vLLM's header",
     ("cuda/vllm-27194-bracket-artifact-stream.log", "at"):
         "a header whose ']' came through as '[]' ([serving_chat.py:1136[]) is not read as vLLM's header",
-    ("cuda/kvcached-304-failed-start-graph-profile.log", "startup"):
-        "'Profiling CUDA graph memory' is no startup fact: no startup span opens",
     ("cuda/vllm-2734-ray-nccl-ansi-remnant.log", "incidents"):
         "Ray's ESC-less colour code after a leading space (' [36m(RayWorkerVllm …) [0m') is not taken off",
     ("cuda/vllm-2734-ray-nccl-ansi-remnant.log", "error"):
@@ -66,8 +62,6 @@ GAPS: dict[tuple[str, str], str] = {
         "CANN's '[ERROR] 2025-06-17-01:09:15' stamp is not read; unstamped lines take the file's mtime",
     ("ascend/vllm-ascend-6242-triton-compile-failed-start.log", "error"):
         "a worker failure told only by the command that failed (clang++): nothing read says the engine was starting",
-    ("cuda/llm-d-355-waiting-for-remote-kvs.log", "requests"):
-        "the scheduler's DEBUG 'is still in WAITING_FOR_REMOTE_KVS state' line names a request the bridge does not read",
     ("cpu/kserve-4657-container-prefix-import-traceback.log", "incidents"):
         "a 'kserve-container ' column before each line is not taken off",
     ("cpu/kserve-4657-container-prefix-import-traceback.log", "at"):
