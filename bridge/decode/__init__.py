@@ -12,7 +12,7 @@ from datetime import timezone, tzinfo
 from bridge.decode.clock import MAX_NS, HeaderClock, Rfc3339
 from bridge.decode.framing import CLOUD, CRI, DOCKER, PLAIN, CloudUnwrapper, CriUnwrapper, DockerUnwrapper, detect
 from bridge.decode.jsonline import parse_json_line
-from bridge.decode.prefix import HEADER, split_prefix
+from bridge.decode.prefix import FULL_LEVEL, HEADER, split_prefix
 from bridge.decode.record import CLOCK_ANCHORED, CLOCK_HEADER, CLOCK_JSON, CLOCK_RUNTIME, CLOCK_SHIPPER, Record
 from bridge.tail.source import Source, source_for
 
@@ -184,6 +184,8 @@ class Decoder:
             shipper = False
         if m is not None:
             level, stamp, origin = m.groups()
+            if level in FULL_LEVEL:  # a header whose level lost its first letter (prefix.CLIPPED_HEADER)
+                level = FULL_LEVEL[level]
             message = line[m.end():]
             if runtime_ts is not None:
                 ts, clock = runtime_ts, (CLOCK_SHIPPER if shipper else CLOCK_RUNTIME)

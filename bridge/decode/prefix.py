@@ -21,17 +21,30 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-# LEVEL MM-DD HH:MM:SS file.py:LINE] message   (v0.8+ writes [file.py:LINE]; DEBUG a relative path)
+# LEVEL MM-DD HH:MM:SS file.py:LINE] message   (v0.8+ writes [file.py:LINE]; DEBUG a relative path).
+# A logging config's own `datefmt` may leave the seconds out (`11-03 23:14`); a markdown renderer
+# turns the `]` that closes `[file.py:LINE]` into `[]`.
 HEADER = re.compile(
-    r"(DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d+)? \[?([^\s\]]+:\d+)\] ?"
+    r"(DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d \d\d:\d\d(?::\d\d)?)(?:[.,]\d+)? \[?([^\s\]]+:\d+)(?:\]|\[\]) ?"
 )
 # (APIServer pid=1) (VllmWorker rank=0 pid=5) (VllmWorker TP0 pid=5) (RayWorkerWrapper pid=206994, ip=10.0.0.1)
-_PROCESS = re.compile(r"\(([A-Za-z_][\w.-]*(?: [A-Za-z_][\w.=-]*)*? pid=\d+(?:, ip=[0-9A-Fa-f.:]+)?)\) ?")
+# The same header whose level lost its first letter, at a line's very start (a paste or a terminal
+# selection that began one column late: `NFO 12-17 10:47:07 [loader.py:458] …`); FULL_LEVEL names it.
+CLIPPED_HEADER = re.compile("(NFO|EBUG|ARNING|RROR|RITICAL)" + HEADER.pattern[HEADER.pattern.index(")") + 1:])
+FULL_LEVEL = {"NFO": "INFO", "EBUG": "DEBUG", "ARNING": "WARNING", "RROR": "ERROR", "RITICAL": "CRITICAL"}
+# (ServeReplica:app:Deployment pid=1, ip=10.0.0.1): a Ray Serve replica's actor name holds `:`
+_PROCESS = re.compile(r"\(([A-Za-z_][\w.:-]*(?: [A-Za-z_][\w.=-]*)*? pid=\d+(?:, ip=[0-9A-Fa-f.:]+)?)\) ?")
 # 2025-10-22T09:33:49.123Z, 2025-10-22 09:33:49,123 +02:00 … (Fluent Bit, Vector, Promtail, journald exports),
 # then one separator: what follows may be a traceback line whose indentation is its meaning
 _ISO = re.compile(
     r"(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d:\d\d)([.,]\d{1,9})?\s?(Z|z|[+-]\d\d:?\d\d| ?UTC| ?GMT)?\b(?:\s?[|,;\]])?\s?"
 )
+# A wrapper that relays a child process's output lines verbatim after its own stamp, level and
+# source: a log4j pattern `[%-5p] %t %c - ` (TorchServe: `[INFO ] W-9000-model_1.0-stdout MODEL_LOG - `),
+# Rust tracing's `LEVEL crate::module: ` (NVIDIA Dynamo: `DEBUG dynamo_run::subprocess: `). What
+# follows is the child's line as it wrote it (a traceback's indentation kept).
+_RELAY = re.compile(r"\[(?:TRACE|DEBUG|INFO|WARN|ERROR|FATAL) ?\] \S+ \S+ - "
+                    r"|(?:TRACE|DEBUG| ?INFO| ?WARN|ERROR) [A-Za-z_]\w*(?:::\w+)+: ")
 # `  | ` (a log viewer's gutter), `vllm-1  | ` (docker compose): at most a name, then the bar
 # (a name starts the line; spaces then a bar would also be a traceback's code line `    a | b`)
 _VIEWER = re.compile(r"(?: {0,4}|[\w.-]+ +)\| ")
@@ -89,7 +102,15 @@ def split_prefix(line: str) -> Split:
         m = _SYSLOG_TAG.match(line, pos)
         if m is not None:
             pos = m.end()
+    if stamp:
+        m = _RELAY.match(line, pos)
+        if m is not None:
+            pos = m.end()
     if line.startswith("[", pos) and _BARE_SGR.match(line, pos) is not None:
+        line = _strip_bare_sgr(line, pos)
+    elif line.startswith(" [", pos) and _BARE_SGR.match(line, pos + 1) is not None:
+        # the same codes, their ESC byte turned into a space: ` [36m(RayWorker pid=1) [0m …`
+        pos += 1
         line = _strip_bare_sgr(line, pos)
     process = ""
     m = _PROCESS.match(line, pos)
@@ -105,6 +126,8 @@ def split_prefix(line: str) -> Split:
             process = f"{process} rank={m[1]}" if process else f"rank={m[1]}"
             pos = m.end()
     h = HEADER.search(line, pos)
+    if h is None and pos == 0:
+        h = CLIPPED_HEADER.match(line)
     if h is None:
         if line.startswith(("[", "E", "W", "I", "F"), pos):
             t = _TORCH.match(line, pos)
@@ -129,4 +152,6 @@ def _strip_bare_sgr(line: str, pos: int) -> str:
         return line[:pos] + line[m.end():]
     close = p.end(1) + 1   # just past `)`
     s = _BARE_SGR.match(line, close)
+    if s is None and line.startswith(" [", close):  # its ESC byte turned into a space
+        s = _BARE_SGR.match(line, close + 1)
     return line[:pos] + line[m.end():close] + line[s.end() if s is not None else close:]

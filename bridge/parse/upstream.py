@@ -806,6 +806,9 @@ _CLIENT_ERROR = Notice("client_error")
 _UVICORN_JSON_ACCESS = re.compile(r"\S+ - \"(\S+) (\S+) HTTP/[\d.]+\" (\d{3})")
 
 
+#: A Python traceback's frame line (decode joins the frames that follow it into one record).
+_FRAME = re.compile(r'  File "[^"\n]+", line \d+, in ')
+
 #: vLLM's process prefix alone (`(VllmWorker TP0 pid=42)`): decode takes a prefix off only when
 #: a message follows it.
 _PROCESS_ONLY = re.compile(r"\([A-Za-z_][\w.-]*(?: [A-Za-z_][\w.=-]*)*? pid=\d+(?:, ip=[0-9A-Fa-f.:]+)?\)\s*")
@@ -856,6 +859,8 @@ def fallback(msg: str, level: str, origin: str = "") -> Event | None:
         if c.isdigit() and (k := _KSERVE.match(msg)) is not None:
             # KServe's model server around vLLM, its own lines: its errors are the server's failures
             return engine_error(msg[k.end():]) if k[1] in ("ERROR", "CRITICAL") else _WRAPPER_LOG
+        if c == " " and _FRAME.match(msg):
+            return engine_error(msg)  # a traceback whose start was cut off: its frames, maybe its end
         if _progress(msg) or _PY_WARNING.match(msg) or msg.startswith(_LIBRARY_NOISE):
             return _NOISE
         if c.isdigit() and " Engines Aggregated: " in msg[:24]:
