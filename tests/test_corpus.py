@@ -40,15 +40,6 @@ FACT_KEYS = {"model": "gen_ai.request.model", "version": "vllm.version"}
 GAPS: dict[tuple[str, str], str] = {
     ("hpu/vllm-fork-1557-rank-warmup-notimplemented.log", "error"):
         "a rank-prefixed traceback whose indentation the paste squashed is not joined: its frames are lost",
-    ("cuda/vllm-28714-interleaved-engine-apiserver.log", "at"):
-        "an unstamped line before the first stamp takes the file's mtime, not the next stamp (the engine core's raw "
-        "frames, read as its traceback since a cut traceback's frames are one, come first)",
-    ("cuda/vllm-8978-nccl-all-ranks.log", "at"):
-        "an unstamped line before the first stamp takes the file's mtime, not the next stamp",
-    ("ascend/vllm-ascend-4744-init-failed-ascend-stamp.log", "at"):
-        "CANN's '[ERROR] 2025-12-05-07:51:07' stamp is not read; unstamped lines take the file's mtime",
-    ("ascend/vllm-ascend-1249-raw-traceback-init-failed.log", "at"):
-        "CANN's '[ERROR] 2025-06-17-01:09:15' stamp is not read; unstamped lines take the file's mtime",
     ("ascend/vllm-ascend-6242-triton-compile-failed-start.log", "error"):
         "a worker failure told only by the command that failed (clang++): nothing read says the engine was starting",
     ("cpu/kserve-4657-container-prefix-import-traceback.log", "incidents"):
@@ -56,33 +47,24 @@ GAPS: dict[tuple[str, str], str] = {
     ("cpu/kserve-4657-container-prefix-import-traceback.log", "at"):
         "a 'kserve-container ' column before each line is not taken off",
     ("cuda/torchserve-3365-model-log-hf-fetch.log", "at"):
-        "TorchServe's '… [INFO ] W-9000-model_1.0-stdout MODEL_LOG - ' wrapper is not taken off",
+        "a cut traceback's source line before its first frame (the excerpt's first line, '    get_hf_file_metadata(…)') "
+        "is not part of the record: the incident starts at the first '  File' frame, a millisecond later",
     ("cuda/dynamo-1492-worker-died-sigterm-start.log", "error"):
         "the death line lost its stamp's first digit in the paste and is not read; the traceback alone reads as a failed start",
-    ("cuda/vllm-14574-buildkite-utc-vs-local.log", "at"):
-        "a CI runner's '  | [ISO Z]' stamp does not win over vLLM's local-time header",
-    ("cuda/vllm-3053-sigsegv-ray-logging-cc.log", "at"):
-        "an unstamped first line takes the file's mtime; Ray's logging.cc stamp is not read",
     ("xpu/arc-b70-4-kv-cache-short-wrapped.log", "error"):
         "a terminal-wrapped exception line is split into two records: the KV-cache message is not read whole",
-    ("cuda/higgs-audio-123-hub-401-then-restart.log", "at"):
-        "an unstamped line before the first stamp takes the file's mtime, not the next stamp",
     ("ascend/vllm-ascend-1987-npu-oom-one-line.log", "incidents"):
         "an exception line behind a user's label ('【BUG】：') is not read",
     ("ascend/vllm-ascend-1987-npu-oom-one-line.log", "error"):
         "an exception line behind a user's label ('【BUG】：') is not read",
     ("ascend/vllm-ascend-644-v1-engine-exception-visual.log", "error"):
         "a traceback fragment entirely inside the model's forward: nothing read says it was serving",
-    ("cuda/vllm-13957-engine-iteration-timeout-app-logger.log", "at"):
-        "an unstamped traceback before the app's stamped line takes the file's mtime",
     ("cuda/vllm-32761-json-pretty-uncaught-401.log", "incidents"):
         "a pretty-printed (multi-line) JSON record is not read",
     ("cuda/vllm-32761-json-pretty-uncaught-401.log", "error"):
         "a pretty-printed (multi-line) JSON record is not read",
     ("cuda/vllm-32761-json-pretty-uncaught-401.log", "at"):
         "a pretty-printed (multi-line) JSON record is not read",
-    ("cuda/kserve-5056-model-server-failed-init.log", "at"):
-        "the unstamped traceback before KServe's stamped line takes the file's mtime, not the next stamp",
 }
 
 
@@ -200,8 +182,7 @@ NOT_VLLM: tuple[tuple[str, str], ...] = (
     (r"kserve-container ", "kubectl/stern's container column before each line (GAPS: kserve-4657)"),
     (r"<n> kserve\.trace Received request ", "KServe's own request log line (its sampling parameters)"),
     (r"(?:<n> )?uvicorn\.access INFO: ", "uvicorn's access logger in KServe's format"),
-    (r"\[<n>-<n>-<n> <n>\] LMCache |The KV cache will not be stored\.", "LMCache's own logger"),
-    (r"\[<n>-<n>-<n> <n>\] (?:INFO|ERROR): ", "the production-stack router's own logger"),
+    (r"(?:\[<n>-<n>-<n> <n>\] )?LMCache |The KV cache will not be stored\.", "LMCache's own logger"),
     (r"(?:src(?:/\S*?\.rs|<path>):<n>: |'…' (?:vLLM route_completion|Using direct URL mode))",
      "vllm-router's (Rust) own lines"),
     (r"- run_vllm_api_server\.py:<n> - ", "Tenstorrent's launcher script's logger"),
@@ -213,7 +194,7 @@ NOT_VLLM: tuple[tuple[str, str], ...] = (
     # libraries and runtimes inside vLLM's processes
     (r"(?:The actor is dead because|Set the environment variable HYDRA_FULL_ERROR)",
      "Ray's actor-death detail and Hydra's hint, continuation lines of their errors"),
-    (r"(?:\[<n>-<n>-<n> <n> E <n> <n>\] logging\.cc:|PC: @ )", "Ray's (absl) fatal-signal handler"),
+    (r"(?:logging\.cc:<n>: |PC: @ )", "Ray's (absl) fatal-signal handler (its C++ logger's stamp taken off)"),
     (r"(?:Stack|Current thread <hex>) \(most recent call first\):", "Python's faulthandler"),
     (r"frame #<n>: ", "torch's C++ (c10) backtrace"),
     (r"'…' vllm \(APIServer pid=<n>\) \(EngineCore_DP<n> pid=<n>\) \[rank<n>\]:W<n> ",

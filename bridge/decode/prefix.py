@@ -45,6 +45,7 @@ _ISO = re.compile(
 # follows is the child's line as it wrote it (a traceback's indentation kept).
 _RELAY = re.compile(r"\[(?:TRACE|DEBUG|INFO|WARN|ERROR|FATAL) ?\] \S+ \S+ - "
                     r"|(?:TRACE|DEBUG| ?INFO| ?WARN|ERROR) [A-Za-z_]\w*(?:::\w+)+: ")
+_RAY_CC = re.compile(r"[DIWEF] \d+ \d+\] ")
 # `  | ` (a log viewer's gutter), `vllm-1  | ` (docker compose): at most a name, then the bar
 # (a name starts the line; spaces then a bar would also be a traceback's code line `    a | b`)
 _VIEWER = re.compile(r"(?: {0,4}|[\w.-]+ +)\| ")
@@ -57,7 +58,14 @@ _BARE_SGR = re.compile(r"\[[0-9;]{0,8}m")
 # torch elastic's `[rank3]: ` before every line a rank prints (`[rank1]:[E…` is torch C++'s own, kept)
 _RANK = re.compile(r"\[rank(\d+)\]: ")
 # torch C++ (c10 / glog) lines: `[E1022 09:33:49.123456 1234 ProcessGroupNCCL.cpp:1316] …`, also without `[`
-_TORCH = re.compile(r"\[?[EWIF](\d\d)(\d\d) (\d\d:\d\d:\d\d)\.(\d{1,9}) +\d+ [^\s\]]+:\d+\]")
+# (torch elastic's `[rank2]:` right before it, no space; torch ≥ 2.4 writes no thread id:
+# `[rank2]:[E1001 16:06:04.537131842 ProcessGroupNCCL.cpp:607]`)
+_TORCH = re.compile(r"(?:\[rank\d+\]:)?\[?[EWIF](\d\d)(\d\d) (\d\d:\d\d:\d\d)\.(\d{1,9})(?: +\d+)? +[^\s\]]+:\d+\]")
+
+
+# torch_npu's (Ascend) error report: `[ERROR] 2025-12-05-07:51:07 (PID:585, Device:-1, RankID:-1) ERR99999 …`,
+# the node's local time; read as the line's own stamp, the message kept whole
+_NPU = re.compile(r"\[(?:ERROR|WARNING|INFO|DEBUG|EVENT)\] \d{4}-(\d\d)-(\d\d)-(\d\d:\d\d:\d\d) \(PID:")
 
 
 class Split(NamedTuple):
@@ -84,6 +92,19 @@ def split_prefix(line: str) -> Split:
         if m is not None:
             pos = m.end()
     c = line[pos:pos + 1]
+    if c == "[" and line[pos + 1:pos + 2].isdigit():
+        # a bracketed stamp: a CI runner's `[2025-03-10T15:07:20Z] ` (Buildkite), Ray's C++ logger's
+        # `[2024-02-27 16:09:19,123 E 1234 5678] ` (its level, pid and thread inside)
+        m = _ISO.match(line, pos + 1)
+        if m is not None and not m[0].rstrip().endswith("]"):
+            r = _RAY_CC.match(line, m.end())
+            m = None if r is None else r
+        if m is not None:
+            date, hms, frac, tz = _ISO.match(line, pos + 1).groups()
+            tz = (tz or "Z").strip()
+            stamp = f"{date}T{hms}{'.' + frac[1:] if frac else ''}{'Z' if tz in ('UTC', 'GMT') else tz}"
+            pos = m.end()
+            c = ""
     if c.isdigit():
         m = _ISO.match(line, pos)
         if m is not None:
@@ -134,6 +155,8 @@ def split_prefix(line: str) -> Split:
             if t is not None:   # a torch C++ line: its own stamp, the message kept whole
                 mm, dd, hms, frac = t.groups()
                 own, own_ns = f"{mm}-{dd} {hms}", int(frac[:9].ljust(9, "0"))
+            elif (t := _NPU.match(line, pos)) is not None:
+                own, own_ns = f"{t[1]}-{t[2]} {t[3]}", 0
         return Split(None, pos, process, stamp, own, own_ns, line)
     if not process and h.start() > pos:  # junk, then the process prefix, then the header
         m = _PROCESS.search(line, pos, h.start())
