@@ -90,6 +90,9 @@ _LINES = [
     ("ERROR multiproc_worker_utils.run: Worker VllmWorkerProcess pid 8773 died, exit code: -15   ", "", "",
      EngineError),
     (" INFO multiproc_worker_utils.run: Killing local vLLM worker processes   ", "", "", Notice("startup_info")),
+    # the same relay whose stamp lost its first digit in a paste (decode could not take it off)
+    ("025-06-12T11:14:08.162Z ERROR multiproc_worker_utils.run: Worker VllmWorkerProcess pid 8773 died, exit code: -15",
+     "", "", EngineError),
     # an empty line a V1 worker wrote: its prefix, nothing after it
     ("(VllmWorker TP1 pid=5311)", "", "", Notice("noise")),
 ]

@@ -50,7 +50,8 @@ GAPS: dict[tuple[str, str], str] = {
         "a cut traceback's source line before its first frame (the excerpt's first line, '    get_hf_file_metadata(…)') "
         "is not part of the record: the incident starts at the first '  File' frame, a millisecond later",
     ("cuda/dynamo-1492-worker-died-sigterm-start.log", "error"):
-        "the death line lost its stamp's first digit in the paste and is not read; the traceback alone reads as a failed start",
+        "the worker's death (-15) is read, but one incident holds it and the traceback that follows, and the "
+        "traceback's start frames make the incident a failed start",
     ("xpu/arc-b70-4-kv-cache-short-wrapped.log", "error"):
         "a terminal-wrapped exception line is split into two records: the KV-cache message is not read whole",
     ("ascend/vllm-ascend-1987-npu-oom-one-line.log", "incidents"):
@@ -175,9 +176,6 @@ NOT_VLLM: tuple[tuple[str, str], ...] = (
     (r"(?:Please verify the following requirements:|<n>\. (?:Provide a valid|Specify a local))",
      "the second and later lines of an exception's message (vLLM's ValueError for an invalid repository id): no "
      "log line; the exception line is read (model_load)"),
-    (r"<n>-<n>-<n>T<n>Z ERROR multiproc_worker_utils\.run: ",
-     "vLLM's worker-death line relayed by Dynamo, whose stamp lost its first digit in the paste (GAPS: "
-     "dynamo-1492); the same line with its stamp whole is read"),
     # wrappers and their own lines
     (r"kserve-container ", "kubectl/stern's container column before each line (GAPS: kserve-4657)"),
     (r"<n> kserve\.trace Received request ", "KServe's own request log line (its sampling parameters)"),

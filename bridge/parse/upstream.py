@@ -817,7 +817,9 @@ _PROCESS_ONLY = re.compile(r"\([A-Za-z_][\w.-]*(?: [A-Za-z_][\w.=-]*)*? pid=\d+(
 #: its Python components' records (vLLM's loggers among them) through Rust's `tracing` as
 #: `<ISO stamp>  INFO <module>.<function>: <message>` (the stamp is taken off by decode; the level
 #: is padded to five characters).
-_RELAYED = re.compile(r" ?(TRACE|DEBUG| INFO|INFO| WARN|WARN|ERROR) ([A-Za-z_]\w*)\.[A-Za-z_]\w*: (?=\S)")
+#: A stamp decode could not read (an ISO stamp that lost digits in a paste: `025-06-12T11:14:08.162Z`)
+#: is dropped: the record's time comes from its neighbours.
+_RELAYED = re.compile(r"(?:\d[\d-]*T[\d:.]+Z)? ?(TRACE|DEBUG| INFO|INFO| WARN|WARN|ERROR) ([A-Za-z_]\w*)\.[A-Za-z_]\w*: (?=\S)")
 _RELAYED_LEVEL = {"TRACE": "DEBUG", "WARN": "WARNING"}
 
 
