@@ -42,10 +42,6 @@ GAPS: dict[tuple[str, str], str] = {
         "a rank-prefixed traceback whose indentation the paste squashed is not joined: its frames are lost",
     ("ascend/vllm-ascend-6242-triton-compile-failed-start.log", "error"):
         "a worker failure told only by the command that failed (clang++): nothing read says the engine was starting",
-    ("cpu/kserve-4657-container-prefix-import-traceback.log", "incidents"):
-        "a 'kserve-container ' column before each line is not taken off",
-    ("cpu/kserve-4657-container-prefix-import-traceback.log", "at"):
-        "a 'kserve-container ' column before each line is not taken off",
     ("cuda/torchserve-3365-model-log-hf-fetch.log", "at"):
         "a cut traceback's source line before its first frame (the excerpt's first line, '    get_hf_file_metadata(…)') "
         "is not part of the record: the incident starts at the first '  File' frame, a millisecond later",
@@ -177,7 +173,6 @@ NOT_VLLM: tuple[tuple[str, str], ...] = (
      "the second and later lines of an exception's message (vLLM's ValueError for an invalid repository id): no "
      "log line; the exception line is read (model_load)"),
     # wrappers and their own lines
-    (r"kserve-container ", "kubectl/stern's container column before each line (GAPS: kserve-4657)"),
     (r"<n> kserve\.trace Received request ", "KServe's own request log line (its sampling parameters)"),
     (r"(?:<n> )?uvicorn\.access INFO: ", "uvicorn's access logger in KServe's format"),
     (r"(?:\[<n>-<n>-<n> <n>\] )?LMCache |The KV cache will not be stored\.", "LMCache's own logger"),

@@ -87,3 +87,11 @@ def test_a_bracketed_stamp_of_a_ci_runner_or_ray_s_cpp_logger_wins_over_the_head
     assert (b.clock, b.message) == ("shipper", "logging.cc:361: *** SIGSEGV received")
     assert b.ts_ns == 1709050159 * 10**9 + 123_000_000
     assert c.process == "RayWorkerWrapper pid=7"  # a colour code is no stamp
+
+
+def test_a_viewer_s_column_read_before_a_header_is_taken_off_the_lines_without_one():
+    a, b = _records("kserve-container INFO 09-02 06:44:03 [__init__.py:245] No platform detected",
+                       "kserve-container Traceback (most recent call last):",
+                       'kserve-container   File "<frozen runpy>", line 198, in _run_module_as_main')
+    assert (a.level, a.message) == ("INFO", "No platform detected")
+    assert b.message == 'Traceback (most recent call last):\n  File "<frozen runpy>", line 198, in _run_module_as_main'

@@ -45,6 +45,9 @@ _ISO = re.compile(
 # follows is the child's line as it wrote it (a traceback's indentation kept).
 _RELAY = re.compile(r"\[(?:TRACE|DEBUG|INFO|WARN|ERROR|FATAL) ?\] \S+ \S+ - "
                     r"|(?:TRACE|DEBUG| ?INFO| ?WARN|ERROR) [A-Za-z_]\w*(?:::\w+)+: ")
+# A viewer's columns before every line, read where a header follows them: one or two names
+# (`kubectl logs --prefix`-like tools, stern's `<pod> <container> `, `kserve-container `)
+_COLUMN = re.compile(r"(?:[A-Za-z][\w.-]* ){1,2}")
 _RAY_CC = re.compile(r"[DIWEF] \d+ \d+\] ")
 # `  | ` (a log viewer's gutter), `vllm-1  | ` (docker compose): at most a name, then the bar
 # (a name starts the line; spaces then a bar would also be a traceback's code line `    a | b`)
@@ -80,6 +83,7 @@ class Split(NamedTuple):
     own_stamp: str = ""  # a year-less local `MM-DD HH:MM:SS` the line carries (journald, torch C++)
     own_frac_ns: int = 0  # its fraction of a second
     line: str = ""       # the line `header` and `message_start` point into (split_prefix may rewrite it)
+    column: str = ""     # words before the header a viewer puts on every line (stern's `pod container `)
 
 
 def split_prefix(line: str) -> Split:
@@ -158,11 +162,15 @@ def split_prefix(line: str) -> Split:
             elif (t := _NPU.match(line, pos)) is not None:
                 own, own_ns = f"{t[1]}-{t[2]} {t[3]}", 0
         return Split(None, pos, process, stamp, own, own_ns, line)
+    column = ""
     if not process and h.start() > pos:  # junk, then the process prefix, then the header
         m = _PROCESS.search(line, pos, h.start())
         if m is not None:
             process = m[1]
-    return Split(h, h.end(), process, stamp, "", 0, line)
+        junk = line[pos:m.start() if m is not None else h.start()]
+        if _COLUMN.fullmatch(junk):
+            column = line[:pos + len(junk)]
+    return Split(h, h.end(), process, stamp, "", 0, line, column)
 
 
 def _strip_bare_sgr(line: str, pos: int) -> str:
