@@ -53,6 +53,7 @@ from bridge.parse.events import (
     RequestDetails,
     RequestFailed,
     RequestFinished,
+    RequestWaiting,
     RequestReceived,
     RequestsAborted,
     RequestEnded,
@@ -311,6 +312,7 @@ class Assembler:
             RequestFinished: self._on_finished,
             RequestsAborted: self._on_aborted,
             RequestFailed: self._on_failed,
+            RequestWaiting: self._on_waiting,
             ResponseGenerated: self._on_generated,
             SequencePreempted: self._on_sequence_preempted,
             EngineStats: self._on_stats,
@@ -1069,6 +1071,11 @@ class Assembler:
                 else:
                     self._fail(r, self._when(record, r), "aborted", "aborted", "RequestAborted",
                                f"Request {rid} aborted")
+
+    def _on_waiting(self, record: Record, ev: RequestWaiting) -> None:
+        """The scheduler holds the request (a decode waiting for remote KV): it is in this engine,
+        opened here if its start was not seen, no phase boundary."""
+        self._resolve(ev.request_id, record)
 
     def _on_failed(self, record: Record, ev: RequestFailed) -> None:
         # V0's "Failing the request" may be its only line: `_resolve` opens it then.

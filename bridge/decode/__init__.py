@@ -12,7 +12,7 @@ from datetime import datetime, timezone, tzinfo
 from bridge.decode.clock import MAX_NS, HeaderClock, Rfc3339
 from bridge.decode.framing import CLOUD, CRI, DOCKER, PLAIN, CloudUnwrapper, CriUnwrapper, DockerUnwrapper, detect
 from bridge.decode.jsonline import parse_json_line
-from bridge.decode.prefix import HEADER, split_prefix
+from bridge.decode.prefix import FULL_LEVEL, HEADER, split_prefix
 from bridge.decode.record import CLOCK_ANCHORED, CLOCK_HEADER, CLOCK_JSON, CLOCK_RUNTIME, CLOCK_SHIPPER, Record
 from bridge.tail.source import Source, source_for
 
@@ -54,7 +54,7 @@ class DecodeStats:
 class Decoder:
     __slots__ = ("stats", "_framing", "_unwrap", "_clock", "_last_ts", "_parts", "_part_offset",
                  "_part_chars", "_part_end", "_part_ts", "_header", "_shipper", "_tz", "_cut", "_part_stream",
-                 "_others")
+                 "_others", "_column")
 
     def __init__(self, *, tz: tzinfo = timezone.utc, year: int | None = None, mtime: float | None = None):
         self.stats = DecodeStats()
@@ -77,6 +77,9 @@ class Decoder:
         # must not be joined into it.
         self._part_stream = ""
         self._others: dict[str, tuple] = {}
+        # the columns a viewer put before the last header (prefix.Split.column): taken off the
+        # header-less lines that start with them too (a traceback under `kserve-container `)
+        self._column = ""
 
     @property
     def framing(self) -> str | None:
@@ -179,6 +182,10 @@ class Decoder:
         m = self._header(line)
         if m is None:  # the slow path: prefixes, shipper stamps, lines with no header
             split = split_prefix(line)
+            if split.column:
+                self._column = split.column
+            elif split.header is None and self._column and line.startswith(self._column):
+                split = split_prefix(line[len(self._column):])
             m, process, line = split.header, split.process, split.line or line
             if split.shipper_stamp and runtime_ts is None:
                 runtime_ts = self._shipper(split.shipper_stamp)
@@ -197,6 +204,8 @@ class Decoder:
             shipper = False
         if m is not None:
             level, stamp, origin = m.groups()
+            if level in FULL_LEVEL:  # a header whose level lost its first letter (prefix.CLIPPED_HEADER)
+                level = FULL_LEVEL[level]
             message = line[m.end():]
             if runtime_ts is not None:
                 ts, clock = runtime_ts, (CLOCK_SHIPPER if shipper else CLOCK_RUNTIME)
