@@ -120,7 +120,8 @@ class Agent:
                              self._checkpointer, redact_url(self._dest.endpoint), self._join, self._gateway_parser,
                              self._detector)
         self.health.stall_timeout = cfg.stall_timeout
-        telemetry = TelemetryServer(cfg.listen, self.health.snapshot, self.health.readiness, self.health.liveness)
+        telemetry = TelemetryServer(cfg.listen, self.health.snapshot, self.health.readiness, self.health.liveness,
+                                    self.health.degraded)
         telemetry.start()
         self.telemetry_port = telemetry.port
         for glob_ in cfg.include:
