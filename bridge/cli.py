@@ -185,6 +185,8 @@ _RUN_METAVAR = {
     "detect_bytes": "BYTES",
     "state_dir": "DIR",
     "start_at": "WHERE",
+    "history_bytes": "BYTES",
+    "history_age": "SECONDS",
     "poll_interval": "SECONDS",
     "linger": "SECONDS",
     "listen": "HOST:PORT",

@@ -154,6 +154,7 @@ class TailStats:
     bytes_cut: int = 0        # the rest of an oversized line past its first MAX_LINE_BYTES: dropped
     lines_long: int = 0       # over LONG_LINE_BYTES, still read whole
     bytes_read: int = 0
+    history_skipped: int = 0  # bytes a first start left unread: older than the history window
 
     def count(self, table: dict[str, int], key: str) -> None:
         table[key] = table.get(key, 0) + 1
@@ -412,8 +413,12 @@ class Follower:
     """Knows every file worth reading and hands out their new lines, round-robin."""
 
     def __init__(self, filters: Filters, *, start_at_end: bool = False, read_chunk: int = 1 << 20,
-                 clock=time.monotonic, max_open: int | None = None, admit=None) -> None:
+                 clock=time.monotonic, max_open: int | None = None, admit=None,
+                 history: tuple[int, float] | None = None) -> None:
         self.filters = filters
+        # A first start from the beginning reads back a bounded window of each file found at
+        # the first look: (bytes, seconds), 0 for no bound (see `_history_start`).
+        self._history = history
         # Descriptors are a budget: past it, the files idle longest are parked (closed, place
         # kept) and reopened by identity when they change; 10,000 files under a 1,024 limit.
         self.max_open = max_open or open_files_budget()
@@ -716,8 +721,46 @@ class Follower:
         elif since is not None:
             self._catch_missed(path, source, since)
         self._know_siblings(path)
-        offset = st.st_size if (first_round and self._start_at_end and ck is None) else 0
-        self._by_path_open(path, source, self._new_generation(source), offset)
+        offset, note = 0, ""
+        if first_round and ck is None:
+            if self._start_at_end:
+                offset = st.st_size
+            elif self._history is not None:
+                offset, note = self._history_start(path, st)
+        self._by_path_open(path, source, self._new_generation(source), offset, note)
+
+    def _history_start(self, path: str, st: os.stat_result) -> tuple[int, str]:
+        """Where a first start begins a file that was there before it, and the note to log.
+        A file last written longer than the age bound ago is started at its end; a longer one
+        than the bytes bound at the first line that starts within its last `bytes` (a line is
+        never read from its middle). Cost: one stat and at most MAX_LINE_BYTES read per file.
+        A `.gz` file is bounded by age only (its size is not what it holds)."""
+        max_bytes, max_age = self._history
+        if max_age and time.time() - st.st_mtime > max_age:
+            if st.st_size:
+                self.stats.history_skipped += st.st_size
+                return st.st_size, f"first start: last written {time.time() - st.st_mtime:.0f} s ago, before " \
+                                   f"history_age ({max_age:g} s): started at its end, {st.st_size} bytes not read"
+            return 0, ""
+        if not max_bytes or st.st_size <= max_bytes or path.endswith(".gz"):
+            return 0, ""
+        start = st.st_size - max_bytes
+        with open(path, "rb") as fh:
+            at = start
+            while at < st.st_size and at - start < MAX_LINE_BYTES:
+                block = os.pread(fh.fileno(), min(1 << 16, st.st_size - at + 1), at - 1)
+                nl = block.find(b"\n")
+                if nl >= 0:
+                    at += nl
+                    break
+                if not block:
+                    break
+                at += len(block)
+            else:
+                at = st.st_size  # no line starts in the window (one line longer than it): nothing old
+        self.stats.history_skipped += at
+        return at, f"first start: the last {st.st_size - at} of {st.st_size} bytes read (history_bytes " \
+                   f"{max_bytes}); {at} older bytes not read"
 
     def _same_file(self, path: str, st: os.stat_result) -> str | None:
         """The name a followed file is read by, if `path` is another name for it."""
@@ -846,12 +889,14 @@ class Follower:
         self._next_gen[source.key] = gen + 1
         return gen
 
-    def _by_path_open(self, path: str, source: Source, generation: int, offset: int) -> TrackedFile | None:
+    def _by_path_open(self, path: str, source: Source, generation: int, offset: int,
+                      history: str = "") -> TrackedFile | None:
         tf = self._open(path, source, generation, offset, detached=False)
         if tf is not None:
             self._by_path[path] = tf
             note = "" if "k8s.pod.name" in source.resource or any(
                 fnmatch.fnmatch(path, p) for p in self.filters.gateway) else _NOT_KUBELET
+            note = "; ".join(n for n in (note, history) if n)
             self.changes.append(Discovery("followed", path, note, source=source.key))
         return tf
 
