@@ -24,6 +24,7 @@ from bridge.parse import Parser
 from bridge.parse.events import EngineConfig, EngineStats, RequestAdded
 from bridge.parse.literals import DOTTED_NAME, mask_literals
 from bridge.tail import read_lines
+from bridge.tail.files import MAX_LINE_BYTES
 from bridge.tail.source import streams
 
 SEED_KINDS = frozenset({"request_summary", "request_ended", "scheduling", "preemption", "queue_state", "block_alloc", "block_free",
@@ -74,6 +75,7 @@ class FileReport:
     version: str = ""
     engine: str = ""
     rotated: list[str] = field(default_factory=list)  # the stream's older files, read before `path`
+    cut: dict[str, int] = field(default_factory=dict)  # lines over MAX_LINE_BYTES: lines_oversized, bytes_cut
 
     @property
     def recognised(self) -> int:
@@ -154,7 +156,7 @@ def check_stream(paths: list[str], rules=None) -> FileReport:
 
     for path in paths:
         stream = RecordStream(Decoder(mtime=os.stat(path).st_mtime))
-        for offset, raw in read_lines(path):
+        for offset, raw in read_lines(path, cut=report.cut):
             report.physical_lines += 1
             if b"] " in raw:
                 if _BRACKETED.search(raw):
@@ -191,6 +193,9 @@ def render(r: FileReport, top: int = 10) -> str:
         + (f", malformed {r.malformed_lines}" if r.malformed_lines else ""),
         "  kinds         " + (", ".join(f"{k} {n}" for k, n in sorted(r.by_kind.items())) or "none"),
     ]
+    if r.cut.get("lines_oversized"):
+        lines.append(f"  oversized     {r.cut['lines_oversized']} line(s) over {MAX_LINE_BYTES >> 20} MiB: cut there, "
+                     f"{r.cut['bytes_cut']} bytes dropped")
     if r.by_rule:
         lines.append("  rules         " + ", ".join(f"{k} {n}" for k, n in r.by_rule.items()))
     for title, counter in (("top unrecognised templates", r.unrecognised), ("malformed (a known start, an unknown rest)", r.malformed)):

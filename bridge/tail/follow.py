@@ -32,10 +32,9 @@ from itertools import accumulate
 
 from bridge.tail.source import Source, live_order, source_for
 from bridge.tail.checkpoint import FileCheckpoint
-from bridge.tail.files import GEN_SHIFT, rotation_key
+from bridge.tail.files import GEN_SHIFT, MAX_LINE_BYTES, rotation_key
 
 FINGERPRINT_BYTES = 256
-MAX_LINE_BYTES = 4 << 20   # a longer line is cut into pieces (counted)
 _CHUNK_MAX = 64 << 20         # a bigger read (a rotated file's rest, all at once) goes line by line
 LONG_LINE_BYTES = 64 << 10  # lines longer than this are counted: a sign of a stuck writer or a dump
 RETIRE_AFTER_S = 5.0       # a detached file quiet this long at its end is closed
