@@ -1092,7 +1092,8 @@ class Follower:
         size = tf.size()
         if size is None:
             return []
-        if size >= tf.offset + len(tf.partial):
+        grown = size >= tf.offset + len(tf.partial)
+        if grown:
             # Not smaller, but it may have been truncated and refilled, or rewritten in place,
             # since we last looked: the first bytes and the bytes before our place tell.
             if not tf.fp_len or tf.offset == 0:
@@ -1128,8 +1129,8 @@ class Follower:
             self.stats.count(self.stats.rotations, "copytruncate")
             self.just_truncated.append(FileCheckpoint(tf.path, tf.source.key, tf.generation, 0, tf.fp, tf.fp_len,
                                                       tf.offset, tf.tail_fp, tf.tail_end))
-        else:
-            self.stats.count(self.stats.rotations, "truncate")
+        else:  # not smaller: other content (refilled after a truncation, or rewritten in place)
+            self.stats.count(self.stats.rotations, "rewrite" if grown else "truncate")
         self._restart(tf)
         return lines
 
