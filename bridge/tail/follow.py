@@ -39,8 +39,9 @@ TAIL_BYTES = 256           # the bytes before the read position a rewrite check 
 # A file unchanged by size and mtime is still checked for an in-place rewrite (its first bytes
 # and the bytes before where it was read to): each file at most once per REWRITE_CHECK_S, at
 # most REWRITE_CHECKS per round (two 256-byte preads each; a parked file an open and a close).
-REWRITE_CHECK_S = 1.0
-REWRITE_CHECKS = 64
+# A rewrite that keeps the size and the mtime is rare; finding it within seconds is enough.
+REWRITE_CHECK_S = 10.0
+REWRITE_CHECKS = 16
 _CHUNK_MAX = 64 << 20         # a bigger read (a rotated file's rest, all at once) goes line by line
 LONG_LINE_BYTES = 64 << 10  # lines longer than this are counted: a sign of a stuck writer or a dump
 RETIRE_AFTER_S = 5.0       # a detached file quiet this long at its end is closed
