@@ -175,3 +175,26 @@ def test_a_checkpoint_from_before_tail_fingerprints_still_resumes(tmp_path):
     second.restore([ck], {ck.source_key: ck.generation + 1})
     second.discover()
     assert _drain(second, clock) == [_lines("eeee")[1]]
+
+
+def test_a_rewrite_right_after_a_restart_is_seen(tmp_path):
+    """Resumed from its checkpoint, a file rewritten (same size, mtime, first bytes) before the
+    agent read it again: the checkpoint's fingerprint of the bytes before its place tells."""
+    path = str(tmp_path / "vllm.log")
+    old = _lines("aaaa")
+    with open(path, "wb") as f:
+        f.writelines(old)
+    clock = Clock()
+    first = Follower(Filters((str(tmp_path / "*.log"),)), clock=clock)
+    first.discover(first_round=True)
+    _drain(first, clock)
+    ck = file_checkpoint(first.files[0], first.files[0].offset)
+    first.close()
+    second = Follower(Filters((str(tmp_path / "*.log"),)), clock=clock)
+    second.restore([ck], {ck.source_key: ck.generation + 1})
+    second.discover()  # resumed at its place: the same file
+    assert second.files[0].offset == ck.offset
+    new = old[:-1] + [old[-1].replace(b"aaaa", b"bbbb")]
+    _rewrite_keeping_size_and_mtime(path, b"".join(new))
+    assert _drain(second, clock) == new
+    assert second.stats.rotations == {"rewrite": 1}

@@ -754,9 +754,12 @@ class Follower:
         ck = self._resume.pop(path, None)
         if ck is not None:
             if ck.inode == st.st_ino and st.st_size >= ck.offset and self._matches(path, ck):
-                if self._by_path_open(path, source, ck.generation, ck.offset) is None:
+                tf = self._by_path_open(path, source, ck.generation, ck.offset)
+                if tf is None:
                     self._resume[path] = ck  # not opened now (permission, no descriptor): kept for the next try
                     return
+                if ck.tail_end >= ck.offset:  # what it was read to: a rewrite before the next read shows
+                    tf.tail_fp, tf.tail_end = ck.tail_fingerprint, ck.tail_end
                 self._know_siblings(path)  # not rotated while we were down: nothing there is new
                 return
             # Rotated (renamed or copied and truncated) between the restore and this look:
