@@ -106,7 +106,8 @@ class Agent:
             Filters(cfg.include + cfg.gateway_include, cfg.exclude, cfg.namespaces, cfg.pods, cfg.containers,
                     cfg.gateway_include),
             start_at_end=cfg.start_at == "end" and first_run, read_chunk=cfg.read_chunk_bytes,
-            admit=self._detector)
+            admit=self._detector,
+            history=(cfg.history_bytes, cfg.history_age) if first_run and cfg.start_at == "beginning" else None)
         for s in sources:
             st = self._state(s.key, None)
             st.skip = {d.key: d.last_offset for d in s.delivered}
@@ -121,7 +122,8 @@ class Agent:
                              self._checkpointer, redact_url(self._dest.endpoint), self._join, self._gateway_parser,
                              self._detector)
         self.health.stall_timeout = cfg.stall_timeout
-        telemetry = TelemetryServer(cfg.listen, self.health.snapshot, self.health.readiness, self.health.liveness)
+        telemetry = TelemetryServer(cfg.listen, self.health.snapshot, self.health.readiness, self.health.liveness,
+                                    self.health.degraded)
         telemetry.start()
         self.telemetry_port = telemetry.port
         for glob_ in cfg.include:
@@ -200,7 +202,9 @@ class Agent:
             if not followed:
                 warn_if_nothing(self.log, followed, self.cfg.include, self._follower.skipped_by_kind())
             elif first_round or not self._followed_last:
-                self.log.info("following", files=followed, skipped=len(self._follower.skipped))
+                history = {"history_skipped_bytes": self._follower.stats.history_skipped} \
+                    if first_round and self._follower.stats.history_skipped else {}
+                self.log.info("following", files=followed, skipped=len(self._follower.skipped), **history)
         self._followed_last = followed
 
     def _shutdown(self) -> None:

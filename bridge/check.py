@@ -26,6 +26,7 @@ from bridge.parse import Parser
 from bridge.parse.events import EngineConfig, EngineStats, RequestAdded
 from bridge.parse.literals import DOTTED_NAME, mask_literals
 from bridge.tail import read_lines
+from bridge.tail.files import MAX_LINE_BYTES
 from bridge.tail.source import streams
 
 SEED_KINDS = frozenset({"request_summary", "request_ended", "scheduling", "preemption", "queue_state", "block_alloc", "block_free",
@@ -77,6 +78,7 @@ class FileReport:
     engine: str = ""
     rotated: list[str] = field(default_factory=list)  # the stream's older files, read before `path`
     clock_jumps: int = 0  # the clock set a year+ ahead or a day+ back between lines (bridge.assemble.clock)
+    cut: dict[str, int] = field(default_factory=dict)  # lines over MAX_LINE_BYTES: lines_oversized, bytes_cut
 
     @property
     def recognised(self) -> int:
@@ -166,7 +168,7 @@ def check_stream(paths: list[str], rules=None) -> FileReport:
 
     for path in paths:
         stream = RecordStream(Decoder(mtime=os.stat(path).st_mtime))
-        for offset, raw in read_lines(path):
+        for offset, raw in read_lines(path, cut=report.cut):
             report.physical_lines += 1
             if b"] " in raw:
                 if _BRACKETED.search(raw):
@@ -206,6 +208,9 @@ def render(r: FileReport, top: int = 10) -> str:
     if r.clock_jumps:
         lines.append(f"  clock jumps   {r.clock_jumps} (the clock set a year or more ahead or a day or more back between "
                      "lines: replay and the agent report each, split no request over it)")
+    if r.cut.get("lines_oversized"):
+        lines.append(f"  oversized     {r.cut['lines_oversized']} line(s) over {MAX_LINE_BYTES >> 20} MiB: cut there, "
+                     f"{r.cut['bytes_cut']} bytes dropped")
     if r.by_rule:
         lines.append("  rules         " + ", ".join(f"{k} {n}" for k, n in r.by_rule.items()))
     for title, counter in (("top unrecognised templates", r.unrecognised), ("malformed (a known start, an unknown rest)", r.malformed)):

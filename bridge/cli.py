@@ -188,6 +188,8 @@ _RUN_METAVAR = {
     "detect_bytes": "BYTES",
     "state_dir": "DIR",
     "start_at": "WHERE",
+    "history_bytes": "BYTES",
+    "history_age": "SECONDS",
     "poll_interval": "SECONDS",
     "linger": "SECONDS",
     "listen": "HOST:PORT",
@@ -378,12 +380,16 @@ def log_files(paths: Sequence[str]) -> list[str]:
 
 
 def _stats_lines(stats: ReplayStats, max_open: int = 0) -> str:
+    from bridge.tail.files import MAX_LINE_BYTES
+
     p, d = stats.parse, stats.decode
     malformed = sum(p.malformed.values())
     kinds = ", ".join(f"{k} {v}" for k, v in sorted(p.by_kind.items()))
     return (f"lines        {d.lines} in {stats.files} file(s): {p.recognised} recognised, "
             f"{p.unrecognised} unrecognised, {malformed} malformed"
             + (f", {d.invalid_utf8} invalid UTF-8" if d.invalid_utf8 else "")
+            + (f", {stats.cut['lines_oversized']} over {MAX_LINE_BYTES >> 20} MiB cut there "
+               f"({stats.cut['bytes_cut']} bytes dropped)" if stats.cut.get("lines_oversized") else "")
             + (", errors skipped: " + ", ".join(f"{k} {v}" for k, v in sorted(stats.line_errors.items()))
                if stats.line_errors else "")
             + f"\nkinds        {kinds or 'none'}"

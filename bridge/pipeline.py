@@ -46,6 +46,7 @@ class ReplayStats:
     parse: ParseStats = field(default_factory=ParseStats)
     assemble: AssembleStats = field(default_factory=AssembleStats)
     line_errors: dict[str, int] = field(default_factory=dict)  # stage → lines a stage raised on (skipped)
+    cut: dict[str, int] = field(default_factory=dict)  # lines_oversized, bytes_cut (tail.files.read_lines)
 
 
 class LineErrors:
@@ -149,7 +150,7 @@ def replay(paths: Iterable[str], sinks: list[Sink], config: ReplayConfig = Repla
             assembler.add_file(gen, source)
             stream = RecordStream(Decoder(tz=config.tz, year=config.year, mtime=os.stat(path).st_mtime))
             at = [-1]
-            lines = bounded(read_lines(path, gen << GEN_SHIFT, at), assembler, config.max_open_requests, errors, path)
+            lines = bounded(read_lines(path, gen << GEN_SHIFT, at, stats.cut), assembler, config.max_open_requests, errors, path)
             drive(lambda: stream.over(lines), parser.parse, assembler.feed, errors, path,
                   lambda: max(at[0], 0))
             _add_into(stats.decode, stream.decoder.stats)

@@ -21,7 +21,8 @@ _MASK = (1 << GEN_SHIFT) - 1
 
 
 def file_checkpoint(tf: TrackedFile, offset: int) -> FileCheckpoint:
-    return FileCheckpoint(tf.path, tf.source.key, tf.generation, tf.inode, tf.fp, tf.fp_len, offset)
+    tail = (tf.tail_fp, tf.tail_end) if tf.tail_end >= offset else ("", 0)
+    return FileCheckpoint(tf.path, tf.source.key, tf.generation, tf.inode, tf.fp, tf.fp_len, offset, *tail)
 
 
 class Checkpointer:

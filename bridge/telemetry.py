@@ -172,9 +172,11 @@ class _Metrics:
 
 class TelemetryServer:
     def __init__(self, listen: str, snapshot: Callable[[], dict], ready: Callable[[], bool | str],
-                 alive: Callable[[], bool | str] = lambda: True) -> None:
-        """`ready()`: True, or what is wrong (a short text: "starting", export or checkpoint trouble).
-        `alive()`: True, or why /healthz fails (the main loop stuck)."""
+                 alive: Callable[[], bool | str] = lambda: True,
+                 degraded: Callable[[], str | None] = lambda: None) -> None:
+        """`ready()`: True, or what is wrong (a short text: "starting", checkpoint trouble).
+        `alive()`: True, or why /healthz fails (the main loop stuck). `degraded()`: trouble
+        that leaves the agent ready (the export failing), named in /readyz's body."""
         host, _, port = listen.rpartition(":")
         metrics = _Metrics(snapshot)
 
@@ -188,9 +190,10 @@ class TelemetryServer:
                     body = b"ok\n" if state is True else f"{state}\n".encode()
                     ctype, code = "text/plain", 200 if state is True else 503
                 elif path == "/readyz":
-                    state = ready()
+                    state, note = ready(), degraded()
                     ok = state is True
-                    body = b"ready\n" if ok else (f"{state or 'starting'}\n").encode()
+                    text = "ready" if ok else (state or "starting")
+                    body = (f"{text}; {note}\n" if note else f"{text}\n").encode()
                     ctype, code = "text/plain", 200 if ok else 503
                 else:
                     body, ctype, code = b"not found: try /metrics, /healthz or /readyz\n", "text/plain", 404

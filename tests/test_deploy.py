@@ -13,6 +13,7 @@ import os
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -411,7 +412,12 @@ def test_default_daemonset_fits_gpu_nodes_and_is_locked_down():
     # SIGTERM: time to flush and checkpoint.
     config = yaml.safe_load(objs["ConfigMap"]["data"]["config.yaml"])
     assert pod["terminationGracePeriodSeconds"] > config["shutdown_grace"]
-    assert config["state_dir"] == "/var/lib/vllm-trace-bridge" and config["listen"] == "[::]:9464"
+    assert config["state_dir"] == "/var/lib/vllm-trace-bridge" and "listen" not in config
+    # Probes and metrics on the pod's IP (the downward API), not on every interface.
+    assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    assert env["VLLM_TRACE_BRIDGE_LISTEN"]["value"] == "[$(POD_IP)]:9464"
+    names = [e["name"] for e in c["env"]]
+    assert names.index("POD_IP") < names.index("VLLM_TRACE_BRIDGE_LISTEN")  # $(VAR) needs it defined before
     assert "PodMonitor" not in objs and "Secret" not in objs
     assert not {"ServiceMonitor", "PrometheusRule", "NetworkPolicy"} & set(objs)
     assert "hostNetwork" not in pod and "dnsPolicy" not in pod
@@ -500,7 +506,8 @@ def test_non_default_values_reach_the_pod():
     assert {v["name"] for v in pod["volumes"]} >= {"otlp-tls", "docker-containers"}
     assert c["ports"][0]["containerPort"] == 19464
     config = yaml.safe_load(objs["ConfigMap"]["data"]["config.yaml"])
-    assert config["listen"] == "[::]:19464" and config["state_dir"] == "/state"
+    assert "listen" not in config and env["VLLM_TRACE_BRIDGE_LISTEN"]["value"] == "[$(POD_IP)]:19464"
+    assert config["state_dir"] == "/state"
     assert config["start_at"] == "end" and config["namespaces"] == ["inference-*"]
     assert config["export_error_text"] is True
     assert pod["terminationGracePeriodSeconds"] == 25
@@ -508,6 +515,46 @@ def test_non_default_values_reach_the_pod():
     assert wait["name"] == "wait" and init["command"] == ["chown", "10001:0", "/state"]
     assert init["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
     assert objs["PodMonitor"]["metadata"]["labels"]["release"] == "kps"
+
+
+@pytest.mark.parametrize("host, listen", [("::", "[::]:9464"), ("[::]", "[::]:9464"), ("0.0.0.0", "0.0.0.0:9464"),
+                                          ("fd00::7", "[fd00::7]:9464"), ("10.1.2.3", "10.1.2.3:9464")])
+def test_metrics_host_overrides_the_pod_ip(host, listen):
+    """`metrics.host` set: the agent listens there (the config file says so), no pod-IP variable."""
+    objs = _by_kind(_objects({"metrics": {"host": host}}))
+    c = objs["DaemonSet"]["spec"]["template"]["spec"]["containers"][0]
+    assert not {"POD_IP", "VLLM_TRACE_BRIDGE_LISTEN"} & {e["name"] for e in c["env"]}
+    config = yaml.safe_load(objs["ConfigMap"]["data"]["config.yaml"])
+    assert config["listen"] == listen
+    assert agent_config.load(config, {}, {})[0].listen == listen
+
+
+@pytest.mark.parametrize("pod_ip", ["127.0.0.1", "::1"])
+def test_the_agent_binds_the_pod_ip_the_chart_passes_it_and_nothing_else(pod_ip):
+    """What the kubelet makes of `[$(POD_IP)]:<port>` for an IPv4 and an IPv6 pod: the agent
+    accepts it and listens on that address alone (a wildcard would answer on every one)."""
+    import urllib.request
+
+    from bridge.telemetry import TelemetryServer
+    if pod_ip == "::1" and not socket.has_ipv6:
+        pytest.skip("no IPv6 here")
+    cfg, origins = agent_config.load({}, {"VLLM_TRACE_BRIDGE_LISTEN": f"[{pod_ip}]:0"}, {})
+    assert origins["listen"] == "VLLM_TRACE_BRIDGE_LISTEN"
+    try:
+        server = TelemetryServer(cfg.listen, lambda: {}, lambda: True)
+    except OSError:
+        pytest.skip(f"{pod_ip} cannot be bound here")
+    server.start()
+    try:
+        assert server._server.server_address[0] == pod_ip
+        host = f"[{pod_ip}]" if ":" in pod_ip else pod_ip
+        with urllib.request.urlopen(f"http://{host}:{server.port}/healthz", timeout=5) as r:
+            assert r.status == 200
+        if pod_ip == "127.0.0.1":  # another address of this host does not answer
+            with pytest.raises(ConnectionRefusedError):
+                socket.create_connection(("127.0.0.2", server.port), timeout=5).close()
+    finally:
+        server.stop()
 
 
 def test_existing_secret_wins_over_inline_headers():
