@@ -253,6 +253,14 @@ class Writer(threading.Thread):
         pool.shutdown()
         self.finished = time.time()
 
+    def lines_at(self, t: float) -> int:
+        """Lines visible in all the containers' files at time `t`."""
+        total = 0
+        for counts, times in self.flushes:
+            k = bisect.bisect_right(times, t)
+            total += counts[k - 1] if k else 0
+        return total
+
     def visible_at(self, c: int, phys: int) -> float | None:
         """When physical line `phys` (0-based) of container `c` was flushed."""
         counts, times = self.flushes[c]
@@ -321,6 +329,8 @@ class Run:
             s = {"t": time.time(), "load": os.getloadavg()[0]}
             if agent is not None and agent.proc.poll() is None:
                 try:
+                    s["agent"] = self.agents
+                    s["cpu_s"] = cpu_seconds(agent.proc.pid)
                     s["rss_mb"] = agent.rss_mb()
                     _, text = agent.get("/metrics")
                     for g in ("file_bytes_behind", "export_queue_spans", "requests_open"):
@@ -457,6 +467,16 @@ class Run:
             lat["steady"].append(arrived - w)
         lines = sum(self.writer.written)
         wall = self.end - self.t0
+        # Steady: the first agent from 5 s after the start to its kill; the second from 20 s
+        # after its start to the outage. CPU per line written in those windows.
+        steady_cpu = steady_lines = steady_wall = 0.0
+        for n, (t_from, t_to) in ((1, (self.t0 + 5, kills[0])),
+                                  (2, (self.events[2][0] + 20, o0))):
+            win = [s for s in self.samples if s.get("agent") == n and "cpu_s" in s and t_from <= s["t"] <= t_to]
+            if len(win) >= 2:
+                steady_cpu += win[-1]["cpu_s"] - win[0]["cpu_s"]
+                steady_lines += self.writer.lines_at(win[-1]["t"]) - self.writer.lines_at(win[0]["t"])
+                steady_wall += win[-1]["t"] - win[0]["t"]
         rss = [s["rss_mb"] for s in self.samples if "rss_mb" in s]
         return {
             "containers": self.a.containers, "rate": self.a.rate, "lines": lines, "requests": wanted,
@@ -465,6 +485,7 @@ class Run:
             "cpu_s": self.cpu, "cpu_each_s": self.cpu_each, "wall_s": wall, "native": native(),
             "mid_line_rotations": self.writer.mid_line_rotations, "cpu_us_per_line": self.cpu / lines * 1e6,
             "cpu_pct": 100 * self.cpu / wall,
+            "steady_cpu_s": steady_cpu, "steady_wall_s": steady_wall, "steady_lines": steady_lines,
             "rss_mb": rss, "latency": {k: sorted(v) for k, v in lat.items()},
             "lag": [(round(t - self.t0, 1), None if b is None else round(b, 1)) for t, b in lag],
             "outage_s": o1 - o0, "catch_up_s": None if caught_up is None else caught_up - o1,
@@ -519,7 +540,10 @@ def report(f: dict) -> str:
         f"extra {f['extra']}; {f['spans']:,} spans received, {f['resent']:,} re-sent identical",
         f"agent CPU ({'C fast paths' if f['native'] else 'pure Python'}): {f['cpu_s']:.1f} s (per process "
         f"{f['cpu_each_s']}) over {f['wall_s']:.0f} s = {f['cpu_us_per_line']:.2f} µs per line written, "
-        f"{f['cpu_pct']:.1f} % of one core",
+        f"{f['cpu_pct']:.1f} % of one core (the whole run: start-ups, re-reads after the kills, the catch-up)",
+        f"agent CPU steady (no outage, kill or catch-up; {f['steady_wall_s']:.0f} s, {f['steady_lines']:,.0f} lines): "
+        f"{f['steady_cpu_s'] / max(1, f['steady_lines']) * 1e6:.2f} µs per line, "
+        f"{100 * f['steady_cpu_s'] / max(1e-9, f['steady_wall_s']):.1f} % of one core",
         f"agent RSS MB: min {min(rss):.0f}, median {statistics.median(rss):.0f}, max {max(rss):.0f} "
         f"({len(rss)} samples); series (s, MB): {series[::step]}",
     ]
