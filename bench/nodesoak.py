@@ -148,15 +148,18 @@ def _receive(port: int, out: str) -> None:
 
 
 def read_timed(path: str):
+    """(arrival time, request bytes) for each request the receiver wrote, read as a stream (a
+    full run receives a few GB)."""
     with open(path, "rb") as f:
-        data = f.read()
-    i = 0
-    while i + 16 <= len(data):
-        n, t = struct.unpack(">Qd", data[i:i + 16])
-        if i + 16 + n > len(data):
-            break
-        yield t, data[i + 16:i + 16 + n]
-        i += 16 + n
+        while True:
+            head = f.read(16)
+            if len(head) < 16:
+                return
+            n, t = struct.unpack(">Qd", head)
+            raw = f.read(n)
+            if len(raw) < n:
+                return
+            yield t, raw
 
 
 class Receiver:
@@ -454,17 +457,18 @@ class Run:
         lat: dict[str, list[float]] = {"steady": [], "outside": [], "outage": []}
         o0, o1 = self.outage
         kills = [t for t, e in self.events if e == "kill -9"]
+        ups = [t for t, e in self.events if e.startswith("agent ")][1:]
         caught_up = next((t for t, behind in lag if t > o1 and behind is not None and behind < 2), None)
+        # Disturbed: the outage until the lag is back under 2 s, and each kill until 20 s after
+        # the restart. A request is steady when nothing disturbed it between write and arrival.
+        disturbed = [(o0, caught_up or float("inf"))] + [(k, u + 20) for k, u in zip(kills, ups)]
         for arrived, w in delivered:
             if o0 <= w < o1:
                 lat["outage"].append(arrived - w)
                 continue
             lat["outside"].append(arrived - w)
-            if w >= o1 and (caught_up is None or w < caught_up):
-                continue
-            if any(k - 1 <= w < k + self.a.restart_after + 20 for k in kills):
-                continue
-            lat["steady"].append(arrived - w)
+            if not any(w < end and arrived > begin for begin, end in disturbed):
+                lat["steady"].append(arrived - w)
         lines = sum(self.writer.written)
         wall = self.end - self.t0
         # Steady: the first agent from 5 s after the start to its kill; the second from 20 s
@@ -547,7 +551,7 @@ def report(f: dict) -> str:
         f"agent RSS MB: min {min(rss):.0f}, median {statistics.median(rss):.0f}, max {max(rss):.0f} "
         f"({len(rss)} samples); series (s, MB): {series[::step]}",
     ]
-    for k, label in (("steady", "steady (no outage, catch-up or restart)"),
+    for k, label in (("steady", "steady (no outage, catch-up or restart between write and arrival)"),
                      ("outside", "all written outside the outage"), ("outage", "written during the outage")):
         xs = f["latency"][k]
         out.append(f"line → span latency, {label}: {len(xs):,} requests, p50 {_pct(xs, 0.5) * 1000:.0f} ms, "
