@@ -603,6 +603,10 @@ def main() -> None:
     try:
         f = run.run()
     finally:
+        for proc in (run.agent and run.agent.proc, run.rx.proc):  # on an error: stop what we started
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
         if a.keep:
             print(f"kept {run.tmp}", file=sys.stderr)
         else:
