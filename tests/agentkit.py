@@ -125,6 +125,14 @@ class AgentProc:
                     total += float(value)
         return total
 
+    def caught_up(self, path: str) -> bool:
+        """The agent follows `path` and has read it to its current end (`file_bytes_behind` 0)."""
+        _, text = self.get("/metrics")
+        for line in text.splitlines():
+            if line.startswith("vllm_trace_bridge_file_bytes_behind{") and f'path="{path}"' in line:
+                return float(line.rsplit(" ", 1)[1]) == 0
+        return False
+
     def rss_mb(self) -> float:
         with open(f"/proc/{self.proc.pid}/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
@@ -145,6 +153,27 @@ def start_writer(path: str, truth: str, **kw) -> subprocess.Popen:
     for k, v in kw.items():
         args += [f"--{k.replace('_', '-')}", str(v)]
     return spawn(args, stdout=subprocess.PIPE, text=True)
+
+
+def saved_checkpoint(state_dir: str) -> dict:
+    """The agent's last saved `checkpoints.json` ({} before its first save; it is replaced whole)."""
+    try:
+        with open(os.path.join(state_dir, "checkpoints.json")) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return {}
+
+
+def delivered_listed(state_dir: str) -> int:
+    """Requests the saved checkpoint lists as delivered (past a position an open request holds)."""
+    return sum(len(s.get("delivered", [])) for s in saved_checkpoint(state_dir).get("sources", []))
+
+
+def checkpointed_to_end(state_dir: str, *paths: str) -> bool:
+    """The saved checkpoint resumes each of `paths` at its current end: every line read, every
+    request in it acked (no open or unacked request holds the position back), and saved."""
+    files = {f["path"]: f["offset"] for f in saved_checkpoint(state_dir).get("files", [])}
+    return all(p in files and files[p] == os.path.getsize(p) for p in paths)
 
 
 def roots_by_request(spans) -> Counter:

@@ -9,6 +9,7 @@ import time
 
 import pytest
 from agentkit import AgentProc, Receiver, check_exactly_once, free_port, pod_log, start_writer, wait_for
+from agentkit import delivered_listed
 
 from bridge.cli import main
 from bridge.config import AgentConfig
@@ -34,7 +35,7 @@ def test_rotation_while_writing_delivers_every_request_exactly_once(tmp_path, ro
         writer = start_writer(log, truth, requests=500, rate=2000, rotate_every=1500, rotate=rotate, seed=3)
         assert writer.wait(deadline(60)) == 0
         assert wait_for(lambda: received_all(rx, truth_count(truth)), deadline(30))
-        time.sleep(1)  # anything more would be a duplicate: give it the chance to show
+        time.sleep(deadline(1))  # anything more would be a duplicate: give it the chance to show
         figures = check_exactly_once(truth, rx.spans())
         assert figures["spans_received"] == figures["distinct_span_ids"]
         assert agent.metric("file_rotations") >= 3
@@ -61,7 +62,7 @@ def test_kill_9_five_times_loses_nothing_and_never_makes_two_traces(tmp_path, ca
         assert writer.wait(deadline(120)) == 0
         n = truth_count(truth)
         assert wait_for(lambda: received_all(rx, n), deadline(90)), "not everything arrived"
-        time.sleep(1)
+        time.sleep(deadline(1))
         figures = check_exactly_once(truth, rx.spans())
         resent = figures["spans_received"] - figures["distinct_span_ids"]
         with capsys.disabled():
@@ -124,7 +125,7 @@ def test_sigterm_exits_0_within_grace_and_loses_nothing(tmp_path):
         assert writer.wait(deadline(60)) == 0
         agent = AgentProc(include, state, rx.endpoint).start()  # picks up where the checkpoint says
         assert wait_for(lambda: received_all(rx, truth_count(truth)), deadline(60))
-        time.sleep(1)
+        time.sleep(deadline(1))
         check_exactly_once(truth, rx.spans())
         assert agent.term()[0] == 0
     finally:
@@ -261,13 +262,14 @@ def test_upstream_requests_survive_a_crash_exactly_once(tmp_path):
         with open(log, "a") as f:
             f.writelines(part1)
         assert wait_for(lambda: len({s.trace_id for s in rx.spans() if s.name == "vllm.request"}) >= 10, deadline(20))
-        time.sleep(1.5)  # an ack and a checkpoint
+        seen = len({s.trace_id for s in rx.spans() if s.name == "vllm.request"})
+        assert wait_for(lambda: delivered_listed(state) >= seen, deadline(10))  # acked, and listed in a saved checkpoint
         agent.kill9()
         with open(log, "a") as f:
             f.writelines(part2)
         agent = AgentProc(include, state, rx.endpoint).start()
         assert wait_for(lambda: len({s.trace_id for s in rx.spans() if s.name == "vllm.request"}) >= len(ids), deadline(20))
-        time.sleep(1.5)
+        time.sleep(deadline(1.5))
         from receivers import attrs
         traces: dict[str, set] = {}
         for s in rx.spans():
@@ -316,7 +318,7 @@ def test_two_pods_at_once_each_exactly_once_with_their_own_identity(tmp_path):
                    start_writer(logs[1], truths[1], requests=300, rate=1500, seed=22)]
         assert all(w.wait(deadline(60)) == 0 for w in writers)
         assert wait_for(lambda: received_all(rx, truth_count(truths[0]) + truth_count(truths[1])), deadline(30))
-        time.sleep(1)
+        time.sleep(deadline(1))
         from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
         from receiver_proc import read_requests
         from receivers import attrs
@@ -435,14 +437,14 @@ def test_a_restart_past_the_banner_keeps_the_engine_facts_and_resends_identicall
     try:
         agent = AgentProc(*args).start()
         assert wait_for(lambda: any(s.name == "vllm.request" for s in rx.spans()), deadline(30))
-        time.sleep(3)
+        time.sleep(deadline(3))
         assert agent.term()[0] == 0
         first = len(rx.spans())
         with open(log, "a", encoding="utf-8") as f:
             f.writelines(lines[split:])
         agent = AgentProc(*args).start()
         assert wait_for(lambda: len(rx.spans()) > first, deadline(30))
-        time.sleep(4)
+        time.sleep(deadline(4))
         assert agent.term()[0] == 0
     finally:
         rx.stop()

@@ -51,11 +51,11 @@ def test_agent_joins_the_gateway_access_log_either_side_first(tmp_path):
         with open(access, "a") as a, open(log, "a") as v:
             a.write(_nginx("gw-first", f"00-{T1}-{S1}-01"))
             a.flush()
-            time.sleep(1.0)
+            assert wait_for(lambda: agent.metric("gateway_lines", 'result="entry"') == 1, deadline(10))  # read first
             v.writelines(_chat("gw-first") + _chat("vllm-first") + _chat("no-context") + _chat("never-logged"))
             v.writelines(_chat(f"00-{T4}-{S4}-01"))  # context in the id: sent without waiting
             v.flush()
-            time.sleep(1.0)
+            assert wait_for(lambda: agent.caught_up(log), deadline(10))  # the vLLM lines read before theirs
             a.write(_nginx("vllm-first", f"00-{T2}-{S2}-01"))
             a.write(_nginx("no-context", ""))
             a.flush()
@@ -105,7 +105,7 @@ def test_a_gateway_line_still_waiting_for_its_request_survives_an_agent_crash(tm
         with open(access, "a") as a:  # a later line the request does not need: read, checkpointed past
             a.write(_nginx("unrelated", ""))
         assert wait_for(lambda: agent.metric("gateway_lines", 'result="entry"') == 2, deadline(10))
-        time.sleep(2.5)  # a checkpoint (once a second while anything moves)
+        time.sleep(2.5)  # a checkpoint (once a second while anything moves); fixed: inside the 3 s join window
         agent.kill9()
         agent = AgentProc(*args).start()
         with open(log, "a") as v:
