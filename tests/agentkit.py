@@ -169,11 +169,17 @@ def delivered_listed(state_dir: str) -> int:
     return sum(len(s.get("delivered", [])) for s in saved_checkpoint(state_dir).get("sources", []))
 
 
-def checkpointed_to_end(state_dir: str, *paths: str) -> bool:
-    """The saved checkpoint resumes each of `paths` at its current end: every line read, every
-    request in it acked (no open or unacked request holds the position back), and saved."""
-    files = {f["path"]: f["offset"] for f in saved_checkpoint(state_dir).get("files", [])}
-    return all(p in files and files[p] == os.path.getsize(p) for p in paths)
+def checkpointed_to_end(state_dir: str, *paths: str, only: bool = False) -> bool:
+    """The saved checkpoint resumes each file now at `paths` (matched by inode: a renamed file
+    keeps its old path there until closed) at its current end: every line read, every request in
+    it acked (no open or unacked one holds the position back), and saved. `only`: and it names no
+    other file (a rotated file was read to its end and closed)."""
+    entries = [(f["path"], f["inode"], f["offset"]) for f in saved_checkpoint(state_dir).get("files", [])]
+    now = set()
+    for p in paths:
+        st = os.stat(p)
+        now.add((p, st.st_ino, st.st_size))
+    return now <= set(entries) and (not only or len(entries) == len(now))
 
 
 def roots_by_request(spans) -> Counter:

@@ -18,6 +18,7 @@ import time
 
 import pytest
 from agentkit import AgentProc, Receiver, free_port, pod_log, start_writer, wait_for, wait_while_progressing
+from agentkit import checkpointed_to_end
 
 from bridge.config import AgentConfig
 from waits import deadline
@@ -144,7 +145,7 @@ def drive(tmp_path, *, requests: int, rate: int, rotate_every: int, kills: int, 
             figures["catch_up_after_outage_s"] = round(time.monotonic() - t_back, 1)
             assert wait_for(lambda: agent.get("/readyz")[0] == 200, deadline(30))
             figures["dropped"] = agent.metric("spans_dropped")
-        time.sleep(2.5)  # an ack, a checkpoint; and any duplicate gets its chance to show
+        time.sleep(deadline(2.5))  # an ack, a checkpoint; and any duplicate gets its chance to show
         figures["line_errors"] = agent.metric("line_errors")
         assert agent.get("/healthz")[0] == 200
         # Quiet restarts: nothing new written, nothing sent again, the same checkpoint saved.
@@ -160,7 +161,7 @@ def drive(tmp_path, *, requests: int, rate: int, rotate_every: int, kills: int, 
             else:
                 assert agent.term()[0] == 0
             assert checkpoint_body(state)["files"] == body["files"], "a quiet restart changed the checkpoint"
-        time.sleep(0.5)
+        time.sleep(deadline(0.5))
         figures["quiet_restart_resends"] = len(rx.spans()) - before
         figures.update(audit(truth, rx.spans()))
         return figures
@@ -233,7 +234,7 @@ def test_poison_lines_are_counted_by_stage_logged_once_without_content(tmp_path)
                 b"\n", 1)[0].count(b"poison_assemble") == 1
         with open(agent.stderr_path) as fh:
             assert "user text" not in fh.read()
-        time.sleep(1)
+        time.sleep(deadline(1))
         f = audit(truth, rx.spans())
         assert (f["lost"], f["split"], f["changed"]) == (0, 0, 0), f
         assert agent.term()[0] == 0
@@ -650,7 +651,7 @@ def test_two_rotations_while_the_agent_is_down_lose_nothing(tmp_path, kinds):
     try:
         agent = AgentProc(*args).start()
         assert wait_for(lambda: roots() >= set(want), deadline(30))
-        time.sleep(1.5)  # its ack and checkpoint
+        wait_for(lambda: checkpointed_to_end(args[1], log), deadline(15))  # its ack and checkpoint
         assert agent.term()[0] == 0
         for n, kind in enumerate(kinds, 1):  # while it is down
             lines, ids = _seed_requests(0x2000 + 0x100 * n, 10)
@@ -709,7 +710,8 @@ def test_a_file_read_before_a_restart_and_gzipped_later_is_not_sent_again(tmp_pa
         os.rename(log, log + ".20260215-100000")  # kubelet's rotation, the agent running
         write(0x2000)
         assert wait_for(lambda: {r for r, _ in roots()} >= set(want), deadline(30))
-        time.sleep(6)  # the rotated file read to its end and closed, the checkpoint saved
+        # the rotated file read to its end and closed, the checkpoint saved
+        wait_for(lambda: checkpointed_to_end(args[1], log, only=True), deadline(20))
         assert agent.term()[0] == 0
         if not while_down:
             agent = AgentProc(*args).start()  # a plain restart, nothing rotated
@@ -726,7 +728,7 @@ def test_a_file_read_before_a_restart_and_gzipped_later_is_not_sent_again(tmp_pa
         if while_down:
             agent = AgentProc(*args).start()
         wait_for(lambda: {r for r, _ in roots()} >= set(want), deadline(30))
-        time.sleep(3)
+        time.sleep(deadline(3))
         assert agent.term()[0] == 0
     finally:
         rx.stop()
@@ -818,7 +820,7 @@ def test_files_rotated_before_the_agent_first_started_are_never_read(tmp_path):
         _kubelet_rotate(log, "20260215-100000")  # the old file gzipped, the agent running
         p.write(log, 0x3000)
         assert wait_for(lambda: p.roots.have(p.want), deadline(30))
-        time.sleep(1.5)
+        time.sleep(deadline(1.5))
         assert p.agent.term()[0] == 0
         p.write(log, 0x4000)
         _kubelet_rotate(log, "20260215-110000")  # and again while it is down
@@ -903,7 +905,7 @@ class _Pods:
         """Start the agent, wait for what was written, stop it (it must stop cleanly)."""
         self.agent = AgentProc(*self.args).start()
         wait_for(lambda: self.roots.have(self.want), deadline(30))
-        time.sleep(settle)  # its ack and checkpoint; a second copy would show by now
+        time.sleep(deadline(settle))  # its ack and checkpoint; a second copy would show by now
         assert self.agent.proc.poll() is None, "the agent died"
         assert self.agent.term()[0] == 0
 
@@ -996,7 +998,7 @@ def test_copytruncate_with_compress_while_running_loses_no_tail(tmp_path):
         p.write(log, 0x1000)
         p.agent = AgentProc(*p.args).start()
         assert wait_for(lambda: p.roots.have(p.want), deadline(30))
-        time.sleep(1.5)
+        wait_for(lambda: checkpointed_to_end(p.args[1], log), deadline(15))  # acked and checkpointed
         os.kill(p.agent.proc.pid, signal.SIGSTOP)  # the tail written and rotated between two looks
         try:
             p.write(log, 0x2000)
@@ -1010,7 +1012,7 @@ def test_copytruncate_with_compress_while_running_loses_no_tail(tmp_path):
         finally:
             os.kill(p.agent.proc.pid, signal.SIGCONT)
         wait_for(lambda: p.roots.have(p.want), deadline(30))
-        time.sleep(2)
+        time.sleep(deadline(2))
         assert p.agent.term()[0] == 0
     finally:
         p.check()

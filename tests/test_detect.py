@@ -227,7 +227,7 @@ def test_agent_finds_vllm_by_what_it_logs_and_skips_the_sidecars(tmp_path):
         assert all(want.values())
         assert wait_for(lambda: {k: v for k, v in _roots_by_container(rx).items() if v} == want, deadline(120)), \
             _roots_by_container(rx)
-        time.sleep(2)  # anything more (a sidecar's span, a duplicate) would show by now
+        time.sleep(deadline(2))  # anything more (a sidecar's span, a duplicate) would show by now
         got = _roots_by_container(rx)
         assert set(got) == {"kserve-container", "server", "model"}, set(got)  # no span of a sidecar
         assert {k: v for k, v in got.items()} == want
