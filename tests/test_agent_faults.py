@@ -140,7 +140,7 @@ def drive(tmp_path, *, requests: int, rate: int, rotate_every: int, kills: int, 
         assert writer.wait(deadline(240)) == 0
         n = truth_count(truth)
         assert wait_while_progressing(lambda: roots_received(rx) >= n, lambda: roots_received(rx)), \
-            f"only {roots_received(rx)} of {n} arrived, none for 90 s"
+            f"only {roots_received(rx)} of {n} arrived, none for {deadline(90):.0f} s"
         if outage_s:
             figures["catch_up_after_outage_s"] = round(time.monotonic() - t_back, 1)
             assert wait_for(lambda: agent.get("/readyz")[0] == 200, deadline(30))
