@@ -96,8 +96,11 @@ class TimedOut:
         return False
 
     def __repr__(self) -> str:
-        return (f"TimedOut(waited {self.waited:.1f} s for {self.what}; cap {self.cap:.1f} s = "
-                f"{self.cap / time_scale().factor:g} s x {time_scale().describe()})")
+        # The figures at both ends: pytest cuts a long repr in its middle.
+        scale = time_scale()
+        return (f"TimedOut(waited {self.waited:.1f} s for: {self.what}; cap deadline({self.cap / scale.factor:g}) "
+                f"= {self.cap:.1f} s at time scale {scale.factor:g} "
+                f"({'from ' + SCALE_ENV if scale.source == SCALE_ENV else 'measured; ' + SCALE_ENV + '=F sets it'}))")
 
     __str__ = __repr__
 
@@ -108,6 +111,8 @@ def _what(cond) -> str:
         src = inspect.getsource(cond).strip()
     except (OSError, TypeError):
         return getattr(cond, "__qualname__", repr(cond))
+    if getattr(cond, "__name__", "") == "<lambda>" and "lambda" in src:
+        src = src[src.index("lambda"):]
     return src if len(src) <= 300 else src[:300] + "…"
 
 
