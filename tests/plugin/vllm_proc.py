@@ -113,7 +113,7 @@ class Vllm:
             except OSError:
                 time.sleep(1)
         self.__exit__()
-        raise RuntimeError(f"vLLM did not become healthy in 240 s; see {self.log_path}")
+        raise RuntimeError(f"vLLM did not become healthy in {deadline(240):.0f} s (scaled cap); see {self.log_path}")
 
     def __exit__(self, *exc) -> None:
         if self.proc is not None and self.proc.poll() is None:
