@@ -9,9 +9,11 @@ import time
 
 import pytest
 from agentkit import AgentProc, Receiver, check_exactly_once, free_port, pod_log, start_writer, wait_for
+from agentkit import delivered_listed
 
 from bridge.cli import main
 from bridge.config import AgentConfig
+from waits import deadline
 
 
 def received_all(rx: Receiver, n: int) -> bool:
@@ -31,9 +33,9 @@ def test_rotation_while_writing_delivers_every_request_exactly_once(tmp_path, ro
     agent = AgentProc(str(tmp_path / "pods/*/*/*.log"), str(tmp_path / "state"), rx.endpoint).start()
     try:
         writer = start_writer(log, truth, requests=500, rate=2000, rotate_every=1500, rotate=rotate, seed=3)
-        assert writer.wait(60) == 0
-        assert wait_for(lambda: received_all(rx, truth_count(truth)), 30)
-        time.sleep(1)  # anything more would be a duplicate: give it the chance to show
+        assert writer.wait(deadline(60)) == 0
+        assert wait_for(lambda: received_all(rx, truth_count(truth)), deadline(30))
+        time.sleep(deadline(1))  # anything more would be a duplicate: give it the chance to show
         figures = check_exactly_once(truth, rx.spans())
         assert figures["spans_received"] == figures["distinct_span_ids"]
         assert agent.metric("file_rotations") >= 3
@@ -57,10 +59,10 @@ def test_kill_9_five_times_loses_nothing_and_never_makes_two_traces(tmp_path, ca
             time.sleep(rnd.uniform(1.5, 4.5))
             agent.kill9()
             agent = AgentProc(include, state, rx.endpoint).start()
-        assert writer.wait(120) == 0
+        assert writer.wait(deadline(120)) == 0
         n = truth_count(truth)
-        assert wait_for(lambda: received_all(rx, n), 90), "not everything arrived"
-        time.sleep(1)
+        assert wait_for(lambda: received_all(rx, n), deadline(90)), "not everything arrived"
+        time.sleep(deadline(1))
         figures = check_exactly_once(truth, rx.spans())
         resent = figures["spans_received"] - figures["distinct_span_ids"]
         with capsys.disabled():
@@ -97,8 +99,8 @@ def test_receiver_down_30s_loses_nothing_and_memory_stays_bounded(tmp_path):
             time.sleep(0.5)
         assert agent.metric("spans_retried") > 0
         rx = Receiver(port, str(tmp_path / "rx.bin")).start()
-        assert writer.wait(120) == 0
-        assert wait_for(lambda: received_all(rx, truth_count(truth)), 90)
+        assert writer.wait(deadline(120)) == 0
+        assert wait_for(lambda: received_all(rx, truth_count(truth)), deadline(90))
         figures = check_exactly_once(truth, rx.spans())
         assert peak < limit_mb, f"agent RSS peaked at {peak:.0f} MB"
         assert agent.metric("spans_dropped") == 0
@@ -120,10 +122,10 @@ def test_sigterm_exits_0_within_grace_and_loses_nothing(tmp_path):
         code, took = agent.term()
         assert code == 0 and took < 5
         assert any(e.get("event") == "agent_stopped" for e in agent.log_events())
-        assert writer.wait(60) == 0
+        assert writer.wait(deadline(60)) == 0
         agent = AgentProc(include, state, rx.endpoint).start()  # picks up where the checkpoint says
-        assert wait_for(lambda: received_all(rx, truth_count(truth)), 60)
-        time.sleep(1)
+        assert wait_for(lambda: received_all(rx, truth_count(truth)), deadline(60))
+        time.sleep(deadline(1))
         check_exactly_once(truth, rx.spans())
         assert agent.term()[0] == 0
     finally:
@@ -172,12 +174,12 @@ def test_bad_input_and_bad_files_keep_it_running_and_show_in_metrics(tmp_path):
             f.write(f"{stamp} stdout F INFO 02-15 10:23:02 scheduler.py:789] Request 0xabc: prompt_tokens=1, "
                     f"generated_tokens=2, ttft=1.0ms, itl=1.0ms, total_latency=0.5s\n".encode())
         os.unlink(vanishing)
-        assert wait_for(lambda: agent.metric("lines_invalid_utf8") >= 1, 10)
-        assert wait_for(lambda: agent.metric("lines_long") == 1, 10)  # the 1 MiB line, read whole
-        assert wait_for(lambda: agent.metric("partial_lines_joined") >= 1, 10)
-        assert wait_for(lambda: agent.metric("requests_finished") >= 1, 10)
-        assert wait_for(lambda: agent.metric("file_errors", 'reason="permission"') >= 1, 10)
-        assert wait_for(lambda: agent.metric("file_rotations", 'kind="deleted"') >= 1, 10)
+        assert wait_for(lambda: agent.metric("lines_invalid_utf8") >= 1, deadline(10))
+        assert wait_for(lambda: agent.metric("lines_long") == 1, deadline(10))  # the 1 MiB line, read whole
+        assert wait_for(lambda: agent.metric("partial_lines_joined") >= 1, deadline(10))
+        assert wait_for(lambda: agent.metric("requests_finished") >= 1, deadline(10))
+        assert wait_for(lambda: agent.metric("file_errors", 'reason="permission"') >= 1, deadline(10))
+        assert wait_for(lambda: agent.metric("file_rotations", 'kind="deleted"') >= 1, deadline(10))
         assert agent.metric("lines_read") >= 5
         assert agent.get("/healthz")[0] == 200 and agent.get("/readyz")[0] == 200
         assert agent.proc.poll() is None
@@ -259,14 +261,15 @@ def test_upstream_requests_survive_a_crash_exactly_once(tmp_path):
         agent = AgentProc(include, state, rx.endpoint).start()
         with open(log, "a") as f:
             f.writelines(part1)
-        assert wait_for(lambda: len({s.trace_id for s in rx.spans() if s.name == "vllm.request"}) >= 10, 20)
-        time.sleep(1.5)  # an ack and a checkpoint
+        assert wait_for(lambda: len({s.trace_id for s in rx.spans() if s.name == "vllm.request"}) >= 10, deadline(20))
+        seen = len({s.trace_id for s in rx.spans() if s.name == "vllm.request"})
+        assert wait_for(lambda: delivered_listed(state) >= seen, deadline(10))  # acked, and listed in a saved checkpoint
         agent.kill9()
         with open(log, "a") as f:
             f.writelines(part2)
         agent = AgentProc(include, state, rx.endpoint).start()
-        assert wait_for(lambda: len({s.trace_id for s in rx.spans() if s.name == "vllm.request"}) >= len(ids), 20)
-        time.sleep(1.5)
+        assert wait_for(lambda: len({s.trace_id for s in rx.spans() if s.name == "vllm.request"}) >= len(ids), deadline(20))
+        time.sleep(deadline(1.5))
         from receivers import attrs
         traces: dict[str, set] = {}
         for s in rx.spans():
@@ -313,9 +316,9 @@ def test_two_pods_at_once_each_exactly_once_with_their_own_identity(tmp_path):
     try:
         writers = [start_writer(logs[0], truths[0], requests=300, rate=1500, rotate_every=1200, seed=21),
                    start_writer(logs[1], truths[1], requests=300, rate=1500, seed=22)]
-        assert all(w.wait(60) == 0 for w in writers)
-        assert wait_for(lambda: received_all(rx, truth_count(truths[0]) + truth_count(truths[1])), 30)
-        time.sleep(1)
+        assert all(w.wait(deadline(60)) == 0 for w in writers)
+        assert wait_for(lambda: received_all(rx, truth_count(truths[0]) + truth_count(truths[1])), deadline(30))
+        time.sleep(deadline(1))
         from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
         from receiver_proc import read_requests
         from receivers import attrs
@@ -394,8 +397,8 @@ def test_requests_an_unfinished_one_holds_back_are_listed_in_the_checkpoint_and_
     agent = AgentProc(str(tmp_path / "pods/*/*/*.log"), str(tmp_path / "state"), rx.endpoint,
                       "--start-at", "beginning").start()
     try:
-        assert wait_for(lambda: received_all(rx, 20), 30)
-        assert wait_for(lambda: agent.metric("checkpoint_delivered_listed") == 20, 15), \
+        assert wait_for(lambda: received_all(rx, 20), deadline(30))
+        assert wait_for(lambda: agent.metric("checkpoint_delivered_listed") == 20, deadline(15)), \
             agent.metric("checkpoint_delivered_listed")
         assert agent.metric("requests_open") == 1
         with open(tmp_path / "state" / "checkpoints.json") as f:
@@ -433,15 +436,15 @@ def test_a_restart_past_the_banner_keeps_the_engine_facts_and_resends_identicall
             "--linger", "0")
     try:
         agent = AgentProc(*args).start()
-        assert wait_for(lambda: any(s.name == "vllm.request" for s in rx.spans()), 30)
-        time.sleep(3)
+        assert wait_for(lambda: any(s.name == "vllm.request" for s in rx.spans()), deadline(30))
+        time.sleep(deadline(3))
         assert agent.term()[0] == 0
         first = len(rx.spans())
         with open(log, "a", encoding="utf-8") as f:
             f.writelines(lines[split:])
         agent = AgentProc(*args).start()
-        assert wait_for(lambda: len(rx.spans()) > first, 30)
-        time.sleep(4)
+        assert wait_for(lambda: len(rx.spans()) > first, deadline(30))
+        time.sleep(deadline(4))
         assert agent.term()[0] == 0
     finally:
         rx.stop()

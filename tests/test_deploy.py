@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from bridge import config as agent_config
+from waits import deadline
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -116,7 +117,7 @@ def _build_stage_copy_and_run(tmp_path: Path) -> tuple[Path, Path]:
     argv = [str(venv) if x == image_venv else str(src) if x == str(workdir) else x for x in run]
     env = dict(os.environ, PYTHON=sys.executable)
     env.pop("VIRTUAL_ENV", None)
-    proc = subprocess.run(argv, cwd=src, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(argv, cwd=src, env=env, capture_output=True, text=True, timeout=deadline(600))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return src, venv
 
@@ -126,14 +127,14 @@ def test_image_install_steps_give_a_working_agent(tmp_path):
     _, venv = _build_stage_copy_and_run(tmp_path)
     exe = venv / "bin" / "vllm-trace-bridge"
     env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path), "LANG": "C.UTF-8"}
-    proc = subprocess.run([str(exe), "--help"], capture_output=True, text=True, env=env, timeout=60)
+    proc = subprocess.run([str(exe), "--help"], capture_output=True, text=True, env=env, timeout=deadline(60))
     assert proc.returncode == 0, proc.stderr
     assert not (venv / "bin" / "pip").exists(), "the runtime environment should carry no pip"
     # The image carries the vLLM plugin too: its wheel, and the installer inject's init container runs.
     from bridge import __version__
     assert [p.name for p in (venv / "plugin").iterdir()] == [f"vllm_trace_bridge_plugin-{__version__}-py3-none-any.whl"]
     proc = subprocess.run([str(exe), "plugin", "install", "--target", str(tmp_path / "plugin-target")],
-                          capture_output=True, text=True, env=env, timeout=60)
+                          capture_output=True, text=True, env=env, timeout=deadline(60))
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "plugin-target" / "vllm_trace_bridge_plugin" / "hooks.py").is_file()
     # Test dependencies stay out of the image.
@@ -160,7 +161,7 @@ def test_image_install_steps_give_a_working_agent(tmp_path):
     config = tmp_path / "config.yaml"
     config.write_text(_configmap_config())
     proc = subprocess.run([str(exe), "run", "--config", str(config), "--print-config",
-                           "--state-dir", str(state)], capture_output=True, text=True, env=env, timeout=60)
+                           "--state-dir", str(state)], capture_output=True, text=True, env=env, timeout=deadline(60))
     assert proc.returncode == 0, proc.stderr
     printed = yaml.safe_load(proc.stdout)
     assert printed["containers"] == ["*"] and printed["detect"] == "vllm" and printed["listen"] == "[::]:9464"
@@ -181,18 +182,19 @@ def test_image_install_steps_give_a_working_agent(tmp_path):
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         ready = None
-        for _ in range(100):
+        until = time.monotonic() + deadline(10)
+        while time.monotonic() < until:
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=deadline(2)) as r:
                     ready = r.status
                     break
             except OSError:
                 time.sleep(0.1)
         assert ready == 200
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=deadline(2)) as r:
             assert b"vllm_trace_bridge_files_watched 1.0" in r.read()
         agent.terminate()
-        assert agent.wait(15) == 0, agent.stderr.read()
+        assert agent.wait(deadline(15)) == 0, agent.stderr.read()
     finally:
         if agent.poll() is None:
             agent.kill()
@@ -214,12 +216,12 @@ def test_healthcheck_script_probes_healthz(tmp_path):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         script = str(DEPLOY / "healthcheck.py")
-        ok = subprocess.run([sys.executable, script], capture_output=True, timeout=30,
+        ok = subprocess.run([sys.executable, script], capture_output=True, timeout=deadline(30),
                             env=dict(os.environ, VLLM_TRACE_BRIDGE_LISTEN=f"0.0.0.0:{server.server_port}"))
         assert ok.returncode == 0
     finally:
         server.shutdown()
-    down = subprocess.run([sys.executable, script], capture_output=True, timeout=30,
+    down = subprocess.run([sys.executable, script], capture_output=True, timeout=deadline(30),
                           env=dict(os.environ, VLLM_TRACE_BRIDGE_LISTEN=f"127.0.0.1:{server.server_port}"))
     assert down.returncode == 1
 
@@ -727,7 +729,7 @@ def test_rules_value_becomes_the_rule_file_the_agent_loads_and_uses(tmp_path):
     log = tmp_path / "server.log"
     log.write_text(log_text)
     out = subprocess.run([sys.executable, "-m", "bridge", "check", "--rules", cfg.rules, str(log)],
-                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+                         capture_output=True, text=True, timeout=deadline(60), cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert re.search(r"edge-router-access\D+1\b", out.stdout), out.stdout
 
@@ -877,7 +879,7 @@ def test_telemetry_listens_on_both_families_by_default():
     if not usable:
         pytest.skip("no network namespaces here (unshare -n): the wildcard is not bound outside one")
     out = subprocess.run([*usable[0], sys.executable, "-c", _IN_NETNS], capture_output=True, text=True,
-                         timeout=60, cwd=ROOT)
+                         timeout=deadline(60), cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() in (["127.0.0.1", "200", "[::1]", "200"], ["no-ipv6", "127.0.0.1", "200"])
 
@@ -923,7 +925,7 @@ def test_plain_manifests_equal_the_charts_default_render():
 
 def _render_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(DEPLOY / "render.py"), *args], capture_output=True, text=True,
-                          timeout=300, cwd=ROOT)
+                          timeout=deadline(300), cwd=ROOT)
 
 
 def test_render_takes_the_users_values_files_as_helm_does(tmp_path):
@@ -1060,7 +1062,7 @@ def _collector_binary() -> str:
 
 def _binary_types() -> dict[str, set[str]]:
     """Component types by kind that the shipped binary has, from its own `components` report."""
-    proc = subprocess.run([_collector_binary(), "components"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([_collector_binary(), "components"], capture_output=True, text=True, timeout=deadline(60))
     assert proc.returncode == 0, proc.stderr
     report = yaml.safe_load(proc.stdout)
     return {kind: {c["name"] for c in report.get(kind) or []} for kind in KINDS}
@@ -1072,7 +1074,7 @@ def _validate(cfg: dict, tmp_path: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTLP_", "SLOW_", "BASELINE", "DECISION",
                                                                       "JAEGER", "TEMPO", "SAMPLING"))}
     return subprocess.run([_collector_binary(), "validate", "--config", str(path)],
-                          capture_output=True, text=True, timeout=60, env=env)
+                          capture_output=True, text=True, timeout=deadline(60), env=env)
 
 
 # Settings every OTLP exporter shares (exporterhelper queue/retry/timeout, client TLS,
@@ -1317,7 +1319,7 @@ def test_demo_pins_current_backends_and_the_readme_names_them():
 def test_demo_log_writer_writes_logs_the_bridge_reads(tmp_path):
     proc = subprocess.run([sys.executable, str(COMPOSE / "vllm-logs.py"), "--root", str(tmp_path),
                            "--batches", "1", "--requests", "12", "--no-pace"],
-                          capture_output=True, text=True, timeout=60, cwd=ROOT,
+                          capture_output=True, text=True, timeout=deadline(60), cwd=ROOT,
                           env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert proc.returncode == 0, proc.stderr
     (log,) = tmp_path.glob("*_*_*/vllm/0.log")  # the kubelet's <ns>_<pod>_<uid>/<container>/N.log

@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hostile_corpus import CASES, GOOD, MIB4
+from waits import deadline
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -32,7 +33,7 @@ def _replay_both(paths: list[str]) -> tuple[dict, dict]:
     out = []
     for env in ({"VLLM_TRACE_BRIDGE_PURE": ""}, {"VLLM_TRACE_BRIDGE_PURE": "1"}):
         p = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "hostile_replay.py"), *paths],
-                           env={**os.environ, **env}, capture_output=True, text=True, cwd=ROOT, timeout=600)
+                           env={**os.environ, **env}, capture_output=True, text=True, cwd=ROOT, timeout=deadline(600))
         assert p.returncode == 0, p.stderr[-2000:]
         out.append({os.path.basename(d["path"])[:-4]: d for d in map(json.loads, p.stdout.splitlines())})
     return out[0], out[1]

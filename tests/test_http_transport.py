@@ -17,6 +17,7 @@ from bridge.cli import main
 from bridge.export.httpconn import needs_requests
 from bridge.export.transport import Destination, LeanHttpTransport, make_transport
 from bridge.synth import SynthConfig, write_file
+from waits import deadline
 
 
 def _replay(path: str, endpoint: str) -> tuple[int, str]:
@@ -168,7 +169,7 @@ def _silent_receiver(call, close) -> tuple[float, list, int]:
         time.sleep(0.3)
         start = time.monotonic()
         close()
-        worker.join(10)
+        worker.join(deadline(10))
         return (time.monotonic() - start if not worker.is_alive() else float("inf")), result, len(accepted)
     finally:
         server.close()
@@ -228,7 +229,7 @@ def _raw_server(answer: bytes, read_body: bool):
 
     def stop():
         seen["stop"] = True
-        thread.join(2)
+        thread.join(deadline(2))
         server.close()
 
     return f"http://127.0.0.1:{server.getsockname()[1]}", seen, stop

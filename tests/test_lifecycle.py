@@ -25,6 +25,7 @@ from bridge.decode.stream import RecordStream
 from bridge.parse import FAST_PARSE, Parser
 from bridge.pipeline import ReplayConfig, replay
 from bridge.tail import read_lines
+from waits import deadline
 
 FIXTURES = Path(__file__).parent / "fixtures" / "upstream"
 NS = 1_000_000_000
@@ -456,7 +457,7 @@ def test_replay_and_the_agent_give_the_same_spans_for_a_finished_file(tmp_path):
         try:
             # The agent closes the last requests only once its log clock, run on from the end of
             # the file by the wall clock, passes their TTL and the incident window.
-            wait_for(lambda: len(rx.spans()) >= len(want), 30)
+            wait_for(lambda: len(rx.spans()) >= len(want), deadline(30))
             time.sleep(1.0)  # anything more would show up now
         finally:
             agent.term()

@@ -43,6 +43,7 @@ from bridge.parse.events import (
 )
 from bridge.parse.rules import RuleError, parse_rules
 from bridge.tail import read_lines
+from waits import deadline
 
 DOC = Path(__file__).parent.parent / "docs" / "rules.md"
 
@@ -477,7 +478,7 @@ def test_replay_and_the_agent_export_the_same_spans_with_rules(tmp_path):
         agent = AgentProc(str(tmp_path / "pods" / "*" / "*" / "*.log"), str(tmp_path / "state"), rx.endpoint,
                           "--rules", str(rules), "--ttl", "3", "--linger", "1", "--poll-interval", "0.2").start()
         try:
-            wait_for(lambda: len(rx.spans()) >= len(want), 30)
+            wait_for(lambda: len(rx.spans()) >= len(want), deadline(30))
             time.sleep(1.0)
         finally:
             agent.term()
