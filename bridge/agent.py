@@ -28,7 +28,8 @@ from bridge.delivery import Delivery
 from bridge.detect import Detector
 from bridge.decode.clock import zone
 from bridge.decode.stream import RecordStream
-from bridge.tail.source import Source, file_of
+from bridge.core.source import Source
+from bridge.tail.source import file_of
 from bridge.export.transforms import with_k8s_identity
 from bridge.export.resource import base_resource
 from bridge.export.secrets import redact_url
@@ -44,10 +45,10 @@ from bridge.faults import failing, injected_faults, maybe_fail, PoisonedLines
 from bridge.resume import Checkpointer, file_checkpoint
 from bridge.sources import Pending, SourceState
 from bridge.tail.checkpoint import Delivered
-from bridge.tail.follow import GEN_SHIFT, Filters, Follower, TrackedFile, matches_rotated_files
+from bridge.core.position import IN_FILE as _MASK
+from bridge.tail.follow import Filters, Follower, TrackedFile, matches_rotated_files
 from bridge.tail.report import log_changes, warn_if_nothing
 
-_MASK = (1 << GEN_SHIFT) - 1
 _NS = 1_000_000_000
 _CHECKPOINT_EVERY_S = 1.0
 _TICK_S = 0.25

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields
 from datetime import timezone, tzinfo
 
 from bridge.assemble import AssembleConfig, Assembler, AssembleStats, Timeline
-from bridge.decode import Decoder, DecodeStats, source_for
+from bridge.decode import Decoder, DecodeStats
 from bridge.decode.joiner import JoinStats
 from bridge.decode.record import Record
 from bridge.decode.stream import RecordStream
@@ -20,8 +20,8 @@ from bridge.export.transforms import fan_out
 from bridge.parse import Parser, ParseStats
 from bridge.parse.rules import Rules
 from bridge.tail import read_lines
-from bridge.tail.source import streams
-from bridge.tail.files import GEN_SHIFT
+from bridge.tail.source import source_for, streams
+from bridge.core.position import GEN_SHIFT
 
 Sink = Callable[[Timeline], None]
 

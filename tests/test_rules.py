@@ -21,7 +21,8 @@ from bridge.assemble import Assembler, EngineTimeline, RequestTimeline
 from bridge.check import check_file
 from bridge.cli import main
 from bridge.config import ConfigError, load
-from bridge.decode import Decoder, source_for
+from bridge.decode import Decoder
+from bridge.tail.source import source_for
 from bridge.decode.stream import RecordStream
 from bridge.parse import FAST_PARSE, Parser
 from bridge.parse.events import (

@@ -11,9 +11,7 @@ import gzip
 import re
 from collections.abc import Iterator
 
-# A position is (generation << GEN_SHIFT) + byte offset: the files of one source (a container's
-# rotations, restarts) are its generations, so positions stay ordered across them.
-GEN_SHIFT = 40
+from bridge.core.position import GEN_SHIFT  # a position: (generation << GEN_SHIFT) + byte offset
 
 # `<live>.log` + the suffix a rotation gives it: kubelet's `.<YYYYMMDD-HHMMSS>`, logrotate's
 # `.<N>` and dateext `-<YYYYMMDD[HH]>`, each maybe gzipped (kubelet gzips at the next rotation).
