@@ -7,7 +7,7 @@ sinks (OTLP, waterfall, summary) are plain callables taking a timeline.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, fields
 from datetime import timezone, tzinfo
 
@@ -71,12 +71,31 @@ def _add_into(total, part) -> None:
             setattr(total, f.name, getattr(total, f.name) + v)
 
 
+class Stages:
+    """How the agent reaches its stages, injected at its construction: each hook returns what
+    it is given. The fault-injection tests wrap them from outside (`bridge.faults`), so the
+    agent's own code has no test hooks of its own."""
+
+    def lines(self, lines: list[tuple[int, bytes]]) -> Iterator[tuple[int, bytes]]:
+        """A batch's (position, raw line) pairs, as an iterator `operator.length_hint` reads."""
+        return iter(lines)
+
+    def parse(self, parse: Callable) -> Callable:
+        return parse
+
+    def feed(self, feed: Callable) -> Callable:
+        return feed
+
+
 def drive(records: Callable[[], Iterable[Record]], parse: Callable, feed: Callable, errors: Callable,
-          path: str, where: Callable[[], int]) -> Record | None:
+          path: str, where: Callable[[], int | None], keep: Callable | None = None) -> Record | None:
     """Records → parse → assemble, for replay and the live agent alike: a line a stage raises
     on is skipped and counted (`errors(stage, path, offset, exc)`), never fatal. `records()` is
     called again after the decoder raised, going on from the line after `where()` (the
-    offset of the line it raised on). Returns the last record read, or None."""
+    offset of the line it raised on). `keep(record, event)`, when given, filters each event
+    before it is fed (the event, another, or None: not fed; counted as assemble's if it
+    raises): the agent's skip of requests delivered before a restart. Returns the last record
+    read, or None."""
     record = None
     failed_at = None
     while True:
@@ -89,6 +108,10 @@ def drive(records: Callable[[], Iterable[Record]], parse: Callable, feed: Callab
                     continue
                 if event is not None:
                     try:
+                        if keep is not None:
+                            event = keep(record, event)
+                            if event is None:
+                                continue
                         feed(record, event)
                     except Exception as exc:
                         errors("assemble", path, record.offset, exc)

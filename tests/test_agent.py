@@ -281,28 +281,22 @@ def test_upstream_requests_survive_a_crash_exactly_once(tmp_path):
 
 
 def test_resume_skips_every_spelling_of_a_delivered_request_and_nothing_else():
-    from bridge.agent import Agent, SourceState
-    from bridge.config import AgentConfig
-    from bridge.decode.record import Record
-    from bridge.tail.source import Source
-    from bridge.export.transport import Destination
     from bridge.parse.events import RequestAdded, RequestsAborted, Scheduled
+    from bridge.skip import unsent
 
-    agent = Agent(AgentConfig(), Destination("http://127.0.0.1:1", "grpc"), {}, None)
-    st = SourceState(Source("s", ""))
-    st.skip = {"chatcmpl-aa": 500, "cmpl-bb-0": 500, "engine@40": 40}
+    skip = {"chatcmpl-aa": 500, "cmpl-bb-0": 500, "engine@40": 40}
 
-    def rec(offset):
-        return Record(0, "runtime", "INFO", "", "", offset, offset + 1)
+    def not_delivered(offset, event):
+        return unsent(skip, offset, event)
 
-    assert agent._not_delivered(st, rec(100), RequestAdded("chatcmpl-aa-0a1b2c3d")) is None   # V1 suffix
-    assert agent._not_delivered(st, rec(100), RequestAdded("1_chatcmpl-aa-0a1b2c3d")) is None  # n>1 child
-    assert agent._not_delivered(st, rec(600), RequestAdded("chatcmpl-aa-0a1b2c3d")) is not None  # past it
-    assert agent._not_delivered(st, rec(100), RequestAdded("chatcmpl-cc")) is not None  # another request
+    assert not_delivered(100, RequestAdded("chatcmpl-aa-0a1b2c3d")) is None   # V1 suffix
+    assert not_delivered(100, RequestAdded("1_chatcmpl-aa-0a1b2c3d")) is None  # n>1 child
+    assert not_delivered(600, RequestAdded("chatcmpl-aa-0a1b2c3d")) is not None  # past it
+    assert not_delivered(100, RequestAdded("chatcmpl-cc")) is not None  # another request
     both = RequestsAborted(("cmpl-bb-0-0f1e2d3c", "chatcmpl-cc-11223344"))
-    assert agent._not_delivered(st, rec(100), both).request_ids == ("chatcmpl-cc-11223344",)
-    assert agent._not_delivered(st, rec(40), Scheduled("0x1", 0, 1, 0)) is not None
-    assert agent._not_delivered(st, rec(40), RequestsAborted(("cmpl-bb-0",))) is None
+    assert not_delivered(100, both).request_ids == ("chatcmpl-cc-11223344",)
+    assert not_delivered(40, Scheduled("0x1", 0, 1, 0)) is not None
+    assert not_delivered(40, RequestsAborted(("cmpl-bb-0",))) is None
 
 
 def test_two_pods_at_once_each_exactly_once_with_their_own_identity(tmp_path):

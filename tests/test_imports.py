@@ -16,7 +16,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORE = "core"  # the values every stage shares (bridge/core): below the stages, imports none of them
 STAGES = ("tail", "decode", "parse", "assemble", "export")
-TOP = ("agent", "faults", "resume", "sources", "detect", "delivery", "health", "cli", "pipeline", "check", "telemetry", "config", "logs", "inject",
+TOP = ("agent", "faults", "resume", "skip", "sources", "detect", "delivery", "health", "cli", "pipeline", "check", "telemetry", "config", "logs", "inject",
        "plugin_dist", "__main__")
 ALONE = ("vllm_plugin", "synth")  # import nothing of the bridge but themselves
 
@@ -183,3 +183,17 @@ def test_the_shared_values_are_defined_in_core_only():
                 where.setdefault(n, []).append(name)
     assert where == {"Source": ["bridge.core.source"], "GEN_SHIFT": ["bridge.core.position"],
                      "IN_FILE": ["bridge.core.position"]}
+
+
+def test_the_agent_knows_nothing_of_fault_injection():
+    """The fault-injection tests wrap the agent's stages from outside (cli gives it
+    `faults.stages_from_env`'s hooks); nothing of the agent's own imports reaches `faults`."""
+    graph = _graph()
+    reach, todo = set(), ["bridge.agent"]
+    while todo:
+        for m in graph.get(todo.pop(), ()):
+            if m not in reach:
+                reach.add(m)
+                todo.append(m)
+    assert "bridge.faults" not in reach
+    assert "bridge.faults" in graph["bridge.cli"]
