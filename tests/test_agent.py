@@ -367,6 +367,39 @@ def test_a_line_the_decoder_raises_on_costs_that_line_only(tmp_path, monkeypatch
     assert agent._sources["s"].assembler.open_requests == 2  # the lines before and after it
 
 
+def _three_requests_file(tmp_path):
+    lines = [f"INFO 02-15 10:23:0{i} [request_logger.py:1] Received request cmpl-{c}-0: params: None.\n".encode()
+             for i, c in enumerate("abc")]
+    path = tmp_path / "0.log"
+    path.write_bytes(b"".join(lines))
+    offsets = [0, len(lines[0]), len(lines[0]) + len(lines[1])]
+    return str(path), list(zip(offsets, lines))
+
+
+def test_a_resumed_source_skips_delivered_requests_in_the_same_loop_and_error_policy(tmp_path):
+    """After a restart, a source with requests delivered before (cmpl-a here) goes through the
+    same loop as any other: the delivered request's line is not fed, a line a stage raises on
+    (the parse stage, through hooks given at construction as the fault tests give them) costs
+    that line only, and the third request is rebuilt."""
+    from types import SimpleNamespace
+
+    from bridge.agent import Agent
+    from bridge.export.transport import Destination
+    from bridge.faults import FaultyStages
+    from bridge.tail.source import Source
+
+    path, batch = _three_requests_file(tmp_path)
+    agent = Agent(AgentConfig(), Destination("http://127.0.0.1:1", "grpc"), {}, None,
+                  FaultyStages({"parse": "cmpl-b-0"}))
+    agent._state("s", None).skip = {"cmpl-a-0": batch[0][0]}  # as the checkpoint lists it
+    with open(path, "rb") as fh:
+        tf = SimpleNamespace(source=Source("s", path), fh=fh, path=path, generation=0)
+        agent._process(tf, batch)
+    assert agent.counters.line_errors == {"parse": 1}
+    assert agent.counters.skipped_delivered == 1
+    assert agent._sources["s"].assembler.open_requests == 1  # cmpl-c only
+
+
 def test_requests_an_unfinished_one_holds_back_are_listed_in_the_checkpoint_and_counted(tmp_path):
     """One request never finishes; the 20 after it do. Their spans go out, and each stays listed
     in the checkpoint (so a restart skips their lines), which `checkpoint_delivered_listed`
