@@ -169,8 +169,7 @@ def test_imports_are_read_as_written(tmp_path, source, expected):
 
 def test_the_shared_values_are_defined_in_core_only():
     """`Source` and the position's layout are defined once, in core: a stage that needs them
-    imports them from there, never a copy of its own that could drift (the tail's names for
-    them are imports, kept for its own callers)."""
+    imports them from there, never a copy of its own that could drift."""
     shared = {"Source", "GEN_SHIFT", "IN_FILE"}
     where: dict[str, list[str]] = {}
     for name, path in _modules().items():

@@ -11,8 +11,6 @@ import gzip
 import re
 from collections.abc import Iterator
 
-from bridge.core.position import GEN_SHIFT  # a position: (generation << GEN_SHIFT) + byte offset
-
 # `<live>.log` + the suffix a rotation gives it: kubelet's `.<YYYYMMDD-HHMMSS>`, logrotate's
 # `.<N>` and dateext `-<YYYYMMDD[HH]>`, each maybe gzipped (kubelet gzips at the next rotation).
 _ROTATED = re.compile(r"(?P<live>.+\.log)(?P<suffix>\.\d{8}-\d{6}|\.\d{1,6}|-\d{8,10})(?:\.gz)?")

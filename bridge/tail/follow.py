@@ -32,7 +32,8 @@ from itertools import accumulate
 
 from bridge.tail.source import Source, live_order, source_for
 from bridge.tail.checkpoint import FileCheckpoint
-from bridge.tail.files import GEN_SHIFT, rotation_key
+from bridge.core.position import GEN_SHIFT
+from bridge.tail.files import rotation_key
 
 FINGERPRINT_BYTES = 256
 MAX_LINE_BYTES = 4 << 20   # a longer line is cut into pieces (counted)
