@@ -252,6 +252,7 @@ def _add_run(sub) -> None:
 
 def run_agent(args: argparse.Namespace, env: Mapping[str, str], out: TextIO) -> int:
     from bridge.agent import Agent, install_signal_handlers
+    from bridge.faults import stages_from_env
     from bridge.config import FIELDS, ConfigError, as_dict, load, unknown_env
 
     file_data = None
@@ -308,7 +309,7 @@ def run_agent(args: argparse.Namespace, env: Mapping[str, str], out: TextIO) -> 
                          f"({exc.strerror or exc}); remove that file, or give a state_dir this user owns "
                          "(--state-dir)") from None
     with lock:  # held until the agent has stopped
-        agent = Agent(cfg, dest, env, log)
+        agent = Agent(cfg, dest, env, log, stages_from_env(env))
         install_signal_handlers(agent)
         with route_library_logs(log):  # the SDK's and gRPC's own lines as the agent's JSON, not plain text
             return agent.run()

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import os
 from itertools import islice
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, fields
 from datetime import timezone, tzinfo
 
 from bridge.assemble import AssembleConfig, Assembler, AssembleStats, Timeline
-from bridge.decode import Decoder, DecodeStats, source_for
+from bridge.decode import Decoder, DecodeStats
 from bridge.decode.joiner import JoinStats
 from bridge.decode.record import Record
 from bridge.decode.stream import RecordStream
@@ -21,8 +21,8 @@ from bridge.export.transforms import fan_out
 from bridge.parse import Parser, ParseStats
 from bridge.parse.rules import Rules
 from bridge.tail import read_lines
-from bridge.tail.source import streams
-from bridge.tail.files import GEN_SHIFT
+from bridge.tail.source import source_for, streams
+from bridge.core.position import GEN_SHIFT
 
 Sink = Callable[[Timeline], None]
 
@@ -76,12 +76,31 @@ def _add_into(total, part) -> None:
             setattr(total, f.name, getattr(total, f.name) + v)
 
 
+class Stages:
+    """How the agent reaches its stages, injected at its construction: each hook returns what
+    it is given. The fault-injection tests wrap them from outside (`bridge.faults`), so the
+    agent's own code has no test hooks of its own."""
+
+    def lines(self, lines: list[tuple[int, bytes]]) -> Iterator[tuple[int, bytes]]:
+        """A batch's (position, raw line) pairs, as an iterator `operator.length_hint` reads."""
+        return iter(lines)
+
+    def parse(self, parse: Callable) -> Callable:
+        return parse
+
+    def feed(self, feed: Callable) -> Callable:
+        return feed
+
+
 def drive(records: Callable[[], Iterable[Record]], parse: Callable, feed: Callable, errors: Callable,
-          path: str, where: Callable[[], int]) -> Record | None:
+          path: str, where: Callable[[], int | None], keep: Callable | None = None) -> Record | None:
     """Records → parse → assemble, for replay and the live agent alike: a line a stage raises
     on is skipped and counted (`errors(stage, path, offset, exc)`), never fatal. `records()` is
     called again after the decoder raised, going on from the line after `where()` (the
-    offset of the line it raised on). Returns the last record read, or None."""
+    offset of the line it raised on). `keep(record, event)`, when given, filters each event
+    before it is fed (the event, another, or None: not fed; counted as assemble's if it
+    raises): the agent's skip of requests delivered before a restart. Returns the last record
+    read, or None."""
     record = None
     failed_at = None
     while True:
@@ -94,6 +113,10 @@ def drive(records: Callable[[], Iterable[Record]], parse: Callable, feed: Callab
                     continue
                 if event is not None:
                     try:
+                        if keep is not None:
+                            event = keep(record, event)
+                            if event is None:
+                                continue
                         feed(record, event)
                     except Exception as exc:
                         errors("assemble", path, record.offset, exc)

@@ -15,9 +15,8 @@ from collections.abc import Callable, Mapping
 
 from bridge.sources import SourceState
 from bridge.tail.checkpoint import CheckpointStore, FileCheckpoint, Loaded, SourceCheckpoint
-from bridge.tail.follow import GEN_SHIFT, Follower, TrackedFile
-
-_MASK = (1 << GEN_SHIFT) - 1
+from bridge.core.position import GEN_SHIFT, IN_FILE as _MASK
+from bridge.tail.follow import Follower, TrackedFile
 
 
 def file_checkpoint(tf: TrackedFile, offset: int) -> FileCheckpoint:

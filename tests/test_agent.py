@@ -284,28 +284,22 @@ def test_upstream_requests_survive_a_crash_exactly_once(tmp_path):
 
 
 def test_resume_skips_every_spelling_of_a_delivered_request_and_nothing_else():
-    from bridge.agent import Agent, SourceState
-    from bridge.config import AgentConfig
-    from bridge.decode.record import Record
-    from bridge.tail.source import Source
-    from bridge.export.transport import Destination
     from bridge.parse.events import RequestAdded, RequestsAborted, Scheduled
+    from bridge.skip import unsent
 
-    agent = Agent(AgentConfig(), Destination("http://127.0.0.1:1", "grpc"), {}, None)
-    st = SourceState(Source("s", ""))
-    st.skip = {"chatcmpl-aa": 500, "cmpl-bb-0": 500, "engine@40": 40}
+    skip = {"chatcmpl-aa": 500, "cmpl-bb-0": 500, "engine@40": 40}
 
-    def rec(offset):
-        return Record(0, "runtime", "INFO", "", "", offset, offset + 1)
+    def not_delivered(offset, event):
+        return unsent(skip, offset, event)
 
-    assert agent._not_delivered(st, rec(100), RequestAdded("chatcmpl-aa-0a1b2c3d")) is None   # V1 suffix
-    assert agent._not_delivered(st, rec(100), RequestAdded("1_chatcmpl-aa-0a1b2c3d")) is None  # n>1 child
-    assert agent._not_delivered(st, rec(600), RequestAdded("chatcmpl-aa-0a1b2c3d")) is not None  # past it
-    assert agent._not_delivered(st, rec(100), RequestAdded("chatcmpl-cc")) is not None  # another request
+    assert not_delivered(100, RequestAdded("chatcmpl-aa-0a1b2c3d")) is None   # V1 suffix
+    assert not_delivered(100, RequestAdded("1_chatcmpl-aa-0a1b2c3d")) is None  # n>1 child
+    assert not_delivered(600, RequestAdded("chatcmpl-aa-0a1b2c3d")) is not None  # past it
+    assert not_delivered(100, RequestAdded("chatcmpl-cc")) is not None  # another request
     both = RequestsAborted(("cmpl-bb-0-0f1e2d3c", "chatcmpl-cc-11223344"))
-    assert agent._not_delivered(st, rec(100), both).request_ids == ("chatcmpl-cc-11223344",)
-    assert agent._not_delivered(st, rec(40), Scheduled("0x1", 0, 1, 0)) is not None
-    assert agent._not_delivered(st, rec(40), RequestsAborted(("cmpl-bb-0",))) is None
+    assert not_delivered(100, both).request_ids == ("chatcmpl-cc-11223344",)
+    assert not_delivered(40, Scheduled("0x1", 0, 1, 0)) is not None
+    assert not_delivered(40, RequestsAborted(("cmpl-bb-0",))) is None
 
 
 def test_two_pods_at_once_each_exactly_once_with_their_own_identity(tmp_path):
@@ -374,6 +368,39 @@ def test_a_line_the_decoder_raises_on_costs_that_line_only(tmp_path, monkeypatch
     assert agent.counters.line_errors == {"decode": 1}
     assert [kw["offset"] for event, kw in logged if event == "line_error"] == [offsets[1]]
     assert agent._sources["s"].assembler.open_requests == 2  # the lines before and after it
+
+
+def _three_requests_file(tmp_path):
+    lines = [f"INFO 02-15 10:23:0{i} [request_logger.py:1] Received request cmpl-{c}-0: params: None.\n".encode()
+             for i, c in enumerate("abc")]
+    path = tmp_path / "0.log"
+    path.write_bytes(b"".join(lines))
+    offsets = [0, len(lines[0]), len(lines[0]) + len(lines[1])]
+    return str(path), list(zip(offsets, lines))
+
+
+def test_a_resumed_source_skips_delivered_requests_in_the_same_loop_and_error_policy(tmp_path):
+    """After a restart, a source with requests delivered before (cmpl-a here) goes through the
+    same loop as any other: the delivered request's line is not fed, a line a stage raises on
+    (the parse stage, through hooks given at construction as the fault tests give them) costs
+    that line only, and the third request is rebuilt."""
+    from types import SimpleNamespace
+
+    from bridge.agent import Agent
+    from bridge.export.transport import Destination
+    from bridge.faults import FaultyStages
+    from bridge.tail.source import Source
+
+    path, batch = _three_requests_file(tmp_path)
+    agent = Agent(AgentConfig(), Destination("http://127.0.0.1:1", "grpc"), {}, None,
+                  FaultyStages({"parse": "cmpl-b-0"}))
+    agent._state("s", None).skip = {"cmpl-a-0": batch[0][0]}  # as the checkpoint lists it
+    with open(path, "rb") as fh:
+        tf = SimpleNamespace(source=Source("s", path), fh=fh, path=path, generation=0)
+        agent._process(tf, batch)
+    assert agent.counters.line_errors == {"parse": 1}
+    assert agent.counters.skipped_delivered == 1
+    assert agent._sources["s"].assembler.open_requests == 1  # cmpl-c only
 
 
 def test_requests_an_unfinished_one_holds_back_are_listed_in_the_checkpoint_and_counted(tmp_path):

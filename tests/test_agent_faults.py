@@ -422,7 +422,8 @@ def _checkpoints(key: str, files) -> list:
 
 def _resume_and_read(tmp_path, cks, key: str, tag_len: int) -> tuple[list, object]:
     """A follower restored from `cks`, polled until quiet: (generation, line tag) in read order."""
-    from bridge.tail.follow import GEN_SHIFT, Filters, Follower
+    from bridge.core.position import GEN_SHIFT
+    from bridge.tail.follow import Filters, Follower
     follower = Follower(Filters((str(tmp_path / "pods/*/*/*.log"),)), read_chunk=16 << 10)
     follower.restore(cks, {key: 2})
     follower.discover()

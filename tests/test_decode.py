@@ -3,7 +3,8 @@ import json
 import os
 from datetime import datetime, timezone
 
-from bridge.decode import Decoder, source_for
+from bridge.decode import Decoder
+from bridge.tail.source import source_for
 from bridge.decode.clock import zone
 from bridge.tail import read_lines
 

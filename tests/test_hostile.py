@@ -83,7 +83,7 @@ def test_hostile_case_crashes_neither_path_and_both_agree(case, replayed):
 
 
 def _follow(path: str, offset: int = 0):
-    from bridge.decode import source_for
+    from bridge.tail.source import source_for
     from bridge.tail.follow import TailStats, TrackedFile
 
     fh = open(path, "rb")
@@ -128,7 +128,7 @@ def test_the_rest_of_an_oversized_line_is_never_read_as_a_line(tmp_path):
 
 def test_a_line_written_in_pieces_is_still_read_whole(tmp_path):
     """The cut is for lines over the limit only: a writer mid-line is waited for, not cut."""
-    from bridge.decode import source_for
+    from bridge.tail.source import source_for
     from bridge.tail.follow import TailStats, TrackedFile
 
     path = tmp_path / "0.log"
@@ -308,7 +308,7 @@ def test_the_chunked_read_gives_what_the_line_by_line_read_gives(tmp_path_factor
     Over a file written in pieces (lines of any length, some long, writes ending mid-line) and
     read with any budget between the writes, both give the same lines, positions, counters
     and state."""
-    from bridge.decode import source_for
+    from bridge.tail.source import source_for
     from bridge.tail.follow import TailStats, TrackedFile
 
     d = tmp_path_factory.mktemp("chunked")

@@ -20,7 +20,8 @@ from receivers import GrpcReceiver, attrs
 
 from bridge.assemble import Assembler, EngineTimeline, RequestTimeline
 from bridge.cli import main
-from bridge.decode import Decoder, source_for
+from bridge.decode import Decoder
+from bridge.tail.source import source_for
 from bridge.decode.stream import RecordStream
 from bridge.parse import FAST_PARSE, Parser
 from bridge.pipeline import ReplayConfig, replay

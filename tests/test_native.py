@@ -30,7 +30,8 @@ from receivers import CapturingTransport
 
 from bridge.assemble import Assembler, build
 from bridge.assemble.timeline import IncidentEvent, IncidentRef, Phase, RequestTimeline, SpanEvent
-from bridge.decode import Decoder, source_for
+from bridge.decode import Decoder
+from bridge.tail.source import source_for
 from bridge.decode import stream as stream_mod
 from bridge.decode.framing import CRI, PLAIN, CriUnwrapper, DockerUnwrapper, detect
 from bridge.decode.joiner import Joiner

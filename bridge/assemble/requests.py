@@ -31,8 +31,8 @@ from bridge.assemble.startup import Startup
 from bridge.assemble.state import SEEN_DETAILS, SEEN_RECEIVED, RequestState
 from bridge.assemble.timeline import INFERRED, IncidentEvent, IncidentRef, SpanEvent, Timeline
 from bridge.decode.record import CLOCK_ANCHORED, CLOCK_EXACT, CLOCK_HEADER, Record
-from bridge.tail.files import GEN_SHIFT
-from bridge.tail.source import Source
+from bridge.core.position import GEN_SHIFT
+from bridge.core.source import Source
 from bridge.parse.events import (
     AccessLog,
     AllocationFailed,

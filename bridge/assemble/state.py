@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from bridge.assemble.timeline import SpanEvent
 from bridge.parse.events import GpuMemory, PluginTimes, QueueState, RequestSummary, Scheduled
-from bridge.tail.files import GEN_SHIFT
+from bridge.core.position import GEN_SHIFT
 
 EVENT_CAP = 32  # sampled events (KV blocks, gauges) kept per span; totals are attributes
 BLOCK_EVENTS_KEPT = 8 * EVENT_CAP  # spread over the phases later, EVENT_CAP per span

@@ -14,9 +14,8 @@ from bridge.decode.framing import CLOUD, CRI, DOCKER, PLAIN, CloudUnwrapper, Cri
 from bridge.decode.jsonline import parse_json_line
 from bridge.decode.prefix import FULL_LEVEL, HEADER, split_prefix
 from bridge.decode.record import CLOCK_ANCHORED, CLOCK_HEADER, CLOCK_JSON, CLOCK_RUNTIME, CLOCK_SHIPPER, Record
-from bridge.tail.source import Source, source_for
 
-__all__ = ["Decoder", "DecodeStats", "Record", "Source", "source_for"]
+__all__ = ["Decoder", "DecodeStats", "Record"]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _MAX_PARTIAL_CHARS = 4 * 1024 * 1024  # a runaway partial line is cut, not held forever

@@ -12,9 +12,6 @@ import re
 from collections.abc import Iterator
 from functools import partial
 
-# A position is (generation << GEN_SHIFT) + byte offset: the files of one source (a container's
-# rotations, restarts) are its generations, so positions stay ordered across them.
-GEN_SHIFT = 40
 #: A line is read at most this far: its first MAX_LINE_BYTES are a line, its rest to the next
 #: newline is dropped (counted). The live follower and `replay`/`check` cut alike, before any
 #: byte past the bound is buffered (a `.gz` is decompressed a block at a time).

@@ -32,7 +32,8 @@ from itertools import accumulate
 
 from bridge.tail.source import Source, live_order, source_for
 from bridge.tail.checkpoint import FileCheckpoint
-from bridge.tail.files import GEN_SHIFT, MAX_LINE_BYTES, rotation_key
+from bridge.core.position import GEN_SHIFT
+from bridge.tail.files import MAX_LINE_BYTES, rotation_key
 
 FINGERPRINT_BYTES = 256
 TAIL_BYTES = 256           # the bytes before the read position a rewrite check compares
