@@ -127,7 +127,7 @@ def drive(tmp_path, *, requests: int, rate: int, rotate_every: int, kills: int, 
             rx.stop()
             t0 = time.monotonic()
             # Ready all along (a rollout must not stall on the backend); the body names the outage.
-            assert wait_for(lambda: "export failing" in agent.get("/readyz")[1], 15), "readyz did not show the outage"
+            assert wait_for(lambda: "export failing" in agent.get("/readyz")[1], deadline(15)), "readyz did not show the outage"
             code, body = agent.get("/readyz")
             figures["readyz_during_outage"] = f"{code} {body.strip()}"
             assert code == 200
@@ -144,7 +144,7 @@ def drive(tmp_path, *, requests: int, rate: int, rotate_every: int, kills: int, 
             f"only {roots_received(rx)} of {n} arrived, none for {deadline(90):.0f} s"
         if outage_s:
             figures["catch_up_after_outage_s"] = round(time.monotonic() - t_back, 1)
-            assert wait_for(lambda: agent.get("/readyz")[1] == "ready\n", 30)
+            assert wait_for(lambda: agent.get("/readyz")[1] == "ready\n", deadline(30))
             figures["dropped"] = agent.metric("spans_dropped")
         time.sleep(deadline(2.5))  # an ack, a checkpoint; and any duplicate gets its chance to show
         figures["line_errors"] = agent.metric("line_errors")
@@ -315,19 +315,19 @@ def test_a_collector_outage_leaves_the_agent_ready_and_names_the_outage(tmp_path
     log, truth = pod_log(tmp_path), str(tmp_path / "truth.json")
     port = free_port()
     writer = start_writer(log, truth, requests=50, rate=3000, seed=3)
-    assert writer.wait(60) == 0
+    assert writer.wait(deadline(60)) == 0
     agent = AgentProc(str(tmp_path / "pods/*/*/*.log"), str(tmp_path / "state"), f"http://127.0.0.1:{port}",
                       "--start-at", "beginning",
                       env={"OTEL_EXPORTER_OTLP_TIMEOUT": "1"}).start()
     try:
-        assert wait_for(lambda: "export failing" in agent.get("/readyz")[1], 60), agent.get("/readyz")
+        assert wait_for(lambda: "export failing" in agent.get("/readyz")[1], deadline(60)), agent.get("/readyz")
         code, body = agent.get("/readyz")
         assert code == 200 and body.startswith("ready; export failing: http://127.0.0.1:") and "(retrying)" in body
         assert agent.get("/healthz")[0] == 200
         rx = Receiver(port, str(tmp_path / "rx.bin")).start()
         try:
-            assert wait_for(lambda: agent.get("/readyz") == (200, "ready\n"), 60), agent.get("/readyz")
-            assert wait_for(lambda: roots_received(rx) >= truth_count(truth), 60)
+            assert wait_for(lambda: agent.get("/readyz") == (200, "ready\n"), deadline(60)), agent.get("/readyz")
+            assert wait_for(lambda: roots_received(rx) >= truth_count(truth), deadline(60))
             assert agent.term()[0] == 0
         finally:
             rx.stop()

@@ -20,6 +20,7 @@ from replay_equiv import assert_agent_equals_replay, closing_line, synth_cri_lin
 from bridge.assemble import clock
 from bridge.assemble.timeline import RequestTimeline
 from bridge.pipeline import ReplayConfig, replay
+from waits import deadline
 
 _NS = 1_000_000_000
 YEAR50 = (50 * 365 + 12) * 86_400 * _NS  # 50 years (12 leap days)
@@ -233,14 +234,14 @@ def test_the_agent_idle_after_a_jump_back_keeps_the_new_clock(tmp_path):
             for end in (at, pause + 1):  # read apart: the agent's last batch before the jump is the old time
                 with open(log, "a") as f:
                     f.writelines(moved[at if end > at else 0:end])
-                assert wait_for(lambda: agent.metric("lines_read") == end, 60)
+                assert wait_for(lambda: agent.metric("lines_read") == end, deadline(60))
             assert agent.metric("clock_jumps") == 1
             assert [e["file"] for e in agent.log_events() if e.get("event") == "clock_jump"] == [log]
             time.sleep(2)  # quiet and read to its end: the agent's wall-clock ticks run
             with open(log, "a") as f:
                 f.writelines(moved[pause + 1:])
             assert wait_for(lambda: agent.metric("lines_read") == len(moved) and agent.metric("requests_open") == 0
-                            and agent.metric("export_queue_spans") == 0, 60)
+                            and agent.metric("export_queue_spans") == 0, deadline(60))
             time.sleep(1)
         finally:
             assert agent.term()[0] == 0

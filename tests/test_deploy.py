@@ -550,11 +550,11 @@ def test_the_agent_binds_the_pod_ip_the_chart_passes_it_and_nothing_else(pod_ip)
     try:
         assert server._server.server_address[0] == pod_ip
         host = f"[{pod_ip}]" if ":" in pod_ip else pod_ip
-        with urllib.request.urlopen(f"http://{host}:{server.port}/healthz", timeout=5) as r:
+        with urllib.request.urlopen(f"http://{host}:{server.port}/healthz", timeout=deadline(5)) as r:
             assert r.status == 200
         if pod_ip == "127.0.0.1":  # another address of this host does not answer
             with pytest.raises(ConnectionRefusedError):
-                socket.create_connection(("127.0.0.2", server.port), timeout=5).close()
+                socket.create_connection(("127.0.0.2", server.port), timeout=deadline(5)).close()
     finally:
         server.stop()
 
@@ -863,7 +863,7 @@ try:
     except OSError:
         print("no-ipv6")  # the kernel has IPv6 off: the server fell back to IPv4 alone
     for host in hosts:
-        with urllib.request.urlopen(f"http://{host}:{server.port}/healthz", timeout=5) as r:
+        with urllib.request.urlopen(f"http://{host}:{server.port}/healthz", timeout=deadline(5)) as r:
             print(host, r.status)
 finally:
     server.stop()

@@ -16,6 +16,7 @@ from receivers import attrs
 
 from bridge.config import ConfigError, load
 from bridge.tail.follow import Filters, Follower
+from waits import deadline
 
 
 def _summary(i: int) -> str:
@@ -118,7 +119,7 @@ def test_the_agent_bounds_its_first_start_only_and_says_so(tmp_path):
     try:
         agent = AgentProc(str(tmp_path / "pods/*/*/*.log"), state, rx.endpoint, "--poll-interval", "0.2",
                           "--history-bytes", str(bound)).start()
-        assert wait_for(lambda: _ids(rx) >= want, 30), len(_ids(rx))
+        assert wait_for(lambda: _ids(rx) >= want, deadline(30)), len(_ids(rx))
         time.sleep(1.0)  # anything older would have come with them
         assert _ids(rx) == want
         following = [e for e in agent.log_events() if e.get("event") == "following"]
@@ -132,7 +133,7 @@ def test_the_agent_bounds_its_first_start_only_and_says_so(tmp_path):
         agent = AgentProc(str(tmp_path / "pods/*/*/*.log"), state, rx.endpoint, "--poll-interval", "0.2",
                           "--history-bytes", str(bound)).start()
         want |= {f"0x{i:x}" for i in range(300, 700)}
-        assert wait_for(lambda: _ids(rx) >= want, 30), len(want - _ids(rx))
+        assert wait_for(lambda: _ids(rx) >= want, deadline(30)), len(want - _ids(rx))
         assert _ids(rx) == want
         assert agent.term()[0] == 0
     finally:

@@ -78,6 +78,7 @@ def test_lines_at_the_bound(tmp_path, n):
 
 _PEAK = """
 import resource, subprocess, sys
+from waits import deadline
 p = subprocess.run(sys.argv[1:], capture_output=True, text=True)
 print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 sys.stdout.write(p.stdout + p.stderr)
@@ -94,7 +95,7 @@ def test_a_gz_with_one_huge_line_stays_small_in_memory(tmp_path, command):
     _write(path, [GOOD, b"x" * (8 << 20), FORGED, *([b"x" * (1 << 20)] * 120), b"\n", good2])
     assert os.path.getsize(path) < 1 << 20
     p = subprocess.run([sys.executable, "-c", _PEAK, sys.executable, "-m", "bridge", command, path],
-                       capture_output=True, text=True, cwd=ROOT, timeout=300)
+                       capture_output=True, text=True, cwd=ROOT, timeout=deadline(300))
     first, _, out = p.stdout.partition("\n")
     rc, peak_kb = map(int, first.split())
     assert rc == 0, out

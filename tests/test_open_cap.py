@@ -11,6 +11,7 @@ from collections import Counter
 from bridge.assemble.timeline import RequestTimeline
 from bridge.config import AgentConfig
 from bridge.pipeline import ReplayConfig, replay
+from waits import deadline
 
 
 def _never_ending(path, n: int) -> list[str]:
@@ -98,10 +99,10 @@ def test_the_agent_counts_what_its_limit_closed_and_replay_counts_the_same(tmp_p
         agent = AgentProc(str(tmp_path / "pods/*/*/*.log"), str(tmp_path / "state"), rx.endpoint,
                           "--max-open-requests", "200").start()
         try:
-            assert wait_for(lambda: agent.metric("lines_read") == len(ids), 60)
+            assert wait_for(lambda: agent.metric("lines_read") == len(ids), deadline(60))
             # (read together: a scrape during a read sees its lines counted before they are handled)
             assert wait_for(lambda: (agent.metric("requests_open"), agent.metric("requests_capped"))
-                            == (200, len(ids) - 200), 30), (agent.metric("requests_open"), agent.metric("requests_capped"))
+                            == (200, len(ids) - 200), deadline(30)), (agent.metric("requests_open"), agent.metric("requests_capped"))
         finally:
             assert agent.term()[0] == 0
     assert stats.assemble.requests_capped == len(ids) - 200

@@ -94,7 +94,7 @@ def test_the_agent_never_prints_the_credentials(tmp_path, protocol):
         started = next(e for e in agent.log_events() if e.get("event") == "agent_started")
         assert started["endpoint"].startswith("http://***@127.0.0.1:")
         if protocol == "http/protobuf":  # refused at once: /readyz says export is failing, and where
-            assert wait_for(lambda: "export failing" in agent.get("/readyz")[1], 60)
+            assert wait_for(lambda: "export failing" in agent.get("/readyz")[1], deadline(60))
             status, body = agent.get("/readyz")
             assert "***@127.0.0.1" in body and _clean(body)
         # an exporter error was logged (and, over HTTP, it quoted what the server was sent)
