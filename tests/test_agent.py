@@ -120,7 +120,8 @@ def test_sigterm_exits_0_within_grace_and_loses_nothing(tmp_path):
         agent = AgentProc(include, state, rx.endpoint, "--shutdown-grace", "5").start()
         time.sleep(2.5)
         code, took = agent.term()
-        assert code == 0 and took < 5
+        # within its grace (5 s) and a scaled allowance for the process's own exit
+        assert code == 0 and took < 5 + deadline(1)
         assert any(e.get("event") == "agent_stopped" for e in agent.log_events())
         assert writer.wait(deadline(60)) == 0
         agent = AgentProc(include, state, rx.endpoint).start()  # picks up where the checkpoint says

@@ -184,7 +184,7 @@ def test_close_ends_a_request_a_silent_receiver_holds():
     transport = StdlibTransport()
     took, result, _ = _silent_receiver(lambda url: transport.request("POST", url, data=b"x", timeout=30),
                                        transport.close)
-    assert took < 5
+    assert took < 15  # half the request's 30 s timeout: close did not wait for it
     assert result[0].error is not None and transport.is_connection_error(result[0].error)
 
 
@@ -279,7 +279,7 @@ def test_shutdown_is_not_held_by_the_sdks_retry_against_a_silent_receiver(no_pro
         return holder[0].export(b"x")
 
     took, result, connections = _silent_receiver(start, lambda: holder[0].shutdown())
-    assert took < 5
+    assert took < 10  # half the client's 20 s timeout: shutdown did not wait for it
     assert result and not result[0].success
     assert connections == 1  # no second connection after the shutdown
 
