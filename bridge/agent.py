@@ -266,7 +266,8 @@ class Agent:
                 mtime = os.fstat(tf.fh.fileno()).st_mtime
             except (OSError, ValueError, AttributeError):  # AttributeError: parked (no descriptor)
                 mtime = None
-            stream = st.streams[key] = RecordStream(Decoder(tz=self._tz, year=self.cfg.year, mtime=mtime))
+            stream = st.streams[key] = RecordStream(Decoder(tz=self._tz, year=self.cfg.year, mtime=mtime),
+                                                    lead=not st.gateway)  # (the join reads its own time)
             st.files[key] = tf
         if len(st.streams) > 1:
             self._finish_older(st, tf)

@@ -863,7 +863,7 @@ try:
     except OSError:
         print("no-ipv6")  # the kernel has IPv6 off: the server fell back to IPv4 alone
     for host in hosts:
-        with urllib.request.urlopen(f"http://{host}:{server.port}/healthz", timeout=deadline(5)) as r:
+        with urllib.request.urlopen(f"http://{host}:{server.port}/healthz", timeout=5) as r:
             print(host, r.status)
 finally:
     server.stop()

@@ -12,6 +12,7 @@ import zlib
 import pytest
 
 from bridge.tail.files import MAX_LINE_BYTES, read_lines
+from waits import deadline
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GOOD = b"INFO 02-15 10:23:02 scheduler.py:789] Request 0xa1: prompt_tokens=1, generated_tokens=2, ttft=1.0ms, " \
@@ -48,7 +49,7 @@ def test_replay_cuts_an_oversized_line_where_the_follower_does(tmp_path, name, t
     assert got == want
     assert cut == {"lines_oversized": 1, "bytes_cut": len(big) - MAX_LINE_BYTES}
     # The live follower reads the same lines at the same places (the agent ≡ replay).
-    from bridge.decode import source_for
+    from bridge.tail.source import source_for
     from bridge.tail.follow import TailStats, TrackedFile, _open
     with _open(path) as fh:
         tf = TrackedFile(path, source_for(path), 0, fh, os.stat(path).st_ino, 0)
@@ -78,7 +79,6 @@ def test_lines_at_the_bound(tmp_path, n):
 
 _PEAK = """
 import resource, subprocess, sys
-from waits import deadline
 p = subprocess.run(sys.argv[1:], capture_output=True, text=True)
 print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 sys.stdout.write(p.stdout + p.stderr)

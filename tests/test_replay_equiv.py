@@ -94,7 +94,8 @@ def test_a_siblings_ended_line_is_the_requests_last_line():
     all belong to the one root, and the last of them is its last line: what a resumed agent
     skips up to once the root is delivered (`Delivered.last_offset`)."""
     from bridge.assemble import Assembler
-    from bridge.decode import Decoder, source_for
+    from bridge.decode import Decoder
+    from bridge.tail.source import source_for
     from bridge.parse import Parser
 
     rid = "chatcmpl-rnd-31003-017-da4b870d"

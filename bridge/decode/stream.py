@@ -62,18 +62,20 @@ class RecordStream:
     library's lines printed before vLLM's first header, an excerpt that starts mid-way) have no
     time of their own; the decoder could only give them the file's mtime, which is later than
     anything in it. They are held until the first stamped record and take its time, the nearest
-    the file states (never the wall clock); with no stamp at all they keep what they had."""
+    the file states (never the wall clock); with no stamp at all they keep what they had.
+    `lead=False` holds nothing: a file whose lines carry their time in a form the decoder
+    does not read (a gateway's access log) would otherwise wait for a stamp that never comes."""
 
     __slots__ = ("decoder", "joiner", "_fast", "_lead", "_stamped")
 
-    def __init__(self, decoder: Decoder, joiner: Joiner | None = None, fast=FAST) -> None:
+    def __init__(self, decoder: Decoder, joiner: Joiner | None = None, fast=FAST, lead: bool = True) -> None:
         self.decoder = decoder
         self.joiner = joiner or Joiner()
         # The C fast path works on these exact classes only (it reads their slots).
         exact = type(self.decoder) is Decoder and type(self.joiner) is Joiner
         self._fast = fast if exact else None
         self._lead: list[Record] = []
-        self._stamped = False  # a stamped record was seen (or the lead gave up): nothing is held
+        self._stamped = not lead  # a stamped record was seen (or the lead gave up): nothing is held
 
     def __call__(self, raw: bytes, offset: int) -> tuple[Record, ...]:
         if self._fast is not None:
