@@ -7,7 +7,7 @@ sinks (OTLP, waterfall, summary) are plain callables taking a timeline.
 from __future__ import annotations
 
 import os
-from itertools import islice
+from itertools import chain, islice
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, fields
 from datetime import timezone, tzinfo
@@ -138,17 +138,16 @@ def bounded(lines: Iterable, assembler: Assembler, keep: int, errors: Callable, 
     """`lines`, passed on as they are; after each `_CAP_EVERY` of them the assembler's oldest open
     requests are closed until `keep` remain (`Assembler.evict_oldest`), as the agent does after
     each read: a log of requests that start and never end no longer holds them all until its end."""
-    it = iter(lines)
-    while True:
-        chunk = list(islice(it, _CAP_EVERY))
-        if not chunk:
-            return
-        yield from chunk
-        if assembler.open_requests > keep:
-            try:
-                assembler.evict_oldest(keep)
-            except Exception as exc:
-                errors("assemble", path, None, exc)
+    def chunks():  # the cap looked at between chunks; lines pass through chain (C), not this frame
+        it = iter(lines)
+        while chunk := list(islice(it, _CAP_EVERY)):
+            yield chunk
+            if assembler.open_requests > keep:
+                try:
+                    assembler.evict_oldest(keep)
+                except Exception as exc:
+                    errors("assemble", path, None, exc)
+    return chain.from_iterable(chunks())
 
 
 def replay(paths: Iterable[str], sinks: list[Sink], config: ReplayConfig = ReplayConfig(),
