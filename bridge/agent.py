@@ -30,7 +30,7 @@ from bridge.detect import Detector
 from bridge.decode.clock import zone
 from bridge.decode.stream import RecordStream
 from bridge.core.source import Source
-from bridge.tail.source import file_of
+from bridge.tail.source import file_of, same_writer
 from bridge.export.transforms import with_k8s_identity
 from bridge.export.resource import base_resource
 from bridge.export.secrets import redact_url
@@ -269,6 +269,7 @@ class Agent:
             stream = st.streams[key] = RecordStream(Decoder(tz=self._tz, year=self.cfg.year, mtime=mtime),
                                                     lead=not st.gateway)  # (the join reads its own time)
             st.files[key] = tf
+            self._go_on(st, tf, stream)
         if len(st.streams) > 1:
             self._finish_older(st, tf)
         st.quiet_since[key] = time.monotonic()
@@ -289,6 +290,63 @@ class Agent:
                 st.assembler.evict_oldest(self.cfg.max_open_requests)
             except Exception as exc:
                 self._line_error("assemble", tf.path, None, exc)
+
+    def _go_on(self, st: SourceState, tf: TrackedFile, stream: RecordStream) -> None:
+        """Before a file's first line: the partial lines an older file of the same writer ended
+        in (a kubelet rotation between a `P` part and its `F` end) go on in this file's decoder,
+        as `replay` reads them; their `F` ends are here. They come from the older file's decoder
+        (read to its end) or, when that file was closed first, from `st.carry`. A partial line
+        left by another writer (a restart's new container) is a line of its own, before this
+        file's (`_finish_older`)."""
+        carries = []
+        if st.carry is not None:
+            path, gen, carry = st.carry
+            if gen < tf.generation and same_writer(path, tf.path):
+                st.carry = None
+                carries.append(carry)
+            else:
+                self._flush_carry(st)
+        older = sorted((o for o in st.files.values() if o.generation < tf.generation and o.at_eof
+                        and same_writer(o.path, tf.path)), key=lambda o: o.generation)
+        for other in older:
+            old = st.streams.get(id(other))
+            if old is None or old.decoder.held_position is None:
+                continue
+            try:
+                records, carry = old.hand_on()
+            except Exception as exc:
+                self._line_error("decode", other.path, None, exc)
+                continue
+            self._drive(st, st.source.path, lambda: records)
+            if carry is not None:
+                carries.append(carry)
+        for carry in carries[:-1]:  # more than one file's (never seen): the older are lines of their own
+            self._drive(st, st.source.path, lambda carry=carry: self._carried_lines(st, carry))
+        if carries:
+            stream.decoder.adopt(carries[-1])
+
+    def _carried_lines(self, st: SourceState, carry) -> list:
+        """The partial lines of `carry` as lines of their own: their file's successor never
+        went on with them."""
+        stream = RecordStream(Decoder(tz=self._tz, year=self.cfg.year), lead=not st.gateway)
+        stream.decoder.adopt(carry)
+        return stream.flush()
+
+    def _flush_carry(self, st: SourceState) -> None:
+        _path, _gen, carry = st.carry
+        st.carry = None
+        try:
+            records = self._carried_lines(st, carry)
+        except Exception as exc:
+            self._line_error("decode", st.source.path, None, exc)
+            return
+        self._drive(st, st.source.path, lambda: records)
+
+    def _successor_waits(self, st: SourceState, path: str, generation: int) -> bool:
+        """Whether a newer file of the writer of `path` is followed and has had no line yet:
+        the partial lines `path` ended in go on there."""
+        return any(o.source.key == st.source.key and o.generation > generation and id(o) not in st.streams
+                   and same_writer(path, o.path) for o in self._follower.files)
 
     def _finish_older(self, st: SourceState, tf: TrackedFile) -> None:
         """Lines of a newer file of the stream: an older file read to its end is finished (the
@@ -391,13 +449,23 @@ class Agent:
         stream = st.streams.pop(id(tf), None)
         st.files.pop(id(tf), None)
         st.quiet_since.pop(id(tf), None)
+        carry = None
         if stream is not None:
             try:
-                records = stream.flush()
+                # Its writer went on in a newer file with no line yet: the partial lines it
+                # ended in wait there (`st.carry`, `_go_on`); otherwise they are lines now.
+                if stream.decoder.held_position is not None and self._successor_waits(st, tf.path, tf.generation):
+                    records, carry = stream.hand_on()
+                else:
+                    records = stream.flush()
             except Exception as exc:
                 self._line_error("decode", tf.path, tf.offset, exc)
                 records = []
             self._drive(st, st.source.path, lambda: records)
+        if carry is not None:
+            if st.carry is not None:
+                self._flush_carry(st)
+            st.carry = (tf.path, tf.generation, carry)
         st.retired.append(file_checkpoint(tf, tf.offset))
 
     def _tick(self) -> None:
@@ -407,6 +475,8 @@ class Agent:
         now = time.monotonic()
         paused = self._memory_paused
         for st in self._sources.values():
+            if st.carry is not None and not self._successor_waits(st, st.carry[0], st.carry[1]):
+                self._flush_carry(st)  # its file's successor is gone (or another file went on)
             for key, stream in st.streams.items():
                 if stream.joiner.held_position is not None and now - st.quiet_since.get(key, now) >= _JOIN_IDLE_S:
                     self._drive(st, st.source.path, stream.release)

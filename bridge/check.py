@@ -27,7 +27,7 @@ from bridge.parse.events import EngineConfig, EngineStats, RequestAdded
 from bridge.parse.literals import DOTTED_NAME, mask_literals
 from bridge.tail import read_lines
 from bridge.tail.files import MAX_LINE_BYTES
-from bridge.tail.source import streams
+from bridge.tail.source import same_writer, streams
 
 SEED_KINDS = frozenset({"request_summary", "request_ended", "scheduling", "preemption", "queue_state", "block_alloc", "block_free",
                         "gpu_memory", "cuda_oom", "alloc_failed", "request_timeout", "model_load",
@@ -166,8 +166,12 @@ def check_stream(paths: list[str], rules=None) -> FileReport:
         elif isinstance(event, RequestAdded) and _V1_INTERNAL_ID.search(event.request_id):
             ev["v1"] += 1
 
-    for path in paths:
+    carry = None
+    for k, path in enumerate(paths):
         stream = RecordStream(Decoder(mtime=os.stat(path).st_mtime))
+        if carry is not None:  # the partial lines the last file ended in (replay's rule)
+            stream.decoder.adopt(carry)
+        hand_on = k + 1 < len(paths) and same_writer(path, paths[k + 1])
         for offset, raw in read_lines(path, cut=report.cut):
             report.physical_lines += 1
             if b"] " in raw:
@@ -177,8 +181,9 @@ def check_stream(paths: list[str], rules=None) -> FileReport:
                     ev["plain_header"] += 1
             for record in stream(raw, offset):
                 handle(record)
-        for record in stream.flush():
+        for record in stream.flush(partials=not hand_on):
             handle(record)
+        carry = stream.decoder.carry() if hand_on else None
         report.joined += stream.joiner.stats.lines_joined
     snapshot = parser.snapshot()
     report.by_kind.update(snapshot.by_kind)

@@ -21,7 +21,7 @@ from bridge.export.transforms import fan_out
 from bridge.parse import Parser, ParseStats
 from bridge.parse.rules import Rules
 from bridge.tail import read_lines
-from bridge.tail.source import source_for, streams
+from bridge.tail.source import same_writer, source_for, streams
 from bridge.core.position import GEN_SHIFT
 
 Sink = Callable[[Timeline], None]
@@ -164,6 +164,7 @@ def replay(paths: Iterable[str], sinks: list[Sink], config: ReplayConfig = Repla
 
     for files in streams(paths):
         assembler = None
+        carry = None  # the partial lines the last file ended in, when this one goes on with them
         for gen, path in enumerate(files):  # a stream's files are its generations
             stats.files += 1
             source = source_for(path)
@@ -171,10 +172,16 @@ def replay(paths: Iterable[str], sinks: list[Sink], config: ReplayConfig = Repla
                 assembler = Assembler(source, emit, config.assemble)
             assembler.add_file(gen, source)
             stream = RecordStream(Decoder(tz=config.tz, year=config.year, mtime=os.stat(path).st_mtime))
+            if carry is not None:
+                stream.decoder.adopt(carry)
+            # A kubelet rotation can fall between a line's `P` parts and its `F` end: the next
+            # file of the same writer goes on with them, where the agent reads it too.
+            hand_on = gen + 1 < len(files) and same_writer(path, files[gen + 1])
             at = [-1]
             lines = bounded(read_lines(path, gen << GEN_SHIFT, at, stats.cut), assembler, config.max_open_requests, errors, path)
-            drive(lambda: stream.over(lines), parser.parse, assembler.feed, errors, path,
+            drive(lambda: stream.over(lines, carry=hand_on), parser.parse, assembler.feed, errors, path,
                   lambda: max(at[0], 0))
+            carry = stream.decoder.carry() if hand_on else None
             _add_into(stats.decode, stream.decoder.stats)
             _add_into(stats.join, stream.joiner.stats)
         try:

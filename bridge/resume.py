@@ -76,6 +76,8 @@ class Checkpointer:
                 held.append(st.assembler.min_open_offset)
             held.extend(p.first for p in st.pending.values())
             held.extend(s.held_position for s in st.streams.values() if s.held_position is not None)
+            if st.carry is not None:  # partial lines waiting for their file's successor
+                held.append(st.carry[2].position)
             low = min(held) if held else None
             safe_positions = []
             for tf in tracked.get(key, ()):

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from bridge.assemble import Assembler
+from bridge.decode import Carry
 from bridge.decode.stream import RecordStream
 from bridge.tail.checkpoint import Delivered, FileCheckpoint
 from bridge.tail.follow import TrackedFile
@@ -37,6 +38,9 @@ class SourceState:
     pruned_at: int | None = None  # the safe position `delivered` was last pruned to (resume.py)
     retired: list[FileCheckpoint] = field(default_factory=list)   # closed files an open request may need
     facts: dict = field(default_factory=dict)  # engine facts a resumed assembler starts from (the checkpoint's)
+    # The partial lines a closed file ended in, waiting for the next file of its writer (a
+    # rotation between a `P` part and its `F` end): (the file's path, generation, Carry).
+    carry: tuple[str, int, Carry] | None = None
     seq: int = 0
     last_ts: int = 0
     last_wall: int = 0

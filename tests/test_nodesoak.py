@@ -48,8 +48,6 @@ def _replay_spans(tmp_path, d: str) -> dict:
                 for _, s in rx.spans() if s.name == "vllm.request"}
 
 
-@pytest.mark.xfail(strict=True, reason="a P part at the end of a rotated file and its F end at the head of the next "
-                                       "are read as two lines (found by bench/nodesoak.py; see docs/performance.md)")
 def test_a_rotation_between_a_p_part_and_its_f_end_keeps_the_line_whole(tmp_path):
     """containerd writes a long line as `P` parts and an `F` end, one write each; the kubelet's
     rotation (rename, then ReopenContainerLog) can fall between two of them, so the `F` end is

@@ -10,9 +10,11 @@ import gzip
 import io
 import os
 import random
+import time
 
+import pytest
 from receivers import GrpcReceiver, attrs
-from replay_equiv import synth_cri_lines
+from replay_equiv import closing_line, synth_cri_lines
 
 from bridge.cli import main
 from bridge.tail.source import source_for, streams
@@ -326,3 +328,180 @@ def test_ids_do_not_depend_on_which_of_a_containers_files_are_there(tmp_path):
 
     assert len(roots(whole)) == len(kept)
     assert roots(left) == roots(whole)
+
+
+# -- a kubelet rotation between a line's `P` parts and its `F` end, live (issue 37) ----------------
+
+def _cri(sec: float, stream: str, tag: str, text: str) -> str:
+    return f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(int(sec)))}.{int(sec % 1 * 1e9):09d}Z {stream} {tag} {text}\n"
+
+
+T0 = 1_771_149_600  # 2026-02-15 10:00:00
+
+
+def _head(sec: float, level: str = "INFO", origin: str = "scheduler.py:789") -> str:
+    return f"{level} {time.strftime('%m-%d %H:%M:%S', time.gmtime(int(sec)))} {origin}] "
+
+
+def _summary_of(rid: str, tokens: int) -> str:
+    return (f"Request {rid}: prompt_tokens=7, generated_tokens={tokens}, ttft=12.0ms, itl=3.0ms, "
+            "total_latency=0.5s")
+
+
+def _split_lines():
+    """What the container wrote, as the kubelet framed it: before the rotation a whole request
+    (0xa), a stderr warning's `P` part and a stdout summary's `P` part (request 0xb, which has
+    no other line: nothing but the parts holds the checkpoint); after it their `F` ends, then a
+    closing line hours later. Truth: 0xb's summary says generated_tokens=29."""
+    summary_b = _head(T0 + 2) + _summary_of("0x7f0000000b00", 29)
+    before = [_cri(T0 + 1, "stdout", "F", _head(T0 + 1) + "Scheduling request 0x7f0000000a00: priority=0, "
+                                                       "num_scheduled_blocks=1, remaining_blocks=10"),
+              _cri(T0 + 1.5, "stdout", "F", _head(T0 + 1) + _summary_of("0x7f0000000a00", 11)),
+              _cri(T0 + 1.7, "stderr", "P", _head(T0 + 1, "WARNING", "x.py:1") + "a warning cut "),
+              _cri(T0 + 2, "stdout", "P", summary_b[:60])]
+    after = [_cri(T0 + 2.1, "stdout", "F", summary_b[60:]),
+             _cri(T0 + 2.2, "stderr", "F", "in two by a rotation"),
+             closing_line([_cri(T0 + 3, "stdout", "F", "x")])]
+    return before, after
+
+
+def _roots(rx) -> dict:
+    out: dict[str, list] = {}
+    for _, s in rx.spans():
+        if s.name == "vllm.request":
+            a = attrs(s.attributes)
+            out.setdefault(a["vllm.request.id"], []).append((s.span_id, a.get("gen_ai.usage.output_tokens"),
+                                                              a["vllm.outcome"]))
+    return out
+
+
+def _files_watched(agent) -> float:
+    return agent.metric("files_watched")
+
+
+@pytest.mark.parametrize("kill", [None, "before_rotation", "after_rotation_seen", "after_retired",
+                                  "after_retired_then_gzipped"])
+def test_the_agent_joins_a_line_a_rotation_cut_through_a_kill9_anywhere_between_its_parts(tmp_path, kill):
+    """The `P` parts are at the end of the rotated file, the `F` ends at the start of the next
+    `0.log`. Wherever the agent is killed (-9) between them — before it saw the rotation, after,
+    after it closed the rotated file (the parts waiting for the next file's first line), and
+    with the rotated file gzipped by the next rotation while it was down — each request is sent
+    once, whole (0xb's summary: 29 tokens), and the spans are what `replay` of the files sends."""
+    from agentkit import AgentProc, pod_log, saved_checkpoint, wait_for
+    from replay_equiv import kubelet_rotate
+    from waits import deadline
+
+    before, after = _split_lines()
+    log = pod_log(tmp_path)
+    state = str(tmp_path / "state")
+    with GrpcReceiver() as rx:
+        args = (str(tmp_path / "pods/*/*/*.log"), state, rx.endpoint, "--start-at", "beginning",
+                "--poll-interval", "0.2")
+        agent = AgentProc(*args).start()
+        with open(log, "a") as f:
+            f.writelines(before)
+        pending_at = len("".join(before[:2]).encode())  # the stderr part: where a resume must re-read
+        assert wait_for(lambda: "0x7f0000000a00" in _roots(rx), deadline(30))
+        assert wait_for(lambda: [(e["path"], e["offset"]) for e in saved_checkpoint(state).get("files", [])]
+                        == [(log, pending_at)], deadline(30)), saved_checkpoint(state)
+        if kill == "before_rotation":
+            agent.kill9()
+        kubelet_rotate(log, "20260215-100100")
+        open(log, "a").close()  # containerd reopens the log: the new 0.log, empty so far
+        if kill is not None and kill != "before_rotation":
+            assert wait_for(lambda: _files_watched(agent) == 2, deadline(30))
+            if kill.startswith("after_retired"):
+                assert wait_for(lambda: _files_watched(agent) == 1, deadline(60))  # the rotated file closed
+                closed = time.time()
+                ckpt = os.path.join(state, "checkpoints.json")
+                assert wait_for(lambda: os.stat(ckpt).st_mtime > closed + 0.01, deadline(30))  # saved since
+                assert sorted(e["offset"] for e in saved_checkpoint(state)["files"]) == [0, pending_at]
+            agent.kill9()
+        if kill == "after_retired_then_gzipped":  # down while the F ends come and the next rotation gzips
+            with open(log, "a") as f:
+                f.writelines(after)
+            kubelet_rotate(log, "20260215-100200")
+            open(log, "a").close()
+        if kill is not None:
+            agent = AgentProc(*args).start()
+        if kill != "after_retired_then_gzipped":
+            if kill is None:  # the parts wait for the next file's first line with the rotated file closed
+                assert wait_for(lambda: _files_watched(agent) == 1, deadline(60))
+            with open(log, "a") as f:
+                f.writelines(after)
+        assert wait_for(lambda: "0x7f0000000b00" in _roots(rx) and agent.metric("requests_open") == 0
+                        and agent.metric("export_queue_spans") == 0, deadline(60))
+        assert agent.term()[0] == 0
+        roots = _roots(rx)
+    assert {rid: {(t, o) for _, t, o in v} for rid, v in roots.items()} == {
+        "0x7f0000000a00": {(11, "finished")}, "0x7f0000000b00": {(29, "finished")}}
+    assert all(len({sid for sid, _, _ in v}) == 1 for v in roots.values()), roots  # re-sent at most, never anew
+    replayed, _ = _replay([os.path.dirname(log)])
+    got = {s.span_id: s.SerializeToString(deterministic=True) for _, s in rx.spans()}
+    want = {s.span_id: s.SerializeToString(deterministic=True) for _, s in replayed}
+    assert got == want
+
+
+def _unended_lines():
+    """Request 0xb's whole summary written as a `P` part (its writer never wrote the newline:
+    the container ended), and the lines a next container writes, a request 0xc of its own."""
+    before = [_cri(T0 + 1, "stdout", "F", _head(T0 + 1) + _summary_of("0x7f0000000a00", 11)),
+              _cri(T0 + 2, "stdout", "P", _head(T0 + 2) + _summary_of("0x7f0000000b00", 29))]
+    after = [_cri(T0 + 30, "stdout", "F", _head(T0 + 30) + _summary_of("0x7f0000000c00", 5)),
+             closing_line([_cri(T0 + 31, "stdout", "F", "x")])]
+    return before, after
+
+
+def test_replay_ends_a_line_its_container_left_unfinished_at_the_restart(tmp_path):
+    """`0.log` ends in a `P` part; `1.log` is the restarted container's: another process, which
+    never goes on with it. The part is a line of its own (0xb's summary), before 1.log's lines."""
+    before, after = _unended_lines()
+    d = tmp_path / POD
+    d.mkdir(parents=True)
+    (d / "0.log").write_text("".join(before))
+    (d / "1.log").write_text("".join(after))
+    spans, _ = _replay([str(d)])
+    got = {attrs(s.attributes)["vllm.request.id"]: (attrs(s.attributes).get("gen_ai.usage.output_tokens"),
+                                                    attrs(s.attributes)["vllm.outcome"])
+           for _, s in spans if s.name == "vllm.request"}
+    assert got == {"0x7f0000000a00": (11, "finished"), "0x7f0000000b00": (29, "finished"),
+                   "0x7f0000000c00": (5, "finished")}
+
+
+@pytest.mark.parametrize("end", ["restart", "rotated_then_gone"])
+def test_the_agent_ends_a_line_left_unfinished_when_no_file_goes_on_with_it(tmp_path, end):
+    """A `P` part nothing finishes is a line of its own: at the first line of a restarted
+    container's log (`1.log`: another process), or, when it waits at the end of a rotated file
+    for the next `0.log`'s first line, once that file is gone with none (the pod deleted)."""
+    from agentkit import AgentProc, pod_log, wait_for
+    from replay_equiv import kubelet_rotate
+    from waits import deadline
+
+    before, after = _unended_lines()
+    log = pod_log(tmp_path)
+    state = str(tmp_path / "state")
+    with GrpcReceiver() as rx:
+        agent = AgentProc(str(tmp_path / "pods/*/*/*.log"), state, rx.endpoint, "--start-at", "beginning",
+                          "--poll-interval", "0.2").start()
+        with open(log, "a") as f:
+            f.writelines(before)
+        assert wait_for(lambda: "0x7f0000000a00" in _roots(rx), deadline(30))
+        if end == "restart":
+            with open(os.path.join(os.path.dirname(log), "1.log"), "a") as f:
+                f.writelines(after)
+            want = {"0x7f0000000a00", "0x7f0000000b00", "0x7f0000000c00"}
+        else:
+            kubelet_rotate(log, "20260215-100100")
+            open(log, "a").close()
+            assert wait_for(lambda: _files_watched(agent) == 2, deadline(30))
+            assert wait_for(lambda: _files_watched(agent) == 1, deadline(60))  # the rotated file closed: the part waits
+            assert "0x7f0000000b00" not in _roots(rx)
+            os.remove(log)
+            want = {"0x7f0000000a00", "0x7f0000000b00"}
+        assert wait_for(lambda: set(_roots(rx)) == want and agent.metric("requests_open") == 0, deadline(60)), \
+            _roots(rx)
+        assert agent.term()[0] == 0
+        roots = _roots(rx)
+    assert {rid: {(t, o) for _, t, o in v} for rid, v in roots.items()} == {
+        "0x7f0000000a00": {(11, "finished")}, "0x7f0000000b00": {(29, "finished")},
+        **({"0x7f0000000c00": {(5, "finished")}} if end == "restart" else {})}

@@ -15,7 +15,7 @@ from bridge.decode.jsonline import parse_json_line
 from bridge.decode.prefix import FULL_LEVEL, HEADER, split_prefix
 from bridge.decode.record import CLOCK_ANCHORED, CLOCK_HEADER, CLOCK_JSON, CLOCK_RUNTIME, CLOCK_SHIPPER, Record
 
-__all__ = ["Decoder", "DecodeStats", "Record"]
+__all__ = ["Carry", "Decoder", "DecodeStats", "Record"]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _MAX_PARTIAL_CHARS = 4 * 1024 * 1024  # a runaway partial line is cut, not held forever
@@ -35,6 +35,34 @@ def _header_near(stamp: str, runtime_ts: int, tz: tzinfo) -> int | None:
                             int(stamp[12:14]), tzinfo=tz).timestamp()) * _S_NS
     except (ValueError, OverflowError, OSError):
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """One stream's partial line: its parts so far, where it began and ended, its stamp, and
+    whether it is being cut (its rest is dropped)."""
+
+    stream: str
+    parts: tuple[str, ...]
+    chars: int
+    offset: int
+    end: int
+    ts: int
+    cut: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Carry:
+    """The partial lines a file ended in, handed to the file its writer went on in (a kubelet
+    rotation can fall between a `P` part and its `F` end: `Decoder.carry`, `Decoder.adopt`)."""
+
+    framing: str
+    held: tuple[Held, ...]
+
+    @property
+    def position(self) -> int:
+        """Where the earliest of them began: a resume must re-read from there."""
+        return min(h.offset for h in self.held)
 
 
 @dataclass(slots=True)
@@ -249,6 +277,37 @@ class Decoder:
             mine = ([], 0, 0, 0, 0, False)
         (self._parts, self._part_chars, self._part_offset, self._part_end, self._part_ts, self._cut) = mine
         self._part_stream = stream
+
+    def carry(self) -> Carry | None:
+        """The partial lines held (each stream's), taken out: the writer goes on with them in
+        another file. None when none is held."""
+        if self._framing is None:
+            return None
+        held = []
+        if self._parts or self._cut:
+            held.append(Held(self._part_stream, tuple(self._parts), self._part_chars, self._part_offset,
+                             self._part_end, self._part_ts, self._cut))
+        for stream, (parts, chars, offset, end, ts, cut) in self._others.items():
+            if parts or cut:
+                held.append(Held(stream, tuple(parts), chars, offset, end, ts, cut))
+        self._parts, self._cut, self._others = [], False, {}
+        return Carry(self._framing, tuple(sorted(held, key=lambda h: h.offset))) if held else None
+
+    def adopt(self, carry: Carry) -> None:
+        """Go on with the partial lines another file ended in (`carry`), before this file's
+        first line: its writer is the same (a rotation's next file), so is its framing. Their
+        records keep their first part's position, in the older file."""
+        if self._framing is not None or self._parts or self._others or self._cut:
+            raise ValueError("adopt() before the first line only")
+        self._framing = carry.framing
+        unwrappers = {CRI: CriUnwrapper, DOCKER: DockerUnwrapper, CLOUD: CloudUnwrapper}
+        self._unwrap = unwrappers.get(carry.framing, lambda: None)()
+        for h in carry.held:
+            self._others[h.stream] = (list(h.parts), h.chars, h.offset, h.end, h.ts, h.cut)
+        first = carry.held[0].stream  # the earliest is the current one, the others wait
+        (self._parts, self._part_chars, self._part_offset, self._part_end, self._part_ts,
+         self._cut) = self._others.pop(first)
+        self._part_stream = first
 
     def flush(self) -> Record | None:
         """At end of input: a partial line never completed is still a line. One stream's at a

@@ -10,7 +10,7 @@ import os
 from collections.abc import Iterable, Iterator
 from itertools import chain
 
-from bridge.decode import Decoder, DecodeStats
+from bridge.decode import Carry, Decoder, DecodeStats
 from bridge.decode.clock import HeaderClock, Rfc3339
 from bridge.decode.framing import CRI, PLAIN, CriUnwrapper
 from bridge.decode.joiner import Joiner
@@ -109,12 +109,15 @@ class RecordStream:
         record = self.decoder(raw, offset)
         return () if record is None else self.joiner(record)
 
-    def over(self, lines: Iterable[tuple[int, bytes]]) -> Iterator[Record]:
-        """Every complete record of a finished file, its last held ones included."""
+    def over(self, lines: Iterable[tuple[int, bytes]], carry: bool = False) -> Iterator[Record]:
+        """Every complete record of a finished file, its last held ones included. `carry`: the
+        file's writer went on in a next file (a rotation), so a partial line it ends in is not
+        a line yet: it stays in the decoder for `Decoder.carry`."""
+        end = _Later(lambda: self.flush(partials=not carry))
         if self._fast is not None:
             records = self._fast.records(self.decoder, self.joiner, self._python, lines)
-            return chain(records if self._stamped else self._restamp(records), _Later(self.flush))
-        return self._over(lines)
+            return chain(records if self._stamped else self._restamp(records), end)
+        return chain((record for offset, raw in lines for record in self(raw, offset)), end)
 
     def each(self, lines: Iterator[tuple[int, bytes]]) -> Iterator[Record]:
         """The complete records of a live file's new lines, nothing flushed (more may come).
@@ -125,11 +128,6 @@ class RecordStream:
             return records if self._stamped else self._restamp(records)
         return (record for offset, raw in lines for record in self(raw, offset))
 
-    def _over(self, lines: Iterable[tuple[int, bytes]]) -> Iterator[Record]:
-        for offset, raw in lines:
-            yield from self(raw, offset)
-        yield from self.flush()
-
     def release(self) -> list[Record]:
         """The multi-line record held for a continuation that has not come (the file is quiet).
         Before the file's first stamp it joins the lead, which waits for that stamp."""
@@ -138,11 +136,12 @@ class RecordStream:
             return []
         return [held] if self._stamped else list(self._restamp(iter((held,))))
 
-    def flush(self) -> list[Record]:
-        """End of the file: a partial line never completed, then whatever the joiner holds, then
-        a lead no stamp came for, with the time it had."""
+    def flush(self, partials: bool = True) -> list[Record]:
+        """End of the file: a partial line never completed (not with `partials=False`: the
+        file's writer goes on in the next, `hand_on`), then whatever the joiner holds, then a
+        lead no stamp came for, with the time it had."""
         out: list[Record] = []
-        while (record := self.decoder.flush()) is not None:  # one per stream with a partial line
+        while partials and (record := self.decoder.flush()) is not None:  # one per stream with a partial line
             out.extend(self.joiner(record))
         held = self.joiner.flush()
         if held is not None:
@@ -151,6 +150,13 @@ class RecordStream:
             out = list(self._restamp(iter(out)))
             out, self._lead = self._lead + out, []
         return out
+
+    def hand_on(self) -> tuple[list[Record], Carry | None]:
+        """End of a file whose writer goes on in the next one (a kubelet rotation): what the
+        joiner and the lead hold, as `flush`, and the partial lines it ends in, for the next
+        file's decoder (`Decoder.adopt`), where their `F` ends are."""
+        carry = self.decoder.carry()
+        return self.flush(), carry
 
     @property
     def held_position(self) -> int | None:

@@ -63,6 +63,20 @@ def file_of(stream: Source, path: str) -> Source:
     return Source(stream.key, own.path, own.resource)
 
 
+def _live(path: str) -> str:
+    abspath = os.path.abspath(path)
+    rotated = rotated_from(abspath)
+    return rotated[0] if rotated else abspath
+
+
+def same_writer(older: str, newer: str) -> bool:
+    """Whether the file `newer` is where the writer of `older` went on: a rotation of the same
+    live file (`0.log.<stamp>` → `0.log`, `.1` → the live file), or the file itself truncated.
+    A restart's file (`1.log` after `0.log`, another container id under /var/log/containers)
+    is a new process's: a line it left unfinished ends there."""
+    return _live(older) == _live(newer)
+
+
 def live_order(path: str) -> tuple[int, str]:
     """Where a live file comes in its stream: a container's restarts in order (`0.log`, `1.log`,
     …, `10.log`: by number, not by name), other files by path."""
