@@ -10,10 +10,12 @@ The fast variant runs by default; the long one (2,500 requests) is `-m faults`.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import random
 import shutil
+import sys
 import time
 
 import pytest
@@ -166,8 +168,22 @@ def drive(tmp_path, *, requests: int, rate: int, rotate_every: int, kills: int, 
         figures["quiet_restart_resends"] = len(rx.spans()) - before
         figures.update(audit(truth, rx.spans()))
         return figures
+    except BaseException:
+        # What each agent process said, its last lines, with the failure (a stall under load
+        # left nothing to go on): the processes' own logs, oldest first.
+        _print_agent_logs(state)
+        raise
     finally:
         rx.stop()
+
+
+def _print_agent_logs(state: str, lines: int = 40) -> None:
+    paths = sorted(glob.glob(os.path.join(state, "agent-*.err")), key=os.path.getmtime)
+    for path in paths:
+        with open(path, errors="replace") as f:
+            tail = f.readlines()[-lines:]
+        print(f"--- {os.path.basename(path)}: its last {len(tail)} lines ---", file=sys.stderr)
+        sys.stderr.writelines(tail)
 
 
 def _assert_exact(f: dict) -> None:
