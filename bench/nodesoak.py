@@ -336,7 +336,7 @@ class Run:
                     s["cpu_s"] = cpu_seconds(agent.proc.pid)
                     s["rss_mb"] = agent.rss_mb()
                     _, text = agent.get("/metrics")
-                    for g in ("file_bytes_behind", "export_queue_spans", "requests_open"):
+                    for g in ("file_bytes_behind", "log_bytes_unread", "export_queue_spans", "requests_open"):
                         s[g] = _gauge(text, g)
                 except (OSError, ValueError):
                     pass
@@ -561,6 +561,10 @@ def report(f: dict) -> str:
                f"{'never' if f['catch_up_s'] is None else round(f['catch_up_s'])} s after the outage; series (s, lag s): "
                f"{lag[::lstep]}")
     out.append(f"the agent's file_bytes_behind (its open files only) (s, MiB): {behind[::bstep]}")
+    unread = [(s["t"], round(s["log_bytes_unread"] / 2**20, 1)) for s in f["samples"] if "log_bytes_unread" in s]
+    if unread:
+        out.append(f"the agent's log_bytes_unread (rotated files not reached included) (s, MiB): "
+                   f"{unread[::max(1, len(unread) // 16)]}; max {max(u for _, u in unread)} MiB")
     load = f["load"]
     out.append(f"machine load average (1 min) during the run: min {min(load):.1f}, median "
                f"{statistics.median(load):.1f}, max {max(load):.1f} (2 cores, shared)")

@@ -79,7 +79,11 @@ class AgentCollector:
         buckets = [(str(b), sum(1 for x in lat if x <= b)) for b in _BUCKETS] + [("+Inf", len(lat))]
         h.add_metric([], buckets, sum(lat))
         yield h
-        yield gauge("file_bytes_behind", "Bytes written to a file but not read yet.", s["behind"], "path")
+        yield gauge("file_bytes_behind", "Bytes written to a file but not read yet (the files being read only).",
+                    s["behind"], "path")
+        yield gauge("log_bytes_unread", "Bytes of a followed log not read yet, its rotated files the agent has not "
+                    "reached included (.gz by their uncompressed size): the backlog on disk, per live path.",
+                    s.get("unread", {}), "path")
         yield gauge("files_watched", "Files followed (open, or parked: closed with their place kept).",
                     s["files_watched"])
         yield gauge("files_open", "Followed files holding a descriptor now.", s.get("files_open", 0))

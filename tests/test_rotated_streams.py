@@ -505,3 +505,40 @@ def test_the_agent_ends_a_line_left_unfinished_when_no_file_goes_on_with_it(tmp_
     assert {rid: {(t, o) for _, t, o in v} for rid, v in roots.items()} == {
         "0x7f0000000a00": {(11, "finished")}, "0x7f0000000b00": {(29, "finished")},
         **({"0x7f0000000c00": {(5, "finished")}} if end == "restart" else {})}
+
+
+def test_unread_counts_the_rotations_an_agent_held_back_has_not_reached(tmp_path):
+    """`log_bytes_unread` (Follower.unread): while the agent neither reads nor looks for files
+    (a collector outage: its export queue full), the kubelet rotates on. The backlog is what
+    this test wrote after the agent's last read, in the file it was reading, the rotated files
+    after it (one gzipped) and the new live file; `file_bytes_behind` saw only the first."""
+    from replay_equiv import kubelet_rotate
+
+    from bridge.tail.follow import Filters, Follower
+
+    d = tmp_path / POD
+    d.mkdir(parents=True)
+    log = str(d / "0.log")
+
+    def write(n: int, tag: str) -> int:
+        with open(log, "a") as f:
+            f.write("".join(f"{tag} line {i:04d} " + "x" * 30 + "\n" for i in range(n)))
+        return n * len(f"{tag} line 0000 " + "x" * 30 + "\n")
+
+    write(20, "a")
+    follower = Follower(Filters((str(tmp_path / "pods/*/*/*.log"),)))
+    follower.discover(first_round=True)
+    assert sum(len(lines) for _, lines in follower.poll()) == 20
+    assert follower.unread() == {log: 0}
+    rest = written = write(7, "b")                 # the rest of the file being read
+    kubelet_rotate(log, "20260215-100100")
+    written += write(11, "c")                      # the next 0.log, rotated in turn ...
+    kubelet_rotate(log, "20260215-100200")         # ... and the one before gzipped
+    assert sorted(os.listdir(d)) == ["0.log.20260215-100100.gz", "0.log.20260215-100200"]
+    written += write(5, "d")                       # the live file now
+    assert follower.unread() == {log: written}
+    assert follower.behind() == {log: rest}        # the open file only
+    for _ in range(6):  # the agent goes on: finds the files and reads them
+        follower.discover()
+        follower.poll()
+    assert follower.unread() == {log: 0}

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from hashlib import blake2b
 from itertools import accumulate
 
-from bridge.tail.source import Source, live_order, source_for
+from bridge.tail.source import Source, live_order, live_path, source_for
 from bridge.tail.checkpoint import FileCheckpoint
 from bridge.core.position import GEN_SHIFT
 from bridge.tail.files import MAX_LINE_BYTES, rotation_key
@@ -95,6 +95,58 @@ def matches_rotated_files(glob_: str) -> bool:
 def rotation_order(path: str, sibling: str, mtime: float) -> tuple:
     """Oldest first, by the name the rotation gave (`files.rotation_key`: the one rule replay uses too)."""
     return rotation_key(sibling[len(os.path.realpath(path)):], mtime, sibling)
+
+
+def _gzip_size(path: str) -> int | None:
+    """The uncompressed size a gzip file's trailer states (ISIZE: modulo 4 GiB, enough for a
+    rotated log), None when it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(-4, os.SEEK_END)
+            return int.from_bytes(f.read(4), "little")
+    except OSError:
+        return None
+
+
+def _rotated_unread(live: str, tracked: list, at_path: os.stat_result | None) -> int:
+    """Bytes in the files rotated from `live` after the oldest of `tracked` (found among them
+    by inode, by name, or a `.gz` by its first bytes), and in the file at `live` now, that no
+    file of `tracked` is: written since and not reached yet."""
+    inodes = {tf.inode for tf in tracked if not tf.path.endswith(".gz")}
+    paths = {tf.path for tf in tracked}
+    heads = {(tf.fp_len, tf.fp) for tf in tracked if tf.fp_len}
+    entries = []
+    for sibling in siblings(live):
+        try:
+            st = os.stat(sibling)
+        except OSError:
+            continue
+        entries.append((rotation_order(live, sibling, st.st_mtime), sibling, st))
+    entries.sort(key=lambda e: e[0])
+    if at_path is not None:
+        entries.append(((), live, at_path))
+
+    def ours(sibling: str, st: os.stat_result) -> bool:
+        if sibling == live:  # the file at the path now: followed if its inode is (a renamed one kept the name)
+            return st.st_ino in inodes
+        if sibling in paths or (st.st_ino in inodes and not sibling.endswith(".gz")):
+            return True
+        if sibling.endswith(".gz") and heads:  # a file being read, gzipped since (its plain one deleted)
+            try:
+                head = read_head(sibling)
+            except OSError:
+                return False
+            return any(fingerprint(head[:n]) == fp for n, fp in heads if len(head) >= n)
+        return False
+
+    total, reached = 0, False
+    for _, sibling, st in entries:
+        if ours(sibling, st):
+            reached = True
+        elif reached:
+            size = _gzip_size(sibling) if sibling.endswith(".gz") else st.st_size
+            total += size or 0
+    return total
 
 
 @dataclass(slots=True)
@@ -1231,6 +1283,36 @@ class Follower:
             size = tf.size()
             if size is not None:
                 out[tf.path] = max(0, size - tf.offset)
+        return out
+
+    def unread(self) -> dict[str, int]:
+        """Bytes of each followed log not read yet, by its live path: what is left of the files
+        being read (`behind`) and of every file rotated from the path after the oldest of them,
+        `.gz` ones by the size their gzip trailer states, and the file at the path now if it is
+        not followed yet. While the agent is held back (a collector outage: the export queue
+        full, reading paused, no look for files) those are the rotations it has not reached,
+        which `behind` cannot see. Read from another thread (the scrape): works on snapshots.
+        Cost: a stat per followed path; a listing of its rotated files (and 256 bytes of each
+        `.gz` one) only where a file being read was rotated away."""
+        by_live: dict[str, list[TrackedFile]] = {}
+        for tf in list(self.files):
+            by_live.setdefault(live_path(tf.source.path), []).append(tf)
+        out = {}
+        for live, tracked in by_live.items():
+            total = 0
+            for tf in tracked:
+                size = tf.size() if not tf.path.endswith(".gz") else _gzip_size(tf.path)
+                if size is not None:
+                    total += max(0, size - tf.offset)
+            try:
+                at_path = os.stat(live)
+            except OSError:
+                at_path = None
+            following = at_path is not None and any(
+                not tf.detached and tf.inode == at_path.st_ino for tf in tracked)
+            if not following:  # a file being read was rotated away: the ones after it are unread
+                total += _rotated_unread(live, tracked, at_path)
+            out[live] = total
         return out
 
     def awaiting_resume(self) -> list[FileCheckpoint]:

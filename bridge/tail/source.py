@@ -63,7 +63,8 @@ def file_of(stream: Source, path: str) -> Source:
     return Source(stream.key, own.path, own.resource)
 
 
-def _live(path: str) -> str:
+def live_path(path: str) -> str:
+    """The live file a file is (or was rotated from): `0.log.<stamp>.gz` → `0.log`."""
     abspath = os.path.abspath(path)
     rotated = rotated_from(abspath)
     return rotated[0] if rotated else abspath
@@ -74,7 +75,7 @@ def same_writer(older: str, newer: str) -> bool:
     live file (`0.log.<stamp>` → `0.log`, `.1` → the live file), or the file itself truncated.
     A restart's file (`1.log` after `0.log`, another container id under /var/log/containers)
     is a new process's: a line it left unfinished ends there."""
-    return _live(older) == _live(newer)
+    return live_path(older) == live_path(newer)
 
 
 def live_order(path: str) -> tuple[int, str]:
