@@ -721,6 +721,17 @@ def _wrap(cls, logger, names: dict[str, str], version: str = "?", lacking=()) ->
     @functools.wraps(orig_init)
     def __init__(self, *args, **kwargs):
         orig_init(self, *args, **kwargs)
+        # A disaggregated engine's KV lines (kv.py): only on a scheduler with a KV connector,
+        # whatever the engine lines below.
+        if getattr(self, "connector", None) is not None and \
+                _flag(os.environ, "VLLM_TRACE_BRIDGE_PLUGIN_KV", "1") not in ("0", "false", "no", "off"):
+            try:
+                from . import kv
+
+                kv.attach(self, logger, _Hooks(logger).api_id)
+            except Exception:  # noqa: BLE001
+                logger.warning("vllm-trace-bridge plugin: no KV transfer lines: they failed to install",
+                               exc_info=True)
         try:
             if engine_lines_wanted(self):
                 if methods is None:
