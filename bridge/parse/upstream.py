@@ -17,6 +17,9 @@ from bridge.parse.events import (
     EngineError,
     EngineStats,
     Event,
+    KvBlocksInvalid,
+    KvLeaseExpired,
+    KvTransferMetrics,
     Notice,
     RequestAdded,
     RequestDetails,
@@ -257,6 +260,61 @@ def _connector_finished(msg: str) -> Event | None:
     if status == "FINISHED_ERROR":  # vLLM answers the client finish_reason "error"
         return RequestFailed(rid, "other", "request_status=FINISHED_ERROR")
     return _KV_TRANSFER
+
+
+#: kv_connector/v1/metrics.py `KV Transfer metrics: %s`, the connector's stats dict as `k=v, …`
+#: (nixl/stats.py `reduce`; mooncake's has the same keys). Keys this bridge knows → (field, scale).
+_KV_METRIC_KEYS = {
+    "Num successful transfers": ("transfers", None),
+    "Avg xfer time (ms)": ("avg_xfer_s", 1e3),
+    "P90 xfer time (ms)": ("p90_xfer_s", 1e3),
+    "Avg post time (ms)": ("avg_post_s", 1e3),
+    "Avg MB per transfer": ("avg_bytes", 2**-20),  # vLLM's MB is MiB (bytes / 2**20)
+    "Num failed transfers": ("failed", None),
+    "Num KV expired reqs": ("expired", None),
+    "Num notifs after expiry": ("notifs_after_expiry", None),
+}
+_KV_METRIC = re.compile(r"([A-Za-z0-9 ()/]{1,48})=(-?\d{1,15}(?:\.\d{1,9})?)(?:, |$)")
+
+
+def _kv_transfer_metrics(msg: str) -> Event | None:
+    if not msg.startswith("KV Transfer metrics: "):
+        return _stats_extra(msg)
+    found: dict = {}
+    pos, end = len("KV Transfer metrics: "), len(msg)
+    while pos < end:
+        m = _KV_METRIC.match(msg, pos)
+        if m is None:
+            break  # a value this grammar does not know (another connector's): the rest is left out
+        known = _KV_METRIC_KEYS.get(m[1])
+        if known is not None:
+            name, scale = known
+            if scale is None:
+                found[name] = count(m[2]) if "." not in m[2] else int(float(m[2]))
+            elif name == "avg_bytes":
+                found[name] = fits(round(float(m[2]) / scale))
+            else:
+                found[name] = float(m[2]) / scale
+        pos = m.end()
+    if not found:
+        return Notice("stats_extra")
+    return KvTransferMetrics(**found)
+
+
+#: NIXL worker (base_worker.py `_reap_expired_send_leases`, WARNING) and pull_worker.py (ERROR).
+_LEASE_EXPIRED = re.compile(r"Releasing expired KV blocks for request (\S+?) which were retrieved by (\d+) "
+                            r"remote worker")
+_BLOCKS_INVALID = re.compile(r"Potentially invalid KV blocks for unrecognized request (\S+?) were retrieved")
+
+
+def _lease_expired(msg: str) -> Event | None:
+    m = _LEASE_EXPIRED.match(msg)
+    return KvLeaseExpired(m[1], count(m[2])) if m else None
+
+
+def _blocks_invalid(msg: str) -> Event | None:
+    m = _BLOCKS_INVALID.match(msg)
+    return KvBlocksInvalid(m[1]) if m else None
 
 
 #: scheduler.py (V1, DEBUG, every step): a request whose KV cache a remote prefill still sends
@@ -995,5 +1053,7 @@ PREFILTER = {
     "Prof": _starting((_GRAPH_PROFILE,), _graph_profile),
     "Pref": _stats_extra,
     "Spec": _stats_extra,
-    "KV T": _stats_extra,
+    "KV T": _kv_transfer_metrics,
+    "Rele": _starting(("Releasing expired KV blocks for request ",), _lease_expired),
+    "Pote": _starting(("Potentially invalid KV blocks for ",), _blocks_invalid),
 }
