@@ -245,6 +245,12 @@ class RequestReceived:
     top_p: float | None
     n: int | None
     lora: str | None
+    # A disaggregated request's `extra_args={'kv_transfer_params': {…}}`: `prefill` when it asks
+    # for a remote decode (`do_remote_decode: True`), `decode` when its KV comes from a remote
+    # prefill (`do_remote_prefill: True`), then with the prefill's engine and engine request id.
+    pd_role: str | None = None
+    remote_request_id: str | None = None
+    remote_engine_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -90,8 +90,43 @@ def _received(msg: str) -> Event | None:
         end = literal_end(msg, start)
         if end < len(msg) and msg[end - 1] == msg[start]:
             lora = msg[start + 1:end - 1]
+    role = remote = engine = None
+    k = shape.find("extra_args={", i) if i >= 0 else -1
+    if k >= 0:
+        role, remote, engine = _kv_params(msg, shape, k, min(ends) + 1 if ends else len(shape))
     return RequestReceived(m[1], get("max_tokens", int), get("temperature", float), get("top_p", float),
-                           get("n", int), lora)
+                           get("n", int), lora, role, remote, engine)
+
+
+#: a dict entry of the params' repr, on the blanked shape: `<key literal>: <literal or word>`
+_KV_ENTRY = re.compile(r"(_{3,40}): (_{2,400}|[A-Za-z0-9.+-]{1,40})")
+_KV_KEYS = ("do_remote_decode", "do_remote_prefill", "remote_request_id", "remote_engine_id")
+
+
+def _kv_params(msg: str, shape: str, start: int, end: int) -> tuple[str | None, str | None, str | None]:
+    """(role, remote_request_id, remote_engine_id) from `extra_args={'kv_transfer_params': {…}}`
+    (vLLM's toy proxy / llm-d's sidecar put them there). Read from the blanked shape, so a key is
+    only ever a dict key of the params, never text inside a literal; values from the message."""
+    found: dict[str, str] = {}
+    for e in _KV_ENTRY.finditer(shape, start, end):
+        ks, ke = e.span(1)
+        if msg[ks] not in "'\"" or msg[ke - 1] != msg[ks]:
+            continue
+        key = msg[ks + 1:ke - 1]
+        if key in _KV_KEYS and key not in found:
+            vs, ve = e.span(2)
+            value = msg[vs:ve]
+            if shape[vs] == "_":  # a literal: its text without the quotes
+                if msg[vs] not in "'\"" or msg[ve - 1] != msg[vs]:
+                    continue
+                value = msg[vs + 1:ve - 1]
+            found[key] = value
+    role = "prefill" if found.get("do_remote_decode") == "True" else \
+        "decode" if found.get("do_remote_prefill") == "True" else None
+    if role is None:
+        return None, None, None
+    return role, found.get("remote_request_id") if role == "decode" else None, \
+        found.get("remote_engine_id") if role == "decode" else None
 
 
 def _id_before_dot(msg: str, start: int) -> str | None:
@@ -315,6 +350,18 @@ def _lease_expired(msg: str) -> Event | None:
 def _blocks_invalid(msg: str) -> Event | None:
     m = _BLOCKS_INVALID.match(msg)
     return KvBlocksInvalid(m[1]) if m else None
+
+
+#: The NIXL library's own Python logger (nixl/_api.py, `%(asctime)s NIXL %(levelname)-8s
+#: %(filename)s:%(lineno)d %(message)s`; decode takes its stamp off as a shipper's): agent and
+#: backend set-up. A failed transfer is vLLM's own line (`NIXL transfer failure: …`), not these.
+_NIXL_LEVELS = ("NIXL DEBUG ", "NIXL INFO ", "NIXL WARNING ", "NIXL ERROR ", "NIXL CRITICAL ")
+_NIXL_LIB = re.compile(r"NIXL [A-Z]{4,8} +[\w.-]+\.py:\d+ ")
+_NIXL_LOG = Notice("nixl_library")
+
+
+def _nixl_library(msg: str) -> Event | None:
+    return _NIXL_LOG if _NIXL_LIB.match(msg) else None
 
 
 #: scheduler.py (V1, DEBUG, every step): a request whose KV cache a remote prefill still sends
@@ -1049,7 +1096,9 @@ PREFILTER = {
     **{k: _ERROR_GUARDED for k in ("Work", "Asyn", "No a", "Proc", "Trac", "Erro", "Exce", "RayW", "Time", "Fata",
                                     "*** ", "RESO", "Writ")},
     **{k: _starting(("NIXLConnector request_finished", "NixlPushConnector request_finished",
-                     "MooncakeConnector request_finished"), _connector_finished) for k in ("NIXL", "Nixl", "Moon")},
+                     "MooncakeConnector request_finished"), _connector_finished) for k in ("Nixl", "Moon")},
+    "NIXL": _chain(_starting(("NIXLConnector request_finished",), _connector_finished),
+                   _starting(_NIXL_LEVELS, _nixl_library)),
     "Prof": _starting((_GRAPH_PROFILE,), _graph_profile),
     "Pref": _stats_extra,
     "Spec": _stats_extra,
