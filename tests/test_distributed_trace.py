@@ -40,7 +40,7 @@ def roots(paths, tmp_path) -> dict:
     files = []
     for p in paths:
         d = tmp_path / p.stem
-        d.mkdir(exist_ok=True)
+        d.mkdir(parents=True, exist_ok=True)
         shutil.copy(p, d / "0.log")
         files.append(str(d / "0.log"))
     out = []
