@@ -20,11 +20,13 @@ import pytest
 from bridge.decode import Decoder
 from bridge.parse import Parser
 from bridge.parse.events import (
+    EngineError,
     KvLeaseExpired,
     KvReceived,
     KvReleased,
+    KvTransferFailed,
     KvTransferMetrics,
-    RequestAdded,
+    RequestEnded,
     RequestReceived,
     RequestSummary,
 )
@@ -178,7 +180,7 @@ def test_the_kv_transfer_metrics_line_is_an_event_counting_the_transfers():
 
 
 def test_no_line_of_either_half_is_malformed():
-    for name in ("prefill.log", "decode.log"):
+    for name in ("prefill.log", "decode.log", "pd_fail_prefill.log", "pd_fail_decode.log", "dp.log"):
         parser = Parser()
         dec, offset = Decoder(), 0
         with open(FIXTURES / name, "rb") as f:
@@ -231,3 +233,28 @@ def test_every_dp_request_has_its_summary_with_the_clients_counts(dp):
     for r in ok(t["requests"]):
         s = summaries[f"cmpl-{r['x_request_id']}-0"]
         assert (s.prompt_tokens, s.generated_tokens) == (r["prompt_tokens"], r["completion_tokens"])
+
+
+# -- a failed transfer (the first recording: the NIXL handshake timed out) ------------------------
+
+
+def test_a_failed_nixl_handshake_is_a_failure_of_that_request_not_of_the_engine():
+    t = truth("pd_fail_truth.json")
+    (r,) = t["requests"]
+    assert r["status"] == 500
+    dec, pre = records("pd_fail_decode.log"), records("pd_fail_prefill.log")
+    rid = f"cmpl-{r['x_request_id']}-0"
+    received = {ev.request_id: ev for _r, ev in dec if type(ev) is RequestReceived}[rid]
+    failures = [ev for _r, ev in dec if type(ev) is KvTransferFailed]
+    # vLLM's own words: the set-up (no request) and then the request it failed
+    per_request = [f for f in failures if f.engine_request_id is not None]
+    assert [f.failure for f in failures] == ["handshake_setup_failed", "handshake_failed"]
+    (f,) = per_request
+    assert f.engine_request_id.startswith(rid + "-") and f.engine_request_id in engine_ids_added("pd_fail_decode.log")
+    assert (f.remote_request_id, f.remote_engine_id) == (received.remote_request_id, t["prefill_engine_id"])
+    # no NIXL failure line is taken for an engine incident
+    assert not [rec for rec, ev in dec if type(ev) is EngineError and rec.message.startswith("NIXL transfer failure")]
+    # the plugin's line ends the decode's request in error; the prefill's lease ran out on its blocks
+    ended = [ev for _r, ev in dec if type(ev) is RequestEnded and ev.request_id == rid]
+    assert [e.finish for e in ended] == ["error"]
+    assert [ev.engine_request_id for _r, ev in pre if type(ev) is KvLeaseExpired] == [received.remote_request_id]

@@ -216,6 +216,20 @@ class KvBlocksInvalid:
 
 
 @dataclass(frozen=True, slots=True)
+class KvTransferFailed:
+    """NIXL (worker, ERROR): `NIXL transfer failure: <type>[. <msg>] | Context: {…}` (base_worker.py
+    `_log_failure`): a failed handshake, read or notification. A connector's failure, not the
+    engine's: on the request it names (`engine_request_id`, the decode's; `remote_request_id`
+    the prefill's), or on none (`handshake_setup_failed`: the requests waiting on it fail next,
+    each with its own line). `failure` is the type word only, never the free text after it."""
+
+    failure: str
+    engine_request_id: str | None = None
+    remote_request_id: str | None = None
+    remote_engine_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class KvTransferMetrics:
     """`KV Transfer metrics: k=v, …` (kv_connector/v1/metrics.py, every stats interval, per engine):
     the connector's aggregate over the interval, never per request. Durations in seconds, sizes in
@@ -444,6 +458,7 @@ Event = (
     | KvReleased
     | KvLeaseExpired
     | KvBlocksInvalid
+    | KvTransferFailed
     | KvTransferMetrics
     | RequestReceived
     | RequestDetails
@@ -485,6 +500,7 @@ KIND = {
     KvReleased: "kv_released",
     KvLeaseExpired: "kv_lease_expired",
     KvBlocksInvalid: "kv_blocks_invalid",
+    KvTransferFailed: "kv_transfer_failed",
     KvTransferMetrics: "kv_transfer_metrics",
     RequestReceived: "request_received",
     RequestDetails: "request_details",

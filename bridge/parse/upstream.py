@@ -19,6 +19,7 @@ from bridge.parse.events import (
     Event,
     KvBlocksInvalid,
     KvLeaseExpired,
+    KvTransferFailed,
     KvTransferMetrics,
     Notice,
     RequestAdded,
@@ -362,6 +363,23 @@ _NIXL_LOG = Notice("nixl_library")
 
 def _nixl_library(msg: str) -> Event | None:
     return _NIXL_LOG if _NIXL_LIB.match(msg) else None
+
+
+_NIXL_FAILURE = re.compile(r"NIXL transfer failure: ([a-z_]{1,48})\b[^|]*\| Context: \{")
+#: an id in the context dict's repr: vLLM's own ids, quoted by repr; anything else is left out
+_CONTEXT_ID = {k: re.compile(r"'" + k + r"': '([^'\s]{1,400})'") for k in
+               ("request_id", "remote_request_id", "remote_engine_id")}
+
+
+def _nixl_failure(msg: str) -> Event | None:
+    m = _NIXL_FAILURE.match(msg)
+    if m is None:
+        return None
+    ids = []
+    for key in ("request_id", "remote_request_id", "remote_engine_id"):
+        found = _CONTEXT_ID[key].search(msg, m.end(), m.end() + 2000)
+        ids.append(found[1] if found else None)
+    return KvTransferFailed(m[1], *ids)
 
 
 #: scheduler.py (V1, DEBUG, every step): a request whose KV cache a remote prefill still sends
@@ -1098,7 +1116,8 @@ PREFILTER = {
     **{k: _starting(("NIXLConnector request_finished", "NixlPushConnector request_finished",
                      "MooncakeConnector request_finished"), _connector_finished) for k in ("Nixl", "Moon")},
     "NIXL": _chain(_starting(("NIXLConnector request_finished",), _connector_finished),
-                   _starting(_NIXL_LEVELS, _nixl_library)),
+                   _starting(_NIXL_LEVELS, _nixl_library),
+                   _starting(("NIXL transfer failure: ",), _nixl_failure)),
     "Prof": _starting((_GRAPH_PROFILE,), _graph_profile),
     "Pref": _stats_extra,
     "Spec": _stats_extra,
