@@ -48,6 +48,10 @@ six methods on that scheduler instance:
 - `_free_request_blocks`: a finished request's `Freed <n> blocks` line (blocks on: one per block).
 - `update_from_output` / `_free_request`: stats off only, the first token and the summary.
 
+A scheduler with a KV connector (disaggregated prefill/decode) also binds kv.py's two hooks,
+whatever the above: the decode's `KV received` and the prefill's `KV blocks released` lines (a
+call per transfer, never per token; `VLLM_TRACE_BRIDGE_PLUGIN_KV=0` leaves them out).
+
 Every line is written in vLLM's format straight to vLLM's stream (`LineWriter`, not through
 `logging`), so `VLLM_LOGGING_LEVEL=WARNING` or a logging config of the user's own does not drop
 it; the plugin's warnings go through its own logger (`vllm_trace_bridge`, not propagating).
