@@ -289,3 +289,23 @@ def test_blocks_read_after_their_lease_are_named_on_the_prefill_and_counted_by_v
     metrics = [ev for _r, ev in pre if type(ev) is KvTransferMetrics]
     assert sum(m.notifs_after_expiry for m in metrics) == len(invalid)
     assert sum(m.expired for m in metrics) == 0 < len(expired)
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.glob("*.log")))
+def test_the_c_parser_and_the_python_rules_agree_on_every_line(name):
+    """The parse stage alone (test_native.py compares the whole pipeline, which waits for the
+    assembler's KV rows): the C fast path and the Python reference give equal events and counts."""
+    from bridge.parse import FAST_PARSE
+
+    if FAST_PARSE is None:
+        pytest.skip("C parser not built (or VLLM_TRACE_BRIDGE_PURE=1)")
+    fast, pure = Parser(), Parser(fast=None)
+    dec, offset = Decoder(), 0
+    with open(FIXTURES / name, "rb") as f:
+        for raw in f:
+            rec = dec(raw, offset)
+            offset += len(raw)
+            if rec is not None:
+                assert fast.parse(rec.message, rec.level, rec.origin) == pure.parse(rec.message, rec.level, rec.origin)
+    a, b = fast.snapshot(), pure.snapshot()
+    assert (a.lines, a.unrecognised, a.by_kind, a.malformed) == (b.lines, b.unrecognised, b.by_kind, b.malformed)
