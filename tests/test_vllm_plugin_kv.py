@@ -120,7 +120,7 @@ def test_a_scheduler_without_a_connector_gets_no_wrapper(log):
 def test_the_decode_line_names_its_prefill_and_the_times(log):
     conn = Connector()
     sched = make_scheduler()(conn)
-    assert kv.attach(sched, log, hooks._Hooks(log).api_id)
+    assert kv.attach(sched, log, hooks._Hooks(log).api_id, hooks._signature_gap)
     params = {"do_remote_prefill": True, "remote_request_id": "cmpl-x-0-9e27b547", "remote_engine_id": "prefill-0"}
     req = Req("cmpl-x-0-0a1b2c3d", params)
     sched.requests[req.request_id] = req
@@ -204,7 +204,7 @@ def test_a_release_without_the_hook_points_gets_no_kv_line_and_says_why(log):
     class Bare:
         connector = Connector()
 
-    assert kv.attach(Bare(), log, lambda e: e) is False
+    assert kv.attach(Bare(), log, lambda e: e, hooks._signature_gap) is False
     assert "_update_waiting_for_remote_kv" in log.lines[0]
 
 
@@ -232,3 +232,19 @@ def test_every_kv_hook_point_is_in_the_releases_source(root):
     for hp in kv.KV_HOOK_POINTS:
         assert hp.name in methods, f"{root.name}: no Scheduler.{hp.name}"
         assert tuple(methods[hp.name][:len(hp.params)]) == hp.params
+
+
+def test_another_signature_is_named_and_gets_no_wrapper(log):
+    class Renamed:
+        connector = Connector()
+
+        def _update_waiting_for_remote_kv(self, req):  # another parameter name
+            return None
+
+        def _update_from_kv_xfer_finished(self, kv_connector_output):
+            return None
+
+    sched = Renamed()
+    assert kv.attach(sched, log, lambda e: e, hooks._signature_gap) is False
+    assert "(request), it takes (req)" in log.lines[0]
+    assert "_update_waiting_for_remote_kv" not in sched.__dict__

@@ -732,7 +732,7 @@ def _wrap(cls, logger, names: dict[str, str], version: str = "?", lacking=()) ->
             try:
                 from . import kv
 
-                kv.attach(self, logger, _Hooks(logger).api_id)
+                kv.attach(self, logger, _Hooks(logger).api_id, _signature_gap)
             except Exception:  # noqa: BLE001
                 logger.warning("vllm-trace-bridge plugin: no KV transfer lines: they failed to install",
                                exc_info=True)

@@ -155,27 +155,27 @@ def _field(value) -> str:
     return "".join(ch if ch.isprintable() and ch not in " ,:" else "_" for ch in text)[:200] or "-"
 
 
-def missing(cls) -> list[str]:
-    """The KV hook points `cls` lacks (or takes other leading parameters for): [] → it has them."""
-    from .hooks import _signature_gap
-
+def missing(cls, signature_gap) -> list[str]:
+    """The KV hook points `cls` lacks (or takes other leading parameters for): [] → it has them.
+    `signature_gap(fn, params)`: hooks.py's check (passed in: kv.py imports nothing of hooks)."""
     out = []
     for hp in KV_HOOK_POINTS:
         fn = getattr(cls, hp.name, None)
         if not callable(fn):
             out.append(f"{hp.cls}.{hp.name}")
-        elif (gap := _signature_gap(fn, hp.params)) is not None:
+        elif (gap := signature_gap(fn, hp.params)) is not None:
             out.append(f"{hp.cls}.{hp.name}{gap}")
     return out
 
 
-def attach(sched, log, api_id) -> bool:
+def attach(sched, log, api_id, signature_gap=lambda fn, params: None) -> bool:
     """Bind the KV wrappers on this scheduler (and its connector) when it has a KV connector and
-    every KV hook point. True when bound."""
+    every KV hook point (`signature_gap`: hooks.py's check of a method's leading parameters).
+    True when bound."""
     connector = getattr(sched, "connector", None)
     if connector is None:
         return False
-    lacking = missing(type(sched))
+    lacking = missing(type(sched), signature_gap)
     if lacking:
         log.warning("vllm-trace-bridge plugin: no KV transfer lines: this vLLM has no %s", ", ".join(lacking))
         return False
