@@ -1,8 +1,8 @@
 """A small prefill/decode proxy for the distributed tests, stdlib only (the test venv has no aiohttp).
 
-The protocol is vLLM's own toy proxy's (examples/online_serving/disaggregated_serving /
-tests/v1/kv_connector/nixl_integration/toy_proxy_server.py), as its NIXL connector reads it
-(vllm/distributed/kv_transfer/kv_connector/v1/nixl/pull_scheduler.py): the client's request goes
+The protocol is that of vLLM's own toy proxy (`toy_proxy_server.py`, beside its NIXL integration
+tests), as vLLM 0.32's NIXL connector reads it (vllm/distributed/kv_transfer/kv_connector/v1/nixl/
+pull_scheduler.py, `request_finished` and the params it returns): the client's request goes
 first to the prefill instance with `kv_transfer_params: {do_remote_decode: true}`, `max_tokens=1`
 and no streaming; the prefill's response carries the `kv_transfer_params` its connector returned
 when the request finished (`do_remote_prefill`, `remote_engine_id`, `remote_request_id` = the
