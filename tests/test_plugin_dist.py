@@ -141,7 +141,7 @@ def test_install_replaces_an_older_copy_and_leaves_the_rest(tmp_path):
     first = sorted(str(p.relative_to(target)) for p in target.rglob("*"))
     assert first == sorted(["someone_else.py", "vllm_trace_bridge_plugin",
                             f"vllm_trace_bridge_plugin-{bridge.__version__}.dist-info"]
-                           + [f"vllm_trace_bridge_plugin/{n}" for n in ("__init__.py", "hooks.py")]
+                           + [f"vllm_trace_bridge_plugin/{n}" for n in ("__init__.py", "hooks.py", "kv.py")]
                            + [f"vllm_trace_bridge_plugin-{bridge.__version__}.dist-info/{n}"
                               for n in ("METADATA", "RECORD", "WHEEL", "entry_points.txt", "top_level.txt")])
     assert (target / "someone_else.py").read_text() == "kept"

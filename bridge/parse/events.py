@@ -161,6 +161,90 @@ class NcclHint:
     causes: str
 
 
+# -- disaggregated prefill/decode: the KV cache moved between two engines ---------------------
+# The vLLM plugin's two lines (bridge/vllm_plugin/kv.py) and the NIXL connector's own. Ids:
+# `request_id` is the API server's id (as the plugin's other lines), `engine_request_id` vLLM's
+# `<id>-<8 hex>`, which the prefill hands the decode as `kv_transfer_params.remote_request_id`.
+
+
+@dataclass(frozen=True, slots=True)
+class KvReceived:
+    """The decode's scheduler moved the request out of WAITING_FOR_REMOTE_KVS (`KV received for
+    request …`): its KV cache arrived from the prefill (`ok`) or failed to. `waiting_since_ns`:
+    the blocks were allocated for the load; `arrived_ns`: the worker reported it done; `at_ns`:
+    the scheduler moved it on. None: the line did not say."""
+
+    request_id: str
+    engine_request_id: str
+    remote_request_id: str | None
+    remote_engine_id: str | None
+    blocks: int
+    ok: bool
+    waiting_since_ns: int | None = None
+    arrived_ns: int | None = None
+    at_ns: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KvReleased:
+    """The prefill freed the blocks it held for the decode (`KV blocks released for request …`):
+    read by the decode, or the lease expired (then `KvLeaseExpired` names the same engine id).
+    `held_since_ns`: the prefill's request ended and its connector kept the blocks."""
+
+    request_id: str
+    engine_request_id: str
+    blocks: int
+    held_since_ns: int | None = None
+    at_ns: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KvLeaseExpired:
+    """NIXL (worker, WARNING): `Releasing expired KV blocks for request <eid> which were retrieved
+    by <n> remote worker(s) before lease expired.` — the prefill gave up waiting for the decode."""
+
+    engine_request_id: str
+    readers: int
+
+
+@dataclass(frozen=True, slots=True)
+class KvBlocksInvalid:
+    """NIXL (worker, ERROR): `Potentially invalid KV blocks for unrecognized request <eid> were
+    retrieved by a decode worker.` — a decode read blocks the prefill had already released."""
+
+    engine_request_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class KvTransferFailed:
+    """NIXL (worker, ERROR): `NIXL transfer failure: <type>[. <msg>] | Context: {…}` (base_worker.py
+    `_log_failure`): a failed handshake, read or notification. A connector's failure, not the
+    engine's: on the request it names (`engine_request_id`, the decode's; `remote_request_id`
+    the prefill's), or on none (`handshake_setup_failed`: the requests waiting on it fail next,
+    each with its own line). `failure` is the type word only, never the free text after it."""
+
+    failure: str
+    engine_request_id: str | None = None
+    remote_request_id: str | None = None
+    remote_engine_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KvTransferMetrics:
+    """`KV Transfer metrics: k=v, …` (kv_connector/v1/metrics.py, every stats interval, per engine):
+    the connector's aggregate over the interval, never per request. Durations in seconds, sizes in
+    bytes; None: the line had no such field (another connector's)."""
+
+    transfers: int | None = None
+    avg_xfer_s: float | None = None
+    p90_xfer_s: float | None = None
+    avg_post_s: float | None = None
+    avg_bytes: int | None = None
+    failed: int | None = None
+    expired: int | None = None
+    notifs_after_expiry: int | None = None
+
+
 # -- upstream vLLM (reference/vllm-log-formats.md) ------------------------------------------
 # Never a prompt, prompt token ids or generated text: only ids, numbers and enum-like words.
 
@@ -175,6 +259,12 @@ class RequestReceived:
     top_p: float | None
     n: int | None
     lora: str | None
+    # A disaggregated request's `extra_args={'kv_transfer_params': {…}}`: `prefill` when it asks
+    # for a remote decode (`do_remote_decode: True`), `decode` when its KV comes from a remote
+    # prefill (`do_remote_prefill: True`), then with the prefill's engine and engine request id.
+    pd_role: str | None = None
+    remote_request_id: str | None = None
+    remote_engine_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,6 +454,12 @@ Event = (
     | ModelLoadFailed
     | NcclTimeout
     | NcclHint
+    | KvReceived
+    | KvReleased
+    | KvLeaseExpired
+    | KvBlocksInvalid
+    | KvTransferFailed
+    | KvTransferMetrics
     | RequestReceived
     | RequestDetails
     | RequestAdded
@@ -400,6 +496,12 @@ KIND = {
     ModelLoadFailed: "model_load",
     NcclTimeout: "nccl_timeout",
     NcclHint: "nccl_hint",
+    KvReceived: "kv_received",
+    KvReleased: "kv_released",
+    KvLeaseExpired: "kv_lease_expired",
+    KvBlocksInvalid: "kv_blocks_invalid",
+    KvTransferFailed: "kv_transfer_failed",
+    KvTransferMetrics: "kv_transfer_metrics",
     RequestReceived: "request_received",
     RequestDetails: "request_details",
     RequestAdded: "request_added",

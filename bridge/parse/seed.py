@@ -18,6 +18,8 @@ from bridge.parse.events import (
     CudaOom,
     Event,
     GpuMemory,
+    KvReceived,
+    KvReleased,
     ModelLoadFailed,
     NcclHint,
     NcclTimeout,
@@ -293,6 +295,37 @@ def _hint(msg: str) -> Event | None:
     return NcclHint(m[1]) if m else None
 
 
+# The vLLM plugin's KV lines on a disaggregated engine (bridge/vllm_plugin/kv.py). Ids are
+# whole fields (the plugin writes `-` for one it does not know); the optional stamps come in a
+# fixed order before `t=`.
+_KV_ID = r"([^\s:,]+)"
+_OPT_STAMP = r"(?:, {}=(\d{{1,12}})(?:\.(\d{{1,9}}))?)?"
+_KV_RECEIVED = re.compile(
+    r"KV received for request " + _KV_ID + r": engine_request_id=" + _KV_ID + r", remote_request_id=" + _KV_ID
+    + r", remote_engine_id=" + _KV_ID + r", blocks=(\d+), status=(ok|failed)"
+    + _OPT_STAMP.format("waiting_since") + _OPT_STAMP.format("arrived_at") + _AT)
+_KV_RELEASED = re.compile(
+    r"KV blocks released for request " + _KV_ID + r": engine_request_id=" + _KV_ID + r", blocks=(\d+)"
+    + _OPT_STAMP.format("held_since") + _AT)
+
+
+def _kv_received(msg: str) -> Event | None:
+    m = _KV_RECEIVED.match(msg)
+    if m is None:
+        return None
+    rid, eid, remote, engine, blocks, status, w_s, w_f, a_s, a_f, at_s, at_f = m.groups()
+    return KvReceived(rid, eid, None if remote == "-" else remote, None if engine == "-" else engine, count(blocks),
+                      status == "ok", _at_ns(w_s, w_f), _at_ns(a_s, a_f), _at_ns(at_s, at_f))
+
+
+def _kv_released(msg: str) -> Event | None:
+    m = _KV_RELEASED.match(msg)
+    if m is None:
+        return None
+    rid, eid, blocks, h_s, h_f, at_s, at_f = m.groups()
+    return KvReleased(rid, eid, count(blocks), _at_ns(h_s, h_f), _at_ns(at_s, at_f))
+
+
 #: First four characters of a message → the rule that may match it.
 PREFILTER = {
     "Requ": _request,
@@ -306,6 +339,8 @@ PREFILTER = {
     "Fail": _failed,
     "NCCL": _nccl,
     "Poss": _hint,
+    "KV r": _kv_received,
+    "KV b": _kv_released,
 }
 
 MALFORMED = object()

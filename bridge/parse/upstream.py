@@ -17,6 +17,10 @@ from bridge.parse.events import (
     EngineError,
     EngineStats,
     Event,
+    KvBlocksInvalid,
+    KvLeaseExpired,
+    KvTransferFailed,
+    KvTransferMetrics,
     Notice,
     RequestAdded,
     RequestDetails,
@@ -87,8 +91,43 @@ def _received(msg: str) -> Event | None:
         end = literal_end(msg, start)
         if end < len(msg) and msg[end - 1] == msg[start]:
             lora = msg[start + 1:end - 1]
+    role = remote = engine = None
+    k = shape.find("extra_args={", i) if i >= 0 else -1
+    if k >= 0:
+        role, remote, engine = _kv_params(msg, shape, k, min(ends) + 1 if ends else len(shape))
     return RequestReceived(m[1], get("max_tokens", int), get("temperature", float), get("top_p", float),
-                           get("n", int), lora)
+                           get("n", int), lora, role, remote, engine)
+
+
+#: a dict entry of the params' repr, on the blanked shape: `<key literal>: <literal or word>`
+_KV_ENTRY = re.compile(r"(_{3,40}): (_{2,400}|[A-Za-z0-9.+-]{1,40})")
+_KV_KEYS = ("do_remote_decode", "do_remote_prefill", "remote_request_id", "remote_engine_id")
+
+
+def _kv_params(msg: str, shape: str, start: int, end: int) -> tuple[str | None, str | None, str | None]:
+    """(role, remote_request_id, remote_engine_id) from `extra_args={'kv_transfer_params': {…}}`
+    (vLLM's toy proxy / llm-d's sidecar put them there). Read from the blanked shape, so a key is
+    only ever a dict key of the params, never text inside a literal; values from the message."""
+    found: dict[str, str] = {}
+    for e in _KV_ENTRY.finditer(shape, start, end):
+        ks, ke = e.span(1)
+        if msg[ks] not in "'\"" or msg[ke - 1] != msg[ks]:
+            continue
+        key = msg[ks + 1:ke - 1]
+        if key in _KV_KEYS and key not in found:
+            vs, ve = e.span(2)
+            value = msg[vs:ve]
+            if shape[vs] == "_":  # a literal: its text without the quotes
+                if msg[vs] not in "'\"" or msg[ve - 1] != msg[vs]:
+                    continue
+                value = msg[vs + 1:ve - 1]
+            found[key] = value
+    role = "prefill" if found.get("do_remote_decode") == "True" else \
+        "decode" if found.get("do_remote_prefill") == "True" else None
+    if role is None:
+        return None, None, None
+    return role, found.get("remote_request_id") if role == "decode" else None, \
+        found.get("remote_engine_id") if role == "decode" else None
 
 
 def _id_before_dot(msg: str, start: int) -> str | None:
@@ -257,6 +296,90 @@ def _connector_finished(msg: str) -> Event | None:
     if status == "FINISHED_ERROR":  # vLLM answers the client finish_reason "error"
         return RequestFailed(rid, "other", "request_status=FINISHED_ERROR")
     return _KV_TRANSFER
+
+
+#: kv_connector/v1/metrics.py `KV Transfer metrics: %s`, the connector's stats dict as `k=v, …`
+#: (nixl/stats.py `reduce`; mooncake's has the same keys). Keys this bridge knows → (field, scale).
+_KV_METRIC_KEYS = {
+    "Num successful transfers": ("transfers", None),
+    "Avg xfer time (ms)": ("avg_xfer_s", 1e3),
+    "P90 xfer time (ms)": ("p90_xfer_s", 1e3),
+    "Avg post time (ms)": ("avg_post_s", 1e3),
+    "Avg MB per transfer": ("avg_bytes", 2**-20),  # vLLM's MB is MiB (bytes / 2**20)
+    "Num failed transfers": ("failed", None),
+    "Num KV expired reqs": ("expired", None),
+    "Num notifs after expiry": ("notifs_after_expiry", None),
+}
+_KV_METRIC = re.compile(r"([A-Za-z0-9 ()/]{1,48})=(-?\d{1,15}(?:\.\d{1,9})?)(?:, |$)")
+
+
+def _kv_transfer_metrics(msg: str) -> Event | None:
+    if not msg.startswith("KV Transfer metrics: "):
+        return _stats_extra(msg)
+    found: dict = {}
+    pos, end = len("KV Transfer metrics: "), len(msg)
+    while pos < end:
+        m = _KV_METRIC.match(msg, pos)
+        if m is None:
+            break  # a value this grammar does not know (another connector's): the rest is left out
+        known = _KV_METRIC_KEYS.get(m[1])
+        if known is not None:
+            name, scale = known
+            if scale is None:
+                found[name] = count(m[2]) if "." not in m[2] else int(float(m[2]))
+            elif name == "avg_bytes":
+                found[name] = fits(round(float(m[2]) / scale))
+            else:
+                found[name] = float(m[2]) / scale
+        pos = m.end()
+    if not found:
+        return Notice("stats_extra")
+    return KvTransferMetrics(**found)
+
+
+#: NIXL worker (base_worker.py `_reap_expired_send_leases`, WARNING) and pull_worker.py (ERROR).
+_LEASE_EXPIRED = re.compile(r"Releasing expired KV blocks for request (\S+?) which were retrieved by (\d+) "
+                            r"remote worker")
+_BLOCKS_INVALID = re.compile(r"Potentially invalid KV blocks for unrecognized request (\S+?) were retrieved")
+
+
+def _lease_expired(msg: str) -> Event | None:
+    m = _LEASE_EXPIRED.match(msg)
+    return KvLeaseExpired(m[1], count(m[2])) if m else None
+
+
+def _blocks_invalid(msg: str) -> Event | None:
+    m = _BLOCKS_INVALID.match(msg)
+    return KvBlocksInvalid(m[1]) if m else None
+
+
+#: The NIXL library's own Python logger (nixl/_api.py, `%(asctime)s NIXL %(levelname)-8s
+#: %(filename)s:%(lineno)d %(message)s`; decode takes its stamp off as a shipper's): agent and
+#: backend set-up. A failed transfer is vLLM's own line (`NIXL transfer failure: …`), not these.
+_NIXL_LEVELS = ("NIXL DEBUG ", "NIXL INFO ", "NIXL WARNING ", "NIXL ERROR ", "NIXL CRITICAL ")
+_NIXL_LIB = re.compile(r"NIXL [A-Z]{4,8} +[\w.-]+\.py:\d+ ")
+_NIXL_LOG = Notice("nixl_library")
+
+
+def _nixl_library(msg: str) -> Event | None:
+    return _NIXL_LOG if _NIXL_LIB.match(msg) else None
+
+
+_NIXL_FAILURE = re.compile(r"NIXL transfer failure: ([a-z_]{1,48})\b[^|]*\| Context: \{")
+#: an id in the context dict's repr: vLLM's own ids, quoted by repr; anything else is left out
+_CONTEXT_ID = {k: re.compile(r"'" + k + r"': '([^'\s]{1,400})'") for k in
+               ("request_id", "remote_request_id", "remote_engine_id")}
+
+
+def _nixl_failure(msg: str) -> Event | None:
+    m = _NIXL_FAILURE.match(msg)
+    if m is None:
+        return None
+    ids = []
+    for key in ("request_id", "remote_request_id", "remote_engine_id"):
+        found = _CONTEXT_ID[key].search(msg, m.end(), m.end() + 2000)
+        ids.append(found[1] if found else None)
+    return KvTransferFailed(m[1], *ids)
 
 
 #: scheduler.py (V1, DEBUG, every step): a request whose KV cache a remote prefill still sends
@@ -991,9 +1114,14 @@ PREFILTER = {
     **{k: _ERROR_GUARDED for k in ("Work", "Asyn", "No a", "Proc", "Trac", "Erro", "Exce", "RayW", "Time", "Fata",
                                     "*** ", "RESO", "Writ")},
     **{k: _starting(("NIXLConnector request_finished", "NixlPushConnector request_finished",
-                     "MooncakeConnector request_finished"), _connector_finished) for k in ("NIXL", "Nixl", "Moon")},
+                     "MooncakeConnector request_finished"), _connector_finished) for k in ("Nixl", "Moon")},
+    "NIXL": _chain(_starting(("NIXLConnector request_finished",), _connector_finished),
+                   _starting(_NIXL_LEVELS, _nixl_library),
+                   _starting(("NIXL transfer failure: ",), _nixl_failure)),
     "Prof": _starting((_GRAPH_PROFILE,), _graph_profile),
     "Pref": _stats_extra,
     "Spec": _stats_extra,
-    "KV T": _stats_extra,
+    "KV T": _kv_transfer_metrics,
+    "Rele": _starting(("Releasing expired KV blocks for request ",), _lease_expired),
+    "Pote": _starting(("Potentially invalid KV blocks for ",), _blocks_invalid),
 }

@@ -29,7 +29,8 @@ passed through untouched.
 
 Switches: vLLM's `VLLM_PLUGINS` (the plugin's name is `vllm_trace_bridge`),
 `VLLM_TRACE_BRIDGE_PLUGIN=0`, `VLLM_TRACE_BRIDGE_PLUGIN_ENGINE=1`, `…_BLOCKS=1`,
-`…_QUEUE_INTERVAL_S` (default 1), `…_TRACE_CONTEXT=0` (never write the caller's context).
+`…_QUEUE_INTERVAL_S` (default 1), `…_TRACE_CONTEXT=0` (never write the caller's context),
+`…_KV=0` (no KV-transfer lines on a disaggregated engine: kv.py).
 
 This module imports nothing from vLLM at import time, and nothing from the rest of the bridge.
 """

@@ -48,6 +48,10 @@ six methods on that scheduler instance:
 - `_free_request_blocks`: a finished request's `Freed <n> blocks` line (blocks on: one per block).
 - `update_from_output` / `_free_request`: stats off only, the first token and the summary.
 
+A scheduler with a KV connector (disaggregated prefill/decode) also binds kv.py's two hooks,
+whatever the above: the decode's `KV received` and the prefill's `KV blocks released` lines (a
+call per transfer, never per token; `VLLM_TRACE_BRIDGE_PLUGIN_KV=0` leaves them out).
+
 Every line is written in vLLM's format straight to vLLM's stream (`LineWriter`, not through
 `logging`), so `VLLM_LOGGING_LEVEL=WARNING` or a logging config of the user's own does not drop
 it; the plugin's warnings go through its own logger (`vllm_trace_bridge`, not propagating).
@@ -721,6 +725,17 @@ def _wrap(cls, logger, names: dict[str, str], version: str = "?", lacking=()) ->
     @functools.wraps(orig_init)
     def __init__(self, *args, **kwargs):
         orig_init(self, *args, **kwargs)
+        # A disaggregated engine's KV lines (kv.py): only on a scheduler with a KV connector,
+        # whatever the engine lines below.
+        if getattr(self, "connector", None) is not None and \
+                _flag(os.environ, "VLLM_TRACE_BRIDGE_PLUGIN_KV", "1") not in ("0", "false", "no", "off"):
+            try:
+                from . import kv
+
+                kv.attach(self, logger, _Hooks(logger).api_id, _signature_gap)
+            except Exception:  # noqa: BLE001
+                logger.warning("vllm-trace-bridge plugin: no KV transfer lines: they failed to install",
+                               exc_info=True)
         try:
             if engine_lines_wanted(self):
                 if methods is None:
