@@ -141,22 +141,8 @@ def test_synth_logs_give_the_same_records_events_timelines_and_bytes(synth_logs)
         assert got["payloads"] and got["timelines"]
 
 
-#: Recorded P/D runs whose lines parse to the KV events (KvReceived, KvReleased, …) the assembler
-#: has no row for yet (#34, after its state table): it raises on them here (the pipeline counts
-#: and skips such a line). Strict, so the day the rows land this list must go.
-_NO_ASSEMBLER_ROW_YET = {"prefill.log", "decode.log", "pd_fail_prefill.log", "pd_fail_decode.log",
-                         "pd_expiry_prefill.log", "pd_expiry_decode.log"}
-
-
 def _fixture_params():
-    out = []
-    for path in FIXTURES:
-        if os.path.basename(os.path.dirname(path)) == "distributed" and os.path.basename(path) in _NO_ASSEMBLER_ROW_YET:
-            out.append(pytest.param(path, marks=pytest.mark.xfail(
-                strict=True, raises=KeyError, reason="#34: no assembler row for the KV events yet")))
-        else:
-            out.append(path)
-    return out
+    return list(FIXTURES)
 
 
 @native
