@@ -806,8 +806,9 @@ _CLIENT_ERROR = Notice("client_error")
 _UVICORN_JSON_ACCESS = re.compile(r"\S+ - \"(\S+) (\S+) HTTP/[\d.]+\" (\d{3})")
 
 
-#: A Python traceback's frame line (decode joins the frames that follow it into one record).
-_FRAME = re.compile(r'  File "[^"\n]+", line \d+, in ')
+#: A Python traceback's frame line (decode joins the frames that follow it into one record); its
+#: indentation may be squashed by a renderer that collapsed leading whitespace.
+_FRAME = re.compile(r' {0,2}File "[^"\n]+", line \d+, in ')
 
 #: vLLM's process prefix alone (`(VllmWorker TP0 pid=42)`): decode takes a prefix off only when
 #: a message follows it.
@@ -836,6 +837,12 @@ def unwrap(msg: str) -> tuple[str, str, str] | None:
     return None
 
 
+#: A label someone put before a pasted exception line: a bracketed word (`【BUG】：`, `[Error] `,
+#: `〔错误〕`; no digits, so no stamp or `[rank0]`), or a short text closed by a full-width colon
+#: (`报错：`), which no log format writes. What follows is read as the exception line it is.
+_LABEL = re.compile(r"(?:【[^】\n]{1,16}】|\[[^\]\n\d]{1,16}\]|〔[^〕\n]{1,16}〕)\s?[:：]?\s?|[^\s:：]{1,16}：\s?")
+
+
 def fallback(msg: str, level: str, origin: str = "") -> Event | None:
     """Lines no key claimed: error levels, header-less writers, progress bars, and (given the
     line's origin) other vLLM modules' chatter."""
@@ -861,8 +868,10 @@ def fallback(msg: str, level: str, origin: str = "") -> Event | None:
         if c.isdigit() and (k := _KSERVE.match(msg)) is not None:
             # KServe's model server around vLLM, its own lines: its errors are the server's failures
             return engine_error(msg[k.end():]) if k[1] in ("ERROR", "CRITICAL") else _WRAPPER_LOG
-        if c == " " and _FRAME.match(msg):
-            return engine_error(msg)  # a traceback whose start was cut off: its frames, maybe its end
+        if c in " F" and (_FRAME.match(msg) or c == " " and 0 < (nl := msg.find("\n")) and _FRAME.match(msg, nl + 1)):
+            # a traceback whose start was cut off: its frames, maybe its end (decode put a
+            # frame's source line left before the first frame with it)
+            return engine_error(msg)
         if _progress(msg) or _PY_WARNING.match(msg) or msg.startswith(_LIBRARY_NOISE):
             return _NOISE
         if c.isdigit() and " Engines Aggregated: " in msg[:24]:
@@ -870,6 +879,11 @@ def fallback(msg: str, level: str, origin: str = "") -> Event | None:
         e = _EXC.match(msg)
         if e is not None and e.start() == 0 and e[0] == msg.split("\n", 1)[0]:
             return engine_error(msg)
+        if (lab := _LABEL.match(msg)) is not None:
+            rest = msg[lab.end():]
+            e = _EXC.match(rest)
+            if e is not None and e[0] == rest.split("\n", 1)[0]:
+                return engine_error(rest)
         if c == "(" and _PROCESS_ONLY.fullmatch(msg):
             return _NOISE  # an empty line a vLLM process wrote: its prefix and nothing after it
         return None
