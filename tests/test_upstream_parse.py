@@ -181,6 +181,28 @@ def test_errors_are_classified(message, level, error_type, exc_type, fatal):
     assert ev.message and len(ev.message) <= 1024
 
 
+@pytest.mark.parametrize("message,error_type,exc_type", [
+    # a label someone put before a pasted exception line: the exception is read
+    ("[Error] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", "oom", "OutOfMemoryError"),
+    ("报错：ValueError: Cannot find any model weights with `/data/qwen`", "other", "ValueError"),
+    ("〔问题〕 OSError: We couldn't connect to 'https://huggingface.co' to load this file.", "other", "OSError"),
+])
+def test_an_exception_line_behind_a_users_label_is_read(message, error_type, exc_type):
+    ev = parse_line(message)
+    assert isinstance(ev, EngineError), ev
+    assert (ev.error_type, ev.exception_type) == (error_type, exc_type)
+    assert not ev.message.startswith(("[", "报", "〔"))
+
+
+@pytest.mark.parametrize("message", [
+    "Request failed: openai.BadRequestError: Error code: 400",  # a program's own message, ASCII colon
+    "[2025-03-01] RuntimeError: boom",                         # a bracketed stamp is no label
+    "[Error] the RuntimeError class is raised when nothing else fits",  # no exception line after it
+])
+def test_text_before_an_exception_that_is_no_label_is_not_read_as_one(message):
+    assert not isinstance(parse_line(message), EngineError)
+
+
 def test_info_lines_that_only_sound_alike_are_not_errors():
     assert parse_line("Worker ready; awaiting tasks", "INFO") == Notice("startup_info")
     assert not isinstance(parse_line("Killing local vLLM worker processes", "INFO"), EngineError)

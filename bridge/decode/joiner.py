@@ -187,6 +187,8 @@ class Joiner:
         msg = rec.message
         if not msg or msg[0].isspace() or _RAW_START.match(msg) or _EXC_LINE.match(msg):
             return False
+        if self._squashed and not _strip_rank(self._parts[-1])[:1].isspace():
+            return False  # after a frame whose indentation was lost: its source line, unindented too
         cols = last.end_offset - last.offset - 1 - last.continued
         if (last.level and last.level not in _ERRORISH) or cols < _MIN_WRAP:
             return False
@@ -203,6 +205,7 @@ class Joiner:
         self._chars += len(rec.message)
         self._last = rec
         self._merged = True
+        self._squashed = self._ends_in_frame(self._pending, self._parts[-1])
         self.stats.unwrapped += 1
 
     def _holds(self, rec: Record, cols: int) -> bool:
@@ -265,21 +268,22 @@ class Joiner:
         self._chars = len(rec.message)
         self._kind = _JSON if not rec.level and rec.message.rstrip() == "{" else _TRACE
         self._merged = False
-        self._squashed = self._ends_in_frame(rec)
+        self._squashed = self._ends_in_frame(rec, rec.message)
 
-    def _ends_in_frame(self, rec: Record) -> bool:
-        """The record's row is a frame line, or ends in one (a newline lost in a paste): the
-        next row is that frame's source line, however its indentation came through."""
+    @staticmethod
+    def _ends_in_frame(rec: Record, message: str) -> bool:
+        """The row is a frame line, or ends in one (a newline lost in a paste): the next row is
+        that frame's source line, however its indentation came through."""
         if rec.level:
             return False
-        msg = _strip_rank(rec.message)
+        msg = _strip_rank(message)
         return _FRAME_AT_END.search(msg) is not None and (_FRAME.match(msg) is not None or " File " in msg)
 
     def _append(self, rec: Record) -> None:
         self._parts.append(rec.message)
         self._chars += len(rec.message) + 1
         self._last = rec
-        self._squashed = self._ends_in_frame(rec)
+        self._squashed = self._ends_in_frame(rec, rec.message)
         self.stats.lines_joined += 1
 
     def _close(self) -> Record:
