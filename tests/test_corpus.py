@@ -43,6 +43,12 @@ GAPS: dict[tuple[str, str], str] = {
     ("cuda/dynamo-1492-worker-died-sigterm-start.log", "error"):
         "the worker's death (-15) is read, but one incident holds it and the traceback that follows, and the "
         "traceback's start frames make the incident a failed start",
+    ("tpu/tpu-inference-2313-torchax-failed-start.log", "startup"):
+        "tpu-inference's precompile lines (compilation_manager: 'Compilation finished in 3.53 [secs]', "
+        "'Precompile …') are no startup line the bridge reads: the failed start has no startup span",
+    ("tpu/kaggle-tpu-lab-6-insufficient-devices-mesh.log", "error"):
+        "a traceback cut on both sides of its start frames (the TPU runner's _init_mesh, then only the API "
+        "server's entry frames main → run_server): nothing read says the engine was starting",
     ("ascend/vllm-ascend-644-v1-engine-exception-visual.log", "error"):
         "a traceback fragment entirely inside the model's forward: nothing read says it was serving",
 }
@@ -157,6 +163,8 @@ NOT_VLLM: tuple[tuple[str, str], ...] = (
     (r"(?:src(?:/\S*?\.rs|<path>):<n>: |'…' (?:vLLM route_completion|Using direct URL mode))",
      "vllm-router's (Rust) own lines"),
     (r"- run_vllm_api_server\.py:<n> - ", "Tenstorrent's launcher script's logger"),
+    (r"controller <n> (?:\S+\.py:<n> -|--) ", "Ray Serve's controller's own logger (its level and full-date stamp "
+                                             "read by decode)"),
     (r"- app\.pipelines\.llm - ", "livepeer's app logger"),
     (r"- runners\.py\[line:<n>\] - ERROR: Exception in callback |handle: <Handle ",
      "asyncio's exception handler, through the app's logger (vLLM's own error lines follow)"),
@@ -174,6 +182,7 @@ NOT_VLLM: tuple[tuple[str, str], ...] = (
     (r"\[Gloo\] Rank ", "Gloo's own line"),
     (r"<n>-<n>-<n> <n> NIXL INFO _api\.py", "the NIXL library's own logger"),
     (r":<n>:\w+\.cpp :<n> ?: <hex> us: ", "ROCm's HIP runtime debug trace (AMD_LOG_LEVEL)"),
+    (r"\[aiter\] ", "AMD AITER's own logger (the ROCm kernel library inside vLLM's workers)"),
     (r"\[ERROR\] <n>-<n>-<n>-<n> \(PID:<n>, Device:-<n>, RankID:-<n>\) ERR<n> ", "Ascend CANN's own error line"),
     (r"(?:Repository Not Found for url|Please make sure you specified the correct|If you are trying to access a "
      r"private or gated repo|Invalid username or password)", "huggingface_hub's error message, its later lines"),

@@ -57,6 +57,21 @@ def test_shipper_stamp_wins_over_the_header_and_is_stripped():
     assert (r.clock, r.ts_ns, r.message) == ("shipper", ns("2025-10-22T07:33:50+00:00") + NS // 2, "INFO:     Shutting down")
 
 
+def test_a_level_before_a_full_date_stamp_gives_the_stamp():
+    # Python logging's `%(levelname)s %(asctime)s …` (Ray Serve's controller and proxy, many apps)
+    r = decode("WARNING 2025-03-04 10:11:12,250 proxy 12 proxy_state.py:99 - Proxy is unhealthy.")
+    assert (r.clock, r.ts_ns, r.level) == ("shipper", ns("2025-03-04T10:11:12+00:00") + NS // 4, "")
+    assert r.message == "proxy 12 proxy_state.py:99 - Proxy is unhealthy."
+    r = decode("(ProxyActor pid=5) ERROR 2025-03-04 10:11:13,500 proxy 5 -- Request failed.")
+    assert (r.process, r.clock, r.ts_ns) == ("ProxyActor pid=5", "shipper", ns("2025-03-04T10:11:13+00:00") + NS // 2)
+    assert r.message == "proxy 5 -- Request failed."
+    # vLLM's header is still the header; a level then words is no stamp
+    r = decode("INFO 03-04 10:11:12 [api_server.py:1] ok")
+    assert (r.level, r.clock, r.message) == ("INFO", "header", "ok")
+    r = decode("ERROR 2025 was the year it failed")
+    assert (r.level, r.message) == ("", "ERROR 2025 was the year it failed")
+
+
 def test_other_junk_before_the_header_is_dropped():
     r = decode("kubernetes.var.log.containers.vllm stdout: INFO 10-22 09:33:49 [a.py:1] m")
     assert (r.level, r.message, r.clock) == ("INFO", "m", "header")
@@ -265,13 +280,15 @@ def test_rows_that_only_look_wrapped_stay_apart(fast):
         "continued",
         "y" * 120,                           # wider than that: no terminal wrapped these rows
         "  (indented: no wrapped rest)",
+        "w" * 130 + ".so",                   # the widest row, ending in a word: then a new line, capitalised
+        "Memory access fault by GPU node-3",
         "z" * 90,                            # as wide as the width learnt before, which is void now
         "zz",
     ]
     recs = _records(lines, fast)
     assert [r.message for r in recs] == [lines[0], "Check the model path.", lines[2], "cdefg",
                                          long_row + "continued", "y" * 120, "  (indented: no wrapped rest)",
-                                         "z" * 90, "zz"]
+                                         "w" * 130 + ".so", "Memory access fault by GPU node-3", "z" * 90, "zz"]
 
 
 @pytest.mark.parametrize("fast", PATHS)

@@ -17,7 +17,8 @@ Paste and terminal damage, read by how it is made (each needs a line that no log
 - **terminal-wrapped rows** — a terminal breaks a line every W columns whatever it holds; the
   rest starts the next row at column 0, with no header, prefix or stamp. A row exactly as wide as
   the widest rows, followed by such an orphan, is one line with it. The first wrap is taken only
-  inside a word (`…KV cach` / `e is needed`); it fixes W, and a row wider than W unlearns it.
+  inside a word, its rest in lower case (`…KV cach` / `e is needed`); it fixes W, and a row wider
+  than W unlearns it.
 - **squashed indentation** — a renderer that collapses leading whitespace leaves a traceback's
   frames as `File "…", line N, in f` at column 0 and their source lines unindented: such a frame
   starts or continues a traceback, and the line after any frame is its source line (a lost
@@ -57,6 +58,7 @@ _FRAME = re.compile(r' {0,2}File "[^"\n]+", line \d+, in ')
 # A frame's source line as Python prints it (4 spaces): maybe the first line of a cut traceback
 _SOURCE = "    "
 _WORD = re.compile(r"\w")
+_WORD_REST = re.compile(r"[a-z0-9_]")
 _MIN_WRAP = 64  # no terminal is narrower: shorter rows are never taken for wrapped ones
 # kinds of group: a traceback or message, a JSON record, a row held for its wrapped rest, a source
 # line held for the frame that may follow it
@@ -194,8 +196,9 @@ class Joiner:
             return False
         if self._width:
             return cols == self._width
-        # no wrap seen yet: the widest row so far, cut inside a word
-        return cols == self._wide and _WORD.match(msg) is not None and \
+        # no wrap seen yet: the widest row so far, cut inside a word (a rest that starts in lower
+        # case: a capital after a word's end is as likely a new line's start, `….co` / `Memory …`)
+        return cols == self._wide and _WORD_REST.match(msg) is not None and \
             _WORD.match(self._parts[-1][-1:] or " ") is not None
 
     def _unwrap(self, rec: Record) -> None:

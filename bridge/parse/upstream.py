@@ -510,12 +510,16 @@ _FACT_RULES = {key: _fact_rule(p, names) for key, p, names in _FACTS}
 #: Ordered: the first family whose marker occurs wins, so a CUDA OOM wrapped in an engine-dead
 #: error is `oom`, and an NCCL watchdog "timeout" is `distributed`. Markers are read in what the
 #: error says (`_evidence`): its messages and exception lines, not its traceback's frames.
-#: A process killed by a signal (faulthandler's report, Ray's and glog's) died, at start too.
-_SIGNALS = ("fatal python error", "segmentation fault", "sigsegv", "sigabrt", "sigbus", "core dumped")
+#: A process killed by a signal (faulthandler's report, Ray's and glog's) died, at start too; so did
+#: one whose GPU faulted on a memory access (ROCm's runtime prints it and aborts the process).
+_SIGNALS = ("fatal python error", "segmentation fault", "sigsegv", "sigabrt", "sigbus", "core dumped",
+            "memory access fault by gpu")
 _CLASSES = (
     ("oom", ("out of memory", "outofmemoryerror", "no available memory for the cache blocks",
              "maximum number of tokens that can be stored in kv cache",
-             "is larger than the available kv cache memory", "resource_exhausted", "error allocating device buffer")),
+             "is larger than the available kv cache memory", "resource_exhausted", "error allocating device buffer",
+             # V0's scheduler: a preempted request's KV blocks did not fit the CPU swap space
+             "lack of cpu swap space")),
     ("distributed", ("nccl", "processgroup", "watchdog", "heartbeat monitor", "collective operation",
                      "distbackenderror", "shared memory broadcast", "no available block found", "gloo",
                      "actordiederror", "actor died", "actor is dead")),
@@ -557,7 +561,10 @@ _START_FRAMES = (
     "determine_num_available_blocks", "determine_available_memory", "profile_run", "initialize_from_config",
     "compile_or_warm_up_model", "capture_model", "warmup_model", "in load_model", "_init_executor", "_init_workers",
     "launch_core_engines", "wait_for_engine_startup", "make_async_mp_client", "make_client",
-    "build_async_engine_client", "get_kv_cache_config")
+    "build_async_engine_client", "get_kv_cache_config",
+    # Ray Serve starts a replica (whose constructor builds the engine) in initialize_and_get_metadata;
+    # its controller's check_ready is where that start's failure comes out
+    "initialize_and_get_metadata", "in check_ready")
 _SERVING_FRAMES = (
     "run_busy_loop", "_process_engine_step", "step_with_batch_queue", "in execute_model", "output_handler",
     "get_output_async", "in get_output", "engine_step", "step_async", "run_engine_loop", "_process_request",
@@ -647,7 +654,7 @@ _ERROR_STARTS = (
     ("No available ", "(?:shared memory broadcast )?block found"), ("Process ", r"[\w-]+:\n"),
     ("Traceback (most recent", ""), ("Error in ", ""), ("Exception in ", ""), ("TimeoutError: RPC call", ""),
     ("Fatal Python error: ", ""), ("*** SIG", r"[A-Z]+ received"), ("RESOURCE_EXHAUSTED: ", ""),
-    ("Writing input of failed execution", ""),
+    ("Writing input of failed execution", ""), ("Memory access fault by GPU", ""),
 )
 _ERROR_TEXT = re.compile("|".join(re.escape(start) + rest for start, rest in _ERROR_STARTS))
 
@@ -979,7 +986,8 @@ PREFILTER = {
     "Init": _regex_rule(_BANNER, _banner),
     "Load": _FACT_GUARDED["Load"],
     "Mode": _FACT_GUARDED["Mode"],
-    "Memo": _starting(_FACT_GUARDED["Memo"].prefixes, _memory_profile),  # that fact's line, and more
+    # that fact's line and more; ROCm's runtime's fatal `Memory access fault by GPU node-…`
+    "Memo": _chain(_starting(_FACT_GUARDED["Memo"].prefixes, _memory_profile), _ERROR_GUARDED),
     "Avai": _FACT_GUARDED["Avai"],
     "GPU ": _FACT_GUARDED["GPU "],
     "CPU ": _FACT_GUARDED["CPU "],
