@@ -225,6 +225,25 @@ def test_the_cpu_swap_space_running_out_is_memory():
                                      "is allocated for the swap space.", "WARNING", "config.py:1"), EngineError)
 
 
+def test_a_device_runtime_out_of_resources_is_memory():
+    ev = parse_line("Exception in worker VllmWorkerProcess: HSA_STATUS_ERROR_OUT_OF_RESOURCES: The runtime failed "
+                    "to allocate the necessary resources.", "ERROR")
+    assert isinstance(ev, EngineError) and ev.error_type == "oom"
+    ev = parse_line("RuntimeError: UR backend failed. UR backend returns:40 (UR_RESULT_ERROR_OUT_OF_RESOURCES)")
+    assert isinstance(ev, EngineError) and ev.error_type == "oom"
+    # the same runtime's other failures say nothing of memory
+    ev = parse_line("RuntimeError: UR backend failed. UR backend returns:20 (UR_RESULT_ERROR_DEVICE_LOST)")
+    assert isinstance(ev, EngineError) and ev.error_type != "oom"
+
+
+def test_a_banner_copied_with_a_terminals_row_padding_still_names_its_model():
+    ev = parse_line("Initializing a V0 LLM engine (v0.8.4) with config: model='                     Qwen/Qwen2.5-0.5B"
+                    "-Instruct', speculative_config=None, tokenizer='Qwen/Qwen2.5-0.5B-Instruct'", "INFO")
+    assert (ev.version, ev.model) == ("0.8.4", "Qwen/Qwen2.5-0.5B-Instruct")
+    ev = parse_line("Initializing a V0 LLM engine (v0.8.4) with config: model='/models/my model', dtype=auto", "INFO")
+    assert ev.model == "/models/my model"  # one space is the path's own
+
+
 def test_a_ray_serve_replica_that_failed_to_construct_is_a_failed_start():
     tb = ("Traceback (most recent call last):\n"
           "  File \"/opt/ray/serve/_private/replica.py\", line 965, in initialize_and_get_metadata\n"

@@ -377,6 +377,7 @@ _BANNER = re.compile(r"Initializing an? (?:(V[01]) )?LLM engine (?:\(v([^)]*)\) 
 _MODEL = re.compile(r"(?:^|[\s,(])model=(?:'([^']*)'|\"([^\"]*)\")")
 _SERVED = re.compile(r"[\s,(]served_model_name=([^,\s)]+)")
 _DATA_PARALLEL = re.compile(r"[\s,(]data_parallel_size=(\d{1,4})\b")
+_PADDING = re.compile(r" {2,}")
 _FACTS = [  # (key, regex, attribute names of the groups)
     # Gaudi's model runner: `Loading model weights took in total 15.05 GiB of device memory (…)`
     ("Load", re.compile(r"Loading model weights took (?:in total )?" + _NUM + r" Gi?B"), ("vllm.startup.weights_gib",)),
@@ -492,6 +493,10 @@ def _banner(msg: str) -> Event | None:
     served = _SERVED.search(msg, m.end() - 1)
     mm = _MODEL.search(msg, m.end() - 1)
     model = served[1] if served else (mm[1] if mm[1] is not None else mm[2]) if mm else None
+    if model is not None and "  " in model:
+        # a long line a terminal wrapped, copied with the padding of its rows: no model name holds
+        # a run of spaces (`model='                google/gemma-2-2b-it'`)
+        model = _PADDING.sub("", model).strip()
     dp = _DATA_PARALLEL.search(msg, m.end() - 1)
     return EngineConfig(m[2] or "", m[1] or "", model, int(dp[1]) if dp else 1)
 
@@ -519,7 +524,9 @@ _CLASSES = (
              "maximum number of tokens that can be stored in kv cache",
              "is larger than the available kv cache memory", "resource_exhausted", "error allocating device buffer",
              # V0's scheduler: a preempted request's KV blocks did not fit the CPU swap space
-             "lack of cpu swap space")),
+             "lack of cpu swap space",
+             # the device runtime's own: Level Zero's (XPU) UR_RESULT_…, ROCm's HSA_STATUS_…
+             "error_out_of_resources")),
     ("distributed", ("nccl", "processgroup", "watchdog", "heartbeat monitor", "collective operation",
                      "distbackenderror", "shared memory broadcast", "no available block found", "gloo",
                      "actordiederror", "actor died", "actor is dead")),
