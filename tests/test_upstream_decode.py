@@ -319,3 +319,18 @@ def test_a_cut_tracebacks_leading_source_line_joins_the_frame_after_it(fast):
     # an indented line no frame follows is left as it was
     recs = _records(["    max_model_len: 4096", "tensor_parallel_size: 2"], fast)
     assert [r.message for r in recs] == ["    max_model_len: 4096", "tensor_parallel_size: 2"]
+
+
+def test_wrapped_rows_without_end_are_cut_at_the_size_bound():
+    d, j = Decoder(year=2025), Joiner(max_chars=4096)
+    out, offset = [], 0
+    for i in range(400):
+        row = ("ab" * 50) if i else ("RuntimeError: " + "x" * 86)  # 100 columns, each the rest of the last
+        raw = row.encode() + b"\n"
+        rec = d(raw, offset)
+        offset += len(raw)
+        out.extend(j(rec))
+    tail = j.flush()
+    out += [tail] if tail is not None else []
+    assert j.stats.cut >= 1 and all(len(r.message) <= 4096 + 100 for r in out)
+    assert sum(len(r.message) for r in out) == 100 * 400

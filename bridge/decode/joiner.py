@@ -126,6 +126,9 @@ class Joiner:
         cols = self._see(rec)
         if p is not None and cols >= 0 and self._wrapped(rec):
             self._unwrap(rec)
+            if self._chars >= self._max_chars:
+                self.stats.cut += 1
+                return (self._close(),)
             if self._kind == _WRAP and cols != self._width:
                 return (self._close(),)  # its last row: shorter than the terminal
             return ()
