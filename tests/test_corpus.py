@@ -49,6 +49,10 @@ GAPS: dict[tuple[str, str], str] = {
     ("tpu/kaggle-tpu-lab-6-insufficient-devices-mesh.log", "error"):
         "a traceback cut on both sides of its start frames (the TPU runner's _init_mesh, then only the API "
         "server's entry frames main → run_server): nothing read says the engine was starting",
+    ("metal/vllm-swift-10-logo-banner-plugin.log", "startup"):
+        "the logo banner names args.model (Qwen/Qwen3-0.6B) before the API server's non-default args name the "
+        "served name (qwen3.6-27b): the startup span keeps the first model named (assemble/startup.py _FIRST), "
+        "not the served name clients send",
     ("ascend/vllm-ascend-644-v1-engine-exception-visual.log", "error"):
         "a traceback fragment entirely inside the model's forward: nothing read says it was serving",
 }
@@ -184,6 +188,7 @@ NOT_VLLM: tuple[tuple[str, str], ...] = (
     (r":<n>:\w+\.cpp :<n> ?: <hex> us: ", "ROCm's HIP runtime debug trace (AMD_LOG_LEVEL)"),
     (r"\[aiter\] ", "AMD AITER's own logger (the ROCm kernel library inside vLLM's workers)"),
     (r"\[ERROR\] <n>-<n>-<n>-<n> \(PID:<n>, Device:-<n>, RankID:-<n>\) ERR<n> ", "Ascend CANN's own error line"),
+    (r"Warning: You are sending unaut", "huggingface_hub's warning about unauthenticated requests to the Hub"),
     (r"(?:Repository Not Found for url|Please make sure you specified the correct|If you are trying to access a "
      r"private or gated repo|Invalid username or password)", "huggingface_hub's error message, its later lines"),
 )

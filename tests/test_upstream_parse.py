@@ -244,6 +244,16 @@ def test_a_banner_copied_with_a_terminals_row_padding_still_names_its_model():
     assert ev.model == "/models/my model"  # one space is the path's own
 
 
+def test_the_engine_cores_input_dump_is_its_death_in_either_form():
+    # dump_input.py before 0.9.2 logged the dump's first line alone, its config on the next one
+    for message in ("Dumping input data", "Dumping input data for V1 LLM engine (v0.10.1) with config: model='m', "):
+        ev = parse_line(message, "ERROR")
+        assert isinstance(ev, EngineError) and (ev.error_type, ev.fatal) == ("engine_dead", True), message
+    # the dump's other lines say nothing of their own
+    ev = parse_line("Dumping scheduler output for model execution: SchedulerOutput(scheduled_new_reqs=[])", "ERROR")
+    assert not (isinstance(ev, EngineError) and ev.fatal)
+
+
 def test_a_ray_serve_replica_that_failed_to_construct_is_a_failed_start():
     tb = ("Traceback (most recent call last):\n"
           "  File \"/opt/ray/serve/_private/replica.py\", line 965, in initialize_and_get_metadata\n"

@@ -541,7 +541,9 @@ _CLASSES = (
     ("engine_dead", ("enginedeaderror", "engine loop is not running", "background loop",
                      "background task failed", "terminating server process", "died", "fatal error",
                      "killing local vllm worker", "output_handler failed", "engine dead",
-                     "dumping input data for v1 llm engine")),
+                     # the engine core's dump of a step that raised (dump_input.py), before it re-raises:
+                     # one line since 0.9, `Dumping input data` then `V1 LLM engine (v…) with config` before
+                     "dumping input data")),
     ("input", ("bad request", "badrequest", "input error", "is too long", "validation error",
                      "maximum context length", "invalid input", "invalid request")),
     ("aborted", ("abort", "cancellederror")),
@@ -550,7 +552,7 @@ _FATAL = ("enginedeaderror", "engine loop is not running", "background loop", "b
           "terminating server process", "died", "fatal error", "killing local vllm worker",
           "output_handler failed", "taking the entire process down", "will be terminated",
           "initialization failed", "failed to start", "engine iteration timed out", "terminate called",
-          *_SIGNALS)
+          "dumping input data", *_SIGNALS)
 _EXC = re.compile(r"^(?:\[rank\d+\]: ?)?([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Failure)):? ?(.*)$", re.M)
 _MAX_MESSAGE, _MAX_STACK = 1024, 8 * 1024
 #: A list of what *may* have caused an error (Ray's "There are some potential root causes. (1) …
