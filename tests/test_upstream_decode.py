@@ -57,6 +57,21 @@ def test_shipper_stamp_wins_over_the_header_and_is_stripped():
     assert (r.clock, r.ts_ns, r.message) == ("shipper", ns("2025-10-22T07:33:50+00:00") + NS // 2, "INFO:     Shutting down")
 
 
+def test_a_level_before_a_full_date_stamp_gives_the_stamp():
+    # Python logging's `%(levelname)s %(asctime)s …` (Ray Serve's controller and proxy, many apps)
+    r = decode("WARNING 2025-03-04 10:11:12,250 proxy 12 proxy_state.py:99 - Proxy is unhealthy.")
+    assert (r.clock, r.ts_ns, r.level) == ("shipper", ns("2025-03-04T10:11:12+00:00") + NS // 4, "")
+    assert r.message == "proxy 12 proxy_state.py:99 - Proxy is unhealthy."
+    r = decode("(ProxyActor pid=5) ERROR 2025-03-04 10:11:13,500 proxy 5 -- Request failed.")
+    assert (r.process, r.clock, r.ts_ns) == ("ProxyActor pid=5", "shipper", ns("2025-03-04T10:11:13+00:00") + NS // 2)
+    assert r.message == "proxy 5 -- Request failed."
+    # vLLM's header is still the header; a level then words is no stamp
+    r = decode("INFO 03-04 10:11:12 [api_server.py:1] ok")
+    assert (r.level, r.clock, r.message) == ("INFO", "header", "ok")
+    r = decode("ERROR 2025 was the year it failed")
+    assert (r.level, r.message) == ("", "ERROR 2025 was the year it failed")
+
+
 def test_other_junk_before_the_header_is_dropped():
     r = decode("kubernetes.var.log.containers.vllm stdout: INFO 10-22 09:33:49 [a.py:1] m")
     assert (r.level, r.message, r.clock) == ("INFO", "m", "header")
@@ -164,3 +179,158 @@ def test_groups_are_cut_at_the_bound():
     tail = j.flush()
     assert j.stats.cut >= 1 and out and out[0].message.count("\n") == 4
     assert tail is None or tail.message
+
+
+# -- paste and terminal damage, read by how it is made (joiner.py's docstring) ------------------
+
+from bridge.decode.stream import FAST, RecordStream  # noqa: E402
+
+
+def _records(lines: list[str], fast) -> list:
+    """A plain file's lines through the decoder and joiner, as replay reads them."""
+    out, offset = [], 0
+    framed = []
+    for line in lines:
+        raw = line.encode() + b"\n"
+        framed.append((offset, raw))
+        offset += len(raw)
+    return list(RecordStream(Decoder(year=2025), fast=fast).over(framed))
+
+
+PATHS = [pytest.param(None, id="python")] + ([pytest.param(FAST, id="c")] if FAST is not None else [])
+
+
+@pytest.mark.parametrize("fast", PATHS)
+def test_a_pretty_printed_json_record_is_one_record_timed_by_its_own_stamp(fast):
+    # python-json-logger with json_indent=4, exc_info as the formatter's string
+    lines = ["{",
+             '    "asctime": "2025-09-14 21:05:11,042",',
+             '    "levelname": "ERROR",',
+             '    "name": "vllm.v1.engine.core",',
+             '    "message": "EngineCore encountered a fatal error.",',
+             '    "exc_info": "Traceback (most recent call last):\\n  File \\"core.py\\", line 7, in run\\n'
+             'torch.OutOfMemoryError: CUDA out of memory.",',
+             '    "vllm_process_name": "EngineCore_DP0",',
+             '    "process": 88',
+             "}",
+             "INFO 09-14 21:05:12 [launcher.py:80] Shutting down FastAPI HTTP server."]
+    recs = _records(lines, fast)
+    assert len(recs) == 2
+    rec = recs[0]
+    assert (rec.level, rec.origin, rec.process, rec.clock) == ("ERROR", "vllm.v1.engine.core", "EngineCore_DP0 pid=88",
+                                                               "json")
+    assert rec.ts_ns == ns("2025-09-14T21:05:11+00:00") + 42_000_000
+    assert rec.message.startswith("EngineCore encountered a fatal error.\nTraceback") and rec.message.endswith(
+        "CUDA out of memory.")
+    assert (rec.offset, rec.end_offset) == (0, recs[1].offset)
+    assert recs[1].message == "Shutting down FastAPI HTTP server."
+
+
+@pytest.mark.parametrize("fast", PATHS)
+def test_a_pretty_printed_json_record_cut_before_its_end_is_read_from_its_complete_members(fast):
+    # cut inside exc_info, given as a list of lines: the members before the cut are the record
+    lines = ["{", '  "asctime": "2025-03-02 10:00:01,500",', '  "levelname": "CRITICAL",',
+             '  "message": "Uncaught exception",', '  "exc_info": [', '    "Traceback (most recent call last):",',
+             '    "huggingface_hub.errors.GatedRepoError: 403 Client Error.",', '    "File \\"/x/hub.py\\", li']
+    (rec,) = _records(lines, fast)
+    assert (rec.level, rec.clock, rec.ts_ns) == ("CRITICAL", "json", ns("2025-03-02T10:00:01+00:00") + NS // 2)
+    assert rec.message == ("Uncaught exception\nTraceback (most recent call last):\n"
+                           "huggingface_hub.errors.GatedRepoError: 403 Client Error.")
+
+
+@pytest.mark.parametrize("fast", PATHS)
+def test_a_brace_block_that_is_no_json_record_is_not_read_as_one(fast):
+    # a Python dict printed over lines (single quotes: no JSON), then a `{` a header line follows
+    lines = ["{", "    'model': 'facebook/opt-125m',", "    'dtype': 'auto',", "}", "{",
+             "INFO 09-14 21:05:12 [api_server.py:1] vLLM API server version 0.10.1"]
+    recs = _records(lines, fast)
+    assert [(r.level, r.message) for r in recs] == [
+        ("", "{\n    'model': 'facebook/opt-125m',\n    'dtype': 'auto',\n}"), ("", "{"),
+        ("INFO", "vLLM API server version 0.10.1")]
+
+
+def _width(rows: list[str], width: int) -> list[str]:
+    """What a terminal `width` columns wide shows of `rows`: each cut every `width` columns."""
+    return [row[i:i + width] for row in rows for i in range(0, max(len(row), 1), width)]
+
+
+@pytest.mark.parametrize("fast", PATHS)
+def test_rows_a_terminal_wrapped_are_one_line_again(fast):
+    rows = ["Traceback (most recent call last):",
+            '  File "/usr/local/lib/python3.10/dist-packages/vllm/worker/model_runner.py", line 1250, in profile_run',
+            "    self.execute_model(model_input, kv_caches, intermediate_tensors)",
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.96 GiB. GPU 0 has a total capacity of "
+            "23.64 GiB of which 1.12 GiB is free.",
+            "INFO 05-02 08:00:03 [launcher.py:80] Shutting down FastAPI HTTP server."]
+    shown = _width(rows, 80)
+    assert len(shown) > len(rows) and all(len(r) <= 80 for r in shown)
+    recs = _records(shown, fast)
+    assert [r.message for r in recs] == ["\n".join(rows[:4]), "Shutting down FastAPI HTTP server."]
+
+
+@pytest.mark.parametrize("fast", PATHS)
+def test_rows_that_only_look_wrapped_stay_apart(fast):
+    long_row = "x" * 90
+    lines = [
+        "RuntimeError: " + "a" * 69 + ".",  # 84 columns, the widest so far, then a new sentence: no word cut
+        "Check the model path.",
+        "ValueError: " + "b" * 40,          # shorter than the widest row: no terminal wrapped it
+        "cdefg",
+        long_row,                            # 90 columns, cut inside a word: the terminal's width
+        "continued",
+        "y" * 120,                           # wider than that: no terminal wrapped these rows
+        "  (indented: no wrapped rest)",
+        "w" * 130 + ".so",                   # the widest row, ending in a word: then a new line, capitalised
+        "Memory access fault by GPU node-3",
+        "z" * 90,                            # as wide as the width learnt before, which is void now
+        "zz",
+    ]
+    recs = _records(lines, fast)
+    assert [r.message for r in recs] == [lines[0], "Check the model path.", lines[2], "cdefg",
+                                         long_row + "continued", "y" * 120, "  (indented: no wrapped rest)",
+                                         "w" * 130 + ".so", "Memory access fault by GPU node-3", "z" * 90, "zz"]
+
+
+@pytest.mark.parametrize("fast", PATHS)
+def test_a_traceback_whose_indentation_was_squashed_is_one_record(fast):
+    # pasted outside a code block: the renderer collapsed each line's leading spaces
+    lines = ["Traceback (most recent call last):",
+             'File "/opt/vllm/vllm/v1/engine/core.py", line 83, in __init__',
+             "self._initialize_kv_caches(vllm_config)",
+             'File "/opt/vllm/vllm/v1/worker/gpu_worker.py", line 210, in determine_available_memory',
+             "self.model_runner.profile_run()",
+             "RuntimeError: CUDA error: out of memory",
+             "Loading the next model now"]
+    recs = _records(lines, fast)
+    assert [r.message for r in recs] == ["\n".join(lines[:6]), lines[6]]
+    # a line that names a file is no frame: it starts nothing
+    recs = _records(['File "config.json" not found, using defaults', "done"], fast)
+    assert [r.message for r in recs] == ['File "config.json" not found, using defaults', "done"]
+
+
+@pytest.mark.parametrize("fast", PATHS)
+def test_a_cut_tracebacks_leading_source_line_joins_the_frame_after_it(fast):
+    lines = ["2025-02-11 09:15:02,120 [INFO ] W-9000-llm-stdout MODEL_LOG -     engine = build_engine(args)",
+             '2025-02-11 09:15:02,121 [INFO ] W-9000-llm-stdout MODEL_LOG -   File "/app/serve.py", line 40, in build_engine',
+             "2025-02-11 09:15:02,121 [INFO ] W-9000-llm-stdout MODEL_LOG -     raise OSError(path)"]
+    (rec,) = _records(lines, fast)
+    assert rec.message.split("\n")[0] == "    engine = build_engine(args)"
+    assert rec.ts_ns == ns("2025-02-11T09:15:02+00:00") + 120_000_000
+    # an indented line no frame follows is left as it was
+    recs = _records(["    max_model_len: 4096", "tensor_parallel_size: 2"], fast)
+    assert [r.message for r in recs] == ["    max_model_len: 4096", "tensor_parallel_size: 2"]
+
+
+def test_wrapped_rows_without_end_are_cut_at_the_size_bound():
+    d, j = Decoder(year=2025), Joiner(max_chars=4096)
+    out, offset = [], 0
+    for i in range(400):
+        row = ("ab" * 50) if i else ("RuntimeError: " + "x" * 86)  # 100 columns, each the rest of the last
+        raw = row.encode() + b"\n"
+        rec = d(raw, offset)
+        offset += len(raw)
+        out.extend(j(rec))
+    tail = j.flush()
+    out += [tail] if tail is not None else []
+    assert j.stats.cut >= 1 and all(len(r.message) <= 4096 + 100 for r in out)
+    assert sum(len(r.message) for r in out) == 100 * 400

@@ -181,6 +181,98 @@ def test_errors_are_classified(message, level, error_type, exc_type, fatal):
     assert ev.message and len(ev.message) <= 1024
 
 
+@pytest.mark.parametrize("message,error_type,exc_type", [
+    # a label someone put before a pasted exception line: the exception is read
+    ("[Error] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", "oom", "OutOfMemoryError"),
+    ("报错：ValueError: Cannot find any model weights with `/data/qwen`", "other", "ValueError"),
+    ("〔问题〕 OSError: We couldn't connect to 'https://huggingface.co' to load this file.", "other", "OSError"),
+])
+def test_an_exception_line_behind_a_users_label_is_read(message, error_type, exc_type):
+    ev = parse_line(message)
+    assert isinstance(ev, EngineError), ev
+    assert (ev.error_type, ev.exception_type) == (error_type, exc_type)
+    assert not ev.message.startswith(("[", "报", "〔"))
+
+
+@pytest.mark.parametrize("message", [
+    "Request failed: openai.BadRequestError: Error code: 400",  # a program's own message, ASCII colon
+    "[2025-03-01] RuntimeError: boom",                         # a bracketed stamp is no label
+    "[Error] the RuntimeError class is raised when nothing else fits",  # no exception line after it
+])
+def test_text_before_an_exception_that_is_no_label_is_not_read_as_one(message):
+    assert not isinstance(parse_line(message), EngineError)
+
+
+def test_a_gpu_memory_access_fault_is_a_death_even_while_starting():
+    # ROCm's runtime prints it and aborts the process, like a fatal signal
+    ev = parse_line("Memory access fault by GPU node-1 (Agent handle: 0x55d04a2c1e30) on address 0x7f2a1c000000. "
+                    "Reason: Page not present or supervisor privilege.")
+    assert isinstance(ev, EngineError) and (ev.error_type, ev.fatal) == ("engine_dead", True)
+    ev = parse_line("Traceback (most recent call last):\n  File \"core.py\", line 9, in _initialize_kv_caches\n"
+                    "    self.profile_run()\nMemory access fault by GPU node-2 (Agent handle: 0x1) on address 0x2. "
+                    "Reason: Unknown.")
+    assert isinstance(ev, EngineError) and ev.error_type == "engine_dead"
+    # the key's other lines are what they were
+    assert parse_line("Memory profiling takes 4.25 seconds", "INFO") == StartupFact((("vllm.startup.profile_s", 4.25),))
+
+
+def test_the_cpu_swap_space_running_out_is_memory():
+    ev = parse_line("RuntimeError: Aborted due to the lack of CPU swap space. Please increase the swap space to "
+                    "avoid this error.")
+    assert isinstance(ev, EngineError) and ev.error_type == "oom"
+    # the start's warning about a large swap space is no error
+    assert not isinstance(parse_line("Possibly too large swap space. 16.00 GiB out of the 31.00 GiB total CPU memory "
+                                     "is allocated for the swap space.", "WARNING", "config.py:1"), EngineError)
+
+
+def test_a_device_runtime_out_of_resources_is_memory():
+    ev = parse_line("Exception in worker VllmWorkerProcess: HSA_STATUS_ERROR_OUT_OF_RESOURCES: The runtime failed "
+                    "to allocate the necessary resources.", "ERROR")
+    assert isinstance(ev, EngineError) and ev.error_type == "oom"
+    ev = parse_line("RuntimeError: UR backend failed. UR backend returns:40 (UR_RESULT_ERROR_OUT_OF_RESOURCES)")
+    assert isinstance(ev, EngineError) and ev.error_type == "oom"
+    # the same runtime's other failures say nothing of memory
+    ev = parse_line("RuntimeError: UR backend failed. UR backend returns:20 (UR_RESULT_ERROR_DEVICE_LOST)")
+    assert isinstance(ev, EngineError) and ev.error_type != "oom"
+
+
+def test_a_banner_copied_with_a_terminals_row_padding_still_names_its_model():
+    ev = parse_line("Initializing a V0 LLM engine (v0.8.4) with config: model='                     Qwen/Qwen2.5-0.5B"
+                    "-Instruct', speculative_config=None, tokenizer='Qwen/Qwen2.5-0.5B-Instruct'", "INFO")
+    assert (ev.version, ev.model) == ("0.8.4", "Qwen/Qwen2.5-0.5B-Instruct")
+    ev = parse_line("Initializing a V0 LLM engine (v0.8.4) with config: model='/models/my model', dtype=auto", "INFO")
+    assert ev.model == "/models/my model"  # one space is the path's own
+
+
+def test_the_engine_cores_input_dump_is_its_death_in_either_form():
+    # dump_input.py before 0.9.2 logged the dump's first line alone, its config on the next one
+    for message in ("Dumping input data", "Dumping input data for V1 LLM engine (v0.10.1) with config: model='m', "):
+        ev = parse_line(message, "ERROR")
+        assert isinstance(ev, EngineError) and (ev.error_type, ev.fatal) == ("engine_dead", True), message
+    # the dump's other lines say nothing of their own
+    ev = parse_line("Dumping scheduler output for model execution: SchedulerOutput(scheduled_new_reqs=[])", "ERROR")
+    assert not (isinstance(ev, EngineError) and ev.fatal)
+
+
+def test_a_ray_serve_replica_that_failed_to_construct_is_a_failed_start():
+    tb = ("Traceback (most recent call last):\n"
+          "  File \"/opt/ray/serve/_private/replica.py\", line 965, in initialize_and_get_metadata\n"
+          "    await self._replica_impl.initialize(deployment_config)\n"
+          "RuntimeError: CUDA error: no kernel image is available for execution on the device")
+    assert parse_line(tb).error_type == "model_load"
+    tb = ("Traceback (most recent call last):\n"
+          "  File \"/opt/ray/serve/_private/deployment_state.py\", line 690, in check_ready\n"
+          "    ) = ray.get(self._ready_obj_ref)")
+    assert parse_line(tb).error_type == "model_load"
+    # a replica's request handler failing while serving is no start
+    tb = ("Traceback (most recent call last):\n"
+          "  File \"/opt/ray/serve/_private/replica.py\", line 1200, in handle_request\n"
+          "    return await self._user_callable_wrapper.call_user_method(request)\n"
+          "  File \"/opt/vllm/v1/engine/async_llm.py\", line 400, in output_handler\n"
+          "    outputs = await engine_core.get_output_async()")
+    assert parse_line(tb).error_type == "engine_dead"
+
+
 def test_info_lines_that_only_sound_alike_are_not_errors():
     assert parse_line("Worker ready; awaiting tasks", "INFO") == Notice("startup_info")
     assert not isinstance(parse_line("Killing local vLLM worker processes", "INFO"), EngineError)

@@ -11,7 +11,7 @@ from datetime import datetime, timezone, tzinfo
 
 from bridge.decode.clock import MAX_NS, HeaderClock, Rfc3339
 from bridge.decode.framing import CLOUD, CRI, DOCKER, PLAIN, CloudUnwrapper, CriUnwrapper, DockerUnwrapper, detect
-from bridge.decode.jsonline import parse_json_line
+from bridge.decode.jsonline import JsonLine, parse_json_line, parse_json_text
 from bridge.decode.prefix import FULL_LEVEL, HEADER, split_prefix
 from bridge.decode.record import CLOCK_ANCHORED, CLOCK_HEADER, CLOCK_JSON, CLOCK_RUNTIME, CLOCK_SHIPPER, Record
 
@@ -188,24 +188,8 @@ class Decoder:
         if line[:1] == "{":  # vLLM's JSON format: one record per line, year and milliseconds
             js = parse_json_line(line, self._tz)
             if js is not None:
-                if runtime_ts is not None and js.ts_ns is not None and \
-                        runtime_ts - _JSON_LAG_NS <= js.ts_ns and js.ts_ns + _MS_NS <= runtime_ts:
-                    # vLLM stamped the record as the event happened; the runtime, when it read
-                    # the line (a pipe's buffering can hold several lines and stamp them alike).
-                    # The record's millisecond is the better time when it lies before the read.
-                    ts, clock = js.ts_ns, CLOCK_JSON
-                elif runtime_ts is not None:
-                    ts, clock = runtime_ts, CLOCK_RUNTIME
-                elif js.ts_ns is not None:
-                    ts, clock = js.ts_ns, CLOCK_JSON
-                else:
-                    ts, clock = self._last_ts, CLOCK_ANCHORED
-                if not 0 <= ts <= MAX_NS:
-                    stats.times_out_of_range += 1
-                    ts, clock = self._last_ts, CLOCK_ANCHORED
-                self._last_ts = ts
                 stats.records += 1
-                return Record(ts, clock, js.level, js.origin, js.message, offset, end, js.process)
+                return self._json(js, runtime_ts, offset, end)
         m = self._header(line)
         if m is None:  # the slow path: prefixes, shipper stamps, lines with no header
             split = split_prefix(line)
@@ -265,6 +249,37 @@ class Decoder:
         self._last_ts = ts
         stats.records += 1
         return Record(ts, clock, level, origin, message, offset, end, process, continued)
+
+    def _json(self, js: JsonLine, runtime_ts: int | None, offset: int, end: int,
+              runtime_clock: str = CLOCK_RUNTIME) -> Record:
+        if runtime_ts is not None and js.ts_ns is not None and \
+                runtime_ts - _JSON_LAG_NS <= js.ts_ns and js.ts_ns + _MS_NS <= runtime_ts:
+            # vLLM stamped the record as the event happened; the runtime, when it read
+            # the line (a pipe's buffering can hold several lines and stamp them alike).
+            # The record's millisecond is the better time when it lies before the read.
+            ts, clock = js.ts_ns, CLOCK_JSON
+        elif runtime_ts is not None:
+            ts, clock = runtime_ts, runtime_clock
+        elif js.ts_ns is not None:
+            ts, clock = js.ts_ns, CLOCK_JSON
+        else:
+            ts, clock = self._last_ts, CLOCK_ANCHORED
+        if not 0 <= ts <= MAX_NS:
+            self.stats.times_out_of_range += 1
+            ts, clock = self._last_ts, CLOCK_ANCHORED
+        self._last_ts = ts
+        return Record(ts, clock, js.level, js.origin, js.message, offset, end, js.process)
+
+    def json_record(self, text: str, first: Record, end: int) -> Record | None:
+        """A JSON record pretty-printed over the lines from `first` to `end` (decode's joiner
+        gathered them, `text` joined by newlines), timed as a one-line record is (its own
+        millisecond, or the stamp the runtime or a shipper gave its first line); None when it
+        is no JSON log record. The lines were counted as records already."""
+        js = parse_json_text(text, self._tz)
+        if js is None:
+            return None
+        runtime = first.ts_ns if first.clock in (CLOCK_RUNTIME, CLOCK_SHIPPER) else None
+        return self._json(js, runtime, first.offset, end, first.clock)
 
     def _switch(self, stream: str) -> None:
         """Make `stream`'s partial-line state the current one; the current one, if it holds

@@ -49,6 +49,9 @@ _RELAY = re.compile(r"\[(?:TRACE|DEBUG|INFO|WARN|ERROR|FATAL) ?\] \S+ \S+ - "
 # (`kubectl logs --prefix`-like tools, stern's `<pod> <container> `, `kserve-container `)
 _COLUMN = re.compile(r"(?:[A-Za-z][\w.-]* ){1,2}")
 _RAY_CC = re.compile(r"[DIWEF] \d+ \d+\] ")
+# Python logging with the level before a full-date `asctime` (`%(levelname)s %(asctime)s …`: Ray Serve's
+# own loggers, many apps): the stamp is read as a shipper's, the level word goes with it
+_LEVEL_FIRST = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (?=\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d)")
 # `  | ` (a log viewer's gutter), `vllm-1  | ` (docker compose): at most a name, then the bar
 # (a name starts the line; spaces then a bar would also be a traceback's code line `    a | b`)
 _VIEWER = re.compile(r"(?: {0,4}|[\w.-]+ +)\| ")
@@ -96,6 +99,9 @@ def split_prefix(line: str) -> Split:
         if m is not None:
             pos = m.end()
     c = line[pos:pos + 1]
+    if c in "DIWEC" and (m := _LEVEL_FIRST.match(line, pos)) is not None:
+        pos = m.end()
+        c = line[pos:pos + 1]
     if c == "[" and line[pos + 1:pos + 2].isdigit():
         # a bracketed stamp: a CI runner's `[2025-03-10T15:07:20Z] ` (Buildkite), Ray's C++ logger's
         # `[2024-02-27 16:09:19,123 E 1234 5678] ` (its level, pid and thread inside)
@@ -145,6 +151,12 @@ def split_prefix(line: str) -> Split:
         h = HEADER.match(line, pos)
         if h is not None:
             return Split(h, h.end(), process, stamp, "", 0, line)
+        if not stamp and (lv := _LEVEL_FIRST.match(line, pos)) is not None and \
+                (iso := _ISO.match(line, lv.end())) is not None:  # `(ServeController pid=1) ERROR 2025-…`
+            date, hms, frac, tz = iso.groups()
+            tz = (tz or "Z").strip()
+            stamp = f"{date}T{hms}{'.' + frac[1:] if frac else ''}{'Z' if tz in ('UTC', 'GMT') else tz}"
+            pos = iso.end()
     if line.startswith("[rank", pos):
         m = _RANK.match(line, pos)
         if m is not None:   # the rank joins the writer's name: a rank's traceback is one record

@@ -70,7 +70,7 @@ class RecordStream:
 
     def __init__(self, decoder: Decoder, joiner: Joiner | None = None, fast=FAST, lead: bool = True) -> None:
         self.decoder = decoder
-        self.joiner = joiner or Joiner()
+        self.joiner = joiner or Joiner(json=decoder.json_record)
         # The C fast path works on these exact classes only (it reads their slots).
         exact = type(self.decoder) is Decoder and type(self.joiner) is Joiner
         self._fast = fast if exact else None

@@ -500,6 +500,7 @@ _BANNER = re.compile(r"Initializing an? (?:(V[01]) )?LLM engine (?:\(v([^)]*)\) 
 _MODEL = re.compile(r"(?:^|[\s,(])model=(?:'([^']*)'|\"([^\"]*)\")")
 _SERVED = re.compile(r"[\s,(]served_model_name=([^,\s)]+)")
 _DATA_PARALLEL = re.compile(r"[\s,(]data_parallel_size=(\d{1,4})\b")
+_PADDING = re.compile(r" {2,}")
 _FACTS = [  # (key, regex, attribute names of the groups)
     # Gaudi's model runner: `Loading model weights took in total 15.05 GiB of device memory (…)`
     ("Load", re.compile(r"Loading model weights took (?:in total )?" + _NUM + r" Gi?B"), ("vllm.startup.weights_gib",)),
@@ -615,6 +616,10 @@ def _banner(msg: str) -> Event | None:
     served = _SERVED.search(msg, m.end() - 1)
     mm = _MODEL.search(msg, m.end() - 1)
     model = served[1] if served else (mm[1] if mm[1] is not None else mm[2]) if mm else None
+    if model is not None and "  " in model:
+        # a long line a terminal wrapped, copied with the padding of its rows: no model name holds
+        # a run of spaces (`model='                google/gemma-2-2b-it'`)
+        model = _PADDING.sub("", model).strip()
     dp = _DATA_PARALLEL.search(msg, m.end() - 1)
     return EngineConfig(m[2] or "", m[1] or "", model, int(dp[1]) if dp else 1)
 
@@ -633,12 +638,18 @@ _FACT_RULES = {key: _fact_rule(p, names) for key, p, names in _FACTS}
 #: Ordered: the first family whose marker occurs wins, so a CUDA OOM wrapped in an engine-dead
 #: error is `oom`, and an NCCL watchdog "timeout" is `distributed`. Markers are read in what the
 #: error says (`_evidence`): its messages and exception lines, not its traceback's frames.
-#: A process killed by a signal (faulthandler's report, Ray's and glog's) died, at start too.
-_SIGNALS = ("fatal python error", "segmentation fault", "sigsegv", "sigabrt", "sigbus", "core dumped")
+#: A process killed by a signal (faulthandler's report, Ray's and glog's) died, at start too; so did
+#: one whose GPU faulted on a memory access (ROCm's runtime prints it and aborts the process).
+_SIGNALS = ("fatal python error", "segmentation fault", "sigsegv", "sigabrt", "sigbus", "core dumped",
+            "memory access fault by gpu")
 _CLASSES = (
     ("oom", ("out of memory", "outofmemoryerror", "no available memory for the cache blocks",
              "maximum number of tokens that can be stored in kv cache",
-             "is larger than the available kv cache memory", "resource_exhausted", "error allocating device buffer")),
+             "is larger than the available kv cache memory", "resource_exhausted", "error allocating device buffer",
+             # V0's scheduler: a preempted request's KV blocks did not fit the CPU swap space
+             "lack of cpu swap space",
+             # the device runtime's own: Level Zero's (XPU) UR_RESULT_…, ROCm's HSA_STATUS_…
+             "error_out_of_resources")),
     ("distributed", ("nccl", "processgroup", "watchdog", "heartbeat monitor", "collective operation",
                      "distbackenderror", "shared memory broadcast", "no available block found", "gloo",
                      "actordiederror", "actor died", "actor is dead")),
@@ -653,7 +664,9 @@ _CLASSES = (
     ("engine_dead", ("enginedeaderror", "engine loop is not running", "background loop",
                      "background task failed", "terminating server process", "died", "fatal error",
                      "killing local vllm worker", "output_handler failed", "engine dead",
-                     "dumping input data for v1 llm engine")),
+                     # the engine core's dump of a step that raised (dump_input.py), before it re-raises:
+                     # one line since 0.9, `Dumping input data` then `V1 LLM engine (v…) with config` before
+                     "dumping input data")),
     ("input", ("bad request", "badrequest", "input error", "is too long", "validation error",
                      "maximum context length", "invalid input", "invalid request")),
     ("aborted", ("abort", "cancellederror")),
@@ -662,7 +675,7 @@ _FATAL = ("enginedeaderror", "engine loop is not running", "background loop", "b
           "terminating server process", "died", "fatal error", "killing local vllm worker",
           "output_handler failed", "taking the entire process down", "will be terminated",
           "initialization failed", "failed to start", "engine iteration timed out", "terminate called",
-          *_SIGNALS)
+          "dumping input data", *_SIGNALS)
 _EXC = re.compile(r"^(?:\[rank\d+\]: ?)?([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Failure)):? ?(.*)$", re.M)
 _MAX_MESSAGE, _MAX_STACK = 1024, 8 * 1024
 #: A list of what *may* have caused an error (Ray's "There are some potential root causes. (1) …
@@ -680,7 +693,10 @@ _START_FRAMES = (
     "determine_num_available_blocks", "determine_available_memory", "profile_run", "initialize_from_config",
     "compile_or_warm_up_model", "capture_model", "warmup_model", "in load_model", "_init_executor", "_init_workers",
     "launch_core_engines", "wait_for_engine_startup", "make_async_mp_client", "make_client",
-    "build_async_engine_client", "get_kv_cache_config")
+    "build_async_engine_client", "get_kv_cache_config",
+    # Ray Serve starts a replica (whose constructor builds the engine) in initialize_and_get_metadata;
+    # its controller's check_ready is where that start's failure comes out
+    "initialize_and_get_metadata", "in check_ready")
 _SERVING_FRAMES = (
     "run_busy_loop", "_process_engine_step", "step_with_batch_queue", "in execute_model", "output_handler",
     "get_output_async", "in get_output", "engine_step", "step_async", "run_engine_loop", "_process_request",
@@ -770,7 +786,7 @@ _ERROR_STARTS = (
     ("No available ", "(?:shared memory broadcast )?block found"), ("Process ", r"[\w-]+:\n"),
     ("Traceback (most recent", ""), ("Error in ", ""), ("Exception in ", ""), ("TimeoutError: RPC call", ""),
     ("Fatal Python error: ", ""), ("*** SIG", r"[A-Z]+ received"), ("RESOURCE_EXHAUSTED: ", ""),
-    ("Writing input of failed execution", ""),
+    ("Writing input of failed execution", ""), ("Memory access fault by GPU", ""),
 )
 _ERROR_TEXT = re.compile("|".join(re.escape(start) + rest for start, rest in _ERROR_STARTS))
 
@@ -929,8 +945,9 @@ _CLIENT_ERROR = Notice("client_error")
 _UVICORN_JSON_ACCESS = re.compile(r"\S+ - \"(\S+) (\S+) HTTP/[\d.]+\" (\d{3})")
 
 
-#: A Python traceback's frame line (decode joins the frames that follow it into one record).
-_FRAME = re.compile(r'  File "[^"\n]+", line \d+, in ')
+#: A Python traceback's frame line (decode joins the frames that follow it into one record); its
+#: indentation may be squashed by a renderer that collapsed leading whitespace.
+_FRAME = re.compile(r' {0,2}File "[^"\n]+", line \d+, in ')
 
 #: vLLM's process prefix alone (`(VllmWorker TP0 pid=42)`): decode takes a prefix off only when
 #: a message follows it.
@@ -959,6 +976,12 @@ def unwrap(msg: str) -> tuple[str, str, str] | None:
     return None
 
 
+#: A label someone put before a pasted exception line: a bracketed word (`【BUG】：`, `[Error] `,
+#: `〔错误〕`; no digits, so no stamp or `[rank0]`), or a short text closed by a full-width colon
+#: (`报错：`), which no log format writes. What follows is read as the exception line it is.
+_LABEL = re.compile(r"(?:【[^】\n]{1,16}】|\[[^\]\n\d]{1,16}\]|〔[^〕\n]{1,16}〕)\s?[:：]?\s?|[^\s:：]{1,16}：\s?")
+
+
 def fallback(msg: str, level: str, origin: str = "") -> Event | None:
     """Lines no key claimed: error levels, header-less writers, progress bars, and (given the
     line's origin) other vLLM modules' chatter."""
@@ -984,8 +1007,10 @@ def fallback(msg: str, level: str, origin: str = "") -> Event | None:
         if c.isdigit() and (k := _KSERVE.match(msg)) is not None:
             # KServe's model server around vLLM, its own lines: its errors are the server's failures
             return engine_error(msg[k.end():]) if k[1] in ("ERROR", "CRITICAL") else _WRAPPER_LOG
-        if c == " " and _FRAME.match(msg):
-            return engine_error(msg)  # a traceback whose start was cut off: its frames, maybe its end
+        if c in " F" and (_FRAME.match(msg) or c == " " and 0 < (nl := msg.find("\n")) and _FRAME.match(msg, nl + 1)):
+            # a traceback whose start was cut off: its frames, maybe its end (decode put a
+            # frame's source line left before the first frame with it)
+            return engine_error(msg)
         if _progress(msg) or _PY_WARNING.match(msg) or msg.startswith(_LIBRARY_NOISE):
             return _NOISE
         if c.isdigit() and " Engines Aggregated: " in msg[:24]:
@@ -993,6 +1018,11 @@ def fallback(msg: str, level: str, origin: str = "") -> Event | None:
         e = _EXC.match(msg)
         if e is not None and e.start() == 0 and e[0] == msg.split("\n", 1)[0]:
             return engine_error(msg)
+        if (lab := _LABEL.match(msg)) is not None:
+            rest = msg[lab.end():]
+            e = _EXC.match(rest)
+            if e is not None and e[0] == rest.split("\n", 1)[0]:
+                return engine_error(rest)
         if c == "(" and _PROCESS_ONLY.fullmatch(msg):
             return _NOISE  # an empty line a vLLM process wrote: its prefix and nothing after it
         return None
@@ -1088,7 +1118,8 @@ PREFILTER = {
     "Init": _regex_rule(_BANNER, _banner),
     "Load": _FACT_GUARDED["Load"],
     "Mode": _FACT_GUARDED["Mode"],
-    "Memo": _starting(_FACT_GUARDED["Memo"].prefixes, _memory_profile),  # that fact's line, and more
+    # that fact's line and more; ROCm's runtime's fatal `Memory access fault by GPU node-…`
+    "Memo": _chain(_starting(_FACT_GUARDED["Memo"].prefixes, _memory_profile), _ERROR_GUARDED),
     "Avai": _FACT_GUARDED["Avai"],
     "GPU ": _FACT_GUARDED["GPU "],
     "CPU ": _FACT_GUARDED["CPU "],
