@@ -36,13 +36,6 @@ def span_id(trace: bytes, name: str, index: int = 0) -> bytes:
     return d if d != _ZERO_SPAN else b"\x00" * 7 + b"\x01"
 
 
-def incident_ids(source_key: str, kind: str, occurrence: str) -> tuple[bytes, bytes]:
-    """(trace id, span id) of an engine incident's `vllm.engine` span, as `otlp.engine_spans`
-    gives it: what a request in flight links to."""
-    tid = trace_id(source_key, "engine", kind, occurrence)
-    return tid, span_id(tid, "vllm.engine")
-
-
 def big_float(v: int) -> float:
     """An int past int64 as its nearest double (±inf past a double), never its low 64 bits:
     the wire encoder and the reference mapping both send it so."""
