@@ -10,9 +10,9 @@ import math
 from functools import lru_cache
 from hashlib import blake2b
 
-_PERSON = b"vllm-trace-bri"  # blake2b personalisation: ids differ from any other blake2b use
-_TRACE_HASH = blake2b(digest_size=16, person=_PERSON)  # copied per id: cheaper than a new one
-_SPAN_HASH = blake2b(digest_size=8, person=_PERSON)
+PERSON = b"vllm-trace-bri"  # blake2b personalisation: ids differ from any other blake2b use
+_TRACE_HASH = blake2b(digest_size=16, person=PERSON)  # copied per id: cheaper than a new one
+_SPAN_HASH = blake2b(digest_size=8, person=PERSON)
 _ZERO_TRACE, _ZERO_SPAN = bytes(16), bytes(8)
 
 

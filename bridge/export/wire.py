@@ -28,10 +28,10 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from bridge.assemble.timeline import RequestTimeline, SpanEvent, Timeline
+from bridge.assemble.timeline import INFERRED, OBSERVED, IncidentEvent, RequestTimeline, SpanEvent, Timeline
 from bridge.core.source import Source
 from bridge.export import mapping
-from bridge.export.ids import big_float as _big_float
+from bridge.export.ids import PERSON, big_float as _big_float
 from bridge.export.mapping import SCOPE_NAME, SCOPE_VERSION, Link, SpanRecord, span_count  # noqa: F401 - span_count: batch's
 
 
@@ -45,11 +45,19 @@ def _load_fast():
         from bridge.export import _fastwire
     except ImportError:
         return None
+    _fastwire.configure({  # the C spells none of the mapping: its names come from here
+        "request_span": mapping.REQUEST_SPAN, "engine_span": mapping.ENGINE_SPAN,
+        "kind_server": mapping.KIND_SERVER, "kind_internal": mapping.KIND_INTERNAL,
+        "request_ids": mapping.REQUEST_IDS, "engine_ids": mapping.ENGINE_IDS,
+        "timing": mapping.TIMING, "timing_start": mapping.TIMING_START, "timing_end": mapping.TIMING_END,
+        "inferred": INFERRED, "observed": OBSERVED, "incident_kind": mapping.INCIDENT_KIND,
+        "incident_event": IncidentEvent, "person": PERSON, "cache_limit": _CACHE_LIMIT,
+    })
     return _fastwire.spans
 
 
-FAST_REQUEST = _load_fast()
 _CACHE_LIMIT = 1 << 14  # entries per cache; a full cache is cleared, so memory stays bounded
+FAST_REQUEST = _load_fast()
 
 _pack_double = struct.Struct("<d").pack
 _pack_fixed64 = struct.Struct("<BQ").pack  # tag byte, then a fixed64
