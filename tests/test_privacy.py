@@ -370,7 +370,7 @@ def test_links_are_encoded_alike_by_c_python_and_the_reference(incidents, error)
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
     from bridge.export import wire
-    from bridge.export.ids import incident_ids
+    from bridge.export.mapping import incident_ids
     from bridge.export.otlp import request_spans
     from bridge.export.wire import WireEncoder
 

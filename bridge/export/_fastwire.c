@@ -1,19 +1,22 @@
 /* The export stage's fast path: a RequestTimeline → its spans' OTLP wire bytes.
  *
- * `spans(t, cache)` returns the bytes WireEncoder._request appends for the timeline (each
+ * `spans(t, cache)` returns the bytes WireEncoder appends for the timeline's spans (each
  * span as a ScopeSpans.spans field: tag, length, Span), or None when the timeline holds
  * anything unusual (a negative or oversized time or count, a non-str id, ids of another
- * length): the Python encoder, the reference, then does it and fails the way it always did.
+ * length): the Python encoder then writes `mapping`'s records and fails the way it always did.
  * The ids are computed here as bridge/export/ids.py does (BLAKE2b, same personalisation,
  * same inputs); `cache` keeps the encoded root events shared by many requests.
  *
- * The mapping is wire.py's, field for field and in the same order:
- *   root:  trace_id, span_id, [parent_span_id], name "vllm.request", kind SERVER, start, end,
- *          attributes (vllm.timing.start/end put in place or appended), events, dropped, status
- *   phase: trace_id, span_id, parent = root, name, kind INTERNAL, start, end, attributes
- *          (vllm.timing, .start, .end in place or appended), events, dropped
+ * It follows bridge/export/mapping.py's request_spans without building its records (that
+ * costs more than all of this), and spells none of its names: span names, kinds, id kinds,
+ * attribute keys and values, the personalisation and the cache bound are handed over by
+ * `configure` (wire._load_fast). What it writes, in wire.py's field order:
+ *   root:  trace_id, span_id, [parent_span_id], name, kind, start, end, attributes (the
+ *          timing ones put in place or appended), events, dropped, links, status
+ *   phase: trace_id, span_id, parent = root, name, kind, start, end, attributes, events, dropped
  * and an attribute value is encoded as wire.any_value does: str, bool, int (two's complement,
- * 64 bits), float (double), list/tuple (ArrayValue), else str(value).
+ * 64 bits), float (double), list/tuple (ArrayValue), else str(value). tests/test_mapping.py holds
+ * it to mapping's records on every saved input; tests/test_native.py on generated odd ones.
  */
 #include "_native.h"
 #include <math.h>
@@ -213,7 +216,7 @@ static void b2_compress(B2 *c, int last) {
         c->h[i] ^= v[i] ^ v[i + 8];
 }
 
-static const uint8_t PERSON[16] = "vllm-trace-bri"; /* ids.py's _PERSON, zero-padded to 16 bytes */
+static uint8_t PERSON[16]; /* ids.py's personalisation, zero-padded to 16 bytes: set by configure */
 
 static void b2_init(B2 *c, int outlen) {
     for (int i = 0; i < 8; i++)
@@ -395,9 +398,18 @@ static int attributes(Buf *b, unsigned char tag, PyObject *attrs, PyObject **ove
 
 /* The dataclasses of bridge/assemble/timeline.py are slotted: attr_get reads their slots. */
 static Attr s_phases, s_parent, s_trace_id, s_span_id, s_start_ns, s_end_ns, s_attrs, s_events, s_dropped_events, s_error_type, s_error_message, s_start_timing, s_end_timing, s_name, s_ts_ns;
-static PyObject *k_timing, *k_timing_start, *k_timing_end, *v_inferred, *v_observed;
-static PyObject *s_incident, *k_incident_kind; /* IncidentEvent's slot; the link's attribute */
+static PyObject *s_incident; /* IncidentEvent's slot */
 static Attr s_kind = {NULL}, s_incident_occurrence = {NULL};
+
+/* The mapping's names and the encoder's limits: none is spelled here. `configure` (called once
+ * by wire._load_fast) takes them from bridge/export/mapping.py, ids.py and wire.py. */
+static PyObject *k_timing, *k_timing_start, *k_timing_end, *v_inferred, *v_observed, *k_incident_kind;
+static PyObject *incident_type;            /* mapping's IncidentEvent: a root event of exactly this type links */
+static PyObject *request_ids, *engine_ids; /* the kind words of ids.trace_id, as UTF-8 bytes */
+static PyObject *request_span, *engine_span; /* the root's and an incident's span names, as UTF-8 bytes */
+static unsigned char root_head[64], phase_kind[11]; /* Span.name + Span.kind of the root; Span.kind of a phase */
+static Py_ssize_t root_head_len, phase_kind_len, cache_limit;
+static int configured;
 
 #define DECLINE 1 /* return code: hand the timeline to the Python encoder */
 
@@ -426,7 +438,6 @@ static int get_u64(PyObject *obj, Attr *name, uint64_t *out) {
 
 static int id_bytes(PyObject *v, Py_ssize_t size) { return PyBytes_CheckExact(v) && PyBytes_GET_SIZE(v) == size; }
 
-#define CACHE_LIMIT (1 << 14)
 
 /* One event (Span.events field) into b */
 static int event(Buf *b, PyObject *e);
@@ -472,7 +483,7 @@ static int events(Buf *b, PyObject *list, PyObject *cache) {
             if (entry == NULL)
                 r = -1;
             else {
-                if (PyDict_GET_SIZE(cache) >= CACHE_LIMIT)
+                if (PyDict_GET_SIZE(cache) >= cache_limit)
                     PyDict_Clear(cache);
                 r = PyDict_SetItem(cache, key, entry);
                 Py_DECREF(entry);
@@ -543,7 +554,7 @@ static PyObject *phase_timing(PyObject *start, PyObject *end) {
 static int links(Buf *b, PyObject *evs, const char *k, Py_ssize_t nk) {
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(evs); i++) {
         PyObject *e = PyList_GET_ITEM(evs, i);
-        if (_PyType_Lookup(Py_TYPE(e), s_incident) == NULL)
+        if ((PyObject *)Py_TYPE(e) != incident_type)
             continue;
         PyObject *inc = PyObject_GetAttr(e, s_incident);
         if (inc == NULL)
@@ -568,18 +579,21 @@ static int links(Buf *b, PyObject *evs, const char *k, Py_ssize_t nk) {
         if (r == 0) {
             B2 c;
             uint8_t ids[2 + 16 + 2 + 8] = {0x0a, 0x10};
-            b2_init(&c, 16); /* trace_id(source.key, "engine", kind, occurrence) */
+            b2_init(&c, 16); /* trace_id(source.key, ENGINE_IDS, kind, occurrence) */
             b2_update(&c, k, nk);
-            b2_update(&c, "\x1f" "engine\x1f", 8);
+            b2_update(&c, "\x1f", 1);
+            b2_update(&c, PyBytes_AS_STRING(engine_ids), PyBytes_GET_SIZE(engine_ids));
+            b2_update(&c, "\x1f", 1);
             b2_update(&c, ukind, nkind);
             b2_update(&c, "\x1f", 1);
             b2_update(&c, uocc, nocc);
             b2_final(&c, ids + 2);
             ids[18] = 0x12;
             ids[19] = 0x08;
-            b2_init(&c, 8); /* span_id(trace_id, "vllm.engine") */
+            b2_init(&c, 8); /* span_id(trace_id, ENGINE_SPAN) */
             b2_update(&c, ids + 2, 16);
-            b2_update(&c, "vllm.engine\x1f" "0", 13);
+            b2_update(&c, PyBytes_AS_STRING(engine_span), PyBytes_GET_SIZE(engine_span));
+            b2_update(&c, "\x1f" "0", 2);
             b2_final(&c, ids + 20);
             Py_ssize_t at = open_field(b, 0x6a), kv = -1, v = -1;
             r = at < 0 || put(b, ids, sizeof ids) < 0 || (kv = open_field(b, 0x22)) < 0 ||
@@ -624,15 +638,12 @@ static int span(Buf *b, PyObject *obj, PyObject *tid, PyObject *sid, PyObject *p
     r = evs ? 0 : -1;
     if (r == 0) {
         if (root) {
-            static const unsigned char head[] = "\x2a\x0cvllm.request\x30\x02";
-            r = put(b, head, sizeof head - 1);
+            r = put(b, root_head, root_head_len);
         } else {
             name = attr_get(obj, &s_name);
             r = name == NULL ? -1 : !PyUnicode_Check(name) ? DECLINE : put_str_field(b, 0x2a, name);
-            if (r == 0) {
-                static const unsigned char kind[2] = {0x30, 0x01};
-                r = put(b, kind, 2);
-            }
+            if (r == 0)
+                r = put(b, phase_kind, phase_kind_len);
         }
     }
     if (r == 0)
@@ -773,6 +784,10 @@ static PyObject *spans(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
         PyErr_SetString(PyExc_TypeError, "spans(timeline, cache: dict)");
         return NULL;
     }
+    if (!configured) {
+        PyErr_SetString(PyExc_RuntimeError, "_fastwire.configure() first");
+        return NULL;
+    }
     PyObject *t = args[0], *src = NULL, *key = NULL, *rid = NULL, *occ = NULL, *phases = NULL, *ids = NULL;
     PyObject *tid = NULL, *root = NULL, *out = NULL;
     Py_ssize_t nk, nr, no;
@@ -787,19 +802,22 @@ static PyObject *spans(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
         goto done;
     B2 c;
     uint8_t d[16];
-    b2_init(&c, 16); /* trace_id(source.key, "request", request_id, occurrence) */
+    b2_init(&c, 16); /* trace_id(source.key, REQUEST_IDS, request_id, occurrence) */
     b2_update(&c, k, nk);
-    b2_update(&c, "\x1frequest\x1f", 9);
+    b2_update(&c, "\x1f", 1);
+    b2_update(&c, PyBytes_AS_STRING(request_ids), PyBytes_GET_SIZE(request_ids));
+    b2_update(&c, "\x1f", 1);
     b2_update(&c, r, nr);
     b2_update(&c, "\x1f", 1);
     b2_update(&c, o, no);
     b2_final(&c, d);
     if ((tid = PyBytes_FromStringAndSize((const char *)d, 16)) == NULL)
         goto done;
-    b2_init(&c, 8); /* span_id(trace_id + occurrence, "vllm.request") */
+    b2_init(&c, 8); /* span_id(trace_id + occurrence, REQUEST_SPAN) */
     b2_update(&c, d, 16);
     b2_update(&c, o, no);
-    b2_update(&c, "vllm.request\x1f" "0", 14);
+    b2_update(&c, PyBytes_AS_STRING(request_span), PyBytes_GET_SIZE(request_span));
+    b2_update(&c, "\x1f" "0", 2);
     uint8_t rootd[8];
     b2_final(&c, rootd);
     if ((root = PyBytes_FromStringAndSize((const char *)rootd, 8)) == NULL)
@@ -870,7 +888,106 @@ static PyObject *key_values(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* one item of configure's dict: a str (kept, and as UTF-8 bytes when `utf8`), an int or bytes */
+static PyObject *config_item(PyObject *d, const char *key, int want_str) {
+    PyObject *v = PyDict_GetItemString(d, key);
+    if (v == NULL) {
+        PyErr_Format(PyExc_KeyError, "configure: %s missing", key);
+        return NULL;
+    }
+    if (want_str && !PyUnicode_CheckExact(v)) {
+        PyErr_Format(PyExc_TypeError, "configure: %s must be a str", key);
+        return NULL;
+    }
+    return Py_NewRef(v);
+}
+
+static int config_str(PyObject *d, const char *key, PyObject **out) {
+    PyObject *v = config_item(d, key, 1);
+    if (v == NULL)
+        return -1;
+    Py_XSETREF(*out, v);
+    return 0;
+}
+
+static int config_utf8(PyObject *d, const char *key, PyObject **out) {
+    PyObject *v = config_item(d, key, 1);
+    PyObject *u = v ? PyUnicode_AsUTF8String(v) : NULL;
+    Py_XDECREF(v);
+    if (u == NULL)
+        return -1;
+    Py_XSETREF(*out, u);
+    return 0;
+}
+
+static int config_int(PyObject *d, const char *key, long long lo, long long hi, long long *out) {
+    PyObject *v = config_item(d, key, 0);
+    if (v == NULL)
+        return -1;
+    long long x = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    if (x == -1 && PyErr_Occurred())
+        return -1;
+    if (x < lo || x > hi) {
+        PyErr_Format(PyExc_ValueError, "configure: %s out of range", key);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+static PyObject *configure(PyObject *self, PyObject *d) {
+    /* configure(names: dict): the mapping's names and the encoder's limits (wire._load_fast) */
+    if (!PyDict_Check(d)) {
+        PyErr_SetString(PyExc_TypeError, "configure(names: dict)");
+        return NULL;
+    }
+    long long server, internal, limit;
+    PyObject *person = NULL, *type = NULL;
+    if (config_str(d, "timing", &k_timing) < 0 || config_str(d, "timing_start", &k_timing_start) < 0 ||
+        config_str(d, "timing_end", &k_timing_end) < 0 || config_str(d, "inferred", &v_inferred) < 0 ||
+        config_str(d, "observed", &v_observed) < 0 || config_str(d, "incident_kind", &k_incident_kind) < 0 ||
+        config_utf8(d, "request_ids", &request_ids) < 0 || config_utf8(d, "engine_ids", &engine_ids) < 0 ||
+        config_utf8(d, "request_span", &request_span) < 0 || config_utf8(d, "engine_span", &engine_span) < 0 ||
+        config_int(d, "kind_server", 0, 127, &server) < 0 || config_int(d, "kind_internal", 0, 127, &internal) < 0 ||
+        config_int(d, "cache_limit", 1, PY_SSIZE_T_MAX, &limit) < 0 ||
+        (person = config_item(d, "person", 0)) == NULL || (type = config_item(d, "incident_event", 0)) == NULL)
+        goto fail;
+    if (!PyBytes_CheckExact(person) || PyBytes_GET_SIZE(person) > 16 || !PyType_Check(type)) {
+        PyErr_SetString(PyExc_TypeError, "configure: person must be bytes (16 at most), incident_event a type");
+        goto fail;
+    }
+    Py_ssize_t n = PyBytes_GET_SIZE(request_span);
+    if (n > (Py_ssize_t)sizeof root_head - 4) { /* tag, a 1-byte length, the kind field */
+        PyErr_SetString(PyExc_ValueError, "configure: request_span too long");
+        goto fail;
+    }
+    root_head[0] = 0x2a; /* Span.name */
+    root_head[1] = (unsigned char)n;
+    memcpy(root_head + 2, PyBytes_AS_STRING(request_span), n);
+    root_head[2 + n] = 0x30; /* Span.kind */
+    root_head[3 + n] = (unsigned char)server;
+    root_head_len = 4 + n;
+    phase_kind[0] = 0x30;
+    phase_kind[1] = (unsigned char)internal;
+    phase_kind_len = 2;
+    memset(PERSON, 0, sizeof PERSON);
+    memcpy(PERSON, PyBytes_AS_STRING(person), PyBytes_GET_SIZE(person));
+    Py_XSETREF(incident_type, type);
+    type = NULL;
+    cache_limit = (Py_ssize_t)limit;
+    configured = 1;
+    Py_DECREF(person);
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(person);
+    Py_XDECREF(type);
+    configured = 0;
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
+    {"configure", configure, METH_O, "configure(names) -> None: the mapping's names, before spans()"},
     {"spans", (PyCFunction)(void (*)(void))spans, METH_FASTCALL,
      "spans(timeline, cache) -> bytes of its spans, ids included, or None (use the Python encoder)"},
     {"key_values", key_values, METH_VARARGS, "key_values(tag, attrs) -> bytes"},
@@ -901,13 +1018,7 @@ PyMODINIT_FUNC PyInit__fastwire(void) {
     INTERN(s_request_id.name, "request_id");
     INTERN(s_occurrence.name, "occurrence");
     INTERN(s_index.name, "index");
-    INTERN(k_timing, "vllm.timing");
-    INTERN(k_timing_start, "vllm.timing.start");
-    INTERN(k_timing_end, "vllm.timing.end");
-    INTERN(v_inferred, "inferred");
-    INTERN(v_observed, "observed");
     INTERN(s_incident, "incident");
-    INTERN(k_incident_kind, "vllm.incident.kind");
     INTERN(s_kind.name, "kind");
     INTERN(s_incident_occurrence.name, "occurrence");
     return PyModule_Create(&module);

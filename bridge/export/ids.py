@@ -10,9 +10,9 @@ import math
 from functools import lru_cache
 from hashlib import blake2b
 
-_PERSON = b"vllm-trace-bri"  # blake2b personalisation: ids differ from any other blake2b use
-_TRACE_HASH = blake2b(digest_size=16, person=_PERSON)  # copied per id: cheaper than a new one
-_SPAN_HASH = blake2b(digest_size=8, person=_PERSON)
+PERSON = b"vllm-trace-bri"  # blake2b personalisation: ids differ from any other blake2b use
+_TRACE_HASH = blake2b(digest_size=16, person=PERSON)  # copied per id: cheaper than a new one
+_SPAN_HASH = blake2b(digest_size=8, person=PERSON)
 _ZERO_TRACE, _ZERO_SPAN = bytes(16), bytes(8)
 
 
@@ -34,13 +34,6 @@ def span_id(trace: bytes, name: str, index: int = 0) -> bytes:
     h.update(_suffix(name, index))
     d = h.digest()
     return d if d != _ZERO_SPAN else b"\x00" * 7 + b"\x01"
-
-
-def incident_ids(source_key: str, kind: str, occurrence: str) -> tuple[bytes, bytes]:
-    """(trace id, span id) of an engine incident's `vllm.engine` span, as `otlp.engine_spans`
-    gives it: what a request in flight links to."""
-    tid = trace_id(source_key, "engine", kind, occurrence)
-    return tid, span_id(tid, "vllm.engine")
 
 
 def big_float(v: int) -> float:

@@ -14,9 +14,11 @@ What makes it cheap:
   flight) is encoded once, not once per span;
 - spans are kept as byte chunks and joined once per batch.
 
-The mapping timeline → span (names, ids, attributes, events, status) is the same as
-`otlp.request_spans` / `otlp.engine_spans`, which stay as the reference implementation:
-tests decode these bytes with the proto stubs and compare them with the reference messages.
+What a span holds (names, ids, attributes, events, links, status) is `mapping`'s: this module
+encodes its `SpanRecord`s, as `otlp` builds messages from them; tests decode these bytes with
+the proto stubs and compare them with `otlp`'s messages. The C fast path (`_fastwire.c`) writes
+request spans without building records, with `mapping`'s names handed to it at import; it is
+held to the records by tests/test_mapping.py on every saved input.
 """
 
 from __future__ import annotations
@@ -26,28 +28,36 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from bridge.assemble.timeline import EngineTimeline, IncidentEvent, RequestTimeline, SpanEvent, Timeline
+from bridge.assemble.timeline import INFERRED, OBSERVED, IncidentEvent, RequestTimeline, SpanEvent, Timeline
 from bridge.core.source import Source
-from bridge.export.ids import big_float as _big_float, incident_ids, span_id, trace_id
-
-SCOPE_NAME, SCOPE_VERSION = "vllm-trace-bridge", "0.1.0"
+from bridge.export import mapping
+from bridge.export.ids import PERSON, big_float as _big_float
+from bridge.export.mapping import SCOPE_NAME, SCOPE_VERSION, Link, SpanRecord, span_count  # noqa: F401 - span_count: batch's
 
 
 def _load_fast():
     """The C fast path for request spans (`_fastwire.c`), or None: not built (no compiler at
-    install), or VLLM_TRACE_BRIDGE_PURE=1. `_request` below stays the reference; the C
-    declines any timeline it cannot write the same way, and this module then writes it."""
+    install), or VLLM_TRACE_BRIDGE_PURE=1. The C declines any timeline it cannot write the
+    same way, and this module then writes `mapping`'s records."""
     if os.environ.get("VLLM_TRACE_BRIDGE_PURE", "") not in ("", "0"):
         return None
     try:
         from bridge.export import _fastwire
     except ImportError:
         return None
+    _fastwire.configure({  # the C spells none of the mapping: its names come from here
+        "request_span": mapping.REQUEST_SPAN, "engine_span": mapping.ENGINE_SPAN,
+        "kind_server": mapping.KIND_SERVER, "kind_internal": mapping.KIND_INTERNAL,
+        "request_ids": mapping.REQUEST_IDS, "engine_ids": mapping.ENGINE_IDS,
+        "timing": mapping.TIMING, "timing_start": mapping.TIMING_START, "timing_end": mapping.TIMING_END,
+        "inferred": INFERRED, "observed": OBSERVED, "incident_kind": mapping.INCIDENT_KIND,
+        "incident_event": IncidentEvent, "person": PERSON, "cache_limit": _CACHE_LIMIT,
+    })
     return _fastwire.spans
 
 
-FAST_REQUEST = _load_fast()
 _CACHE_LIMIT = 1 << 14  # entries per cache; a full cache is cleared, so memory stays bounded
+FAST_REQUEST = _load_fast()
 
 _pack_double = struct.Struct("<d").pack
 _pack_fixed64 = struct.Struct("<BQ").pack  # tag byte, then a fixed64
@@ -63,11 +73,6 @@ class EncodedRequest:
 
     payload: bytes
     spans: int
-
-
-def span_count(t: Timeline) -> int:
-    """How many spans a timeline becomes: the root and one per phase, or one engine span."""
-    return 1 + len(t.phases) if isinstance(t, RequestTimeline) else 1
 
 
 def varint(n: int) -> bytes:
@@ -219,24 +224,16 @@ _SPAN_ATTRS, _EVENT_ATTRS, _RESOURCE_ATTRS = 0x4A, 0x1A, 0x0A
 _TRACE_ID, _SPAN_ID, _PARENT_ID = b"\x0a\x10", b"\x12\x08", b"\x22\x08"  # ids: 16 and 8 bytes
 _EVENT, _DROPPED_EVENTS, _LINK, _STATUS = b"\x5a", b"\x60", b"\x6a", b"\x7a"
 _LINK_ATTRS = b"\x22"  # Span.Link.attributes
-_KIND_SERVER, _KIND_INTERNAL = b"\x30\x02", b"\x30\x01"
 _STATUS_ERROR = b"\x18\x02"  # Status.code = STATUS_CODE_ERROR
 _SPAN_IN_SCOPE = b"\x12"      # ScopeSpans.spans
 
 
-_ROOT_HEAD = field(b"\x2a", b"vllm.request") + _KIND_SERVER  # Span.name and Span.kind
 _SCOPE = field(b"\x0a", field(b"\x0a", SCOPE_NAME.encode()) + field(b"\x12", SCOPE_VERSION.encode()))
 
 
 def _error_status(message: str) -> bytes:
     """Span.status: STATUS_CODE_ERROR, with its message when there is one."""
     return field(_STATUS, (field(b"\x12", message.encode()) if message else b"") + _STATUS_ERROR)
-
-
-def _phase_timing(start: str, end: str) -> str:
-    if start == end:
-        return start
-    return "inferred" if "inferred" in (start, end) else "observed"
 
 
 class WireEncoder:
@@ -246,7 +243,7 @@ class WireEncoder:
     """
 
     __slots__ = ("_base", "_resources", "_by_source", "count", "_span_kv", "_event_kv", "_events",
-                 "_held", "_names", "_event_names", "_timings", "_span_extend", "_fast", "_fast_events", "size")
+                 "_held", "_heads", "_event_names", "_extras", "_span_extend", "_link_kv", "_fast", "_fast_events", "size")
 
     def __init__(self, base: Mapping[str, str], fast=FAST_REQUEST):
         self._fast = fast  # None: this module's encoder only
@@ -263,9 +260,10 @@ class WireEncoder:
         # id cannot be reused by another object meanwhile.
         self._events: dict[int, bytes] = {}
         self._held: list[SpanEvent] = []
-        self._names: dict[bytes, dict[str, bytes]] = {}  # tag → name → field
+        self._heads: dict[str, tuple[int, bytes]] = {}  # span name → (kind, name and kind fields)
         self._event_names: dict[str, bytes] = {}
-        self._timings: dict[tuple, bytes] = {}  # (start, end) timing → their attributes, encoded
+        self._extras: dict[tuple, tuple[bytes, tuple[str, ...]]] = {}  # a record's `extra` → encoded, keys
+        self._link_kv = KeyValues(_LINK_ATTRS[0])
 
     def add(self, timeline: Timeline) -> int:
         entry = self._by_source.get(timeline.source)  # one resource per file (ids are the stream's)
@@ -315,16 +313,6 @@ class WireEncoder:
             res = self._resources[source] = field(b"\x0a", b"".join(kv.all({**self._base, **source.resource})))
         return res
 
-    def _name(self, tag: bytes, name: str) -> bytes:
-        """A name field (Span.name: tag 0x2A, Event.name: 0x12), encoded once per name."""
-        names = self._names.get(tag)
-        if names is None:
-            names = self._names[tag] = {}
-        b = names.get(name)
-        if b is None:
-            b = names[name] = field(tag, name.encode())
-        return b
-
     def _event(self, e: SpanEvent) -> bytes:
         """A Span.events field."""
         name = self._event_names.get(e.name)
@@ -348,98 +336,77 @@ class WireEncoder:
         held.append(e)
         return b
 
-    def _timing(self, start: str, end: str, phase: bool) -> bytes:
-        """`vllm.timing` (phases only), `vllm.timing.start`, `vllm.timing.end`, encoded."""
-        key = (start, end, phase)
-        b = self._timings.get(key)
-        if b is None:
+    def _head(self, name: str, kind: int) -> tuple[int, bytes]:
+        """(kind, Span.name and Span.kind fields), encoded once per name (a name has one kind)."""
+        if len(self._heads) >= _CACHE_LIMIT:
+            self._heads.clear()
+        head = self._heads[name] = (kind, field(b"\x2a", name.encode()) + b"\x30" + varint(kind))
+        return head
+
+    def _extra(self, extra: tuple) -> tuple[bytes, tuple[str, ...]]:
+        """A record's computed attributes (the timing ones), encoded once per value; and their keys."""
+        hit = self._extras.get(extra)
+        if hit is None:
+            if len(self._extras) >= _CACHE_LIMIT:
+                self._extras.clear()
             kv = self._span_kv
-            b = kv("vllm.timing.start", start) + kv("vllm.timing.end", end)
-            if phase:
-                b = kv("vllm.timing", _phase_timing(start, end)) + b
-            self._timings[key] = b
-        return b
+            hit = self._extras[extra] = (b"".join([kv(k, v) for k, v in extra]), tuple(k for k, _ in extra))
+        return hit
+
+    def _span(self, r: SpanRecord, out: list[bytes], shared: bool) -> None:
+        """One record as a ScopeSpans.spans field. `shared`: its events may be shared with other
+        spans (a request's root: queue and GPU gauges, incidents), so they are cached by identity."""
+        tid, sid, parent, name, kind, start, end, attrs, extra, events, dropped, links, error = r
+        head = self._heads.get(name)
+        if head is None or head[0] != kind:
+            head = self._head(name, kind)
+        if parent:
+            parts = [_TRACE_ID, tid, _SPAN_ID, sid, _PARENT_ID, parent, head[1], _pack_times(0x39, start, 0x41, end)]
+        else:
+            parts = [_TRACE_ID, tid, _SPAN_ID, sid, head[1], _pack_times(0x39, start, 0x41, end)]
+        if extra:
+            hit = self._extras.get(extra)
+            if hit is None:
+                hit = self._extra(extra)
+            for k in hit[1]:
+                if k in attrs:  # replaced in place: the whole set, in order
+                    self._span_extend(parts, r.attributes())
+                    break
+            else:
+                self._span_extend(parts, attrs)
+                parts.append(hit[0])
+        else:
+            self._span_extend(parts, attrs)
+        if events:
+            if shared:
+                cached, keep = self._events.get, self._shared_event
+                parts += [cached(id(e)) or keep(e) for e in events]
+            else:
+                event = self._event
+                parts += [event(e) for e in events]
+        if dropped:
+            parts += (_DROPPED_EVENTS, varint(dropped))
+        for link in links:
+            parts.append(self._link(link))
+        if error is not None:
+            parts.append(_error_status(error))
+        span = b"".join(parts)
+        out += (_SPAN_IN_SCOPE, varint(len(span)), span)
 
     def _request(self, t: RequestTimeline, out: list[bytes]) -> int:
-        """The reference for `_fastwire.spans` (`add` asks the C first)."""
-        tid = trace_id(t.source.key, "request", t.request_id, t.occurrence)
-        root_id = span_id(tid + t.occurrence.encode(), "vllm.request")  # from our own trace id: see otlp
-        kv, extend = self._span_kv, self._span_extend
-        cached, shared, event = self._events.get, self._shared_event, self._event
+        records = mapping.request_spans(t)
+        self._span(records[0], out, True)
+        for r in records[1:]:  # a phase's events (KV blocks) belong to this request alone
+            self._span(r, out, False)
+        return len(records)
 
-        parent = t.parent
-        if parent is None:
-            parts = [_TRACE_ID, tid, _SPAN_ID, root_id, _ROOT_HEAD, _pack_times(0x39, t.start_ns, 0x41, t.end_ns)]
-        else:  # into the caller's trace; under the caller's span when known (Span field 4)
-            tid = parent.trace_id
-            parts = [_TRACE_ID, tid, _SPAN_ID, root_id]
-            if parent.span_id:
-                parts += (_PARENT_ID, parent.span_id)
-            parts += (_ROOT_HEAD, _pack_times(0x39, t.start_ns, 0x41, t.end_ns))
-        attrs = t.attrs
-        if "vllm.timing.start" in attrs or "vllm.timing.end" in attrs:  # keep the reference's order
-            attrs = dict(attrs)
-            attrs["vllm.timing.start"] = t.start_timing
-            attrs["vllm.timing.end"] = t.end_timing
-            extend(parts, attrs)
-        else:
-            extend(parts, attrs)
-            parts.append(self._timing(t.start_timing, t.end_timing, False))
-        parts += [cached(id(e)) or shared(e) for e in t.events]
-        if t.dropped_events:
-            parts += (_DROPPED_EVENTS, varint(t.dropped_events))
-        for e in t.events:  # links to the engine incidents it was in flight for (otlp.incident_links)
-            if type(e) is IncidentEvent and e.incident is not None:
-                parts.append(self._link(t.source.key, e.incident.kind, e.incident.occurrence))
-        if t.error_type:
-            parts.append(_error_status(t.error_message))
-        span = b"".join(parts)
-        out += (_SPAN_IN_SCOPE, varint(len(span)), span)
+    def _engine(self, t, out: list[bytes]) -> int:
+        records = mapping.engine_spans(t)
+        for r in records:
+            self._span(r, out, False)
+        return len(records)
 
-        for p in t.phases:
-            parts = [_TRACE_ID, tid, _SPAN_ID, span_id(root_id, p.name, p.index), _PARENT_ID, root_id,
-                     self._name(b"\x2a", p.name), _KIND_INTERNAL, _pack_times(0x39, p.start_ns, 0x41, p.end_ns)]
-            attrs = p.attrs
-            if "vllm.timing" in attrs or "vllm.timing.start" in attrs or "vllm.timing.end" in attrs:
-                attrs = dict(attrs)
-                attrs["vllm.timing"] = _phase_timing(p.start_timing, p.end_timing)
-                attrs["vllm.timing.start"] = p.start_timing
-                attrs["vllm.timing.end"] = p.end_timing
-                extend(parts, attrs)
-            else:
-                extend(parts, attrs)
-                parts.append(self._timing(p.start_timing, p.end_timing, True))
-            if p.events:  # KV block events: each belongs to this request alone
-                parts += [event(e) for e in p.events]
-            if p.dropped_events:
-                parts += (_DROPPED_EVENTS, varint(p.dropped_events))
-            span = b"".join(parts)
-            out += (_SPAN_IN_SCOPE, varint(len(span)), span)
-        return 1 + len(t.phases)
-
-    def _link(self, source_key: str, kind: str, occurrence: str) -> bytes:
-        """A Span.links field to an engine incident's span."""
-        tid, sid = incident_ids(source_key, kind, occurrence)
-        attr = field(b"\x0a", b"vllm.incident.kind") + field(b"\x12", any_value(kind))
-        body = _TRACE_ID + tid + _SPAN_ID + sid + field(_LINK_ATTRS, attr)
+    def _link(self, link: Link) -> bytes:
+        """A Span.links field."""
+        body = _TRACE_ID + link.trace_id + _SPAN_ID + link.span_id + b"".join(self._link_kv.all(link.attrs))
         return _LINK + varint(len(body)) + body
-
-    def _engine(self, t: EngineTimeline, out: list[bytes]) -> int:
-        """`otlp.engine_spans`: `vllm.engine` for an incident (status ERROR), `vllm.startup` for
-        an engine's startup (ERROR only when an error ended it). Written here rather than
-        through the proto messages so that exporting never imports the protobuf runtime; tests
-        compare the two as for request spans."""
-        tid = trace_id(t.source.key, "engine", t.kind, t.occurrence)
-        name = "vllm.startup" if t.kind == "startup" else "vllm.engine"
-        attrs = t.attrs
-        parts = [_TRACE_ID, tid, _SPAN_ID, span_id(tid, name), self._name(b"\x2a", name), _KIND_INTERNAL,
-                 _pack_times(0x39, t.start_ns, 0x41, t.end_ns)]
-        self._span_extend(parts, {k: v for k, v in attrs.items() if k != "exception.stacktrace"})
-        if t.error_type:
-            exc = {"exception.type": attrs.get("exception.type", t.kind), "exception.message": t.message}
-            if "exception.stacktrace" in attrs:
-                exc["exception.stacktrace"] = attrs["exception.stacktrace"]
-            parts += (self._event(SpanEvent("exception", t.end_ns, exc)), _error_status(t.message))
-        span = b"".join(parts)
-        out += (_SPAN_IN_SCOPE, varint(len(span)), span)
-        return 1

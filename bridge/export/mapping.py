@@ -1,0 +1,170 @@
+"""How a timeline becomes spans: the one statement of the mapping every encoder follows.
+
+`spans(t)` turns a RequestTimeline or EngineTimeline into `SpanRecord`s (names, kinds, ids,
+times, attributes, events, links, status), plain data with no protobuf in it. `otlp` turns
+records into the `opentelemetry-proto` messages, `wire` into wire bytes; neither decides what a
+span holds. `_fastwire.c` writes request spans without building records (it is ~4x cheaper per
+span); it is handed this module's names at import (`wire._load_fast`) and a differential test
+holds it to these records on every saved input (tests/test_mapping.py).
+
+The rules:
+- a request is a `vllm.request` root (SERVER) and one INTERNAL child per phase, in order;
+  ids derive from the source, request id and occurrence (`ids`); with the caller's trace
+  context the spans join the caller's trace, the root under the caller's span when its id is
+  known;
+- a span's attributes are its timeline's or phase's own, then `vllm.timing.start` / `.end`
+  (and `vllm.timing` on a phase) replacing a same-named one in place or appended;
+- the root carries the request's events, a link to the `vllm.engine` span of every incident it
+  was in flight for (`vllm.incident.kind` on the link) and status ERROR when it failed;
+- an engine timeline is one INTERNAL span: `vllm.startup` for a startup, `vllm.engine` for an
+  incident; when an error ended it, an `exception` event at its end and status ERROR, the
+  stack trace moved from the attributes onto that event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from typing import NamedTuple
+
+from bridge import __version__
+from bridge.assemble.timeline import INFERRED, OBSERVED, EngineTimeline, IncidentEvent, RequestTimeline, SpanEvent, Timeline
+from bridge.export.ids import span_id, trace_id
+
+SCOPE_NAME, SCOPE_VERSION = "vllm-trace-bridge", __version__  # the InstrumentationScope of every span
+
+REQUEST_SPAN, ENGINE_SPAN, STARTUP_SPAN = "vllm.request", "vllm.engine", "vllm.startup"
+STARTUP_KIND = "startup"  # EngineTimeline.kind of an engine's startup
+REQUEST_IDS, ENGINE_IDS = "request", "engine"  # the kind word of `ids.trace_id`
+TIMING, TIMING_START, TIMING_END = "vllm.timing", "vllm.timing.start", "vllm.timing.end"
+INCIDENT_KIND = "vllm.incident.kind"  # the attribute of a link to an incident
+EXCEPTION = "exception"  # the event name of OpenTelemetry's exception convention
+EXC_TYPE, EXC_MESSAGE, EXC_STACKTRACE = "exception.type", "exception.message", "exception.stacktrace"
+
+# Span.SpanKind and Status.StatusCode values of the OTLP schema (trace.proto)
+KIND_INTERNAL, KIND_SERVER = 1, 2
+STATUS_ERROR = 2
+
+
+class Link(NamedTuple):
+    trace_id: bytes
+    span_id: bytes
+    attrs: Mapping[str, object]
+
+
+class SpanRecord(NamedTuple):
+    """One span as a backend receives it. `attrs` then `extra`: the span's attributes, a key of
+    `extra` replacing the same key of `attrs` in place, the others appended in order (kept
+    apart so an encoder can encode the computed tail once for every span that shares it).
+    `error`: None, or status ERROR with that message. A NamedTuple: a few are built per
+    request on the export path, and a tuple is the cheapest immutable record to build."""
+
+    trace_id: bytes
+    span_id: bytes
+    parent_span_id: bytes  # b"": a root
+    name: str
+    kind: int
+    start_ns: int
+    end_ns: int
+    attrs: Mapping[str, object]
+    extra: tuple[tuple[str, object], ...]
+    events: Sequence[SpanEvent]
+    dropped_events: int
+    links: tuple[Link, ...]
+    error: str | None
+
+    def attributes(self) -> dict:
+        """`attrs` with `extra` applied: every attribute, in order."""
+        if not self.extra:
+            return dict(self.attrs)
+        out = dict(self.attrs)
+        out.update(self.extra)
+        return out
+
+
+_record = tuple.__new__  # SpanRecord(*fields) without its Python-level __new__
+
+
+def phase_timing(start: str, end: str) -> str:
+    """A phase's `vllm.timing`: its boundaries' common kind, else `inferred` when either is
+    (the phase lies somewhere in a range), else `observed`."""
+    if start == end:
+        return start
+    return INFERRED if INFERRED in (start, end) else OBSERVED
+
+
+def incident_ids(source_key: str, kind: str, occurrence: str) -> tuple[bytes, bytes]:
+    """(trace id, span id) of an engine incident's `vllm.engine` span: what a request in flight
+    links to."""
+    tid = trace_id(source_key, ENGINE_IDS, kind, occurrence)
+    return tid, span_id(tid, ENGINE_SPAN)
+
+
+def incident_links(t: RequestTimeline) -> tuple[Link, ...]:
+    """A link to each engine incident the request was in flight for, in the order of its events."""
+    links = []
+    for e in t.events:
+        if type(e) is IncidentEvent and e.incident is not None:
+            tid, sid = incident_ids(t.source.key, e.incident.kind, e.incident.occurrence)
+            links.append(Link(tid, sid, {INCIDENT_KIND: e.incident.kind}))
+    return tuple(links)
+
+
+@lru_cache(maxsize=64)
+def _root_timing(start: str, end: str) -> tuple[tuple[str, str], ...]:
+    return (TIMING_START, start), (TIMING_END, end)
+
+
+@lru_cache(maxsize=64)
+def _phase_timing(start: str, end: str) -> tuple[tuple[str, str], ...]:
+    return (TIMING, phase_timing(start, end)), (TIMING_START, start), (TIMING_END, end)
+
+
+def request_spans(t: RequestTimeline) -> list[SpanRecord]:
+    """The root and one child per phase. Span ids derive from the bridge's own trace id even in
+    the caller's trace, so they stay deterministic and distinct when two requests carry the
+    same context. (Records built with `_record`, SpanRecord's fields in order: this runs for
+    every request the pure-Python encoder writes.)"""
+    own = trace_id(t.source.key, REQUEST_IDS, t.request_id, t.occurrence)
+    root_id = span_id(own + t.occurrence.encode(), REQUEST_SPAN)
+    tid, parent_id = own, b""
+    if t.parent is not None:
+        tid, parent_id = t.parent.trace_id, t.parent.span_id or b""
+    out = [_record(SpanRecord, (
+        tid, root_id, parent_id, REQUEST_SPAN, KIND_SERVER, t.start_ns, t.end_ns,
+        t.attrs, _root_timing(t.start_timing, t.end_timing),
+        t.events, t.dropped_events, incident_links(t), t.error_message if t.error_type else None,
+    ))]
+    for p in t.phases:
+        out.append(_record(SpanRecord, (
+            tid, span_id(root_id, p.name, p.index), root_id, p.name, KIND_INTERNAL, p.start_ns, p.end_ns,
+            p.attrs, _phase_timing(p.start_timing, p.end_timing), p.events, p.dropped_events, (), None,
+        )))
+    return out
+
+
+def engine_spans(t: EngineTimeline) -> list[SpanRecord]:
+    """`vllm.engine` for an incident (status ERROR), `vllm.startup` for a startup (ERROR only
+    when an error ended it)."""
+    tid = trace_id(t.source.key, ENGINE_IDS, t.kind, t.occurrence)
+    name = STARTUP_SPAN if t.kind == STARTUP_KIND else ENGINE_SPAN
+    events: tuple[SpanEvent, ...] = ()
+    error = None
+    if t.error_type:
+        exc = {EXC_TYPE: t.attrs.get(EXC_TYPE, t.kind), EXC_MESSAGE: t.message}
+        if EXC_STACKTRACE in t.attrs:
+            exc[EXC_STACKTRACE] = t.attrs[EXC_STACKTRACE]
+        events = (SpanEvent(EXCEPTION, t.end_ns, exc),)
+        error = t.message
+    attrs = {k: v for k, v in t.attrs.items() if k != EXC_STACKTRACE}
+    return [SpanRecord(tid, span_id(tid, name), b"", name, KIND_INTERNAL, t.start_ns, t.end_ns,
+                       attrs, (), events, 0, (), error)]
+
+
+def spans(t: Timeline) -> list[SpanRecord]:
+    return request_spans(t) if isinstance(t, RequestTimeline) else engine_spans(t)
+
+
+def span_count(t: Timeline) -> int:
+    """How many spans `spans(t)` gives, without building them (the batcher counts with it)."""
+    return 1 + len(t.phases) if isinstance(t, RequestTimeline) else 1
