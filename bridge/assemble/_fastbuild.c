@@ -206,7 +206,7 @@ static int sort_events(PyObject *list) {
 
 /* -- the function ------------------------------------------------------------------------------------ */
 
-#define EVENT_CAP 32 /* state.py */
+static Py_ssize_t EVENT_CAP = 0; /* state.py's, given at init: one source */
 #define MAX_PHASES 64 /* more preemptions than this: declined */
 
 #define TRY(expr)                  \
@@ -697,8 +697,14 @@ done:
 
 static PyObject *init(PyObject *self, PyObject *args) {
     PyObject *phase, *timeline, *reported, *observed, *inferred;
-    if (!PyArg_ParseTuple(args, "OOUUU", &phase, &timeline, &reported, &observed, &inferred))
+    Py_ssize_t event_cap;
+    if (!PyArg_ParseTuple(args, "OOUUUn", &phase, &timeline, &reported, &observed, &inferred, &event_cap))
         return NULL;
+    if (event_cap < 1) {
+        PyErr_SetString(PyExc_ValueError, "EVENT_CAP must be at least 1");
+        return NULL;
+    }
+    EVENT_CAP = event_cap;
     if (cls_load(&phase_cls, phase) < 0 || cls_load(&timeline_cls, timeline) < 0)
         return NULL;
     if (phase_cls.n != 9 || timeline_cls.n != 17) {
@@ -713,7 +719,7 @@ static PyObject *init(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
-    {"init", init, METH_VARARGS, "init(Phase, RequestTimeline, REPORTED, OBSERVED, INFERRED)"},
+    {"init", init, METH_VARARGS, "init(Phase, RequestTimeline, REPORTED, OBSERVED, INFERRED, EVENT_CAP)"},
     {"request_timeline", (PyCFunction)(void (*)(void))request_timeline, METH_FASTCALL,
      "request_timeline(r, source, thresholds, parent) -> RequestTimeline, or None (use the Python one)"},
     {NULL, NULL, 0, NULL},

@@ -60,7 +60,7 @@ def _load_fast():
         from bridge.assemble import _fastbuild
     except ImportError:
         return None
-    _fastbuild.init(Phase, RequestTimeline, REPORTED, OBSERVED, INFERRED)
+    _fastbuild.init(Phase, RequestTimeline, REPORTED, OBSERVED, INFERRED, EVENT_CAP)  # the cap from state.py
     return _fastbuild.request_timeline
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
-from types import MethodType
 from dataclasses import dataclass, replace
 
 from bridge.assemble import ids
@@ -87,23 +86,6 @@ _GONE_KEPT = 4096  # ids of emitted upstream requests remembered, so a late line
 #: Clocks that only say the second a line was written in (vLLM's header; a line with no stamp
 #: of its own): the line happened at or after that second's start, within it.
 _COARSE = frozenset({CLOCK_HEADER, CLOCK_ANCHORED})
-
-
-def _load_fast():
-    """The C fast path for KV block and summary lines of open requests (`_fastfeed.c`), or None: not built
-    (no compiler at install), or VLLM_TRACE_BRIDGE_PURE=1. It takes only lines whose handling
-    it can do exactly as `feed` below would, and hands every other line to `feed`."""
-    if os.environ.get("VLLM_TRACE_BRIDGE_PURE", "") not in ("", "0"):
-        return None
-    try:
-        from bridge.assemble import _fastfeed
-    except ImportError:
-        return None
-    return _fastfeed
-
-
-_FAST = _load_fast()
-_FEEDER = _FAST.Feeder if _FAST is not None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,7 +221,6 @@ class Assembler:
         self.source = source
         self._files: dict[int, Source] = {}  # generation → the file its lines came from (add_file)
         self._timeline = request_timeline if fast else _request_timeline
-        self._fan_out = _FAST.fan_out if fast and _FAST is not None else None
         self.stats = AssembleStats()
         self._emit = emit
         self._config = config
@@ -318,9 +299,6 @@ class Assembler:
             RuleEvent: self._on_rule_event,
             Stamped: self._on_stamped,
         }
-        if fast and _FEEDER is not None and type(self) is Assembler:  # shadows the method for this instance
-            self.feed = _FEEDER(self, MethodType(Assembler.feed, self), BlockAllocated, BlockFreed, SpanEvent,
-                                RequestSummary)
 
     # -- input ---------------------------------------------------------------------------
 
@@ -490,6 +468,12 @@ class Assembler:
         """`_start` for a plugin line, and which n>1 child of its request it names (or None).
         A child the request had not shown yet, after its siblings' summaries ended it (how many
         there are was never logged), continues it: siblings are not a reused id."""
+        r = self._open.get(rid)
+        if r is not None and r.terminal_ns is None:  # the commonest line: one of an open request's
+            if record.ts_ns > r.last_ns:
+                r.last_ns = record.ts_ns
+            r.last_offset = record.offset
+            return r, None
         key = self._seed_id(rid)
         k = ids.child_index(rid) if key != rid else None
         if k is not None:
@@ -506,7 +490,8 @@ class Assembler:
         return r, k
 
     def _on_scheduled(self, record: Record, ev: Scheduled) -> None:
-        record = _exact(record, ev)
+        if ev.at_ns is not None:
+            record = _exact(record, ev)
         r, k = self._start_seq(ev.request_id, record)
         ts = record.ts_ns
         if r.schedules is None:
@@ -533,7 +518,8 @@ class Assembler:
         return None
 
     def _on_preempted(self, record: Record, ev: Preempted) -> None:
-        record = _exact(record, ev)
+        if ev.at_ns is not None:
+            record = _exact(record, ev)
         r, k = self._start_seq(ev.request_id, record)
         if r.preemptions is None:
             r.preemptions = []
@@ -542,7 +528,8 @@ class Assembler:
         r.preemptions.append([record.ts_ns, None, ev])
 
     def _on_allocated(self, record: Record, ev: BlockAllocated) -> None:
-        record = _exact(record, ev)
+        if ev.at_ns is not None:
+            record = _exact(record, ev)
         r, k = self._start_seq(ev.request_id, record)
         r.allocated += 1
         r.held += 1
@@ -550,8 +537,10 @@ class Assembler:
             "vllm.kv_block.id": ev.block, "vllm.kv_block.size_bytes": ev.size_bytes}))
 
     def _on_freed(self, record: Record, ev: BlockFreed) -> None:
-        record = _exact(record, ev)
-        r = self._touch(self._seed_id(ev.request_id), record)
+        if ev.at_ns is not None:
+            record = _exact(record, ev)
+        rid = ev.request_id
+        r = self._touch(rid if rid in self._open else self._seed_id(rid), record)
         if r is None:
             return
         r.freed += ev.count
@@ -574,7 +563,8 @@ class Assembler:
             r.last_free_ns = record.ts_ns
 
     def _on_summary(self, record: Record, ev: RequestSummary) -> None:
-        record = _exact(record, ev)
+        if ev.at_ns is not None:
+            record = _exact(record, ev)
         r, k = self._start_seq(ev.request_id, record)
         end = record.ts_ns
         if ev.times is not None:
@@ -1337,8 +1327,6 @@ class Assembler:
         event = SpanEvent("vllm.queue_state", record.ts_ns, {
             "vllm.queue.running": ev.running, "vllm.queue.waiting": ev.waiting,
             "vllm.kv.free_blocks": ev.free_blocks, "vllm.kv.total_blocks": ev.total_blocks})
-        if self._fan_out is not None and self._fan_out(self._in_flight, event, ratio, None):
-            return  # done in C, exactly as below
         for r in self._in_flight.values():  # one shared, read-only event object
             r.add_event(event, True)
             if ratio is not None and (r.min_free_ratio is None or ratio < r.min_free_ratio):
@@ -1351,9 +1339,6 @@ class Assembler:
             "vllm.gpu.memory.used_bytes": ev.used_bytes, "vllm.gpu.memory.total_bytes": ev.total_bytes,
             "vllm.gpu.memory.utilization": ev.utilization, "vllm.kv_cache.used_bytes": ev.cache_bytes,
             "vllm.kv_cache.blocks_used": ev.kv_blocks_used, "vllm.kv_cache.blocks_total": ev.kv_blocks_total})
-        if (self._fan_out is not None and type(ev.utilization) is float
-                and self._fan_out(self._in_flight, event, None, ev.utilization)):
-            return  # done in C, exactly as below
         for r in self._in_flight.values():
             r.add_event(event, True)
             if r.max_gpu_ratio is None or ev.utilization > r.max_gpu_ratio:

@@ -74,17 +74,19 @@ class RequestState:
         self.extra[key] = value
 
     def add_event(self, event: SpanEvent, capped: bool) -> None:
-        if self.events is None:
-            self.events = []
-        if capped and len(self.events) >= EVENT_CAP:
+        events = self.events
+        if events is None:
+            self.events = [event]
+        elif capped and len(events) >= EVENT_CAP:
             self.dropped += 1
         else:
-            self.events.append(event)
+            events.append(event)
 
     def add_block_event(self, event: SpanEvent) -> None:
-        if self.block_events is None:
-            self.block_events = []
-        if len(self.block_events) >= BLOCK_EVENTS_KEPT:
+        events = self.block_events
+        if events is None:
+            self.block_events = [event]
+        elif len(events) >= BLOCK_EVENTS_KEPT:
             self.block_dropped += 1
         else:
-            self.block_events.append(event)
+            events.append(event)
