@@ -23,7 +23,6 @@ import argparse
 import dataclasses
 import fcntl
 import json
-import os
 import sys
 import shutil
 import types

@@ -16,7 +16,6 @@ an inferred end. The startup banner's model and version go on every request of t
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -25,6 +24,7 @@ from bridge.assemble import ids
 from bridge.parse.context import Rule, w3c_rule
 from bridge.assemble.build import _request_timeline, engine_timeline, request_timeline
 from bridge.assemble.diagnosis import Thresholds
+from bridge.assemble.ending import Close, End
 from bridge.assemble.startup import Startup
 from bridge.assemble.state import SEEN_DETAILS, SEEN_RECEIVED, RequestState
 from bridge.assemble.timeline import INFERRED, IncidentEvent, IncidentRef, SpanEvent, Timeline
@@ -327,17 +327,13 @@ class Assembler:
             self._end_startup()
         for r in [r for r in self._in_flight.values()
                   if r.idle_at is not None and r.idle_at <= idle_deadline and r.last_ns <= r.idle_at]:
-            self._close_idle(r, r.idle_at)
+            self._close(r, Close.IDLE, r.idle_at)
         due = [
             r for r in self._open.values()
             if (r.terminal_ns is not None and r.terminal_ns <= linger_deadline) or r.last_ns <= ttl_deadline
         ]
         for r in due:
-            if r.terminal_ns is None:
-                self.stats.requests_evicted += 1
-                self._close_unended(r)
-            else:
-                self._finish(r)
+            self._close(r, Close.EXPIRED)
         if len(self._gone) > _GONE_KEPT or (self._gone and next(iter(self._gone.values())) <= ttl_deadline):
             gone = sorted(self._gone.items(), key=lambda kv: kv[1])[-_GONE_KEPT:]
             self._gone = {k: v for k, v in gone if v > ttl_deadline}
@@ -350,10 +346,7 @@ class Assembler:
             self._close_incident()
         self._end_startup()
         for r in list(self._open.values()):
-            if r.terminal_ns is None:
-                self._close_unended(r)
-            else:
-                self._finish(r)
+            self._close(r, Close.FLUSHED)
 
     def add_file(self, generation: int, source: Source) -> None:
         """Lines at positions of `generation` come from `source`'s file (of this stream): the
@@ -411,11 +404,7 @@ class Assembler:
         if excess <= 0:
             return 0
         for r in list(self._open.values())[:excess]:
-            if r.terminal_ns is None:
-                self.stats.requests_evicted += 1
-                self._close_unended(r)
-            else:
-                self._finish(r)
+            self._close(r, Close.EXPIRED)
         return excess
 
     # -- request lines -------------------------------------------------------------------
@@ -429,7 +418,7 @@ class Assembler:
                     r.last_ns = record.ts_ns
                 r.last_offset = record.offset
                 return r
-            self._finish(r)  # over already: the id has been reused
+            self._close(r, Close.DONE)  # over already: the id has been reused
         # The occurrence is where its first line is (`_where`): the same in every run that reads
         # that line, whatever was read before it, so a request rebuilt after a restart or
         # rotation keeps its ids and a reused id never shares them.
@@ -552,7 +541,7 @@ class Assembler:
         if r.terminal_ns is not None:
             r.last_free_ns = record.ts_ns
             if r.held <= 0 and r.outcome != "timeout" and not self._awaits_api(r):  # a timeout may still get its API line
-                self._finish(r)
+                self._close(r, Close.DONE)
         elif ev.reason in _RELEASE_REASONS and r.seqs is not None and self._seqs_left(r, ids.child_index(ev.request_id)):
             pass  # one child of n>1 released; the request goes on with the others
         elif ev.reason in _RELEASE_REASONS:
@@ -576,9 +565,9 @@ class Assembler:
             r.summary, end = _combined(r.request_id, r.seqs)
         else:
             r.summary = ev
-        self._terminate(r, end, "finished")
+        self._end(r, end, End.FINISHED)
         if r.held <= 0 and not self._awaits_api(r):
-            self._finish(r)
+            self._close(r, Close.DONE)
 
     @staticmethod
     def _awaits_api(r: RequestState) -> bool:
@@ -617,7 +606,7 @@ class Assembler:
             if k is not None and r.seqs is not None:  # n>1: this child is over too
                 r.seqs[k] = (record.ts_ns, None)
                 if r.held <= 0 and not self._seqs_left(r) and self._open.get(r.request_id) is r:
-                    self._finish(r)
+                    self._close(r, Close.DONE)
             return
         r, k = self._start_seq(ev.request_id, record)  # a child of n>1 ends its parent: vLLM aborts all
         if k is not None:
@@ -628,12 +617,11 @@ class Assembler:
         r.set("gen_ai.usage.output_tokens", ev.generated_tokens)
         r.set("vllm.e2e_s", ev.e2e_s)
         if ev.finish == "abort":
-            self._fail(r, record.ts_ns, "aborted", "aborted", "RequestAborted", f"Request {ev.request_id} aborted")
+            self._end(r, record.ts_ns, End.ABORTED, message=f"Request {ev.request_id} aborted")
         else:
-            self._fail(r, record.ts_ns, "failed", ev.finish, "RequestFailed",
-                       f"Request {ev.request_id} ended: {ev.finish}")
+            self._end(r, record.ts_ns, End.FAILED, ev.finish, f"Request {ev.request_id} ended: {ev.finish}")
         if r.held <= 0 and not (k is not None and self._seqs_left(r)):  # n>1: its siblings' lines come too
-            self._finish(r)
+            self._close(r, Close.DONE)
 
     @staticmethod
     def _plugin_times(r: RequestState, rid: str, times) -> None:
@@ -666,7 +654,7 @@ class Assembler:
             return
         r = self._start(ev.request_id, record)
         r.timeout_after_s = ev.after_s
-        self._fail(r, record.ts_ns, "timeout", "timeout", "RequestTimeout", self._text(ev.message))
+        self._end(r, record.ts_ns, End.TIMEOUT, message=self._text(ev.message))
 
     def _on_alloc_failed(self, record: Record, ev: AllocationFailed) -> None:
         r = self._start(ev.request_id, record)
@@ -674,27 +662,64 @@ class Assembler:
         oom = self._last_oom
         if oom is not None and record.ts_ns - oom[0] <= self._config.oom_window_s * _NS:
             message = f"{message}: {oom[1].message}"
-        self._fail(r, record.ts_ns, "failed", "oom", "OutOfMemoryError", self._text(message))
+        self._end(r, record.ts_ns, End.FAILED, "oom", self._text(message), "OutOfMemoryError")
 
-    def _terminate(self, r: RequestState, ts: int, outcome: str) -> None:
+    def _end(self, r: RequestState, ts: int, why: End, error_type: str | None = None, message: str = "",
+             exception: str | None = None, observed: bool = True) -> None:
+        """The one way a request is over, at `ts`: `why` fixes its outcome, and but for
+        `End.FINISHED` its `error.type` (unless given) and an exception event (`message` is
+        already fit to leave the node: `self._text`, or the bridge's own words). Ended by a
+        signal (the engine's death, the server's stop), its answer may still show up finished
+        (`_served`). `observed=False`: no line shows when it ended (`vllm.end_inferred`)."""
+        if why is not End.FINISHED:
+            if why is End.STOPPED:
+                message = _STOPPED
+            elif why is End.ENGINE_DIED:
+                message = _engine_failed(error_type)
+            r.error_type = why.error_type if error_type is None else error_type
+            r.error_message = message
+            event = SpanEvent("exception", ts, {"exception.type": exception or why.exception,
+                                                "exception.message": message})
+            r.add_event(event, False)
+            if why.by_signal:
+                self._signal_ends[r] = event
         r.terminal_ns = ts
-        r.outcome = outcome
+        r.outcome = why.outcome
         self._in_flight.pop(self._key(r), None)
+        if not observed:
+            r.set("vllm.end_inferred", True)
 
-    def _fail(self, r: RequestState, ts: int, outcome: str, error_type: str, exc_type: str, message: str,
-              by_signal: bool = False) -> None:
-        """`message` is already fit to leave the node (`self._text`, or the bridge's own words).
-        `by_signal`: the engine's death or the server's stop ended it, not a line of its own;
-        its answer may still show up finished (`_served`)."""
-        r.error_type = error_type
-        r.error_message = message
-        event = SpanEvent("exception", ts, {"exception.type": exc_type, "exception.message": message})
-        r.add_event(event, False)
-        if by_signal:
-            self._signal_ends[r] = event
-        self._terminate(r, ts, outcome)
-
-    def _finish(self, r: RequestState) -> None:
+    def _close(self, r: RequestState, why: Close, seen_ns: int | None = None) -> None:
+        """The one way a request goes out: its timeline is emitted and its id released. A
+        request no line ended is settled first, by what the engine's state says (`Close`)."""
+        if why is Close.EXPIRED or why is Close.FLUSHED:
+            if r.terminal_ns is not None:
+                why = Close.DONE
+            else:
+                if why is Close.EXPIRED:
+                    self.stats.requests_evicted += 1
+                why = Close.UNENDED
+        if why is Close.UNENDED or why is Close.REUSED:
+            # Seen idle after its last line, it ended as IDLE says; else in flight at a deliberate
+            # stop, it was stopped; followed by a new request under its id, idle; else it stays
+            # `incomplete`. Its end is inferred either way.
+            if r.extra is not None and r.idle_at is not None and r.last_ns <= r.idle_at:
+                why, seen_ns = Close.IDLE, r.idle_at  # the engine said it was idle after its last line
+            elif self._stop_ns is not None and r.first_ns <= self._stop_last_ns:
+                self._end(r, max(self._stop_last_ns, r.last_ns), End.STOPPED, observed=False)
+            elif r.extra is not None and why is Close.REUSED:
+                why = Close.IDLE
+        if why is Close.IDLE:
+            # Over by `seen_ns` (a stats line showed it gone): it ends there, inferred — its own
+            # last line (`Added request`) is only its start.
+            if seen_ns is not None and r.idle_at is not None and r.last_ns <= r.idle_at:
+                seen_ns = min(seen_ns, r.idle_at)  # the first line that showed the engine idle
+            if seen_ns is not None and r.terminal_ns is None and seen_ns > r.last_ns:
+                r.last_ns = seen_ns
+            if "vllm.request.internal_id" in r.extra:
+                # V1 with internal ids (≈ 0.14+) logs every abort and failure: an idle engine and
+                # neither line means the request finished (a completion never logs its end).
+                r.outcome = "finished"
         if self._signal_ends:
             self._signal_ends.pop(r, None)
         if self._twins and r.request_id in self._twins:
@@ -845,16 +870,16 @@ class Assembler:
         """A new request under an id whose concurrent requests were all added: they are over."""
         for o in self._group(rid):
             if o.terminal_ns is None:
-                self._close_unended(o, reused=True)
+                self._close(o, Close.REUSED)
             if o in self._twins.get(rid, ()) or self._open.get(rid) is o:
-                self._finish(o)
+                self._close(o, Close.DONE)
 
     def _again(self, key: str, bit: int) -> None:
         """A start line this request has shown already: the id was reused by a new request
         (occurrence order). The one open under it ends where its lines end."""
         r = self._open.get(key)
         if r is not None and r.terminal_ns is None and r.seen & bit:
-            self._close_unended(r, reused=True)
+            self._close(r, Close.REUSED)
 
     def _on_received(self, record: Record, ev: RequestReceived) -> None:
         rid = ev.request_id
@@ -891,7 +916,7 @@ class Assembler:
             # it: an id added before, or another suffix, is another request under a reused id.
             if r.added is not None and (rid in r.added or ids.engine_base(rid) not in
                                         {ids.engine_base(a) for a in r.added}):
-                self._close_unended(r, reused=True)
+                self._close(r, Close.REUSED)
                 key = None
         r = self._upstream(key if key is not None else ids.canonical(rid), record)
         if r.added is None:
@@ -937,7 +962,7 @@ class Assembler:
     def _on_finished(self, record: Record, ev: RequestFinished) -> None:
         r = self._resolve(ev.request_id, record)
         if r is not None and r.terminal_ns is None:
-            self._terminate(r, self._when(record, r), "finished")
+            self._end(r, self._when(record, r), End.FINISHED)
             self._alive()
 
     def _alive(self) -> None:
@@ -972,14 +997,13 @@ class Assembler:
             if ev.finish_reason != "abort" and len(reasons) < n and r.closed < n:
                 pass  # one choice of n>1 is done (a stream's last delta); the others go on
             elif ev.finish_reason == "abort" and self._stop_ns is not None:
-                self._stopped(r, ts, True)  # aborted by the stop (vLLM's abort mode)
+                self._end(r, ts, End.STOPPED)  # aborted by the stop (vLLM's abort mode)
             elif ev.finish_reason == "abort":
                 # aborted by the engine with no line of its own (`POST /pause`, core.py): the
                 # client got a cut answer whose reason says so
-                self._fail(r, ts, "aborted", "aborted", "RequestAborted",
-                           f"Request {ev.request_id} aborted (finish_reason: abort)")
+                self._end(r, ts, End.ABORTED, message=f"Request {ev.request_id} aborted (finish_reason: abort)")
             else:
-                self._terminate(r, ts, "finished")
+                self._end(r, ts, End.FINISHED)
                 self._alive()
         elif r.outcome == "finished" and r.error_type is None and record.ts_ns > r.terminal_ns and r.summary is None:
             # (a summary's end is vLLM's own e2e end, and its arrival counts back from it)
@@ -989,7 +1013,7 @@ class Assembler:
                      else not self._awaits_api(r)):
             # the plugin's summary, then a reason for every choice, or a stream's closing lines,
             # one per choice (serving_chat.py logs one for each): nothing more to come
-            self._finish(r)
+            self._close(r, Close.DONE)
         elif r in self._signal_ends and ev.streaming != "complete" and ev.finish_reason not in (None, "abort"):
             # a choice's own reason, not `(streaming complete)`: vLLM logs that after an abort too
             self._served(r, record.ts_ns)
@@ -1014,10 +1038,9 @@ class Assembler:
             r = self._resolve(rid, record)
             if r is not None and r.terminal_ns is None:
                 if self._stop_ns is not None:  # aborted by the stop (vLLM's abort mode, or cancelled)
-                    self._stopped(r, self._when(record, r), True)
+                    self._end(r, self._when(record, r), End.STOPPED)
                 else:
-                    self._fail(r, self._when(record, r), "aborted", "aborted", "RequestAborted",
-                               f"Request {rid} aborted")
+                    self._end(r, self._when(record, r), End.ABORTED, message=f"Request {rid} aborted")
 
     def _on_failed(self, record: Record, ev: RequestFailed) -> None:
         # V0's "Failing the request" may be its only line: `_resolve` opens it then.
@@ -1026,11 +1049,11 @@ class Assembler:
             return
         ts = self._when(record, r)
         if ev.error_type == "engine_dead" and self._death is None and self._stop_ns is not None:
-            self._stopped(r, ts, True)  # vLLM fails what is in flight with EngineDeadError on a stop
+            self._end(r, ts, End.STOPPED)  # vLLM fails what is in flight with EngineDeadError on a stop
         elif ev.error_type == "engine_dead" and self._death is not None:
-            self._fail(r, ts, "failed", self._death, "RequestFailed", _engine_failed(self._death), True)
+            self._end(r, ts, End.ENGINE_DIED, self._death, exception="RequestFailed")
         else:
-            self._fail(r, ts, "failed", ev.error_type, "RequestFailed", self._request_text(ev.reason))
+            self._end(r, ts, End.FAILED, ev.error_type, self._request_text(ev.reason))
 
     def _on_sequence_preempted(self, record: Record, ev: SequencePreempted) -> None:
         r = self._resolve(ev.request_id, record)
@@ -1110,7 +1133,7 @@ class Assembler:
                        key=lambda r: (r.first_ns, r.first_offset))
         for r in known[:max(0, len(known) - held)]:
             if r.last_ns <= ts:
-                self._close_idle(r, ts)
+                self._close(r, Close.IDLE, ts)
 
     def _idle(self, record: Record) -> None:
         """The engine says nothing runs or waits: requests with no end line are over, end
@@ -1118,40 +1141,6 @@ class Assembler:
         for r in self._in_flight.values():
             if r.extra is not None and r.last_ns < record.ts_ns and r.idle_at is None:
                 r.idle_at = record.ts_ns
-
-    def _close_idle(self, r: RequestState, seen_ns: int | None = None) -> None:
-        """A request no line ended, over by `seen_ns` (a stats line showed it gone): it ends
-        there, inferred — its own last line (`Added request`) is only its start."""
-        if seen_ns is not None and r.idle_at is not None and r.last_ns <= r.idle_at:
-            seen_ns = min(seen_ns, r.idle_at)  # the first line that showed the engine idle
-        if seen_ns is not None and r.terminal_ns is None and seen_ns > r.last_ns:
-            r.last_ns = seen_ns
-        if "vllm.request.internal_id" in r.extra:
-            # V1 with internal ids (≈ 0.14+) logs every abort and failure: an idle engine and
-            # neither line means the request finished (a completion never logs its end).
-            r.outcome = "finished"
-        self._finish(r)
-
-    def _close_unended(self, r: RequestState, reused: bool = False) -> None:
-        """A request no line ended, closed on the log's clock (TTL, end of input, a new request
-        under its id). Seen idle after its last line, it ended as `_close_idle` says; else in
-        flight at a deliberate stop, it was stopped; followed by a new request under its id, as
-        `_close_idle` says; else it stays `incomplete`. Its end is inferred either way."""
-        if r.extra is not None and r.idle_at is not None and r.last_ns <= r.idle_at:
-            self._close_idle(r, r.idle_at)  # the engine said it was idle after the request's last line
-        elif self._stop_ns is not None and r.first_ns <= self._stop_last_ns:
-            self._stopped(r, max(self._stop_last_ns, r.last_ns), False)
-            self._finish(r)
-        elif r.extra is not None and reused:
-            self._close_idle(r)
-        else:
-            self._finish(r)
-
-    def _stopped(self, r: RequestState, ts: int, observed: bool) -> None:
-        """Ended by a deliberate server stop (SIGTERM, a rollout): `error.type=shutdown`."""
-        self._fail(r, ts, "aborted", "shutdown", "ServerShutdown", _STOPPED, True)
-        if not observed:
-            r.set("vllm.end_inferred", True)
 
     def _on_stop(self, record: Record, ev: ServerStop) -> None:
         """vLLM's shutdown sequence. After an engine death it is the server winding down (no
@@ -1174,16 +1163,16 @@ class Assembler:
             cut = max(0, len(unended) - ev.in_flight)
             for r in unended[:cut]:
                 if r.extra is not None:
-                    self._close_idle(r, ts)
+                    self._close(r, Close.IDLE, ts)
             if self._stop_mode == "abort":  # aborted right now (core.py:1648)
                 for r in unended[cut:]:
-                    self._stopped(r, ts, True)
+                    self._end(r, ts, End.STOPPED)
         elif ev.phase == "drained":
             # The engine holds nothing any more (core.py:1667): what it aborted was counted above
             # (no count line: it held nothing, core.py:1643); the rest had finished, or drained.
             for r in list(self._in_flight.values()):
                 if r.extra is not None and r.first_ns <= ts:
-                    self._close_idle(r, ts)
+                    self._close(r, Close.IDLE, ts)
 
     def _on_config(self, record: Record, ev: EngineConfig) -> None:
         if self._startup is None or self._startup.has_banner:  # a second banner: the engine restarted
@@ -1192,7 +1181,7 @@ class Assembler:
         if self._incident_open is not None:
             self._close_incident()
         for r in list(self._in_flight.values()):  # the engine that held them is gone
-            self._close_unended(r)
+            self._close(r, Close.UNENDED)
         self._death = self._stop_ns = self._held = None  # a new engine life
         self._data_parallel = max(1, ev.data_parallel)
         self._stop_mode = ""
@@ -1235,7 +1224,7 @@ class Assembler:
             self.stats.stop_errors += 1
             if ev.fatal:
                 for r in list(self._in_flight.values()):
-                    self._stopped(r, ts, True)
+                    self._end(r, ts, End.STOPPED)
             return
         inc = self._incident_open
         if inc is not None and self._death is None and ts - inc.last_ns > _INCIDENT_WINDOW_NS:
@@ -1246,8 +1235,7 @@ class Assembler:
                 self.stats.death_errors += 1
                 if ev.fatal:  # V0's AsyncEngineDeadError for a request sent to the dead engine
                     for r in list(self._in_flight.values()):
-                        self._fail(r, ts, "failed", self._death, ev.exception_type or "EngineDeadError",
-                                   _engine_failed(self._death), True)
+                        self._end(r, ts, End.ENGINE_DIED, self._death, exception=ev.exception_type)
                 return
             inc = self._incident_open = _Incident(record, ev)
             inc.occurrence = _where(record)  # reserved now: the link its event carries names its span
@@ -1273,8 +1261,7 @@ class Assembler:
             self._death = inc.error_type
             lead_record, lead = inc.lead
             for r in list(self._in_flight.values()):
-                self._fail(r, ts, "failed", inc.error_type, lead.exception_type or ev.exception_type or "EngineDeadError",
-                           _engine_failed(inc.error_type), True)
+                self._end(r, ts, End.ENGINE_DIED, inc.error_type, exception=lead.exception_type or ev.exception_type)
                 inc.failed.append(r)
         elif upgraded and self._death is not None:
             self._death = inc.error_type
