@@ -25,10 +25,11 @@ from bridge.parse.context import Rule, w3c_rule
 from bridge.assemble.build import _request_timeline, engine_timeline, request_timeline
 from bridge.assemble.diagnosis import Thresholds
 from bridge.assemble.ending import Close, End
+from bridge.assemble.index import COARSE, Occurrences, where
 from bridge.assemble.startup import Startup
 from bridge.assemble.state import SEEN_DETAILS, SEEN_RECEIVED, RequestState
 from bridge.assemble.timeline import INFERRED, IncidentEvent, IncidentRef, SpanEvent, Timeline
-from bridge.decode.record import CLOCK_ANCHORED, CLOCK_EXACT, CLOCK_HEADER, Record
+from bridge.decode.record import CLOCK_EXACT, Record
 from bridge.tail.files import GEN_SHIFT
 from bridge.tail.source import Source
 from bridge.parse.events import (
@@ -82,10 +83,6 @@ _SPECIFICITY = {t: i for i, t in enumerate(
 #: Errors while the server is being stopped on purpose are part of the stop, not a death, unless
 #: they show a failure of their own.
 _REAL_FAILURES = frozenset({"oom", "distributed"})
-_GONE_KEPT = 4096  # ids of emitted upstream requests remembered, so a late line makes no orphan
-#: Clocks that only say the second a line was written in (vLLM's header; a line with no stamp
-#: of its own): the line happened at or after that second's start, within it.
-_COARSE = frozenset({CLOCK_HEADER, CLOCK_ANCHORED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,17 +119,6 @@ def _exact(record: Record, ev) -> Record:
     written or read. The assembler's clock (`_now`, sweeps) stays on the records' stamps."""
     at = ev.at_ns
     return record if at is None else replace(record, ts_ns=at, clock=CLOCK_EXACT)
-
-
-_IN_FILE = (1 << GEN_SHIFT) - 1
-
-
-def _where(record: Record) -> str:
-    """An occurrence: where a request's (or incident's) first line is, the same for every
-    reader of the stream: its time and its byte offset in its own file. Not the file's
-    generation: the agent numbers the files it followed from where it started, `replay` the
-    files it is given, and kubelet deletes the oldest; ids hashed from it would differ."""
-    return f"{record.ts_ns}:{record.offset & _IN_FILE}"
 
 
 def _incident_event(kind: str, error_type: str, ts_ns: int, occurrence: str) -> IncidentEvent:
@@ -229,8 +215,7 @@ class Assembler:
         self._text: Callable[[str], str] = str if config.export_error_text else redact_error_text
         self._request_text: Callable[[str], str] = str if config.export_error_text else redact_request_error
         self._linger_ns = int(config.linger_s * _NS)
-        self._open: dict[str, RequestState] = {}       # every request not yet emitted
-        self._in_flight: dict[str, RequestState] = {}  # the subset not yet over
+        self._ix = Occurrences()  # the requests not yet emitted: open, in flight, twins, and those gone
         self._queue: QueueState | None = None
         self._gpu: GpuMemory | None = None
         # Where the gauges a new request snapshots were read: a request depends on those
@@ -258,14 +243,9 @@ class Assembler:
         self._stop_last_ns = 0            # the stop's latest line
         self._stop_mode = ""              # abort | drain, when vLLM said
         self._held: tuple[int, int] | None = None  # (ts, running + waiting) of the last stats line
-        self._gone: dict[str, int] = {}   # upstream request ids emitted → their last line
         # Requests the engine's death or the server's stop ended (not a line of their own) → the
         # exception event that says so; until emitted. Here, not on RequestState: few ever have one.
         self._signal_ends: dict[RequestState, SpanEvent] = {}
-        # Requests received under an id while another under it was not yet added (clients that
-        # reuse `X-Request-Id` concurrently): open at once, each under `_twin_key`, besides the
-        # one under the id itself. Bare-id lines go to the oldest in flight, engine ids to theirs.
-        self._twins: dict[str, list[RequestState]] = {}
         self._handlers = {
             Scheduled: self._on_scheduled,
             Preempted: self._on_preempted,
@@ -325,18 +305,16 @@ class Assembler:
         idle_deadline = now_ns - _IDLE_GRACE_NS
         if self._startup is not None and self._startup.end_ns <= ttl_deadline:
             self._end_startup()
-        for r in [r for r in self._in_flight.values()
+        for r in [r for r in self._ix.in_flight.values()
                   if r.idle_at is not None and r.idle_at <= idle_deadline and r.last_ns <= r.idle_at]:
             self._close(r, Close.IDLE, r.idle_at)
         due = [
-            r for r in self._open.values()
+            r for r in self._ix.open.values()
             if (r.terminal_ns is not None and r.terminal_ns <= linger_deadline) or r.last_ns <= ttl_deadline
         ]
         for r in due:
             self._close(r, Close.EXPIRED)
-        if len(self._gone) > _GONE_KEPT or (self._gone and next(iter(self._gone.values())) <= ttl_deadline):
-            gone = sorted(self._gone.items(), key=lambda kv: kv[1])[-_GONE_KEPT:]
-            self._gone = {k: v for k, v in gone if v > ttl_deadline}
+        self._ix.forget(ttl_deadline)
 
     def flush(self) -> None:
         """End of input: everything still open is emitted, unfinished requests as incomplete."""
@@ -345,7 +323,7 @@ class Assembler:
         if self._incident_open is not None:
             self._close_incident()
         self._end_startup()
-        for r in list(self._open.values()):
+        for r in list(self._ix.open.values()):
             self._close(r, Close.FLUSHED)
 
     def add_file(self, generation: int, source: Source) -> None:
@@ -359,7 +337,7 @@ class Assembler:
 
     @property
     def open_requests(self) -> int:
-        return len(self._open)
+        return len(self._ix.open)
 
     def resume_facts(self, facts: dict) -> None:
         """Start from the engine facts in force where a resume starts (a checkpoint's), as
@@ -386,7 +364,7 @@ class Assembler:
     @property
     def min_open_offset(self) -> int | None:
         """The earliest position still needed by anything not yet emitted (for checkpoints)."""
-        low = min((r.first_offset for r in self._open.values()), default=None)
+        low = min((r.first_offset for r in self._ix.open.values()), default=None)
         if self._pending_nccl is not None:
             held = self._pending_nccl[0].offset
             low = held if low is None else min(low, held)
@@ -400,10 +378,10 @@ class Assembler:
 
     def evict_oldest(self, keep: int) -> int:
         """Emit the oldest open requests (as they stand) until at most `keep` remain."""
-        excess = len(self._open) - keep
+        excess = len(self._ix.open) - keep
         if excess <= 0:
             return 0
-        for r in list(self._open.values())[:excess]:
+        for r in list(self._ix.open.values())[:excess]:
             self._close(r, Close.EXPIRED)
         return excess
 
@@ -411,44 +389,28 @@ class Assembler:
 
     def _start(self, rid: str, record: Record) -> RequestState:
         """The request this starting line belongs to, opening a new occurrence if needed."""
-        r = self._open.get(rid)
+        r = self._ix.open.get(rid)
         if r is not None:
             if r.terminal_ns is None:
-                if record.ts_ns > r.last_ns:
-                    r.last_ns = record.ts_ns
-                r.last_offset = record.offset
-                return r
+                return self._ix.touch(r, record)
             self._close(r, Close.DONE)  # over already: the id has been reused
-        # The occurrence is where its first line is (`_where`): the same in every run that reads
-        # that line, whatever was read before it, so a request rebuilt after a restart or
-        # rotation keeps its ids and a reused id never shares them.
-        r = RequestState(rid, _where(record), record.ts_ns, record.offset)
-        r.coarse_start = record.clock in _COARSE
-        for dep in (self._queue_offset, self._gpu_offset):
-            if dep is not None and dep < r.first_offset:
-                r.first_offset = dep
-        self._open[rid] = r
-        self._in_flight[rid] = r
         self.stats.requests_opened += 1
-        return r
+        return self._ix.open_new(rid, record, (self._queue_offset, self._gpu_offset))
 
     def _touch(self, rid: str, record: Record) -> RequestState | None:
-        r = self._open.get(rid)
+        r = self._ix.open.get(rid)
         if r is None:
             self.stats.orphan_lines += 1
             return None
-        if record.ts_ns > r.last_ns:
-            r.last_ns = record.ts_ns
-        r.last_offset = record.offset
-        return r
+        return self._ix.touch(r, record)
 
     def _seed_id(self, rid: str) -> str:
         """A seed line's id, or the upstream request in flight it names (`<id>-<8 hex>` is V1's
         engine-side spelling of `<id>`): the vLLM plugin's lines join vLLM's own. An n>1 child
         (`<i>_<id>`) is its parent's: one client request, one root, whatever else is open."""
-        if rid in self._open or not ids.respelled(rid):
+        if rid in self._ix.open or not ids.respelled(rid):
             return rid
-        key = ids.resolve(rid, self._open) if self._open else None
+        key = ids.resolve(rid, self._ix.open) if self._ix.open else None
         if key is None and ids.child_index(rid) is not None:
             return ids.engine_base(rid)
         return key or rid
@@ -457,20 +419,17 @@ class Assembler:
         """`_start` for a plugin line, and which n>1 child of its request it names (or None).
         A child the request had not shown yet, after its siblings' summaries ended it (how many
         there are was never logged), continues it: siblings are not a reused id."""
-        r = self._open.get(rid)
+        r = self._ix.open.get(rid)
         if r is not None and r.terminal_ns is None:  # the commonest line: one of an open request's
-            if record.ts_ns > r.last_ns:
-                r.last_ns = record.ts_ns
-            r.last_offset = record.offset
-            return r, None
+            return self._ix.touch(r, record), None
         key = self._seed_id(rid)
         k = ids.child_index(rid) if key != rid else None
         if k is not None:
-            r = self._open.get(key)
+            r = self._ix.open.get(key)
             if r is not None and r.terminal_ns is not None and r.outcome == "finished" and r.seqs is not None \
-                    and k not in r.seqs and self._open.get(r.request_id) is r:
+                    and k not in r.seqs and self._ix.open.get(r.request_id) is r:
                 r.terminal_ns, r.outcome, r.summary = None, "incomplete", None
-                self._in_flight[key] = r
+                self._ix.in_flight[key] = r
         r = self._start(key, record)
         if k is not None:
             if r.seqs is None:
@@ -529,7 +488,7 @@ class Assembler:
         if ev.at_ns is not None:
             record = _exact(record, ev)
         rid = ev.request_id
-        r = self._touch(rid if rid in self._open else self._seed_id(rid), record)
+        r = self._touch(rid if rid in self._ix.open else self._seed_id(rid), record)
         if r is None:
             return
         r.freed += ev.count
@@ -598,14 +557,14 @@ class Assembler:
         vLLM aborted it) or failed, with the phases vLLM stamped before."""
         record = _exact(record, ev)
         rid = self._seed_id(ev.request_id)
-        r = self._open.get(rid)
+        r = self._ix.open.get(rid)
         k = ids.child_index(ev.request_id) if rid != ev.request_id else None
         if r is not None and r.terminal_ns is not None:  # vLLM's own line (or a sibling's) ended it first
             if ev.times is not None and r.times is None:
                 self._plugin_times(r, ev.request_id, ev.times)
             if k is not None and r.seqs is not None:  # n>1: this child is over too
                 r.seqs[k] = (record.ts_ns, None)
-                if r.held <= 0 and not self._seqs_left(r) and self._open.get(r.request_id) is r:
+                if r.held <= 0 and not self._seqs_left(r) and self._ix.open.get(r.request_id) is r:
                     self._close(r, Close.DONE)
             return
         r, k = self._start_seq(ev.request_id, record)  # a child of n>1 ends its parent: vLLM aborts all
@@ -646,7 +605,7 @@ class Assembler:
             r.preemptions = [[start, end, Preempted(rid, "", None, start)] for start, end in times.preempted]
 
     def _on_timeout(self, record: Record, ev: RequestTimedOut) -> None:
-        r = self._open.get(ev.request_id)
+        r = self._ix.open.get(ev.request_id)
         if r is not None and r.outcome == "timeout":  # the second of the two timeout lines
             self._touch(ev.request_id, record)
             if ev.after_s is not None:
@@ -685,7 +644,7 @@ class Assembler:
                 self._signal_ends[r] = event
         r.terminal_ns = ts
         r.outcome = why.outcome
-        self._in_flight.pop(self._key(r), None)
+        self._ix.over(r)
         if not observed:
             r.set("vllm.end_inferred", True)
 
@@ -722,16 +681,11 @@ class Assembler:
                 r.outcome = "finished"
         if self._signal_ends:
             self._signal_ends.pop(r, None)
-        if self._twins and r.request_id in self._twins:
-            self._unlink_twin(r)
-        else:
-            del self._open[r.request_id]
-            self._in_flight.pop(r.request_id, None)
+        self._ix.release(r)
         self.stats.requests_emitted += 1
         if r.extra is not None:  # upstream request: the engine's model and version
             for key, value in self._engine.items():
                 r.extra.setdefault(key, value)
-            self._gone[r.request_id] = r.last_ns
         if r.terminal_ns is None:  # no line ended it: its end is the last evidence (replay ≡ agent)
             r.set("vllm.end_inferred", True)
         parent = None
@@ -773,16 +727,12 @@ class Assembler:
     def _resolve(self, rid: str, record: Record) -> RequestState | None:
         """The request a line names; one whose start was not seen (an excerpt, an agent started
         late) is opened here, marked `vllm.start_unknown`. None for a request already emitted."""
-        key = ids.resolve(rid, self._open)
+        key = ids.resolve(rid, self._ix.open)
         if key is not None:
-            if self._twins and key in self._twins:
-                r = self._occurrence(key, rid)
-                if record.ts_ns > r.last_ns:
-                    r.last_ns = record.ts_ns
-                r.last_offset = record.offset
-                return r
+            if self._ix.twins and key in self._ix.twins:
+                return self._ix.touch(self._ix.occurrence(key, rid), record)
             return self._touch(key, record)
-        if ids.resolve(rid, self._gone) is not None:
+        if ids.resolve(rid, self._ix.gone) is not None:
             self.stats.orphan_lines += 1
             return None
         return self._orphan(rid, record)
@@ -797,97 +747,41 @@ class Assembler:
 
     # -- one id, several requests at once (a client reusing X-Request-Id concurrently) --------
 
-    @staticmethod
-    def _twin_key(r: RequestState) -> str:
-        return f"{r.request_id}\x00{r.occurrence}"
-
-    def _key(self, r: RequestState) -> str:
-        """Where `r` is held in `_open`: under its id, or as a twin."""
-        return r.request_id if self._open.get(r.request_id) is r else self._twin_key(r)
-
-    def _group(self, key: str) -> list[RequestState]:
-        """Every open request under this id, oldest first."""
-        r = self._open.get(key)
-        twins = self._twins.get(key, ())
-        return sorted([r, *twins] if r is not None else list(twins), key=lambda o: o.first_offset)
-
     def _concurrent(self, rid: str) -> bool:
         """A request under this id was received and is not yet added: vLLM adds a request right
         after it logs its arrival, so a second arrival now is another request at the same time."""
         return any(o.terminal_ns is None and o.extra is not None and o.seen & SEEN_RECEIVED and o.added is None
-                   for o in self._group(rid))
+                   for o in self._ix.group(rid))
 
     def _open_twin(self, rid: str, record: Record) -> RequestState:
-        r = RequestState(rid, _where(record), record.ts_ns, record.offset)
-        r.coarse_start = record.clock in _COARSE
-        for dep in (self._queue_offset, self._gpu_offset):
-            if dep is not None and dep < r.first_offset:
-                r.first_offset = dep
-        key = self._twin_key(r)
-        self._open[key] = self._in_flight[key] = r
-        self._twins.setdefault(rid, []).append(r)
+        r = self._ix.open_twin(rid, record, (self._queue_offset, self._gpu_offset))
         self.stats.requests_opened += 1
         self._describe(r, rid, record)
         self.stats.reused_concurrent += 1
         return r
 
-    def _unlink_twin(self, r: RequestState) -> None:
-        """`_finish` for an id with twins: the next one open takes the id's own place."""
-        rid = r.request_id
-        twins = self._twins[rid]
-        if self._open.get(rid) is r:
-            del self._open[rid]
-            self._in_flight.pop(rid, None)
-            heir = twins.pop(0)
-            key = self._twin_key(heir)
-            del self._open[key]
-            self._open[rid] = heir
-            if self._in_flight.pop(key, None) is not None:
-                self._in_flight[rid] = heir
-        else:
-            key = self._twin_key(r)
-            del self._open[key]
-            self._in_flight.pop(key, None)
-            twins.remove(r)
-        if not twins:
-            del self._twins[rid]
-
-    def _occurrence(self, key: str, rid: str) -> RequestState:
-        """Which of the requests open under `key` a line naming `rid` belongs to: the one vLLM
-        added under that engine id, else the oldest still in flight."""
-        group = self._group(key)
-        if rid != key:
-            base = ids.engine_base(rid)
-            for o in group:
-                if o.added and (rid in o.added or base in {ids.engine_base(a) for a in o.added}):
-                    return o
-        for o in group:
-            if o.terminal_ns is None:
-                return o
-        return group[0]
-
     def _retire(self, rid: str) -> None:
         """A new request under an id whose concurrent requests were all added: they are over."""
-        for o in self._group(rid):
+        for o in self._ix.group(rid):
             if o.terminal_ns is None:
                 self._close(o, Close.REUSED)
-            if o in self._twins.get(rid, ()) or self._open.get(rid) is o:
+            if o in self._ix.twins.get(rid, ()) or self._ix.open.get(rid) is o:
                 self._close(o, Close.DONE)
 
     def _again(self, key: str, bit: int) -> None:
         """A start line this request has shown already: the id was reused by a new request
         (occurrence order). The one open under it ends where its lines end."""
-        r = self._open.get(key)
+        r = self._ix.open.get(key)
         if r is not None and r.terminal_ns is None and r.seen & bit:
             self._close(r, Close.REUSED)
 
     def _on_received(self, record: Record, ev: RequestReceived) -> None:
         rid = ev.request_id
-        if rid in self._open and self._concurrent(rid):
+        if rid in self._ix.open and self._concurrent(rid):
             self._end_startup()
             r = self._open_twin(rid, record)
         else:
-            if self._twins and rid in self._twins:
+            if self._ix.twins and rid in self._ix.twins:
                 self._retire(rid)
             self._again(rid, SEEN_RECEIVED)
             r = self._upstream(rid, record)
@@ -907,11 +801,11 @@ class Assembler:
 
     def _on_added(self, record: Record, ev: RequestAdded) -> None:
         rid = ev.request_id
-        if self._twins and self._add_twin(rid, record):
+        if self._ix.twins and self._add_twin(rid, record):
             return
-        key = ids.resolve(rid, self._in_flight)
+        key = ids.resolve(rid, self._ix.in_flight)
         if key is not None:
-            r = self._open[key]
+            r = self._ix.open[key]
             # vLLM ≥ 0.14 gives every request its own `-<8 hex>` suffix, n>1 children `<i>_` of
             # it: an id added before, or another suffix, is another request under a reused id.
             if r.added is not None and (rid in r.added or ids.engine_base(rid) not in
@@ -929,18 +823,16 @@ class Assembler:
         """`Added request` under an id received several times at once: the engine adds them in
         the order they arrived, so the oldest not yet added is this one (an n>1 child joins the
         request its engine id was added as)."""
-        key = ids.resolve(rid, self._open)
-        if key is None or key not in self._twins:
+        key = ids.resolve(rid, self._ix.open)
+        if key is None or key not in self._ix.twins:
             return False
         base = ids.engine_base(rid)
-        group = self._group(key)
+        group = self._ix.group(key)
         r = next((o for o in group if o.added and base in {ids.engine_base(a) for a in o.added}), None) \
             or next((o for o in group if o.terminal_ns is None and o.added is None), None)
         if r is None:
             return False
-        if record.ts_ns > r.last_ns:
-            r.last_ns = record.ts_ns
-        r.last_offset = record.offset
+        self._ix.touch(r, record)
         if r.added is None:
             r.added = set()
             if rid != r.request_id:
@@ -955,7 +847,7 @@ class Assembler:
         plugin line's exact `t=`, say) when that lies within the second. (Only the request's
         own lines: a resume reads all of them again, so the agent and a replay agree.)"""
         ts = record.ts_ns
-        if record.clock in _COARSE and ts < r.last_ns < ts + _NS:
+        if record.clock in COARSE and ts < r.last_ns < ts + _NS:
             return r.last_ns
         return ts
 
@@ -1008,7 +900,7 @@ class Assembler:
         elif r.outcome == "finished" and r.error_type is None and record.ts_ns > r.terminal_ns and r.summary is None:
             # (a summary's end is vLLM's own e2e end, and its arrival counts back from it)
             r.terminal_ns = record.ts_ns
-        elif r.summary is not None and ev.streaming != "delta" and r.held <= 0 and self._open.get(r.request_id) is r \
+        elif r.summary is not None and ev.streaming != "delta" and r.held <= 0 and self._ix.open.get(r.request_id) is r \
                 and (r.closed >= (extra.get("gen_ai.request.n") or 1) if ev.streaming == "complete"
                      else not self._awaits_api(r)):
             # the plugin's summary, then a reason for every choice, or a stream's closing lines,
@@ -1070,7 +962,7 @@ class Assembler:
         uses, like upstream lines), or with no request id on every request in flight."""
         if ev.request_id is None:
             event = SpanEvent(ev.name, record.ts_ns, dict(ev.attributes))
-            for r in self._in_flight.values():
+            for r in self._ix.in_flight.values():
                 r.add_event(event, True)
             return
         r = self._resolve(ev.request_id, record)
@@ -1106,7 +998,7 @@ class Assembler:
             attrs["vllm.engine.index"] = ev.engine
         event = SpanEvent("vllm.engine_stats", record.ts_ns, attrs)
         free = 1.0 - ev.gpu_kv_usage if ev.gpu_kv_usage is not None else None
-        for r in self._in_flight.values():
+        for r in self._ix.in_flight.values():
             r.add_event(event, True)
             if free is not None and (r.min_free_ratio is None or free < r.min_free_ratio):
                 r.min_free_ratio = free
@@ -1128,7 +1020,7 @@ class Assembler:
         if self._held is None:
             return
         ts, held = self._held
-        known = sorted((r for r in self._in_flight.values()
+        known = sorted((r for r in self._ix.in_flight.values()
                         if r.extra is not None and r.first_ns <= ts - _IDLE_GRACE_NS),
                        key=lambda r: (r.first_ns, r.first_offset))
         for r in known[:max(0, len(known) - held)]:
@@ -1138,7 +1030,7 @@ class Assembler:
     def _idle(self, record: Record) -> None:
         """The engine says nothing runs or waits: requests with no end line are over, end
         unknown — once nothing more comes for them within the grace (see `tick`)."""
-        for r in self._in_flight.values():
+        for r in self._ix.in_flight.values():
             if r.extra is not None and r.last_ns < record.ts_ns and r.idle_at is None:
                 r.idle_at = record.ts_ns
 
@@ -1159,7 +1051,7 @@ class Assembler:
         if ev.phase == "in_flight" and ev.in_flight is not None:
             # The engine core counts what it still holds (core.py:1645): of the requests no line
             # ended, the most recent ones; the others had finished unlogged (V1 completions).
-            unended = sorted(self._in_flight.values(), key=lambda r: (r.first_ns, r.first_offset))
+            unended = sorted(self._ix.in_flight.values(), key=lambda r: (r.first_ns, r.first_offset))
             cut = max(0, len(unended) - ev.in_flight)
             for r in unended[:cut]:
                 if r.extra is not None:
@@ -1170,7 +1062,7 @@ class Assembler:
         elif ev.phase == "drained":
             # The engine holds nothing any more (core.py:1667): what it aborted was counted above
             # (no count line: it held nothing, core.py:1643); the rest had finished, or drained.
-            for r in list(self._in_flight.values()):
+            for r in list(self._ix.in_flight.values()):
                 if r.extra is not None and r.first_ns <= ts:
                     self._close(r, Close.IDLE, ts)
 
@@ -1180,7 +1072,7 @@ class Assembler:
             self._startup = Startup(record)
         if self._incident_open is not None:
             self._close_incident()
-        for r in list(self._in_flight.values()):  # the engine that held them is gone
+        for r in list(self._ix.in_flight.values()):  # the engine that held them is gone
             self._close(r, Close.UNENDED)
         self._death = self._stop_ns = self._held = None  # a new engine life
         self._data_parallel = max(1, ev.data_parallel)
@@ -1223,7 +1115,7 @@ class Assembler:
             # vLLM raises EngineDeadError, cancels and kills its workers while it stops on purpose.
             self.stats.stop_errors += 1
             if ev.fatal:
-                for r in list(self._in_flight.values()):
+                for r in list(self._ix.in_flight.values()):
                     self._end(r, ts, End.STOPPED)
             return
         inc = self._incident_open
@@ -1234,25 +1126,25 @@ class Assembler:
             if self._death is not None:  # the engine is dead already and its incident went out
                 self.stats.death_errors += 1
                 if ev.fatal:  # V0's AsyncEngineDeadError for a request sent to the dead engine
-                    for r in list(self._in_flight.values()):
+                    for r in list(self._ix.in_flight.values()):
                         self._end(r, ts, End.ENGINE_DIED, self._death, exception=ev.exception_type)
                 return
             inc = self._incident_open = _Incident(record, ev)
-            inc.occurrence = _where(record)  # reserved now: the link its event carries names its span
+            inc.occurrence = where(record)  # reserved now: the link its event carries names its span
         engine, first_engine = _dp_engine(record.process), _dp_engine(inc.first.process)
         if engine and first_engine and engine != first_engine:
             # another data-parallel engine failing at the same time: its own incident
             sibling = self._sibling_incidents.get(engine)
             if sibling is None:
                 sibling = self._sibling_incidents[engine] = _Incident(record, ev)
-                sibling.occurrence = _where(record)
+                sibling.occurrence = where(record)
             sibling.add(record, ev)
             inc.last_ns = max(inc.last_ns, record.ts_ns)  # the window stays open while any reports
             inc = sibling
         upgraded = inc.add(record, ev) if inc is self._incident_open else False
         if upgraded or inc.event is None:
             self._incident_event(inc)
-        for key, r in self._in_flight.items():  # the event goes on at once: a request may be
+        for key, r in self._ix.in_flight.items():  # the event goes on at once: a request may be
             if inc.affected.setdefault(key, r) is r and (r.events is None or inc.event not in r.events):
                 r.add_event(inc.event, False)  # emitted before the incident closes
         if ev.fatal and self._death is None:
@@ -1260,7 +1152,7 @@ class Assembler:
             self._settle()
             self._death = inc.error_type
             lead_record, lead = inc.lead
-            for r in list(self._in_flight.values()):
+            for r in list(self._ix.in_flight.values()):
                 self._end(r, ts, End.ENGINE_DIED, inc.error_type, exception=lead.exception_type or ev.exception_type)
                 inc.failed.append(r)
         elif upgraded and self._death is not None:
@@ -1277,7 +1169,7 @@ class Assembler:
         if old is None:
             return
         for key, r in inc.affected.items():
-            if self._open.get(key) is r and r.events:
+            if self._ix.open.get(key) is r and r.events:
                 r.events = [inc.event if e is old else e for e in r.events]
 
     def _close_incident(self) -> None:
@@ -1314,7 +1206,7 @@ class Assembler:
         event = SpanEvent("vllm.queue_state", record.ts_ns, {
             "vllm.queue.running": ev.running, "vllm.queue.waiting": ev.waiting,
             "vllm.kv.free_blocks": ev.free_blocks, "vllm.kv.total_blocks": ev.total_blocks})
-        for r in self._in_flight.values():  # one shared, read-only event object
+        for r in self._ix.in_flight.values():  # one shared, read-only event object
             r.add_event(event, True)
             if ratio is not None and (r.min_free_ratio is None or ratio < r.min_free_ratio):
                 r.min_free_ratio = ratio
@@ -1326,7 +1218,7 @@ class Assembler:
             "vllm.gpu.memory.used_bytes": ev.used_bytes, "vllm.gpu.memory.total_bytes": ev.total_bytes,
             "vllm.gpu.memory.utilization": ev.utilization, "vllm.kv_cache.used_bytes": ev.cache_bytes,
             "vllm.kv_cache.blocks_used": ev.kv_blocks_used, "vllm.kv_cache.blocks_total": ev.kv_blocks_total})
-        for r in self._in_flight.values():
+        for r in self._ix.in_flight.values():
             r.add_event(event, True)
             if r.max_gpu_ratio is None or ev.utilization > r.max_gpu_ratio:
                 r.max_gpu_ratio = ev.utilization
@@ -1370,8 +1262,8 @@ class Assembler:
                   end_offset: int | None = None, occurrence: str | None = None) -> None:
         """One `vllm.engine` span; its event goes on the requests in flight (`affected`: those in
         flight while a multi-line incident lasted, which have it already)."""
-        occurrence = occurrence or _where(record)  # where its first line is: the same after a restart
-        hit = self._in_flight if affected is None else affected
+        occurrence = occurrence or where(record)  # where its first line is: the same after a restart
+        hit = self._ix.in_flight if affected is None else affected
         if affected is None:  # a multi-line incident's requests have its event already
             event = _incident_event(kind, error_type, record.ts_ns, occurrence)
             for r in hit.values():
