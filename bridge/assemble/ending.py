@@ -32,6 +32,15 @@ class End(Enum):
         self.by_signal = by_signal
 
 
+STOPPED_MESSAGE = "the server was stopped while the request was in flight"
+
+
+def engine_failed(error_type: str | None) -> str:
+    """A request's own failure when the engine died: the incident's type, not its text (that is
+    on the linked `vllm.engine` span)."""
+    return f"engine failed ({error_type}); see the linked vllm.engine span"
+
+
 class Close(Enum):
     """Why a request's timeline goes out now."""
 

@@ -16,19 +16,18 @@ an inferred end. The startup banner's model and version go on every request of t
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from bridge.assemble import ids
 from bridge.parse.context import Rule, w3c_rule
-from bridge.assemble.build import _request_timeline, engine_timeline, request_timeline
+from bridge.assemble.build import _request_timeline, request_timeline
 from bridge.assemble.diagnosis import Thresholds
-from bridge.assemble.ending import Close, End
-from bridge.assemble.index import COARSE, Occurrences, where
-from bridge.assemble.startup import Startup
+from bridge.assemble.ending import STOPPED_MESSAGE, Close, End, engine_failed
+from bridge.assemble.engine import IDLE_GRACE_NS, EngineLife
+from bridge.assemble.index import COARSE, Occurrences
 from bridge.assemble.state import SEEN_DETAILS, SEEN_RECEIVED, RequestState
-from bridge.assemble.timeline import INFERRED, IncidentEvent, IncidentRef, SpanEvent, Timeline
+from bridge.assemble.timeline import INFERRED, SpanEvent, Timeline
 from bridge.decode.record import CLOCK_EXACT, Record
 from bridge.tail.files import GEN_SHIFT
 from bridge.tail.source import Source
@@ -68,21 +67,8 @@ from bridge.parse.events import (
 from bridge.parse.literals import redact_error_text, redact_request_error
 
 _NS = 1_000_000_000
-# A stats line is printed from a snapshot taken a little before it: a request added just before
-# an idle line may still log its end. It is closed only if nothing more comes for this long.
-_IDLE_GRACE_NS = 2 * _NS
 #: Free reasons that mean the request is over (not a preemption): blocks released at its end.
 _RELEASE_REASONS = frozenset({"completed", "finished", "aborted"})
-# Error records this close together are one incident (a traceback per process, the API server's
-# EngineDeadError, the per-request failures): one span, classified on all of them.
-_INCIDENT_WINDOW_NS = 5 * _NS
-#: An incident's `error.type` is the most specific its lines show: a CUDA OOM wrapped in an
-#: EngineDeadError stays `oom`, NCCL/watchdog evidence makes a "Worker died" `distributed`.
-_SPECIFICITY = {t: i for i, t in enumerate(
-    ("oom", "distributed", "timeout", "model_load", "engine_dead", "input", "overloaded", "aborted", "other"))}
-#: Errors while the server is being stopped on purpose are part of the stop, not a death, unless
-#: they show a failure of their own.
-_REAL_FAILURES = frozenset({"oom", "distributed"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,22 +107,6 @@ def _exact(record: Record, ev) -> Record:
     return record if at is None else replace(record, ts_ns=at, clock=CLOCK_EXACT)
 
 
-def _incident_event(kind: str, error_type: str, ts_ns: int, occurrence: str) -> IncidentEvent:
-    """An engine incident as the requests in flight see it: its type, time and a link to its
-    span (the exporter resolves `IncidentRef`), never its text."""
-    return IncidentEvent("vllm.engine.incident", ts_ns, {"error.type": error_type, "vllm.incident.kind": kind},
-                         IncidentRef(kind, occurrence))
-
-
-_STOPPED = "the server was stopped while the request was in flight"
-
-
-def _engine_failed(error_type: str) -> str:
-    """A request's own failure when the engine died: the incident's type, not its text (that is
-    on the linked `vllm.engine` span)."""
-    return f"engine failed ({error_type}); see the linked vllm.engine span"
-
-
 def _least(a: int | None, b: int | None) -> int | None:
     return b if a is None else (a if b is None else min(a, b))
 
@@ -157,46 +127,6 @@ def _combined(rid: str, seqs: dict) -> tuple[RequestSummary, int]:
     return summary, end
 
 
-_DP_ENGINE = re.compile(r"EngineCore_(?:DP)?(\d+)\b")
-
-
-def _dp_engine(process: str) -> str:
-    """The data-parallel engine a process prefix names (`EngineCore_DP1 pid=7` → "1"), or ""."""
-    m = _DP_ENGINE.match(process) if process else None
-    return m[1] if m else ""
-
-
-class _Incident:
-    """Error records of one engine incident, gathered until none comes for `_INCIDENT_WINDOW_NS`."""
-
-    __slots__ = ("first", "last_ns", "last_offset", "error_type", "lead", "fatal", "lines", "affected",
-                 "failed", "event", "occurrence")
-
-    def __init__(self, record: Record, ev: EngineError) -> None:
-        self.first = record
-        self.last_ns, self.last_offset = record.ts_ns, record.end_offset
-        self.error_type, self.lead, self.fatal = ev.error_type, (record, ev), ev.fatal
-        self.lines = 0
-        self.affected: dict[str, RequestState] = {}  # in flight while it lasted
-        self.failed: list[RequestState] = []          # ended by it
-        self.event: SpanEvent | None = None
-        self.occurrence = ""  # set by the assembler when the incident begins: where its first line is
-
-    def add(self, record: Record, ev: EngineError) -> bool:
-        """Take one more record; True when the incident's type became more specific."""
-        self.lines += 1
-        if record.ts_ns > self.last_ns:
-            self.last_ns = record.ts_ns
-        self.last_offset = max(self.last_offset, record.end_offset)
-        rank = _SPECIFICITY.get(ev.error_type, len(_SPECIFICITY))
-        if rank < _SPECIFICITY.get(self.error_type, len(_SPECIFICITY)):
-            self.error_type, self.lead = ev.error_type, (record, ev)
-            return True
-        if ev.fatal and not self.lead[1].fatal and ev.error_type == self.error_type:
-            self.lead = (record, ev)  # the line that says the engine died, of the same kind
-        return False
-
-
 class Assembler:
     """Feed it (record, event) pairs of one source in file order; it calls `emit` with each
     finished `RequestTimeline` or `EngineTimeline`."""
@@ -215,37 +145,20 @@ class Assembler:
         self._text: Callable[[str], str] = str if config.export_error_text else redact_error_text
         self._request_text: Callable[[str], str] = str if config.export_error_text else redact_request_error
         self._linger_ns = int(config.linger_s * _NS)
-        self._ix = Occurrences()  # the requests not yet emitted: open, in flight, twins, and those gone
+        self.index = Occurrences()  # the requests not yet emitted: open, in flight, twins, and those gone
         self._queue: QueueState | None = None
         self._gpu: GpuMemory | None = None
         # Where the gauges a new request snapshots were read: a request depends on those
         # lines too, so a resume must start early enough to read them again.
         self._queue_offset: int | None = None
         self._gpu_offset: int | None = None
-        self._last_oom: tuple[int, CudaOom] | None = None
-        self._pending_nccl: tuple[Record, NcclTimeout] | None = None
         self._now = 0
         self._next_sweep = 0
-        self._startup: Startup | None = None
-        self._engine: dict = {}  # what the banner said: gen_ai.request.model, vllm.version
-        # Each change of those facts with the position of the line that made it, so a resume
-        # from any position can start from the facts in force there (`facts_at`, `resume_facts`).
-        self._facts_log: list[tuple[int, dict]] = []
-        self._facts_start: dict = {}  # in force before the first of them
-        self._stats_engines: set[str] = set()  # data-parallel engines seen in stats lines
-        self._data_parallel = 1  # engines the banner says log their own stats lines
-        self._incident_open: _Incident | None = None
-        # the same moment's failures of other data-parallel engines: one incident each, closed
-        # with the open one (their lines come after its first, so checkpoints need nothing more)
-        self._sibling_incidents: dict[str, _Incident] = {}
-        self._death: str | None = None    # error.type of this engine life's death, once it died
-        self._stop_ns: int | None = None  # a deliberate stop began (and the engine had not died)
-        self._stop_last_ns = 0            # the stop's latest line
-        self._stop_mode = ""              # abort | drain, when vLLM said
-        self._held: tuple[int, int] | None = None  # (ts, running + waiting) of the last stats line
         # Requests the engine's death or the server's stop ended (not a line of their own) → the
         # exception event that says so; until emitted. Here, not on RequestState: few ever have one.
         self._signal_ends: dict[RequestState, SpanEvent] = {}
+        self.engine = EngineLife(self, emit, self.source_at, self._text, self.stats, config.export_error_text)
+        engine = self.engine
         self._handlers = {
             Scheduled: self._on_scheduled,
             Preempted: self._on_preempted,
@@ -257,10 +170,10 @@ class Assembler:
             AllocationFailed: self._on_alloc_failed,
             QueueState: self._on_queue,
             GpuMemory: self._on_gpu,
-            CudaOom: self._on_cuda_oom,
-            ModelLoadFailed: self._on_model_load,
-            NcclTimeout: self._on_nccl,
-            NcclHint: self._on_nccl_hint,
+            CudaOom: engine.on_cuda_oom,
+            ModelLoadFailed: engine.on_model_load,
+            NcclTimeout: engine.on_nccl,
+            NcclHint: engine.on_nccl_hint,
             RequestReceived: self._on_received,
             RequestAdded: self._on_added,
             RequestDetails: self._on_details,
@@ -269,11 +182,11 @@ class Assembler:
             RequestFailed: self._on_failed,
             ResponseGenerated: self._on_generated,
             SequencePreempted: self._on_sequence_preempted,
-            EngineStats: self._on_stats,
-            EngineConfig: self._on_config,
-            StartupFact: self._on_startup_fact,
-            EngineError: self._on_engine_error,
-            ServerStop: self._on_stop,
+            EngineStats: engine.on_stats,
+            EngineConfig: engine.on_config,
+            StartupFact: engine.on_startup_fact,
+            EngineError: engine.on_engine_error,
+            ServerStop: engine.on_stop,
             AccessLog: self._ignore,
             Notice: self._ignore,
             RuleEvent: self._on_rule_event,
@@ -288,129 +201,98 @@ class Assembler:
             self._now = ts
             if ts >= self._next_sweep:
                 self.tick(ts)
-        if self._pending_nccl is not None and type(event) is not NcclHint:
-            self._flush_nccl(None)
+        if self.engine.pending_nccl is not None and type(event) is not NcclHint:
+            self.engine.flush_nccl(None)
         self._handlers[type(event)](record, event)
 
     def tick(self, now_ns: int) -> None:
         """Emit what is due at `now_ns`: finished requests done lingering, open ones past TTL.
         Replay ticks on log time; the live agent also ticks on the wall clock."""
         self._next_sweep = now_ns + _NS
-        if self._pending_nccl is not None and now_ns - self._pending_nccl[0].ts_ns >= _NS:
-            self._flush_nccl(None)
-        if self._incident_open is not None and now_ns - self._incident_open.last_ns >= _INCIDENT_WINDOW_NS:
-            self._close_incident()
         linger_deadline = now_ns - self._linger_ns
         ttl_deadline = now_ns - self._ttl_ns
-        idle_deadline = now_ns - _IDLE_GRACE_NS
-        if self._startup is not None and self._startup.end_ns <= ttl_deadline:
-            self._end_startup()
-        for r in [r for r in self._ix.in_flight.values()
+        idle_deadline = now_ns - IDLE_GRACE_NS
+        self.engine.tick(now_ns, ttl_deadline)
+        for r in [r for r in self.index.in_flight.values()
                   if r.idle_at is not None and r.idle_at <= idle_deadline and r.last_ns <= r.idle_at]:
-            self._close(r, Close.IDLE, r.idle_at)
+            self.close(r, Close.IDLE, r.idle_at)
         due = [
-            r for r in self._ix.open.values()
+            r for r in self.index.open.values()
             if (r.terminal_ns is not None and r.terminal_ns <= linger_deadline) or r.last_ns <= ttl_deadline
         ]
         for r in due:
-            self._close(r, Close.EXPIRED)
-        self._ix.forget(ttl_deadline)
+            self.close(r, Close.EXPIRED)
+        self.index.forget(ttl_deadline)
 
     def flush(self) -> None:
         """End of input: everything still open is emitted, unfinished requests as incomplete."""
-        if self._pending_nccl is not None:
-            self._flush_nccl(None)
-        if self._incident_open is not None:
-            self._close_incident()
-        self._end_startup()
-        for r in list(self._ix.open.values()):
-            self._close(r, Close.FLUSHED)
+        self.engine.flush()
+        for r in list(self.index.open.values()):
+            self.close(r, Close.FLUSHED)
 
     def add_file(self, generation: int, source: Source) -> None:
         """Lines at positions of `generation` come from `source`'s file (of this stream): the
         timelines that begin there name it. Ids stay the stream's (`self.source.key`)."""
         self._files[generation] = source
 
-    def _source_at(self, offset: int) -> Source:
+    def source_at(self, offset: int) -> Source:
         """The file of the line at `offset` (a position: generation << GEN_SHIFT | byte)."""
         return self._files.get(offset >> GEN_SHIFT, self.source) if self._files else self.source
 
     @property
     def open_requests(self) -> int:
-        return len(self._ix.open)
+        return len(self.index.open)
 
     def resume_facts(self, facts: dict) -> None:
-        """Start from the engine facts in force where a resume starts (a checkpoint's), as
-        the lines before it, not read again, had set them."""
-        self._engine = dict(facts)
-        self._facts_start = dict(facts)
+        """Start from the engine facts in force where a resume starts (a checkpoint's)."""
+        self.engine.resume_facts(facts)
 
     def facts_at(self, position: int) -> dict:
-        """The engine facts in force just before `position` (a checkpoint's safe position):
-        what a resume from there must start from so the requests after it get them again.
-        Changes before it are forgotten (the safe position never moves back)."""
-        log = self._facts_log
-        i = 0
-        while i < len(log) and log[i][0] < position:
-            i += 1
-        if i:
-            self._facts_start = log[i - 1][1]
-            del log[:i]
-        return self._facts_start
-
-    def _facts_changed(self, record: Record) -> None:
-        self._facts_log.append((record.offset, dict(self._engine)))
+        """The engine facts in force just before `position` (`EngineLife.facts_at`)."""
+        return self.engine.facts_at(position)
 
     @property
     def min_open_offset(self) -> int | None:
         """The earliest position still needed by anything not yet emitted (for checkpoints)."""
-        low = min((r.first_offset for r in self._ix.open.values()), default=None)
-        if self._pending_nccl is not None:
-            held = self._pending_nccl[0].offset
-            low = held if low is None else min(low, held)
-        if self._incident_open is not None:
-            held = self._incident_open.first.offset
-            low = held if low is None else min(low, held)
-        if self._startup is not None:  # an engine's start not emitted yet: its first line too
-            held = self._startup.first_offset
-            low = held if low is None else min(low, held)
-        return low
+        low = min((r.first_offset for r in self.index.open.values()), default=None)
+        held = self.engine.min_offset  # a held NCCL line, an incident's or a start's first line
+        return held if low is None else low if held is None else min(low, held)
 
     def evict_oldest(self, keep: int) -> int:
         """Emit the oldest open requests (as they stand) until at most `keep` remain."""
-        excess = len(self._ix.open) - keep
+        excess = len(self.index.open) - keep
         if excess <= 0:
             return 0
-        for r in list(self._ix.open.values())[:excess]:
-            self._close(r, Close.EXPIRED)
+        for r in list(self.index.open.values())[:excess]:
+            self.close(r, Close.EXPIRED)
         return excess
 
     # -- request lines -------------------------------------------------------------------
 
     def _start(self, rid: str, record: Record) -> RequestState:
         """The request this starting line belongs to, opening a new occurrence if needed."""
-        r = self._ix.open.get(rid)
+        r = self.index.open.get(rid)
         if r is not None:
             if r.terminal_ns is None:
-                return self._ix.touch(r, record)
-            self._close(r, Close.DONE)  # over already: the id has been reused
+                return self.index.touch(r, record)
+            self.close(r, Close.DONE)  # over already: the id has been reused
         self.stats.requests_opened += 1
-        return self._ix.open_new(rid, record, (self._queue_offset, self._gpu_offset))
+        return self.index.open_new(rid, record, (self._queue_offset, self._gpu_offset))
 
     def _touch(self, rid: str, record: Record) -> RequestState | None:
-        r = self._ix.open.get(rid)
+        r = self.index.open.get(rid)
         if r is None:
             self.stats.orphan_lines += 1
             return None
-        return self._ix.touch(r, record)
+        return self.index.touch(r, record)
 
     def _seed_id(self, rid: str) -> str:
         """A seed line's id, or the upstream request in flight it names (`<id>-<8 hex>` is V1's
         engine-side spelling of `<id>`): the vLLM plugin's lines join vLLM's own. An n>1 child
         (`<i>_<id>`) is its parent's: one client request, one root, whatever else is open."""
-        if rid in self._ix.open or not ids.respelled(rid):
+        if rid in self.index.open or not ids.respelled(rid):
             return rid
-        key = ids.resolve(rid, self._ix.open) if self._ix.open else None
+        key = ids.resolve(rid, self.index.open) if self.index.open else None
         if key is None and ids.child_index(rid) is not None:
             return ids.engine_base(rid)
         return key or rid
@@ -419,17 +301,17 @@ class Assembler:
         """`_start` for a plugin line, and which n>1 child of its request it names (or None).
         A child the request had not shown yet, after its siblings' summaries ended it (how many
         there are was never logged), continues it: siblings are not a reused id."""
-        r = self._ix.open.get(rid)
+        r = self.index.open.get(rid)
         if r is not None and r.terminal_ns is None:  # the commonest line: one of an open request's
-            return self._ix.touch(r, record), None
+            return self.index.touch(r, record), None
         key = self._seed_id(rid)
         k = ids.child_index(rid) if key != rid else None
         if k is not None:
-            r = self._ix.open.get(key)
+            r = self.index.open.get(key)
             if r is not None and r.terminal_ns is not None and r.outcome == "finished" and r.seqs is not None \
-                    and k not in r.seqs and self._ix.open.get(r.request_id) is r:
+                    and k not in r.seqs and self.index.open.get(r.request_id) is r:
                 r.terminal_ns, r.outcome, r.summary = None, "incomplete", None
-                self._ix.in_flight[key] = r
+                self.index.in_flight[key] = r
         r = self._start(key, record)
         if k is not None:
             if r.seqs is None:
@@ -488,7 +370,7 @@ class Assembler:
         if ev.at_ns is not None:
             record = _exact(record, ev)
         rid = ev.request_id
-        r = self._touch(rid if rid in self._ix.open else self._seed_id(rid), record)
+        r = self._touch(rid if rid in self.index.open else self._seed_id(rid), record)
         if r is None:
             return
         r.freed += ev.count
@@ -500,7 +382,7 @@ class Assembler:
         if r.terminal_ns is not None:
             r.last_free_ns = record.ts_ns
             if r.held <= 0 and r.outcome != "timeout" and not self._awaits_api(r):  # a timeout may still get its API line
-                self._close(r, Close.DONE)
+                self.close(r, Close.DONE)
         elif ev.reason in _RELEASE_REASONS and r.seqs is not None and self._seqs_left(r, ids.child_index(ev.request_id)):
             pass  # one child of n>1 released; the request goes on with the others
         elif ev.reason in _RELEASE_REASONS:
@@ -524,9 +406,9 @@ class Assembler:
             r.summary, end = _combined(r.request_id, r.seqs)
         else:
             r.summary = ev
-        self._end(r, end, End.FINISHED)
+        self.end(r, end, End.FINISHED)
         if r.held <= 0 and not self._awaits_api(r):
-            self._close(r, Close.DONE)
+            self.close(r, Close.DONE)
 
     @staticmethod
     def _awaits_api(r: RequestState) -> bool:
@@ -557,15 +439,15 @@ class Assembler:
         vLLM aborted it) or failed, with the phases vLLM stamped before."""
         record = _exact(record, ev)
         rid = self._seed_id(ev.request_id)
-        r = self._ix.open.get(rid)
+        r = self.index.open.get(rid)
         k = ids.child_index(ev.request_id) if rid != ev.request_id else None
         if r is not None and r.terminal_ns is not None:  # vLLM's own line (or a sibling's) ended it first
             if ev.times is not None and r.times is None:
                 self._plugin_times(r, ev.request_id, ev.times)
             if k is not None and r.seqs is not None:  # n>1: this child is over too
                 r.seqs[k] = (record.ts_ns, None)
-                if r.held <= 0 and not self._seqs_left(r) and self._ix.open.get(r.request_id) is r:
-                    self._close(r, Close.DONE)
+                if r.held <= 0 and not self._seqs_left(r) and self.index.open.get(r.request_id) is r:
+                    self.close(r, Close.DONE)
             return
         r, k = self._start_seq(ev.request_id, record)  # a child of n>1 ends its parent: vLLM aborts all
         if k is not None:
@@ -576,11 +458,11 @@ class Assembler:
         r.set("gen_ai.usage.output_tokens", ev.generated_tokens)
         r.set("vllm.e2e_s", ev.e2e_s)
         if ev.finish == "abort":
-            self._end(r, record.ts_ns, End.ABORTED, message=f"Request {ev.request_id} aborted")
+            self.end(r, record.ts_ns, End.ABORTED, message=f"Request {ev.request_id} aborted")
         else:
-            self._end(r, record.ts_ns, End.FAILED, ev.finish, f"Request {ev.request_id} ended: {ev.finish}")
+            self.end(r, record.ts_ns, End.FAILED, ev.finish, f"Request {ev.request_id} ended: {ev.finish}")
         if r.held <= 0 and not (k is not None and self._seqs_left(r)):  # n>1: its siblings' lines come too
-            self._close(r, Close.DONE)
+            self.close(r, Close.DONE)
 
     @staticmethod
     def _plugin_times(r: RequestState, rid: str, times) -> None:
@@ -605,7 +487,7 @@ class Assembler:
             r.preemptions = [[start, end, Preempted(rid, "", None, start)] for start, end in times.preempted]
 
     def _on_timeout(self, record: Record, ev: RequestTimedOut) -> None:
-        r = self._ix.open.get(ev.request_id)
+        r = self.index.open.get(ev.request_id)
         if r is not None and r.outcome == "timeout":  # the second of the two timeout lines
             self._touch(ev.request_id, record)
             if ev.after_s is not None:
@@ -613,17 +495,17 @@ class Assembler:
             return
         r = self._start(ev.request_id, record)
         r.timeout_after_s = ev.after_s
-        self._end(r, record.ts_ns, End.TIMEOUT, message=self._text(ev.message))
+        self.end(r, record.ts_ns, End.TIMEOUT, message=self._text(ev.message))
 
     def _on_alloc_failed(self, record: Record, ev: AllocationFailed) -> None:
         r = self._start(ev.request_id, record)
         message = ev.message
-        oom = self._last_oom
+        oom = self.engine.last_oom
         if oom is not None and record.ts_ns - oom[0] <= self._config.oom_window_s * _NS:
             message = f"{message}: {oom[1].message}"
-        self._end(r, record.ts_ns, End.FAILED, "oom", self._text(message), "OutOfMemoryError")
+        self.end(r, record.ts_ns, End.FAILED, "oom", self._text(message), "OutOfMemoryError")
 
-    def _end(self, r: RequestState, ts: int, why: End, error_type: str | None = None, message: str = "",
+    def end(self, r: RequestState, ts: int, why: End, error_type: str | None = None, message: str = "",
              exception: str | None = None, observed: bool = True) -> None:
         """The one way a request is over, at `ts`: `why` fixes its outcome, and but for
         `End.FINISHED` its `error.type` (unless given) and an exception event (`message` is
@@ -632,9 +514,9 @@ class Assembler:
         (`_served`). `observed=False`: no line shows when it ended (`vllm.end_inferred`)."""
         if why is not End.FINISHED:
             if why is End.STOPPED:
-                message = _STOPPED
+                message = STOPPED_MESSAGE
             elif why is End.ENGINE_DIED:
-                message = _engine_failed(error_type)
+                message = engine_failed(error_type)
             r.error_type = why.error_type if error_type is None else error_type
             r.error_message = message
             event = SpanEvent("exception", ts, {"exception.type": exception or why.exception,
@@ -644,11 +526,11 @@ class Assembler:
                 self._signal_ends[r] = event
         r.terminal_ns = ts
         r.outcome = why.outcome
-        self._ix.over(r)
+        self.index.over(r)
         if not observed:
             r.set("vllm.end_inferred", True)
 
-    def _close(self, r: RequestState, why: Close, seen_ns: int | None = None) -> None:
+    def close(self, r: RequestState, why: Close, seen_ns: int | None = None) -> None:
         """The one way a request goes out: its timeline is emitted and its id released. A
         request no line ended is settled first, by what the engine's state says (`Close`)."""
         if why is Close.EXPIRED or why is Close.FLUSHED:
@@ -664,8 +546,8 @@ class Assembler:
             # `incomplete`. Its end is inferred either way.
             if r.extra is not None and r.idle_at is not None and r.last_ns <= r.idle_at:
                 why, seen_ns = Close.IDLE, r.idle_at  # the engine said it was idle after its last line
-            elif self._stop_ns is not None and r.first_ns <= self._stop_last_ns:
-                self._end(r, max(self._stop_last_ns, r.last_ns), End.STOPPED, observed=False)
+            elif self.engine.stop_ns is not None and r.first_ns <= self.engine.stop_last_ns:
+                self.end(r, max(self.engine.stop_last_ns, r.last_ns), End.STOPPED, observed=False)
             elif r.extra is not None and why is Close.REUSED:
                 why = Close.IDLE
         if why is Close.IDLE:
@@ -681,10 +563,10 @@ class Assembler:
                 r.outcome = "finished"
         if self._signal_ends:
             self._signal_ends.pop(r, None)
-        self._ix.release(r)
+        self.index.release(r)
         self.stats.requests_emitted += 1
         if r.extra is not None:  # upstream request: the engine's model and version
-            for key, value in self._engine.items():
+            for key, value in self.engine.facts.items():
                 r.extra.setdefault(key, value)
         if r.terminal_ns is None:  # no line ended it: its end is the last evidence (replay ≡ agent)
             r.set("vllm.end_inferred", True)
@@ -692,7 +574,7 @@ class Assembler:
         if self._config.client_context:
             caller = r.times.caller if r.times is not None else None
             parent = caller if caller is not None else self._config.context_rule(r.request_id)
-        t = self._timeline(r, self._source_at(r.generation << GEN_SHIFT), self._config.thresholds, parent)
+        t = self._timeline(r, self.source_at(r.generation << GEN_SHIFT), self._config.thresholds, parent)
         if r.extra is not None and ("vllm.start_unknown" in r.extra or "vllm.end_inferred" in r.extra):
             # A bound no line proves: the first line seen is no arrival; a stop's time no end.
             if "vllm.start_unknown" in r.extra:
@@ -709,7 +591,7 @@ class Assembler:
 
     def _upstream(self, key: str, record: Record) -> RequestState:
         """Open (or continue) an upstream request under `key`, with what its id tells."""
-        self._end_startup()
+        self.engine.end_startup()
         r = self._start(key, record)
         if r.extra is None:
             self._describe(r, key, record)
@@ -727,12 +609,12 @@ class Assembler:
     def _resolve(self, rid: str, record: Record) -> RequestState | None:
         """The request a line names; one whose start was not seen (an excerpt, an agent started
         late) is opened here, marked `vllm.start_unknown`. None for a request already emitted."""
-        key = ids.resolve(rid, self._ix.open)
+        key = ids.resolve(rid, self.index.open)
         if key is not None:
-            if self._ix.twins and key in self._ix.twins:
-                return self._ix.touch(self._ix.occurrence(key, rid), record)
+            if self.index.twins and key in self.index.twins:
+                return self.index.touch(self.index.occurrence(key, rid), record)
             return self._touch(key, record)
-        if ids.resolve(rid, self._ix.gone) is not None:
+        if ids.resolve(rid, self.index.gone) is not None:
             self.stats.orphan_lines += 1
             return None
         return self._orphan(rid, record)
@@ -751,10 +633,10 @@ class Assembler:
         """A request under this id was received and is not yet added: vLLM adds a request right
         after it logs its arrival, so a second arrival now is another request at the same time."""
         return any(o.terminal_ns is None and o.extra is not None and o.seen & SEEN_RECEIVED and o.added is None
-                   for o in self._ix.group(rid))
+                   for o in self.index.group(rid))
 
     def _open_twin(self, rid: str, record: Record) -> RequestState:
-        r = self._ix.open_twin(rid, record, (self._queue_offset, self._gpu_offset))
+        r = self.index.open_twin(rid, record, (self._queue_offset, self._gpu_offset))
         self.stats.requests_opened += 1
         self._describe(r, rid, record)
         self.stats.reused_concurrent += 1
@@ -762,26 +644,26 @@ class Assembler:
 
     def _retire(self, rid: str) -> None:
         """A new request under an id whose concurrent requests were all added: they are over."""
-        for o in self._ix.group(rid):
+        for o in self.index.group(rid):
             if o.terminal_ns is None:
-                self._close(o, Close.REUSED)
-            if o in self._ix.twins.get(rid, ()) or self._ix.open.get(rid) is o:
-                self._close(o, Close.DONE)
+                self.close(o, Close.REUSED)
+            if o in self.index.twins.get(rid, ()) or self.index.open.get(rid) is o:
+                self.close(o, Close.DONE)
 
     def _again(self, key: str, bit: int) -> None:
         """A start line this request has shown already: the id was reused by a new request
         (occurrence order). The one open under it ends where its lines end."""
-        r = self._ix.open.get(key)
+        r = self.index.open.get(key)
         if r is not None and r.terminal_ns is None and r.seen & bit:
-            self._close(r, Close.REUSED)
+            self.close(r, Close.REUSED)
 
     def _on_received(self, record: Record, ev: RequestReceived) -> None:
         rid = ev.request_id
-        if rid in self._ix.open and self._concurrent(rid):
-            self._end_startup()
+        if rid in self.index.open and self._concurrent(rid):
+            self.engine.end_startup()
             r = self._open_twin(rid, record)
         else:
-            if self._ix.twins and rid in self._ix.twins:
+            if self.index.twins and rid in self.index.twins:
                 self._retire(rid)
             self._again(rid, SEEN_RECEIVED)
             r = self._upstream(rid, record)
@@ -801,16 +683,16 @@ class Assembler:
 
     def _on_added(self, record: Record, ev: RequestAdded) -> None:
         rid = ev.request_id
-        if self._ix.twins and self._add_twin(rid, record):
+        if self.index.twins and self._add_twin(rid, record):
             return
-        key = ids.resolve(rid, self._ix.in_flight)
+        key = ids.resolve(rid, self.index.in_flight)
         if key is not None:
-            r = self._ix.open[key]
+            r = self.index.open[key]
             # vLLM ≥ 0.14 gives every request its own `-<8 hex>` suffix, n>1 children `<i>_` of
             # it: an id added before, or another suffix, is another request under a reused id.
             if r.added is not None and (rid in r.added or ids.engine_base(rid) not in
                                         {ids.engine_base(a) for a in r.added}):
-                self._close(r, Close.REUSED)
+                self.close(r, Close.REUSED)
                 key = None
         r = self._upstream(key if key is not None else ids.canonical(rid), record)
         if r.added is None:
@@ -823,16 +705,16 @@ class Assembler:
         """`Added request` under an id received several times at once: the engine adds them in
         the order they arrived, so the oldest not yet added is this one (an n>1 child joins the
         request its engine id was added as)."""
-        key = ids.resolve(rid, self._ix.open)
-        if key is None or key not in self._ix.twins:
+        key = ids.resolve(rid, self.index.open)
+        if key is None or key not in self.index.twins:
             return False
         base = ids.engine_base(rid)
-        group = self._ix.group(key)
+        group = self.index.group(key)
         r = next((o for o in group if o.added and base in {ids.engine_base(a) for a in o.added}), None) \
             or next((o for o in group if o.terminal_ns is None and o.added is None), None)
         if r is None:
             return False
-        self._ix.touch(r, record)
+        self.index.touch(r, record)
         if r.added is None:
             r.added = set()
             if rid != r.request_id:
@@ -854,14 +736,8 @@ class Assembler:
     def _on_finished(self, record: Record, ev: RequestFinished) -> None:
         r = self._resolve(ev.request_id, record)
         if r is not None and r.terminal_ns is None:
-            self._end(r, self._when(record, r), End.FINISHED)
-            self._alive()
-
-    def _alive(self) -> None:
-        """A request finished normally: whatever died, the engine serves again (a line taken
-        for a death that was none must not fail every later request)."""
-        if self._death is not None and self._incident_open is None:
-            self._death = None
+            self.end(r, self._when(record, r), End.FINISHED)
+            self.engine.alive()
 
     def _on_generated(self, record: Record, ev: ResponseGenerated) -> None:
         r = self._resolve(ev.request_id, record)
@@ -888,24 +764,24 @@ class Assembler:
             ts = self._when(record, r)
             if ev.finish_reason != "abort" and len(reasons) < n and r.closed < n:
                 pass  # one choice of n>1 is done (a stream's last delta); the others go on
-            elif ev.finish_reason == "abort" and self._stop_ns is not None:
-                self._end(r, ts, End.STOPPED)  # aborted by the stop (vLLM's abort mode)
+            elif ev.finish_reason == "abort" and self.engine.stop_ns is not None:
+                self.end(r, ts, End.STOPPED)  # aborted by the stop (vLLM's abort mode)
             elif ev.finish_reason == "abort":
                 # aborted by the engine with no line of its own (`POST /pause`, core.py): the
                 # client got a cut answer whose reason says so
-                self._end(r, ts, End.ABORTED, message=f"Request {ev.request_id} aborted (finish_reason: abort)")
+                self.end(r, ts, End.ABORTED, message=f"Request {ev.request_id} aborted (finish_reason: abort)")
             else:
-                self._end(r, ts, End.FINISHED)
-                self._alive()
+                self.end(r, ts, End.FINISHED)
+                self.engine.alive()
         elif r.outcome == "finished" and r.error_type is None and record.ts_ns > r.terminal_ns and r.summary is None:
             # (a summary's end is vLLM's own e2e end, and its arrival counts back from it)
             r.terminal_ns = record.ts_ns
-        elif r.summary is not None and ev.streaming != "delta" and r.held <= 0 and self._ix.open.get(r.request_id) is r \
+        elif r.summary is not None and ev.streaming != "delta" and r.held <= 0 and self.index.open.get(r.request_id) is r \
                 and (r.closed >= (extra.get("gen_ai.request.n") or 1) if ev.streaming == "complete"
                      else not self._awaits_api(r)):
             # the plugin's summary, then a reason for every choice, or a stream's closing lines,
             # one per choice (serving_chat.py logs one for each): nothing more to come
-            self._close(r, Close.DONE)
+            self.close(r, Close.DONE)
         elif r in self._signal_ends and ev.streaming != "complete" and ev.finish_reason not in (None, "abort"):
             # a choice's own reason, not `(streaming complete)`: vLLM logs that after an abort too
             self._served(r, record.ts_ns)
@@ -921,7 +797,7 @@ class Assembler:
             r.events = [e for e in r.events if e is not end]
         if r.extra is not None:
             r.extra.pop("vllm.end_inferred", None)
-        inc = self._incident_open
+        inc = self.engine.incident
         if inc is not None and r in inc.failed:
             inc.failed.remove(r)
 
@@ -929,10 +805,10 @@ class Assembler:
         for rid in ev.request_ids:
             r = self._resolve(rid, record)
             if r is not None and r.terminal_ns is None:
-                if self._stop_ns is not None:  # aborted by the stop (vLLM's abort mode, or cancelled)
-                    self._end(r, self._when(record, r), End.STOPPED)
+                if self.engine.stop_ns is not None:  # aborted by the stop (vLLM's abort mode, or cancelled)
+                    self.end(r, self._when(record, r), End.STOPPED)
                 else:
-                    self._end(r, self._when(record, r), End.ABORTED, message=f"Request {rid} aborted")
+                    self.end(r, self._when(record, r), End.ABORTED, message=f"Request {rid} aborted")
 
     def _on_failed(self, record: Record, ev: RequestFailed) -> None:
         # V0's "Failing the request" may be its only line: `_resolve` opens it then.
@@ -940,12 +816,12 @@ class Assembler:
         if r is None or r.terminal_ns is not None:
             return
         ts = self._when(record, r)
-        if ev.error_type == "engine_dead" and self._death is None and self._stop_ns is not None:
-            self._end(r, ts, End.STOPPED)  # vLLM fails what is in flight with EngineDeadError on a stop
-        elif ev.error_type == "engine_dead" and self._death is not None:
-            self._end(r, ts, End.ENGINE_DIED, self._death, exception="RequestFailed")
+        if ev.error_type == "engine_dead" and self.engine.death is None and self.engine.stop_ns is not None:
+            self.end(r, ts, End.STOPPED)  # vLLM fails what is in flight with EngineDeadError on a stop
+        elif ev.error_type == "engine_dead" and self.engine.death is not None:
+            self.end(r, ts, End.ENGINE_DIED, self.engine.death, exception="RequestFailed")
         else:
-            self._end(r, ts, End.FAILED, ev.error_type, self._request_text(ev.reason))
+            self.end(r, ts, End.FAILED, ev.error_type, self._request_text(ev.reason))
 
     def _on_sequence_preempted(self, record: Record, ev: SequencePreempted) -> None:
         r = self._resolve(ev.request_id, record)
@@ -962,7 +838,7 @@ class Assembler:
         uses, like upstream lines), or with no request id on every request in flight."""
         if ev.request_id is None:
             event = SpanEvent(ev.name, record.ts_ns, dict(ev.attributes))
-            for r in self._ix.in_flight.values():
+            for r in self.index.in_flight.values():
                 r.add_event(event, True)
             return
         r = self._resolve(ev.request_id, record)
@@ -979,224 +855,6 @@ class Assembler:
 
     # -- upstream engine lines -----------------------------------------------------------
 
-    def _on_stats(self, record: Record, ev: EngineStats) -> None:
-        attrs = {}
-        for name in ("running", "waiting", "swapped", "deferred", "preemptions", "corrupted"):
-            v = getattr(ev, name)
-            if v is not None:
-                attrs[f"vllm.queue.{name}"] = v
-        for name, key in (("prompt_throughput", "vllm.throughput.prompt_tokens_per_s"),
-                          ("generation_throughput", "vllm.throughput.generation_tokens_per_s"),
-                          ("gpu_kv_usage", "vllm.kv_cache.gpu_usage"), ("cpu_kv_usage", "vllm.kv_cache.cpu_usage"),
-                          ("prefix_cache_hit_rate", "vllm.prefix_cache.hit_rate"),
-                          ("external_prefix_cache_hit_rate", "vllm.prefix_cache.external_hit_rate"),
-                          ("mm_cache_hit_rate", "vllm.mm_cache.hit_rate")):
-            v = getattr(ev, name)
-            if v is not None:
-                attrs[key] = v
-        if ev.engine is not None:
-            attrs["vllm.engine.index"] = ev.engine
-        event = SpanEvent("vllm.engine_stats", record.ts_ns, attrs)
-        free = 1.0 - ev.gpu_kv_usage if ev.gpu_kv_usage is not None else None
-        for r in self._ix.in_flight.values():
-            r.add_event(event, True)
-            if free is not None and (r.min_free_ratio is None or free < r.min_free_ratio):
-                r.min_free_ratio = free
-        if ev.engine is not None:
-            self._stats_engines.add(ev.engine)
-        # One engine's line speaks for the server only when it is the only engine: with
-        # data parallelism (the banner's size, or more than one seen) only an aggregated line does.
-        if (len(self._stats_engines) <= 1 and self._data_parallel <= 1) or "Aggregated" in (ev.engine or ""):
-            held = ev.running + (ev.waiting or 0) + (ev.swapped or 0)
-            self._held = (record.ts_ns, held)
-            if held == 0:
-                self._idle(record)
-
-    def _settle(self) -> None:
-        """Before a death or a stop ends what is in flight: the last stats line said how many
-        requests the engine held. Unended requests beyond that many, older than the line by
-        the grace and quiet since, had finished unlogged (V1 completions): the oldest of them,
-        as requests mostly end in the order they came."""
-        if self._held is None:
-            return
-        ts, held = self._held
-        known = sorted((r for r in self._ix.in_flight.values()
-                        if r.extra is not None and r.first_ns <= ts - _IDLE_GRACE_NS),
-                       key=lambda r: (r.first_ns, r.first_offset))
-        for r in known[:max(0, len(known) - held)]:
-            if r.last_ns <= ts:
-                self._close(r, Close.IDLE, ts)
-
-    def _idle(self, record: Record) -> None:
-        """The engine says nothing runs or waits: requests with no end line are over, end
-        unknown — once nothing more comes for them within the grace (see `tick`)."""
-        for r in self._ix.in_flight.values():
-            if r.extra is not None and r.last_ns < record.ts_ns and r.idle_at is None:
-                r.idle_at = record.ts_ns
-
-    def _on_stop(self, record: Record, ev: ServerStop) -> None:
-        """vLLM's shutdown sequence. After an engine death it is the server winding down (no
-        stop: the death explains the requests); before one, a deliberate stop."""
-        if self._death is not None:
-            return
-        ts = record.ts_ns
-        if self._stop_ns is None:
-            if ev.phase == "drained":
-                return
-            self._settle()
-            self._stop_ns = ts
-        self._stop_last_ns = max(self._stop_last_ns, ts)
-        if ev.mode:
-            self._stop_mode = ev.mode
-        if ev.phase == "in_flight" and ev.in_flight is not None:
-            # The engine core counts what it still holds (core.py:1645): of the requests no line
-            # ended, the most recent ones; the others had finished unlogged (V1 completions).
-            unended = sorted(self._ix.in_flight.values(), key=lambda r: (r.first_ns, r.first_offset))
-            cut = max(0, len(unended) - ev.in_flight)
-            for r in unended[:cut]:
-                if r.extra is not None:
-                    self._close(r, Close.IDLE, ts)
-            if self._stop_mode == "abort":  # aborted right now (core.py:1648)
-                for r in unended[cut:]:
-                    self._end(r, ts, End.STOPPED)
-        elif ev.phase == "drained":
-            # The engine holds nothing any more (core.py:1667): what it aborted was counted above
-            # (no count line: it held nothing, core.py:1643); the rest had finished, or drained.
-            for r in list(self._ix.in_flight.values()):
-                if r.extra is not None and r.first_ns <= ts:
-                    self._close(r, Close.IDLE, ts)
-
-    def _on_config(self, record: Record, ev: EngineConfig) -> None:
-        if self._startup is None or self._startup.has_banner:  # a second banner: the engine restarted
-            self._end_startup()
-            self._startup = Startup(record)
-        if self._incident_open is not None:
-            self._close_incident()
-        for r in list(self._ix.in_flight.values()):  # the engine that held them is gone
-            self._close(r, Close.UNENDED)
-        self._death = self._stop_ns = self._held = None  # a new engine life
-        self._data_parallel = max(1, ev.data_parallel)
-        self._stop_mode = ""
-        self._startup.has_banner = True
-        facts = [("vllm.version", ev.version)]
-        if ev.engine:
-            facts.append(("vllm.engine.version", ev.engine))
-        if ev.model:
-            facts.append(("gen_ai.request.model", ev.model))
-            self._engine["gen_ai.request.model"] = ev.model
-        self._engine["vllm.version"] = ev.version
-        self._facts_changed(record)
-        self._startup.add(record, facts)
-
-    def _on_startup_fact(self, record: Record, ev: StartupFact) -> None:
-        if self._startup is None:
-            self._startup = Startup(record)
-        self._startup.add(record, ev.facts)
-        for key, value in ev.facts:
-            if key in ("vllm.version", "gen_ai.request.model") and key not in self._engine:
-                self._engine[key] = value
-                self._facts_changed(record)
-
-    def _end_startup(self, error_type: str = "", message: str = "") -> None:
-        if self._startup is not None:
-            self._emit(self._startup.timeline(self._source_at(self._startup.first_offset), error_type,
-                                              self._text(message)))
-            self._startup = None
-
-    def _on_engine_error(self, record: Record, ev: EngineError) -> None:
-        if self._startup is not None and ev.error_type in ("model_load", "other") and self._startup.no_room:
-            # a start that failed after the KV cache had no room left: the model did not fit
-            ev = replace(ev, error_type="oom")
-        if self._startup is not None and (ev.fatal or ev.error_type in ("model_load", "oom")):
-            self._startup.add(record, ())
-            self._end_startup(ev.error_type, ev.message)
-        ts = record.ts_ns
-        if self._stop_ns is not None and self._death is None and ev.error_type not in _REAL_FAILURES and not ev.exited:
-            # vLLM raises EngineDeadError, cancels and kills its workers while it stops on purpose.
-            self.stats.stop_errors += 1
-            if ev.fatal:
-                for r in list(self._ix.in_flight.values()):
-                    self._end(r, ts, End.STOPPED)
-            return
-        inc = self._incident_open
-        if inc is not None and self._death is None and ts - inc.last_ns > _INCIDENT_WINDOW_NS:
-            self._close_incident()
-            inc = None
-        if inc is None:
-            if self._death is not None:  # the engine is dead already and its incident went out
-                self.stats.death_errors += 1
-                if ev.fatal:  # V0's AsyncEngineDeadError for a request sent to the dead engine
-                    for r in list(self._ix.in_flight.values()):
-                        self._end(r, ts, End.ENGINE_DIED, self._death, exception=ev.exception_type)
-                return
-            inc = self._incident_open = _Incident(record, ev)
-            inc.occurrence = where(record)  # reserved now: the link its event carries names its span
-        engine, first_engine = _dp_engine(record.process), _dp_engine(inc.first.process)
-        if engine and first_engine and engine != first_engine:
-            # another data-parallel engine failing at the same time: its own incident
-            sibling = self._sibling_incidents.get(engine)
-            if sibling is None:
-                sibling = self._sibling_incidents[engine] = _Incident(record, ev)
-                sibling.occurrence = where(record)
-            sibling.add(record, ev)
-            inc.last_ns = max(inc.last_ns, record.ts_ns)  # the window stays open while any reports
-            inc = sibling
-        upgraded = inc.add(record, ev) if inc is self._incident_open else False
-        if upgraded or inc.event is None:
-            self._incident_event(inc)
-        for key, r in self._ix.in_flight.items():  # the event goes on at once: a request may be
-            if inc.affected.setdefault(key, r) is r and (r.events is None or inc.event not in r.events):
-                r.add_event(inc.event, False)  # emitted before the incident closes
-        if ev.fatal and self._death is None:
-            # The engine died: the best evidence of when the requests in flight ended.
-            self._settle()
-            self._death = inc.error_type
-            lead_record, lead = inc.lead
-            for r in list(self._ix.in_flight.values()):
-                self._end(r, ts, End.ENGINE_DIED, inc.error_type, exception=lead.exception_type or ev.exception_type)
-                inc.failed.append(r)
-        elif upgraded and self._death is not None:
-            self._death = inc.error_type
-            for r in inc.failed:  # later lines told what killed it
-                r.error_type = inc.error_type
-
-    def _incident_event(self, inc: _Incident) -> None:
-        """The incident's event on the requests it hit, replaced on those not emitted yet when
-        a later line tells more (its type is only final once the incident closes)."""
-        old = inc.event
-        record, ev = inc.lead
-        inc.event = _incident_event(inc.error_type, inc.error_type, inc.first.ts_ns, inc.occurrence)
-        if old is None:
-            return
-        for key, r in inc.affected.items():
-            if self._ix.open.get(key) is r and r.events:
-                r.events = [inc.event if e is old else e for e in r.events]
-
-    def _close_incident(self) -> None:
-        """Emit the open incident as one `vllm.engine` span, and its event on the requests it hit;
-        then each other data-parallel engine's of the same moment."""
-        self._emit_incident(self._incident_open)
-        self._incident_open = None
-        siblings, self._sibling_incidents = self._sibling_incidents, {}
-        for sibling in siblings.values():
-            self._emit_incident(sibling)
-
-    def _emit_incident(self, inc: _Incident) -> None:
-        record, ev = inc.lead
-        attrs = {"vllm.incident.fatal": inc.fatal or self._death is not None, "vllm.incident.lines": inc.lines}
-        if ev.exception_type:
-            attrs["exception.type"] = ev.exception_type
-        if ev.stacktrace and self._config.export_error_text:
-            attrs["exception.stacktrace"] = ev.stacktrace
-        first = inc.first
-        # the process that logged first: an error travels outward (worker → engine core → API
-        # server), each wrapper logging after the one it wraps, so the first is nearest the cause
-        if first.process or record.process:
-            attrs["vllm.process"] = first.process or record.process
-        self._incident(first, inc.error_type, inc.error_type, first.ts_ns, ev.message, attrs,
-                       affected=inc.affected, end_ns=inc.last_ns, end_offset=inc.last_offset,
-                       occurrence=inc.occurrence)
-
     # -- engine-wide lines ---------------------------------------------------------------
 
     def _on_queue(self, record: Record, ev: QueueState) -> None:
@@ -1206,7 +864,7 @@ class Assembler:
         event = SpanEvent("vllm.queue_state", record.ts_ns, {
             "vllm.queue.running": ev.running, "vllm.queue.waiting": ev.waiting,
             "vllm.kv.free_blocks": ev.free_blocks, "vllm.kv.total_blocks": ev.total_blocks})
-        for r in self._ix.in_flight.values():  # one shared, read-only event object
+        for r in self.index.in_flight.values():  # one shared, read-only event object
             r.add_event(event, True)
             if ratio is not None and (r.min_free_ratio is None or ratio < r.min_free_ratio):
                 r.min_free_ratio = ratio
@@ -1218,58 +876,8 @@ class Assembler:
             "vllm.gpu.memory.used_bytes": ev.used_bytes, "vllm.gpu.memory.total_bytes": ev.total_bytes,
             "vllm.gpu.memory.utilization": ev.utilization, "vllm.kv_cache.used_bytes": ev.cache_bytes,
             "vllm.kv_cache.blocks_used": ev.kv_blocks_used, "vllm.kv_cache.blocks_total": ev.kv_blocks_total})
-        for r in self._ix.in_flight.values():
+        for r in self.index.in_flight.values():
             r.add_event(event, True)
             if r.max_gpu_ratio is None or ev.utilization > r.max_gpu_ratio:
                 r.max_gpu_ratio = ev.utilization
 
-    def _on_cuda_oom(self, record: Record, ev: CudaOom) -> None:
-        self._last_oom = (record.ts_ns, ev)
-        if self._startup is not None:  # out of memory while starting: the start failed
-            self._startup.add(record, ())
-            self._end_startup("oom", ev.message)
-        attrs = {}
-        if ev.requested_bytes is not None:
-            attrs["vllm.oom.requested_bytes"] = ev.requested_bytes
-        self._incident(record, "cuda_oom", "oom", record.ts_ns, ev.message, attrs)
-
-    def _on_model_load(self, record: Record, ev: ModelLoadFailed) -> None:
-        message = f"{ev.exception_type}: {ev.message}" if ev.exception_type else ev.message
-        attrs = {"exception.type": ev.exception_type} if ev.exception_type else {}
-        self._incident(record, "model_load", "model_load", record.ts_ns, message, attrs)
-
-    def _on_nccl(self, record: Record, ev: NcclTimeout) -> None:
-        # Held for one line: the next one usually says what may have caused it.
-        self._pending_nccl = (record, ev)
-
-    def _on_nccl_hint(self, record: Record, ev: NcclHint) -> None:
-        if self._pending_nccl is None:
-            self.stats.orphan_lines += 1
-            return
-        self._flush_nccl(ev)
-
-    def _flush_nccl(self, hint: NcclHint | None) -> None:
-        record, ev = self._pending_nccl
-        self._pending_nccl = None
-        attrs = {"vllm.nccl.rank": ev.rank, "vllm.nccl.timeout_s": ev.after_s}
-        if hint is not None:
-            attrs["vllm.incident.causes"] = hint.causes
-        start = max(0, record.ts_ns - int(ev.after_s * _NS))  # as build does: never before 1970
-        self._incident(record, "nccl_timeout", "distributed", start, ev.message, attrs)
-
-    def _incident(self, record: Record, kind: str, error_type: str, start_ns: int, message: str, attrs: dict,
-                  affected: dict[str, RequestState] | None = None, end_ns: int | None = None,
-                  end_offset: int | None = None, occurrence: str | None = None) -> None:
-        """One `vllm.engine` span; its event goes on the requests in flight (`affected`: those in
-        flight while a multi-line incident lasted, which have it already)."""
-        occurrence = occurrence or where(record)  # where its first line is: the same after a restart
-        hit = self._ix.in_flight if affected is None else affected
-        if affected is None:  # a multi-line incident's requests have its event already
-            event = _incident_event(kind, error_type, record.ts_ns, occurrence)
-            for r in hit.values():
-                r.add_event(event, False)
-        self.stats.engine_incidents += 1
-        self._emit(engine_timeline(
-            self._source_at(record.offset), kind, occurrence, start_ns, record.ts_ns if end_ns is None else end_ns,
-            error_type, self._text(message), attrs, list(hit), record.offset,
-            record.end_offset if end_offset is None else end_offset))
