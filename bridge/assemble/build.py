@@ -67,15 +67,9 @@ def _load_fast():
 FAST_REQUEST_TIMELINE = _load_fast()
 
 
-def _python_only(r: RequestState) -> bool:
-    """Timelines only the Python builds (the C declines nothing of these by itself): the ones
-    whose engine queue the plugin timed exactly (`preprocess`, a root starting at vLLM's arrival)."""
-    return r.times is not None or (bool(r.schedules) and r.schedules[0][1].at_ns is not None)
-
-
 def request_timeline(r: RequestState, source: Source, thresholds: Thresholds,
                      parent: TraceContext | None = None, _fast=FAST_REQUEST_TIMELINE) -> RequestTimeline:
-    if _fast is not None and not _python_only(r):
+    if _fast is not None:
         t = _fast(r, source, thresholds, parent)
         if t is not None:
             return t
