@@ -19,7 +19,7 @@ from enum import Enum
 from bridge.parse import events as ev
 
 
-class Phase(Enum):
+class RequestPhase(Enum):
     NONE = "none"
     IN_FLIGHT = "in flight"
     OVER = "over"
@@ -31,10 +31,10 @@ class Row:
     event: type
     owner: str      # "requests": the assembler's (seedlines.py, apilines.py, requests.py); "engine": engine.py's
     handler: str    # the method's name
-    actions: dict   # Phase → what it does (engine-wide rows: one entry, under None)
+    actions: dict   # RequestPhase → what it does (engine-wide rows: one entry, under None)
 
 
-N, F, O, G = Phase.NONE, Phase.IN_FLIGHT, Phase.OVER, Phase.GONE
+N, F, O, G = RequestPhase.NONE, RequestPhase.IN_FLIGHT, RequestPhase.OVER, RequestPhase.GONE
 _ALL = None  # engine-wide: every request in flight
 
 TABLE: tuple[Row, ...] = (
