@@ -15,16 +15,8 @@ from bridge.assemble.index import COARSE
 from bridge.assemble.state import SEEN_DETAILS, SEEN_RECEIVED, RequestState
 from bridge.assemble.timeline import SpanEvent
 from bridge.decode.record import Record
-from bridge.parse.events import (
-    RequestAdded,
-    RequestDetails,
-    RequestFailed,
-    RequestFinished,
-    RequestReceived,
-    RequestsAborted,
-    ResponseGenerated,
-    SequencePreempted,
-)
+from bridge.parse.events import (RequestAdded, RequestDetails, RequestFailed, RequestFinished, RequestReceived,
+                                 RequestsAborted, ResponseGenerated, SequencePreempted)
 
 _NS = 1_000_000_000
 
