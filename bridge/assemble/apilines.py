@@ -225,7 +225,7 @@ class ApiLines:
         lines (a choice's reason other than `abort` is logged only for a whole answer).
         It was served: finished here, its failure taken back; it stays linked to the incident."""
         end = self._signal_ends.pop(r)
-        r.error_type, r.error_message, r.outcome, r.terminal_ns = None, "", "finished", ts
+        self.end(r, ts, End.FINISHED)  # its failure taken back with it (`end`)
         if r.events:
             r.events = [e for e in r.events if e is not end]
         if r.extra is not None:

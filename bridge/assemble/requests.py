@@ -194,7 +194,9 @@ class Assembler(SeedLines, ApiLines):
         already fit to leave the node: `self._text`, or the bridge's own words). Ended by a
         signal (the engine's death, the server's stop), its answer may still show up finished
         (`_served`). `observed=False`: no line shows when it ended (`vllm.end_inferred`)."""
-        if why is not End.FINISHED:
+        if why is End.FINISHED:
+            r.error_type, r.error_message = None, ""  # none before, but for one served after all (`_served`)
+        else:
             if why is End.STOPPED:
                 message = STOPPED_MESSAGE
             elif why is End.ENGINE_DIED:
