@@ -76,20 +76,9 @@ def pod_dir(tmp: str, i: int) -> str:
     return d
 
 
-def latency(rate: float, seconds: float, protocol: str = "grpc") -> dict:
-    tmp = tempfile.mkdtemp(prefix="vtb-lat-")
-    requests = int(rate * seconds / 10.2)
-    cfg = SynthConfig(requests=requests, seed=17, cri=True, mean_interarrival_s=10.2 / rate,
-                      model_load_failure=False, incomplete_tail=0, timeout_ratio=0, oom_failures=0,
-                      nccl_incidents=0)
-    lines, _ = generate(cfg)
-
-    class Collect(list):
-        def write(self, s):
-            self.extend(s.splitlines(keepends=True))
-    text = Collect()
-    write(lines, text, cfg)
-    # The last line each request occurrence needs, by (id, n-th occurrence).
+def last_lines(lines) -> dict[tuple[str, int], int]:
+    """The index of the last line each request occurrence needs (its last block free), by
+    (request id, n-th occurrence of that id): the line whose write completes the request."""
     last_index: dict[tuple[str, int], int] = {}
     seen: dict[str, int] = {}
     open_ids: set[str] = set()
@@ -108,6 +97,23 @@ def latency(rate: float, seconds: float, protocol: str = "grpc") -> dict:
             open_ids.discard(rid)
         if rid in seen:
             last_index[(rid, seen[rid])] = i
+    return last_index
+
+
+def latency(rate: float, seconds: float, protocol: str = "grpc") -> dict:
+    tmp = tempfile.mkdtemp(prefix="vtb-lat-")
+    requests = int(rate * seconds / 10.2)
+    cfg = SynthConfig(requests=requests, seed=17, cri=True, mean_interarrival_s=10.2 / rate,
+                      model_load_failure=False, incomplete_tail=0, timeout_ratio=0, oom_failures=0,
+                      nccl_incidents=0)
+    lines, _ = generate(cfg)
+
+    class Collect(list):
+        def write(self, s):
+            self.extend(s.splitlines(keepends=True))
+    text = Collect()
+    write(lines, text, cfg)
+    last_index = last_lines(lines)
     rx = TimedHttp() if protocol == "http/protobuf" else TimedGrpc()
     rx.__enter__()
     agent = start_agent(tmp, rx.endpoint, protocol)

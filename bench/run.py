@@ -113,7 +113,8 @@ def worker_inflight(root: str, n: int) -> dict:
     import tracemalloc
 
     from bridge.assemble import AssembleConfig, Assembler
-    from bridge.decode import Decoder, source_for
+    from bridge.decode import Decoder
+    from bridge.tail.source import source_for
     from bridge.parse import Parser
 
     lines = _scheduling_lines(n, per_second=2_000)
@@ -141,7 +142,8 @@ def worker_flood(root: str, n: int, ttl: float, per_second: int) -> dict:
     import tracemalloc
 
     from bridge.assemble import AssembleConfig, Assembler
-    from bridge.decode import Decoder, source_for
+    from bridge.decode import Decoder
+    from bridge.tail.source import source_for
     from bridge.parse import Parser
 
     lines = _scheduling_lines(n, per_second=per_second)

@@ -57,7 +57,8 @@ def encode_batches(timelines: list, batch_spans: int, resource: dict) -> list:
 
 def child(path: str, grpc_port: str, http_port: str, batch_spans: str) -> None:
     from bridge.assemble import Assembler
-    from bridge.decode import Decoder, source_for
+    from bridge.decode import Decoder
+    from bridge.tail.source import source_for
     from bridge.decode.stream import RecordStream
     from bridge.export.resource import base_resource
     from bridge.export.transport import GRPC, HTTP, destination, make_transport

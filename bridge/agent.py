@@ -12,23 +12,25 @@ what the agent shows of itself is `bridge.health`, read from its parts.
 
 from __future__ import annotations
 
-import dataclasses
 import fnmatch
+import operator
 import os
 import signal
 import threading
 import time
 
-from bridge.assemble import AssembleConfig, Assembler, EngineTimeline, RequestTimeline, Thresholds, Timeline, ids
+from bridge.assemble import AssembleConfig, Assembler, RequestTimeline, Thresholds, Timeline
 from bridge.parse.context import TraceContext, make_rule
 from bridge.assemble.join import ContextJoin, upstream_id
+from bridge.assemble.clock import jumped as clock_jumped
 from bridge.config import AgentConfig
 from bridge.decode import Decoder
 from bridge.delivery import Delivery
 from bridge.detect import Detector
 from bridge.decode.clock import zone
 from bridge.decode.stream import RecordStream
-from bridge.tail.source import Source, file_of
+from bridge.core.source import Source
+from bridge.tail.source import file_of
 from bridge.export.transforms import with_k8s_identity
 from bridge.export.resource import base_resource
 from bridge.export.secrets import redact_url
@@ -37,17 +39,16 @@ from bridge.health import AgentCounters, Health
 from bridge.logs import ExportProgress
 from bridge.parse import Parser
 from bridge.parse.gateway import GatewayParser, gateway_format
-from bridge.parse.events import Stamped
 from bridge.parse.rules import load_rules
-from bridge.pipeline import LineErrors, drive
-from bridge.faults import failing, injected_faults, maybe_fail, PoisonedLines
+from bridge.pipeline import LineErrors, Stages, drive
 from bridge.resume import Checkpointer, file_checkpoint
+from bridge.skip import key as delivery_key, sent_before, unsent
 from bridge.sources import Pending, SourceState
 from bridge.tail.checkpoint import Delivered
-from bridge.tail.follow import GEN_SHIFT, Filters, Follower, TrackedFile, matches_rotated_files
+from bridge.core.position import IN_FILE as _MASK
+from bridge.tail.follow import Filters, Follower, TrackedFile, matches_rotated_files
 from bridge.tail.report import log_changes, warn_if_nothing
 
-_MASK = (1 << GEN_SHIFT) - 1
 _NS = 1_000_000_000
 _CHECKPOINT_EVERY_S = 1.0
 _TICK_S = 0.25
@@ -55,7 +56,9 @@ _JOIN_IDLE_S = 0.25  # a held traceback or error line is released after this lon
 
 
 class Agent:
-    def __init__(self, cfg: AgentConfig, dest: Destination, env, log) -> None:
+    def __init__(self, cfg: AgentConfig, dest: Destination, env, log, stages: Stages = Stages()) -> None:
+        """`stages`: the hooks every batch reaches decode, parse and assemble through (the
+        fault-injection tests wrap them: `bridge.faults`)."""
         self.cfg = cfg
         self.log = log
         self._dest = dest
@@ -68,7 +71,7 @@ class Agent:
         self._dirty = True
         self._memory_paused = False
         self._line_error = LineErrors(self.counters.line_errors, log)
-        self._faults = injected_faults(env)
+        self._stages = stages
         self._assemble_cfg = AssembleConfig(thresholds=Thresholds(cfg.slow_ttft_ms / 1000, cfg.slow_itl_ms / 1000,
                                                                   cfg.low_free_blocks_pct / 100,
                                                                   cfg.high_gpu_memory_pct / 100),
@@ -105,7 +108,8 @@ class Agent:
             Filters(cfg.include + cfg.gateway_include, cfg.exclude, cfg.namespaces, cfg.pods, cfg.containers,
                     cfg.gateway_include),
             start_at_end=cfg.start_at == "end" and first_run, read_chunk=cfg.read_chunk_bytes,
-            admit=self._detector)
+            admit=self._detector,
+            history=(cfg.history_bytes, cfg.history_age) if first_run and cfg.start_at == "beginning" else None)
         for s in sources:
             st = self._state(s.key, None)
             st.skip = {d.key: d.last_offset for d in s.delivered}
@@ -120,7 +124,8 @@ class Agent:
                              self._checkpointer, redact_url(self._dest.endpoint), self._join, self._gateway_parser,
                              self._detector)
         self.health.stall_timeout = cfg.stall_timeout
-        telemetry = TelemetryServer(cfg.listen, self.health.snapshot, self.health.readiness, self.health.liveness)
+        telemetry = TelemetryServer(cfg.listen, self.health.snapshot, self.health.readiness, self.health.liveness,
+                                    self.health.degraded)
         telemetry.start()
         self.telemetry_port = telemetry.port
         for glob_ in cfg.include:
@@ -199,7 +204,9 @@ class Agent:
             if not followed:
                 warn_if_nothing(self.log, followed, self.cfg.include, self._follower.skipped_by_kind())
             elif first_round or not self._followed_last:
-                self.log.info("following", files=followed, skipped=len(self._follower.skipped))
+                history = {"history_skipped_bytes": self._follower.stats.history_skipped} \
+                    if first_round and self._follower.stats.history_skipped else {}
+                self.log.info("following", files=followed, skipped=len(self._follower.skipped), **history)
         self._followed_last = followed
 
     def _shutdown(self) -> None:
@@ -259,23 +266,24 @@ class Agent:
                 mtime = os.fstat(tf.fh.fileno()).st_mtime
             except (OSError, ValueError, AttributeError):  # AttributeError: parked (no descriptor)
                 mtime = None
-            stream = st.streams[key] = RecordStream(Decoder(tz=self._tz, year=self.cfg.year, mtime=mtime))
+            stream = st.streams[key] = RecordStream(Decoder(tz=self._tz, year=self.cfg.year, mtime=mtime),
+                                                    lead=not st.gateway)  # (the join reads its own time)
             st.files[key] = tf
         if len(st.streams) > 1:
             self._finish_older(st, tf)
         st.quiet_since[key] = time.monotonic()
         self.counters.lines_read += len(lines)
-        if st.gateway or st.skip:
-            record = self._process_each(st, tf, stream, lines)
-        else:  # the common case: the whole batch through the C paths, as replay does
-            it = PoisonedLines(lines, self._faults) if self._faults else iter(lines)
-            parse, feed = self._parser.parse, st.assembler.feed
-            if self._faults:
-                parse, feed = failing(self._faults, "parse", parse), failing(self._faults, "assemble", feed)
-            record = drive(lambda: stream.each(it), parse, feed, self._line_error_at, tf.path,
-                           lambda: lines[len(lines) - it.__length_hint__() - 1][0])
-        if record is not None and record.ts_ns > st.last_ts:
+        jumps = st.assembler.stats.clock_jumps if st.assembler is not None else 0
+        it = self._stages.lines(lines)
+        record = self._drive(st, tf.path, lambda: stream.each(it),
+                             lambda: lines[len(lines) - operator.length_hint(it) - 1][0])
+        # (the log's clock follows a jump back too: the wall clock extends the new time, not the old)
+        if record is not None and (record.ts_ns > st.last_ts or clock_jumped(st.last_ts, record.ts_ns)):
             st.last_ts, st.last_wall = record.ts_ns, time.time_ns()
+        if st.assembler is not None and st.assembler.stats.clock_jumps > jumps:
+            self.log.warning("clock_jump", file=tf.path, jumps=st.assembler.stats.clock_jumps - jumps,
+                             note="the log's clock stepped a year or more ahead or a day or more back between lines; "
+                                  "no request is split by it (vllm.clock_jump events, clock_jumps_total)")
         if st.assembler is not None and st.assembler.open_requests > self.cfg.max_open_requests:
             try:
                 st.assembler.evict_oldest(self.cfg.max_open_requests)
@@ -297,94 +305,47 @@ class Agent:
                     except Exception as exc:
                         self._line_error("decode", other.path, None, exc)
                         continue
-                    for record in records:
-                        self._handle(st, record)
+                    self._drive(st, st.source.path, lambda: records)
 
     def _line_error_at(self, stage: str, path: str, offset: int | None, exc: BaseException) -> None:
         self._line_error(stage, path, None if offset is None else offset & _MASK, exc)
 
-    def _process_each(self, st: SourceState, tf: TrackedFile, stream: RecordStream, lines) -> object:
-        """Line by line: a gateway's file, or a source resumed with delivered requests to skip."""
-        handle = self._handle
-        faults = self._faults
-        record = None
-        for pos, raw in lines:
-            try:
-                if faults:
-                    maybe_fail(faults, "decode", raw)
-                records = stream(raw, pos)
-            except Exception as exc:  # one line never stops the agent: skipped and counted
-                self._line_error("decode", tf.path, pos & _MASK, exc)
-                continue
-            for record in records:
-                handle(st, record)
-        return record
+    def _drive(self, st: SourceState, path: str, records, where=lambda: None):
+        """Records of one of `st`'s files through parse and assemble, the one way every record
+        goes (a batch of new lines, or what a flush or a quiet release gives): `pipeline.drive`,
+        as replay runs it, with its error policy. A gateway's records feed the join instead; a
+        source resumed with delivered requests filters them out (`skip.unsent`). Returns the
+        last record read, or None."""
+        if st.gateway:
+            return drive(records, self._gateway_entry, lambda record, entry: self._on_gateway(st, record, entry),
+                         self._line_error_at, path, where)
+        return drive(records, self._stages.parse(self._parser.parse), self._stages.feed(st.assembler.feed),
+                     self._line_error_at, path, where, self._not_delivered(st) if st.skip else None)
 
-    def _handle(self, st: SourceState, record) -> None:
-        """One record through parse and assemble; a stage that raises costs this line only."""
-        faults = self._faults
-        try:
-            if st.gateway:
-                self._on_gateway(st, record)
-                return
-            if faults:
-                maybe_fail(faults, "parse", record.message)
-            event = self._parser.parse(record.message, record.level, record.origin)  # C when built
-        except Exception as exc:
-            self._line_error("parse", st.source.path, record.offset & _MASK, exc)
-            return
-        if event is None:
-            return
-        try:
-            if st.skip:
-                event = self._not_delivered(st, record, event)
-                if event is None:
-                    return
-            if faults:
-                maybe_fail(faults, "assemble", record.origin)
-            st.assembler.feed(record, event)
-        except Exception as exc:
-            self._line_error("assemble", st.source.path, record.offset & _MASK, exc)
+    def _gateway_entry(self, message: str, _level, _origin):
+        return self._gateway_parser(message)
 
-    def _not_delivered(self, st: SourceState, record, event):
-        """The event, minus what belongs to requests already delivered before a restart
-        (their lines up to the recorded position are skipped, so they are not rebuilt)."""
-        if type(event) is Stamped:  # a user rule's event with its line's own time
-            inner = self._not_delivered(st, record, event.event)
-            return None if inner is None else dataclasses.replace(event, event=inner)
-        ids_ = getattr(event, "request_ids", None)
-        if ids_ is not None:
-            keep = tuple(i for i in ids_ if not self._delivered(st, i, record.offset))
-            if len(keep) == len(ids_):
-                return event
-            self.counters.skipped_delivered += 1
-            return dataclasses.replace(event, request_ids=keep) if keep else None
-        rid = getattr(event, "request_id", None)
-        # An engine-wide line is always fed: the requests in flight then carry its event, as
-        # they did the first time. Only its own span, if delivered, is not sent again (_emit).
-        if rid is not None and self._delivered(st, rid, record.offset):
-            self.counters.skipped_delivered += 1
-            return None
-        return event
+    def _not_delivered(self, st: SourceState):
+        """The filter of a source resumed with requests delivered before the restart: their
+        lines are not fed again (each skip counted)."""
+        counters = self.counters
 
-    @staticmethod
-    def _delivered(st: SourceState, rid: str, offset: int) -> bool:
-        for spelling in (*ids.candidates(rid), ids.canonical(rid)):  # how the assembler keyed it
-            last = st.skip.get(spelling)
-            if last is not None and offset <= last:
-                return True
-        return False
+        def keep(record, event):
+            kept = unsent(st.skip, record.offset, event)
+            if kept is not event:
+                counters.skipped_delivered += 1
+            return kept
+        return keep
 
     def _emit(self, st: SourceState, t: Timeline) -> None:
         if self._k8s_on_spans:
             with_k8s_identity(t)
-        key = f"engine@{t.first_offset}" if isinstance(t, EngineTimeline) else t.request_id
-        if isinstance(t, EngineTimeline) and st.skip and st.skip.get(key, -1) >= t.first_offset:
+        if st.skip and sent_before(st.skip, t):
             self.counters.skipped_delivered += 1  # delivered before the restart
             return
         st.seq += 1
         self._dirty = True
-        st.pending[st.seq] = Pending(t.first_offset, key, t.last_offset)  # held back until acked
+        st.pending[st.seq] = Pending(t.first_offset, delivery_key(t), t.last_offset)  # held back until acked
         token = (st.source.key, st.seq)
         if self._join is not None and isinstance(t, RequestTimeline) and (t.parent is None or t.parent.span_id is None):
             seen, ctx, released = self._join.request(upstream_id(t.request_id), (t, token), time.monotonic_ns())
@@ -409,10 +370,7 @@ class Agent:
             return
         self._delivery.send_full()
 
-    def _on_gateway(self, st: SourceState, record) -> None:
-        entry = self._gateway_parser(record.message)
-        if entry is None:
-            return
+    def _on_gateway(self, st: SourceState, record, entry) -> None:
         hold = (st.source.key, record.offset)  # the checkpoint stays before it while it waits
         for (t, token), ctx in self._join.gateway(entry.request_id, entry.context, time.monotonic_ns(), hold):
             if ctx is not None:
@@ -439,8 +397,7 @@ class Agent:
             except Exception as exc:
                 self._line_error("decode", tf.path, tf.offset, exc)
                 records = []
-            for record in records:
-                self._handle(st, record)
+            self._drive(st, st.source.path, lambda: records)
         st.retired.append(file_checkpoint(tf, tf.offset))
 
     def _tick(self) -> None:
@@ -452,8 +409,7 @@ class Agent:
         for st in self._sources.values():
             for key, stream in st.streams.items():
                 if stream.joiner.held_position is not None and now - st.quiet_since.get(key, now) >= _JOIN_IDLE_S:
-                    for record in stream.release():
-                        self._handle(st, record)
+                    self._drive(st, st.source.path, stream.release)
             # The wall clock stands in for the log's only while every file of the source is read
             # to its end: behind (backlog, a memory pause) the lines still to come are the clock,
             # so a request closes at the same line as when the log is read after a restart.

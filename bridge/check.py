@@ -18,12 +18,15 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from bridge.assemble.clock import jumped
 from bridge.decode import Decoder
+from bridge.decode.record import CLOCK_ANCHORED
 from bridge.decode.stream import RecordStream
 from bridge.parse import Parser
 from bridge.parse.events import EngineConfig, EngineStats, RequestAdded
 from bridge.parse.literals import DOTTED_NAME, mask_literals
 from bridge.tail import read_lines
+from bridge.tail.files import MAX_LINE_BYTES
 from bridge.tail.source import streams
 
 SEED_KINDS = frozenset({"request_summary", "request_ended", "scheduling", "preemption", "queue_state", "block_alloc", "block_free",
@@ -74,6 +77,8 @@ class FileReport:
     version: str = ""
     engine: str = ""
     rotated: list[str] = field(default_factory=list)  # the stream's older files, read before `path`
+    clock_jumps: int = 0  # the clock set a year+ ahead or a day+ back between lines (bridge.assemble.clock)
+    cut: dict[str, int] = field(default_factory=dict)  # lines over MAX_LINE_BYTES: lines_oversized, bytes_cut
 
     @property
     def recognised(self) -> int:
@@ -131,8 +136,17 @@ def check_stream(paths: list[str], rules=None) -> FileReport:
         report.by_rule.update(dict.fromkeys(rules.names, 0))
     ev = report.evidence
 
+    clock = [0]  # the latest stamp, as the assembler's clock follows it (a jump back resets it)
+
     def handle(record) -> None:
         report.records += 1
+        ts = record.ts_ns
+        if record.clock != CLOCK_ANCHORED:  # a line with no stamp of its own reads no clock
+            if jumped(clock[0], ts):
+                report.clock_jumps += 1
+                clock[0] = ts
+            elif ts > clock[0]:
+                clock[0] = ts
         if record.process:
             ev["v1" if record.process.startswith(_V1_PROCESS) else "v0" if "VllmWorkerProcess" in record.process
                else "process"] += 1
@@ -154,7 +168,7 @@ def check_stream(paths: list[str], rules=None) -> FileReport:
 
     for path in paths:
         stream = RecordStream(Decoder(mtime=os.stat(path).st_mtime))
-        for offset, raw in read_lines(path):
+        for offset, raw in read_lines(path, cut=report.cut):
             report.physical_lines += 1
             if b"] " in raw:
                 if _BRACKETED.search(raw):
@@ -191,6 +205,12 @@ def render(r: FileReport, top: int = 10) -> str:
         + (f", malformed {r.malformed_lines}" if r.malformed_lines else ""),
         "  kinds         " + (", ".join(f"{k} {n}" for k, n in sorted(r.by_kind.items())) or "none"),
     ]
+    if r.clock_jumps:
+        lines.append(f"  clock jumps   {r.clock_jumps} (the clock set a year or more ahead or a day or more back between "
+                     "lines: replay and the agent report each, split no request over it)")
+    if r.cut.get("lines_oversized"):
+        lines.append(f"  oversized     {r.cut['lines_oversized']} line(s) over {MAX_LINE_BYTES >> 20} MiB: cut there, "
+                     f"{r.cut['bytes_cut']} bytes dropped")
     if r.by_rule:
         lines.append("  rules         " + ", ".join(f"{k} {n}" for k, n in r.by_rule.items()))
     for title, counter in (("top unrecognised templates", r.unrecognised), ("malformed (a known start, an unknown rest)", r.malformed)):

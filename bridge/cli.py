@@ -116,6 +116,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--shift-to-now", action="store_true",
                    help=_with_default("move every time so that the log's last event is now (demo data, old logs: "
                                       "inside a backend's default search window); reads the files twice", "off"))
+    r.add_argument("--max-open-requests", type=int, default=ReplayConfig().max_open_requests, metavar="N",
+                   help=_with_default("open requests kept per log; beyond this the oldest are closed (counted, "
+                                      "reported; an unended one as incomplete)", ReplayConfig().max_open_requests))
     r.add_argument("--slowest", type=int, default=0, metavar="N",
                    help=_with_default("draw the N slowest requests by measured e2e, slowest first", "off"))
     c = sub.add_parser("check", help="report which lines of a log the bridge understands",
@@ -185,6 +188,8 @@ _RUN_METAVAR = {
     "detect_bytes": "BYTES",
     "state_dir": "DIR",
     "start_at": "WHERE",
+    "history_bytes": "BYTES",
+    "history_age": "SECONDS",
     "poll_interval": "SECONDS",
     "linger": "SECONDS",
     "listen": "HOST:PORT",
@@ -247,6 +252,7 @@ def _add_run(sub) -> None:
 
 def run_agent(args: argparse.Namespace, env: Mapping[str, str], out: TextIO) -> int:
     from bridge.agent import Agent, install_signal_handlers
+    from bridge.faults import stages_from_env
     from bridge.config import FIELDS, ConfigError, as_dict, load, unknown_env
 
     file_data = None
@@ -303,7 +309,7 @@ def run_agent(args: argparse.Namespace, env: Mapping[str, str], out: TextIO) -> 
                          f"({exc.strerror or exc}); remove that file, or give a state_dir this user owns "
                          "(--state-dir)") from None
     with lock:  # held until the agent has stopped
-        agent = Agent(cfg, dest, env, log)
+        agent = Agent(cfg, dest, env, log, stages_from_env(env))
         install_signal_handlers(agent)
         with route_library_logs(log):  # the SDK's and gRPC's own lines as the agent's JSON, not plain text
             return agent.run()
@@ -318,6 +324,8 @@ def _replay_config(args: argparse.Namespace) -> ReplayConfig:
         raise UsageError(f"--year {args.year}: give a four-digit year such as 2025")
     if not args.ttl > 0:
         raise UsageError(f"--ttl {args.ttl:g}: give a number of seconds greater than 0")
+    if args.max_open_requests < 1:
+        raise UsageError(f"--max-open-requests {args.max_open_requests}: give a number of requests, 1 or more")
     for name in _THRESHOLDS:
         if not getattr(args, name) >= 0:
             raise UsageError(f"--{name.replace('_', '-')} {getattr(args, name):g}: give a number of 0 or more")
@@ -325,7 +333,7 @@ def _replay_config(args: argparse.Namespace) -> ReplayConfig:
                             args.low_free_blocks_pct / 100, args.high_gpu_memory_pct / 100)
     return ReplayConfig(tz=tz, year=args.year, assemble=AssembleConfig(thresholds=thresholds, ttl_s=args.ttl,
                                                                        export_error_text=args.export_error_text),
-                        rules=_rules(args.rules))
+                        rules=_rules(args.rules), max_open_requests=args.max_open_requests)
 
 
 def _rules(path: str | None):
@@ -372,17 +380,36 @@ def log_files(paths: Sequence[str]) -> list[str]:
     return [f for stream in streams(files) for f in stream]
 
 
-def _stats_lines(stats: ReplayStats) -> str:
+def _stats_lines(stats: ReplayStats, max_open: int = 0) -> str:
+    from bridge.tail.files import MAX_LINE_BYTES
+
     p, d = stats.parse, stats.decode
     malformed = sum(p.malformed.values())
     kinds = ", ".join(f"{k} {v}" for k, v in sorted(p.by_kind.items()))
     return (f"lines        {d.lines} in {stats.files} file(s): {p.recognised} recognised, "
             f"{p.unrecognised} unrecognised, {malformed} malformed"
             + (f", {d.invalid_utf8} invalid UTF-8" if d.invalid_utf8 else "")
+            + (f", {stats.cut['lines_oversized']} over {MAX_LINE_BYTES >> 20} MiB cut there "
+               f"({stats.cut['bytes_cut']} bytes dropped)" if stats.cut.get("lines_oversized") else "")
             + (", errors skipped: " + ", ".join(f"{k} {v}" for k, v in sorted(stats.line_errors.items()))
                if stats.line_errors else "")
             + f"\nkinds        {kinds or 'none'}"
-            + ("\nrules        " + ", ".join(f"{k} {v}" for k, v in sorted(p.by_rule.items())) if p.by_rule else ""))
+            + ("\nrules        " + ", ".join(f"{k} {v}" for k, v in sorted(p.by_rule.items())) if p.by_rule else "")
+            + _limits_lines(stats, max_open))
+
+
+def _limits_lines(stats: ReplayStats, max_open: int) -> str:
+    """What the open-request limit and the logs' clocks did, when they did anything (the
+    agent's /metrics: requests_capped_total, clock_jumps_total)."""
+    a = stats.assemble
+    out = ""
+    if a.requests_capped:
+        out += (f"\nopen limit   {a.requests_capped} requests closed early: more than {max_open} were open at once "
+                "(--max-open-requests); an unended one is exported as incomplete")
+    if a.clock_jumps:
+        out += (f"\nclock        {a.clock_jumps} clock jump(s) between neighbouring lines (a year or more ahead, a day "
+                "or more back): a vllm.clock_jump event on the requests in flight, none split by it")
+    return out
 
 
 def run_replay(args: argparse.Namespace, env: Mapping[str, str], out: TextIO, log) -> int:
@@ -425,7 +452,7 @@ def run_replay(args: argparse.Namespace, env: Mapping[str, str], out: TextIO, lo
         delivered = sink.close() if sink is not None else True
 
     out.write(summary.render() + "\n")
-    out.write(_stats_lines(stats) + "\n")
+    out.write(_stats_lines(stats, config.max_open_requests) + "\n")
     if sink is not None:
         s = sink.stats
         out.write(f"export       {s.spans_sent} spans sent to {redact_url(dest.endpoint)} ({dest.protocol})"

@@ -39,6 +39,9 @@ class AgentConfig:
     detect_bytes: int = 64 << 10
     state_dir: str = "/var/lib/vllm-trace-bridge"
     start_at: str = "beginning"        # for files that existed before the agent first ran
+    # With start_at: beginning, how much of those files a first start reads back (0: no bound).
+    history_bytes: int = 64 << 20      # per file: its last 64 MiB (kubelet's files are 10 MiB by default)
+    history_age: float = 0.0           # seconds: a file last written before this is started at its end
     poll_interval: float = 1.0         # seconds between looks for new or rotated files, and at quiet ones
     timezone: str = "UTC"
     year: int | None = None
@@ -114,6 +117,8 @@ DOC = {
     "detect_bytes": "Bytes of a file's start `detect` reads at most: a file with no vLLM line by then is skipped (`file_skipped`, `kind=not_vllm`); a shorter one is looked at again as it grows.",
     "state_dir": "Directory for checkpoints (which offsets are delivered); keep it across restarts.",
     "start_at": "Where to start files that existed before the agent first ran: `beginning` or `end`.",
+    "history_bytes": "With `start_at: beginning`, the bytes of each file a first start reads back: its last `history_bytes`, from the first line starting there (the older part is not read, and logged). 0: the whole file.",
+    "history_age": "With `start_at: beginning`, seconds: a file last written longer ago than this is started at its end on a first start. 0: no age bound.",
     "poll_interval": "Seconds between looks for new or rotated files, and at quiet ones.",
     "timezone": "Timezone of vLLM's header stamps (an IANA name or `UTC`); runtime stamps carry their own.",
     "year": "Year of the first line (vLLM headers have none); empty: from the file's modification time.",
@@ -216,6 +221,12 @@ def _check(cfg: AgentConfig, origins: Mapping[str, str]) -> None:
     for name in _NON_NEGATIVE:
         if not getattr(cfg, name) >= 0:  # NaN too
             raise ConfigError(f"{name} (from {origins.get(name, 'default')}): must be 0 or more")
+    for name in ("history_bytes", "history_age"):
+        value = getattr(cfg, name)
+        if not value >= 0 or value == float("inf"):  # NaN too
+            raise ConfigError(f"{name} (from {origins.get(name, 'default')}): {value!r} is not a bound; give 0 (no "
+                              f"bound) or more, e.g. {name}: " + ("67108864 (64 MiB of each file)" if name == "history_bytes"
+                                                                  else "3600 (files written in the last hour)"))
     if not cfg.include:
         raise ConfigError("include: give at least one glob, e.g. /var/log/pods/*/*/*.log")
     host, sep, port = cfg.listen.rpartition(":")

@@ -38,7 +38,7 @@ from bridge.decode import Decoder, Record
 from bridge.parse import Parser
 from bridge.parse.events import KIND, AccessLog, EngineError, Notice, Stamped
 from bridge.tail.follow import read_head, siblings
-from bridge.tail.source import Source
+from bridge.core.source import Source
 
 KIND_NOT_VLLM = "not_vllm"
 _PY_ORIGIN = re.compile(r"[\w.-]+(?:/[\w.-]+)*\.py:\d+")  # `[api_server.py:1234]`, DEBUG `v1/engine/core.py:12`

@@ -1,13 +1,16 @@
 """Fault injection, for the tests that run a real agent process (tests/test_agent_faults.py).
 
-`VLLM_TRACE_BRIDGE_INJECT_FAULT` names a stage and a marker; the agent then wraps that stage so
-it raises on a line carrying the marker, standing for any bug a line could trigger. Unset (as
-in production) the agent never calls into this module past `injected_faults`.
+`VLLM_TRACE_BRIDGE_INJECT_FAULT` names a stage and a marker; `stages_from_env` then gives the
+agent, at its construction (cli), `pipeline.Stages` hooks that wrap that stage so it raises on
+a line carrying the marker, standing for any bug a line could trigger. The agent itself knows
+nothing of faults; unset (as in production) it gets the plain hooks.
 """
 
 from __future__ import annotations
 
 import threading
+
+from bridge.pipeline import Stages
 
 
 class InjectedFault(RuntimeError):
@@ -68,3 +71,25 @@ def maybe_fail(faults: dict[str, str], stage: str, text) -> None:
     marker = faults.get(stage)
     if marker is not None and (marker.encode() if isinstance(text, bytes) else marker) in text:
         raise InjectedFault(stage)
+
+
+class FaultyStages(Stages):
+    """The agent's stages, each raising on its marked lines (`injected_faults`)."""
+
+    def __init__(self, faults: dict[str, str]) -> None:
+        self._faults = faults
+
+    def lines(self, lines):
+        return PoisonedLines(lines, self._faults)
+
+    def parse(self, parse):
+        return failing(self._faults, "parse", parse)
+
+    def feed(self, feed):
+        return failing(self._faults, "assemble", feed)
+
+
+def stages_from_env(env) -> Stages:
+    """The hooks the agent runs its stages through: faulty ones when the environment asks."""
+    faults = injected_faults(env)
+    return FaultyStages(faults) if faults else Stages()

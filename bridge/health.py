@@ -54,16 +54,22 @@ class Health:
         return True
 
     def readiness(self) -> bool | str:
-        """/readyz: True, or the trouble. Only export and checkpoint trouble count: a line a
-        stage could not use is counted in /metrics, and the agent stays ready."""
+        """/readyz: True, or why the agent is not ready: starting, or its checkpoint cannot be
+        saved (a fault of this node, which a new pod would share). A collector outage is not
+        one: every agent of a DaemonSet would turn unready at once and a rollout would stall on
+        the backend, while the agent itself is fine (it queues, pauses reading, retries and
+        catches up). The outage is named in `degraded`, /readyz's body and /metrics instead."""
         if not self.ready:
             return "starting"
-        trouble = []
-        if self._delivery.failing:
-            trouble.append(f"export failing: {self._endpoint} does not accept spans (retrying)")
         if self._checkpointer.failing:
-            trouble.append(f"checkpoint not saved: {self._checkpointer.store.path} (retrying each second)")
-        return "; ".join(trouble) or True
+            return f"checkpoint not saved: {self._checkpointer.store.path} (retrying each second)"
+        return True
+
+    def degraded(self) -> str | None:
+        """What /readyz names while still ready: the export failing (retrying)."""
+        if self._delivery.failing:
+            return f"export failing: {self._endpoint} does not accept spans (retrying)"
+        return None
 
     def progress_counts(self) -> dict[str, int]:
         """The few figures of the `export_progress` and `agent_stopped` log lines."""
@@ -80,7 +86,8 @@ class Health:
     def snapshot(self) -> dict:
         """Every /metrics figure (bridge.telemetry names and types them)."""
         decode = {"lines": 0, "invalid_utf8": 0, "partials_joined": 0, "framing_errors": 0, "times_out_of_range": 0}
-        assemble = {"requests_emitted": 0, "requests_evicted": 0, "engine_incidents": 0}
+        assemble = {"requests_emitted": 0, "requests_evicted": 0, "requests_capped": 0, "engine_incidents": 0,
+                    "clock_jumps": 0}
         open_requests = listed = 0
         for st in list(self._sources.values()):
             listed += len(st.delivered)

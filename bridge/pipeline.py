@@ -7,12 +7,13 @@ sinks (OTLP, waterfall, summary) are plain callables taking a timeline.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from itertools import chain, islice
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, fields
 from datetime import timezone, tzinfo
 
 from bridge.assemble import AssembleConfig, Assembler, AssembleStats, Timeline
-from bridge.decode import Decoder, DecodeStats, source_for
+from bridge.decode import Decoder, DecodeStats
 from bridge.decode.joiner import JoinStats
 from bridge.decode.record import Record
 from bridge.decode.stream import RecordStream
@@ -20,8 +21,8 @@ from bridge.export.transforms import fan_out
 from bridge.parse import Parser, ParseStats
 from bridge.parse.rules import Rules
 from bridge.tail import read_lines
-from bridge.tail.source import streams
-from bridge.tail.files import GEN_SHIFT
+from bridge.tail.source import source_for, streams
+from bridge.core.position import GEN_SHIFT
 
 Sink = Callable[[Timeline], None]
 
@@ -32,6 +33,9 @@ class ReplayConfig:
     year: int | None = None
     assemble: AssembleConfig = AssembleConfig()
     rules: Rules | None = None  # user line rules (--rules), run where the built-in grammar found nothing
+    # Open requests kept per stream; beyond this the oldest are closed (counted in
+    # `assemble.requests_capped`): the agent's `max_open_requests`, with its default.
+    max_open_requests: int = 100_000  # (tests/test_open_cap.py: the agent's default)
 
 
 @dataclass(slots=True)
@@ -42,6 +46,7 @@ class ReplayStats:
     parse: ParseStats = field(default_factory=ParseStats)
     assemble: AssembleStats = field(default_factory=AssembleStats)
     line_errors: dict[str, int] = field(default_factory=dict)  # stage → lines a stage raised on (skipped)
+    cut: dict[str, int] = field(default_factory=dict)  # lines_oversized, bytes_cut (tail.files.read_lines)
 
 
 class LineErrors:
@@ -71,12 +76,31 @@ def _add_into(total, part) -> None:
             setattr(total, f.name, getattr(total, f.name) + v)
 
 
+class Stages:
+    """How the agent reaches its stages, injected at its construction: each hook returns what
+    it is given. The fault-injection tests wrap them from outside (`bridge.faults`), so the
+    agent's own code has no test hooks of its own."""
+
+    def lines(self, lines: list[tuple[int, bytes]]) -> Iterator[tuple[int, bytes]]:
+        """A batch's (position, raw line) pairs, as an iterator `operator.length_hint` reads."""
+        return iter(lines)
+
+    def parse(self, parse: Callable) -> Callable:
+        return parse
+
+    def feed(self, feed: Callable) -> Callable:
+        return feed
+
+
 def drive(records: Callable[[], Iterable[Record]], parse: Callable, feed: Callable, errors: Callable,
-          path: str, where: Callable[[], int]) -> Record | None:
+          path: str, where: Callable[[], int | None], keep: Callable | None = None) -> Record | None:
     """Records → parse → assemble, for replay and the live agent alike: a line a stage raises
     on is skipped and counted (`errors(stage, path, offset, exc)`), never fatal. `records()` is
     called again after the decoder raised, going on from the line after `where()` (the
-    offset of the line it raised on). Returns the last record read, or None."""
+    offset of the line it raised on). `keep(record, event)`, when given, filters each event
+    before it is fed (the event, another, or None: not fed; counted as assemble's if it
+    raises): the agent's skip of requests delivered before a restart. Returns the last record
+    read, or None."""
     record = None
     failed_at = None
     while True:
@@ -89,6 +113,10 @@ def drive(records: Callable[[], Iterable[Record]], parse: Callable, feed: Callab
                     continue
                 if event is not None:
                     try:
+                        if keep is not None:
+                            event = keep(record, event)
+                            if event is None:
+                                continue
                         feed(record, event)
                     except Exception as exc:
                         errors("assemble", path, record.offset, exc)
@@ -99,6 +127,27 @@ def drive(records: Callable[[], Iterable[Record]], parse: Callable, feed: Callab
             if pos == failed_at:  # no line read since the last one: it is the end that fails
                 return record
             failed_at = pos
+
+
+#: Lines between two looks at the open-request limit: the agent looks once per read (a chunk of
+#: the file), so both overshoot it by at most a few thousand requests and memory stays bounded.
+_CAP_EVERY = 4096
+
+
+def bounded(lines: Iterable, assembler: Assembler, keep: int, errors: Callable, path: str) -> Iterable:
+    """`lines`, passed on as they are; after each `_CAP_EVERY` of them the assembler's oldest open
+    requests are closed until `keep` remain (`Assembler.evict_oldest`), as the agent does after
+    each read: a log of requests that start and never end no longer holds them all until its end."""
+    def chunks():  # the cap looked at between chunks; lines pass through chain (C), not this frame
+        it = iter(lines)
+        while chunk := list(islice(it, _CAP_EVERY)):
+            yield chunk
+            if assembler.open_requests > keep:
+                try:
+                    assembler.evict_oldest(keep)
+                except Exception as exc:
+                    errors("assemble", path, None, exc)
+    return chain.from_iterable(chunks())
 
 
 def replay(paths: Iterable[str], sinks: list[Sink], config: ReplayConfig = ReplayConfig(),
@@ -123,7 +172,7 @@ def replay(paths: Iterable[str], sinks: list[Sink], config: ReplayConfig = Repla
             assembler.add_file(gen, source)
             stream = RecordStream(Decoder(tz=config.tz, year=config.year, mtime=os.stat(path).st_mtime))
             at = [-1]
-            lines = read_lines(path, gen << GEN_SHIFT, at)
+            lines = bounded(read_lines(path, gen << GEN_SHIFT, at, stats.cut), assembler, config.max_open_requests, errors, path)
             drive(lambda: stream.over(lines), parser.parse, assembler.feed, errors, path,
                   lambda: max(at[0], 0))
             _add_into(stats.decode, stream.decoder.stats)

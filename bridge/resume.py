@@ -15,13 +15,13 @@ from collections.abc import Callable, Mapping
 
 from bridge.sources import SourceState
 from bridge.tail.checkpoint import CheckpointStore, FileCheckpoint, Loaded, SourceCheckpoint
-from bridge.tail.follow import GEN_SHIFT, Follower, TrackedFile
-
-_MASK = (1 << GEN_SHIFT) - 1
+from bridge.core.position import GEN_SHIFT, IN_FILE as _MASK
+from bridge.tail.follow import Follower, TrackedFile
 
 
 def file_checkpoint(tf: TrackedFile, offset: int) -> FileCheckpoint:
-    return FileCheckpoint(tf.path, tf.source.key, tf.generation, tf.inode, tf.fp, tf.fp_len, offset)
+    tail = (tf.tail_fp, tf.tail_end) if tf.tail_end >= offset else ("", 0)
+    return FileCheckpoint(tf.path, tf.source.key, tf.generation, tf.inode, tf.fp, tf.fp_len, offset, *tail)
 
 
 class Checkpointer:

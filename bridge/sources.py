@@ -10,7 +10,7 @@ from bridge.assemble import Assembler
 from bridge.decode.stream import RecordStream
 from bridge.tail.checkpoint import Delivered, FileCheckpoint
 from bridge.tail.follow import TrackedFile
-from bridge.tail.source import Source
+from bridge.core.source import Source
 
 
 @dataclass(slots=True)

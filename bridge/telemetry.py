@@ -60,7 +60,13 @@ class AgentCollector:
         yield counter("requests_finished", "Requests assembled and handed to export.", s["requests_emitted"])
         yield counter("requests_evicted", "Requests ended by TTL or the open-request limit (incomplete).",
                       s["requests_evicted"])
+        yield counter("requests_capped", "Requests closed early because max_open_requests were open: the oldest "
+                      "first (an unended one exported as incomplete, also in requests_evicted).",
+                      s.get("requests_capped", 0))
         yield counter("engine_incidents", "Engine-wide incidents (vllm.engine spans).", s["engine_incidents"])
+        yield counter("clock_jumps", "Steps of a log's clock between neighbouring lines (a year or more ahead, a day "
+                      "or more back): a vllm.clock_jump event on the requests in flight; no request split by it.",
+                      s.get("clock_jumps", 0))
         yield counter("spans_exported", "Spans acknowledged by the receiver.", s["spans_sent"])
         yield counter("spans_retried", "Spans in export attempts that failed and were retried.", s["spans_retried"])
         yield counter("spans_dropped", "Spans dropped after the export give-up time.", s["spans_dropped"])
@@ -166,9 +172,11 @@ class _Metrics:
 
 class TelemetryServer:
     def __init__(self, listen: str, snapshot: Callable[[], dict], ready: Callable[[], bool | str],
-                 alive: Callable[[], bool | str] = lambda: True) -> None:
-        """`ready()`: True, or what is wrong (a short text: "starting", export or checkpoint trouble).
-        `alive()`: True, or why /healthz fails (the main loop stuck)."""
+                 alive: Callable[[], bool | str] = lambda: True,
+                 degraded: Callable[[], str | None] = lambda: None) -> None:
+        """`ready()`: True, or what is wrong (a short text: "starting", checkpoint trouble).
+        `alive()`: True, or why /healthz fails (the main loop stuck). `degraded()`: trouble
+        that leaves the agent ready (the export failing), named in /readyz's body."""
         host, _, port = listen.rpartition(":")
         metrics = _Metrics(snapshot)
 
@@ -182,9 +190,10 @@ class TelemetryServer:
                     body = b"ok\n" if state is True else f"{state}\n".encode()
                     ctype, code = "text/plain", 200 if state is True else 503
                 elif path == "/readyz":
-                    state = ready()
+                    state, note = ready(), degraded()
                     ok = state is True
-                    body = b"ready\n" if ok else (f"{state or 'starting'}\n").encode()
+                    text = "ready" if ok else (state or "starting")
+                    body = (f"{text}; {note}\n" if note else f"{text}\n").encode()
                     ctype, code = "text/plain", 200 if ok else 503
                 else:
                     body, ctype, code = b"not found: try /metrics, /healthz or /readyz\n", "text/plain", 404

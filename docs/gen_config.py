@@ -22,7 +22,7 @@ VALUES = os.path.join(ROOT, "deploy", "helm", "vllm-trace-bridge", "values.yaml"
 # Settings the chart sets from values of its own (templates/_helpers.tpl, daemonset.yaml).
 _CHART_ELSEWHERE = {
     "state_dir": "stateDir.mountPath",
-    "listen": "metrics.port",
+    "listen": "metrics.host, metrics.port",
     "otlp_endpoint": "otlp.endpoint",
     "otlp_protocol": "otlp.protocol",
 }

@@ -14,6 +14,7 @@ from collections import Counter
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from receiver_proc import read_requests
+from waits import deadline, wait_for, wait_while_progressing  # noqa: F401 (the tests import them from here)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SPAWNED: list[subprocess.Popen] = []  # every process a test started; conftest stops leftovers
@@ -52,7 +53,7 @@ class Receiver:
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()
-            self.proc.wait(10)
+            self.proc.wait(deadline(10))
 
     @property
     def endpoint(self) -> str:
@@ -86,15 +87,15 @@ class AgentProc:
                           preexec_fn=self.preexec)
         # Wait on the event, not a clock: a loaded machine can take long to start Python. The
         # cap only keeps a hung start from hanging the suite.
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline and self.port is None:
+        until = time.monotonic() + deadline(600)
+        while time.monotonic() < until and self.port is None:
             for event in self.log_events():
                 if event.get("event") == "agent_started":
                     self.port = event["telemetry_port"]
             if self.proc.poll() is not None:
                 raise AssertionError(f"agent exited {self.proc.returncode}: {open(self.stderr_path).read()}")
             time.sleep(0.05)
-        assert self.port, "agent did not start"
+        assert self.port, f"agent did not start: no agent_started in {deadline(600):.0f} s (scaled cap)"
         return self
 
     def log_events(self) -> list[dict]:
@@ -109,7 +110,7 @@ class AgentProc:
 
     def get(self, path: str) -> tuple[int, str]:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as r:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=deadline(5)) as r:
                 return r.status, r.read().decode()
         except urllib.error.HTTPError as e:
             return e.code, e.read().decode()
@@ -124,18 +125,26 @@ class AgentProc:
                     total += float(value)
         return total
 
+    def caught_up(self, path: str) -> bool:
+        """The agent follows `path` and has read it to its current end (`file_bytes_behind` 0)."""
+        _, text = self.get("/metrics")
+        for line in text.splitlines():
+            if line.startswith("vllm_trace_bridge_file_bytes_behind{") and f'path="{path}"' in line:
+                return float(line.rsplit(" ", 1)[1]) == 0
+        return False
+
     def rss_mb(self) -> float:
         with open(f"/proc/{self.proc.pid}/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
     def kill9(self) -> None:
         self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
+        self.proc.wait(deadline(10))
 
-    def term(self, timeout: float = 15) -> tuple[int, float]:
+    def term(self, timeout: float | None = None) -> tuple[int, float]:
         t = time.monotonic()
         self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout)
+        code = self.proc.wait(deadline(15) if timeout is None else timeout)
         return code, time.monotonic() - t
 
 
@@ -146,27 +155,31 @@ def start_writer(path: str, truth: str, **kw) -> subprocess.Popen:
     return spawn(args, stdout=subprocess.PIPE, text=True)
 
 
-def wait_for(cond, timeout: float, every: float = 0.2) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(every)
-    return cond()
+def saved_checkpoint(state_dir: str) -> dict:
+    """The agent's last saved `checkpoints.json` ({} before its first save; it is replaced whole)."""
+    try:
+        with open(os.path.join(state_dir, "checkpoints.json")) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return {}
 
 
-def wait_while_progressing(done, progress, stall: float = 90, every: float = 0.2) -> bool:
-    """Wait for `done()`, giving up only when `progress()` has not changed for `stall` seconds: a
-    loaded machine is slow but moving, a stuck agent is not (no fixed deadline for the whole)."""
-    last, moved = progress(), time.monotonic()
-    while not done():
-        now = progress()
-        if now != last:
-            last, moved = now, time.monotonic()
-        elif time.monotonic() - moved > stall:
-            return done()
-        time.sleep(every)
-    return True
+def delivered_listed(state_dir: str) -> int:
+    """Requests the saved checkpoint lists as delivered (past a position an open request holds)."""
+    return sum(len(s.get("delivered", [])) for s in saved_checkpoint(state_dir).get("sources", []))
+
+
+def checkpointed_to_end(state_dir: str, *paths: str, only: bool = False) -> bool:
+    """The saved checkpoint resumes each file now at `paths` (matched by inode: a renamed file
+    keeps its old path there until closed) at its current end: every line read, every request in
+    it acked (no open or unacked one holds the position back), and saved. `only`: and it names no
+    other file (a rotated file was read to its end and closed)."""
+    entries = [(f["path"], f["inode"], f["offset"]) for f in saved_checkpoint(state_dir).get("files", [])]
+    now = set()
+    for p in paths:
+        st = os.stat(p)
+        now.add((p, st.st_ino, st.st_size))
+    return now <= set(entries) and (not only or len(entries) == len(now))
 
 
 def roots_by_request(spans) -> Counter:

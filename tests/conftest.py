@@ -7,6 +7,7 @@ import sys
 sys.path.insert(0, os.path.dirname(__file__))
 
 import pytest
+from waits import deadline
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -24,7 +25,7 @@ def _build_extensions_in_place() -> None:
     if shutil.which(os.environ.get("CC", "gcc")) is None and shutil.which("cc") is None:
         return
     subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=ROOT,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300, check=False)
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=deadline(300), check=False)
 
 
 _build_extensions_in_place()
@@ -42,7 +43,7 @@ def _stop_spawned_processes():
         proc = SPAWNED.pop()
         if proc.poll() is None:
             proc.kill()
-            proc.wait(10)
+            proc.wait(deadline(10))
 
 
 #: The long runs, each behind its marker: skipped in a plain local `python -m pytest`, run in CI
@@ -81,3 +82,9 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if item.get_closest_marker(marker) is not None:
                 item.add_marker(skip)
+
+
+def pytest_report_header(config):
+    """The factor every wait's cap is scaled by (tests/waits.py), measured here at session start."""
+    from waits import time_scale
+    return time_scale().describe()

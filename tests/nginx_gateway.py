@@ -8,6 +8,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from waits import deadline
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "docs", "gateway", "nginx.conf")
@@ -38,12 +39,12 @@ class Nginx:
         assert exe, "nginx is not installed (.ci/run installs Debian's nginx)"
         self.proc = subprocess.Popen([exe, "-p", self.prefix, "-c", self.conf, "-g", "daemon off;"],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
+        until = time.monotonic() + deadline(15)
+        while time.monotonic() < until:
             if self.proc.poll() is not None:
                 raise AssertionError(f"nginx exited {self.proc.returncode}: {self.proc.stderr.read().decode()}")
             try:
-                urllib.request.urlopen(self.base + "/ctx/health", timeout=2).close()
+                urllib.request.urlopen(self.base + "/ctx/health", timeout=deadline(2)).close()
                 return self
             except urllib.error.HTTPError:
                 return self
@@ -54,4 +55,4 @@ class Nginx:
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
-            self.proc.wait(10)
+            self.proc.wait(deadline(10))

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from agentkit import AgentProc, pod_log, wait_for
 from receivers import GrpcReceiver, attrs
+from waits import deadline
 
 def synth_cri_lines(seed: int, requests: int = 60, reuse: float = 0.05) -> tuple[list[str], object]:
     """CRI lines from the ground-truth generator (as tests/writer_proc.py writes them) and its truth."""
@@ -175,7 +176,7 @@ def run_agent_and_replay(tmp_path, lines: list[str], seed: int, *, rotations: in
                         f.flush()
                         # Killed before its first checkpoint, an agent's restart is a first run:
                         # rotated files already there are history it was not asked to read.
-                        assert wait_for(lambda: os.path.exists(os.path.join(state, "checkpoints.json")), 30)
+                        assert wait_for(lambda: os.path.exists(os.path.join(state, "checkpoints.json")), deadline(30))
                         agent.kill9()
                         restart_at = min(n - 1, j + rng.randint(0, 200))
                     if j == restart_at:
@@ -195,7 +196,7 @@ def run_agent_and_replay(tmp_path, lines: list[str], seed: int, *, rotations: in
             _, text = agent.get("/metrics")
             return all(_gauge(text, g) == 0 for g in ("requests_open", "export_queue_spans", "file_bytes_behind"))
 
-        assert wait_for(settled, 60, every=0.3), "the agent did not read and send everything"
+        assert wait_for(settled, deadline(60), every=0.3), "the agent did not read and send everything"
         count = -1
         while count != len(rx.requests):  # nothing more comes in one more batch delay
             count = len(rx.requests)

@@ -18,8 +18,10 @@ import time
 
 import pytest
 from agentkit import AgentProc, Receiver, free_port, pod_log, start_writer, wait_for, wait_while_progressing
+from agentkit import checkpointed_to_end
 
 from bridge.config import AgentConfig
+from waits import deadline
 
 POISON = {"VLLM_TRACE_BRIDGE_INJECT_FAULT": "decode:POISON-DECODE,parse:POISON-PARSE,assemble:poison_assemble.py"}
 
@@ -124,10 +126,11 @@ def drive(tmp_path, *, requests: int, rate: int, rotate_every: int, kills: int, 
             time.sleep(1.0)
             rx.stop()
             t0 = time.monotonic()
-            assert wait_for(lambda: agent.get("/readyz")[0] == 503, 15), "readyz did not show the outage"
+            # Ready all along (a rollout must not stall on the backend); the body names the outage.
+            assert wait_for(lambda: "export failing" in agent.get("/readyz")[1], deadline(15)), "readyz did not show the outage"
             code, body = agent.get("/readyz")
             figures["readyz_during_outage"] = f"{code} {body.strip()}"
-            assert "export" in body
+            assert code == 200
             assert agent.get("/healthz")[0] == 200
             time.sleep(max(0.0, outage_s - (time.monotonic() - t0)))
             figures["retried_during_outage"] = agent.metric("spans_retried")
@@ -135,15 +138,15 @@ def drive(tmp_path, *, requests: int, rate: int, rotate_every: int, kills: int, 
             figures["rss_mb_at_outage_end"] = round(agent.rss_mb())
             rx = Receiver(port, str(tmp_path / "rx.bin")).start()
             t_back = time.monotonic()
-        assert writer.wait(240) == 0
+        assert writer.wait(deadline(240)) == 0
         n = truth_count(truth)
         assert wait_while_progressing(lambda: roots_received(rx) >= n, lambda: roots_received(rx)), \
-            f"only {roots_received(rx)} of {n} arrived, none for 90 s"
+            f"only {roots_received(rx)} of {n} arrived, none for {deadline(90):.0f} s"
         if outage_s:
             figures["catch_up_after_outage_s"] = round(time.monotonic() - t_back, 1)
-            assert wait_for(lambda: agent.get("/readyz")[0] == 200, 30)
+            assert wait_for(lambda: agent.get("/readyz")[1] == "ready\n", deadline(30))
             figures["dropped"] = agent.metric("spans_dropped")
-        time.sleep(2.5)  # an ack, a checkpoint; and any duplicate gets its chance to show
+        time.sleep(deadline(2.5))  # an ack, a checkpoint; and any duplicate gets its chance to show
         figures["line_errors"] = agent.metric("line_errors")
         assert agent.get("/healthz")[0] == 200
         # Quiet restarts: nothing new written, nothing sent again, the same checkpoint saved.
@@ -159,7 +162,7 @@ def drive(tmp_path, *, requests: int, rate: int, rotate_every: int, kills: int, 
             else:
                 assert agent.term()[0] == 0
             assert checkpoint_body(state)["files"] == body["files"], "a quiet restart changed the checkpoint"
-        time.sleep(0.5)
+        time.sleep(deadline(0.5))
         figures["quiet_restart_resends"] = len(rx.spans()) - before
         figures.update(audit(truth, rx.spans()))
         return figures
@@ -214,10 +217,10 @@ def test_poison_lines_are_counted_by_stage_logged_once_without_content(tmp_path)
     agent = AgentProc(str(tmp_path / "pods/*/*/*.log"), str(tmp_path / "state"), rx.endpoint, env=POISON).start()
     try:
         writer = start_writer(log, truth, requests=150, rate=3000, seed=5, reuse=0.05, poison_every=101)
-        assert writer.wait(60) == 0
+        assert writer.wait(deadline(60)) == 0
         poisons = int(writer.stdout.read().split(", ")[2].split()[0])
         assert poisons >= 9
-        assert wait_for(lambda: roots_received(rx) >= truth_count(truth), 30)
+        assert wait_for(lambda: roots_received(rx) >= truth_count(truth), deadline(30))
         per_stage = {k: -(-(poisons - i) // 3) for i, k in enumerate(("decode", "parse", "assemble"))}
         for stage, n in per_stage.items():
             assert agent.metric("line_errors", f'stage="{stage}"') == n, stage
@@ -232,7 +235,7 @@ def test_poison_lines_are_counted_by_stage_logged_once_without_content(tmp_path)
                 b"\n", 1)[0].count(b"poison_assemble") == 1
         with open(agent.stderr_path) as fh:
             assert "user text" not in fh.read()
-        time.sleep(1)
+        time.sleep(deadline(1))
         f = audit(truth, rx.spans())
         assert (f["lost"], f["split"], f["changed"]) == (0, 0, 0), f
         assert agent.term()[0] == 0
@@ -303,6 +306,36 @@ def test_unwritable_state_dir_is_one_clear_error_at_start(tmp_path):
     assert "Traceback" not in str(e.value)
 
 
+def test_a_collector_outage_leaves_the_agent_ready_and_names_the_outage(tmp_path):
+    """A DaemonSet rollout waits for each new pod's readiness: were a backend outage to make
+    the agents unready, no rollout could pass while the collector is down (when a fix to the
+    agent may be what is rolling out). The agent queues, pauses reading and catches up, so it
+    stays ready; /readyz's body and the logs name the outage. A save that fails (this node's
+    disk) still makes it unready (the test below)."""
+    log, truth = pod_log(tmp_path), str(tmp_path / "truth.json")
+    port = free_port()
+    writer = start_writer(log, truth, requests=50, rate=3000, seed=3)
+    assert writer.wait(deadline(60)) == 0
+    agent = AgentProc(str(tmp_path / "pods/*/*/*.log"), str(tmp_path / "state"), f"http://127.0.0.1:{port}",
+                      "--start-at", "beginning",
+                      env={"OTEL_EXPORTER_OTLP_TIMEOUT": "1"}).start()
+    try:
+        assert wait_for(lambda: "export failing" in agent.get("/readyz")[1], deadline(60)), agent.get("/readyz")
+        code, body = agent.get("/readyz")
+        assert code == 200 and body.startswith("ready; export failing: http://127.0.0.1:") and "(retrying)" in body
+        assert agent.get("/healthz")[0] == 200
+        rx = Receiver(port, str(tmp_path / "rx.bin")).start()
+        try:
+            assert wait_for(lambda: agent.get("/readyz") == (200, "ready\n"), deadline(60)), agent.get("/readyz")
+            assert wait_for(lambda: roots_received(rx) >= truth_count(truth), deadline(60))
+            assert agent.term()[0] == 0
+        finally:
+            rx.stop()
+    finally:
+        if agent.proc.poll() is None:
+            agent.kill9()
+
+
 def test_failed_checkpoint_saves_are_retried_and_shown_in_readyz(tmp_path):
     from test_agent import _without_dac_override
     os.chmod(tmp_path, 0o755)
@@ -320,14 +353,14 @@ def test_failed_checkpoint_saves_are_retried_and_shown_in_readyz(tmp_path):
     try:
         os.chmod(state, 0o555)
         writer = start_writer(log, truth, requests=100, rate=3000, seed=8, reuse=0.05)
-        assert writer.wait(60) == 0
+        assert writer.wait(deadline(60)) == 0
         os.chmod(log, 0o644)
-        assert wait_for(lambda: agent.metric("checkpoint_failures") >= 2, 20)  # retried
+        assert wait_for(lambda: agent.metric("checkpoint_failures") >= 2, deadline(20))  # retried
         code, body = agent.get("/readyz")
         assert code == 503 and "checkpoint not saved" in body
         assert sum(e.get("event") == "checkpoint_failed" for e in agent.log_events()) == 1
         os.chmod(state, 0o777)
-        assert wait_for(lambda: agent.get("/readyz")[0] == 200, 10)
+        assert wait_for(lambda: agent.get("/readyz")[0] == 200, deadline(10))
         assert any(e.get("event") == "checkpoint_recovered" for e in agent.log_events())
         assert checkpoint_body(str(state))["files"]
         assert agent.term()[0] == 0
@@ -389,7 +422,8 @@ def _checkpoints(key: str, files) -> list:
 
 def _resume_and_read(tmp_path, cks, key: str, tag_len: int) -> tuple[list, object]:
     """A follower restored from `cks`, polled until quiet: (generation, line tag) in read order."""
-    from bridge.tail.follow import GEN_SHIFT, Filters, Follower
+    from bridge.core.position import GEN_SHIFT
+    from bridge.tail.follow import Filters, Follower
     follower = Follower(Filters((str(tmp_path / "pods/*/*/*.log"),)), read_chunk=16 << 10)
     follower.restore(cks, {key: 2})
     follower.discover()
@@ -589,7 +623,7 @@ def test_a_second_agent_on_the_same_state_dir_is_refused_and_a_kill_9_frees_it(t
     try:
         second = subprocess.run([sys.executable, "-m", "bridge", "run", "--include", str(tmp_path / "*.log"),
                                  "--state-dir", state, "--otlp-endpoint", "http://127.0.0.1:1",
-                                 "--listen", "127.0.0.1:0"], capture_output=True, text=True, timeout=60)
+                                 "--listen", "127.0.0.1:0"], capture_output=True, text=True, timeout=deadline(60))
         assert second.returncode != 0
         assert f"state_dir {state}: in use by another agent (pid {first.proc.pid})" in second.stderr
         assert "--state-dir" in second.stderr
@@ -610,7 +644,7 @@ def test_a_lock_file_that_cannot_be_taken_is_one_clear_error_at_start(tmp_path):
     (tmp_path / "state" / "lock").mkdir(parents=True)
     r = subprocess.run([sys.executable, "-m", "bridge", "run", "--include", str(tmp_path / "*.log"),
                         "--state-dir", str(tmp_path / "state"), "--otlp-endpoint", "http://127.0.0.1:1",
-                        "--listen", "127.0.0.1:0"], capture_output=True, text=True, timeout=60)
+                        "--listen", "127.0.0.1:0"], capture_output=True, text=True, timeout=deadline(60))
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert f"cannot take its lock file {tmp_path / 'state' / 'lock'}" in r.stderr and "--state-dir" in r.stderr
 
@@ -648,8 +682,8 @@ def test_two_rotations_while_the_agent_is_down_lose_nothing(tmp_path, kinds):
 
     try:
         agent = AgentProc(*args).start()
-        assert wait_for(lambda: roots() >= set(want), 30)
-        time.sleep(1.5)  # its ack and checkpoint
+        assert wait_for(lambda: roots() >= set(want), deadline(30))
+        wait_for(lambda: checkpointed_to_end(args[1], log), deadline(15))  # its ack and checkpoint
         assert agent.term()[0] == 0
         for n, kind in enumerate(kinds, 1):  # while it is down
             lines, ids = _seed_requests(0x2000 + 0x100 * n, 10)
@@ -667,7 +701,7 @@ def test_two_rotations_while_the_agent_is_down_lose_nothing(tmp_path, kinds):
         with open(log, "a") as f:
             f.writelines(lines)
         agent = AgentProc(*args).start()
-        wait_for(lambda: roots() >= set(want), 30)
+        wait_for(lambda: roots() >= set(want), deadline(30))
         assert agent.term()[0] == 0
     finally:
         rx.stop()
@@ -704,11 +738,12 @@ def test_a_file_read_before_a_restart_and_gzipped_later_is_not_sent_again(tmp_pa
     try:
         write(0x1000)
         agent = AgentProc(*args).start()
-        assert wait_for(lambda: {r for r, _ in roots()} >= set(want), 30)
+        assert wait_for(lambda: {r for r, _ in roots()} >= set(want), deadline(30))
         os.rename(log, log + ".20260215-100000")  # kubelet's rotation, the agent running
         write(0x2000)
-        assert wait_for(lambda: {r for r, _ in roots()} >= set(want), 30)
-        time.sleep(6)  # the rotated file read to its end and closed, the checkpoint saved
+        assert wait_for(lambda: {r for r, _ in roots()} >= set(want), deadline(30))
+        # the rotated file read to its end and closed, the checkpoint saved
+        wait_for(lambda: checkpointed_to_end(args[1], log, only=True), deadline(20))
         assert agent.term()[0] == 0
         if not while_down:
             agent = AgentProc(*args).start()  # a plain restart, nothing rotated
@@ -724,8 +759,8 @@ def test_a_file_read_before_a_restart_and_gzipped_later_is_not_sent_again(tmp_pa
         write(0x4000)
         if while_down:
             agent = AgentProc(*args).start()
-        wait_for(lambda: {r for r, _ in roots()} >= set(want), 30)
-        time.sleep(3)
+        wait_for(lambda: {r for r, _ in roots()} >= set(want), deadline(30))
+        time.sleep(deadline(3))
         assert agent.term()[0] == 0
     finally:
         rx.stop()
@@ -811,13 +846,13 @@ def test_files_rotated_before_the_agent_first_started_are_never_read(tmp_path):
     try:
         p.write(log, 0x1000)
         p.agent = AgentProc(*p.args).start()
-        assert wait_for(lambda: p.roots.have(p.want), 30)
+        assert wait_for(lambda: p.roots.have(p.want), deadline(30))
         time.sleep(1.1)
         p.write(log, 0x2000)
         _kubelet_rotate(log, "20260215-100000")  # the old file gzipped, the agent running
         p.write(log, 0x3000)
-        assert wait_for(lambda: p.roots.have(p.want), 30)
-        time.sleep(1.5)
+        assert wait_for(lambda: p.roots.have(p.want), deadline(30))
+        time.sleep(deadline(1.5))
         assert p.agent.term()[0] == 0
         p.write(log, 0x4000)
         _kubelet_rotate(log, "20260215-110000")  # and again while it is down
@@ -901,8 +936,8 @@ class _Pods:
     def run(self, settle: float = 2.0) -> None:
         """Start the agent, wait for what was written, stop it (it must stop cleanly)."""
         self.agent = AgentProc(*self.args).start()
-        wait_for(lambda: self.roots.have(self.want), 30)
-        time.sleep(settle)  # its ack and checkpoint; a second copy would show by now
+        wait_for(lambda: self.roots.have(self.want), deadline(30))
+        time.sleep(deadline(settle))  # its ack and checkpoint; a second copy would show by now
         assert self.agent.proc.poll() is None, "the agent died"
         assert self.agent.term()[0] == 0
 
@@ -994,8 +1029,8 @@ def test_copytruncate_with_compress_while_running_loses_no_tail(tmp_path):
     try:
         p.write(log, 0x1000)
         p.agent = AgentProc(*p.args).start()
-        assert wait_for(lambda: p.roots.have(p.want), 30)
-        time.sleep(1.5)
+        assert wait_for(lambda: p.roots.have(p.want), deadline(30))
+        wait_for(lambda: checkpointed_to_end(p.args[1], log), deadline(15))  # acked and checkpointed
         os.kill(p.agent.proc.pid, signal.SIGSTOP)  # the tail written and rotated between two looks
         try:
             p.write(log, 0x2000)
@@ -1008,8 +1043,8 @@ def test_copytruncate_with_compress_while_running_loses_no_tail(tmp_path):
             p.write(log, 0x3000, n=3)
         finally:
             os.kill(p.agent.proc.pid, signal.SIGCONT)
-        wait_for(lambda: p.roots.have(p.want), 30)
-        time.sleep(2)
+        wait_for(lambda: p.roots.have(p.want), deadline(30))
+        time.sleep(deadline(2))
         assert p.agent.term()[0] == 0
     finally:
         p.check()
@@ -1073,7 +1108,7 @@ def test_a_fifo_named_like_a_rotated_file_is_never_opened(tmp_path):
         done.set()
 
     threading.Thread(target=run, daemon=True).start()
-    assert done.wait(10), "the follower blocked"
+    assert done.wait(deadline(10)), "the follower blocked"
 
 
 def _more_rotated_files_than_heads_kept(tmp_path, monkeypatch):
@@ -1253,7 +1288,7 @@ def test_an_include_glob_that_matches_rotated_files_is_warned_of(tmp_path):
         f.write("INFO 02-15 10:00:00 x.py:1] hello\n")
     agent = AgentProc(str(tmp_path / "pods/*/*/*"), str(tmp_path / "state"), "http://127.0.0.1:1").start()
     try:
-        assert wait_for(lambda: "include_matches_rotated_files" in open(agent.stderr_path).read(), 20)
+        assert wait_for(lambda: "include_matches_rotated_files" in open(agent.stderr_path).read(), deadline(20))
     finally:
         agent.term()
     text = open(agent.stderr_path).read()

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from receivers import GrpcReceiver, attrs
+from waits import deadline
 
 ROOT = Path(__file__).parent.parent
 SAMPLE = ROOT / "bridge" / "samples" / "seed.log"
@@ -20,7 +21,7 @@ SAMPLE = ROOT / "bridge" / "samples" / "seed.log"
 def _replay(*args: str) -> list:
     with GrpcReceiver() as rx:
         p = subprocess.run([sys.executable, "-m", "bridge", "replay", *args, "--otlp-endpoint", rx.endpoint,
-                            "--otlp-protocol", "grpc"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+                            "--otlp-protocol", "grpc"], capture_output=True, text=True, cwd=ROOT, timeout=deadline(300))
         assert p.returncode == 0, p.stderr
         return rx.spans()
 

@@ -13,6 +13,7 @@ import pytest
 from bridge.parse import yamlsafe
 from bridge.parse.rules import MAX_RULES, RuleError, load_rules, parse_rules
 from bridge.tail.checkpoint import CheckpointStore
+from waits import deadline
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -33,7 +34,7 @@ def _run(*args: str) -> subprocess.CompletedProcess:
     """The CLI under a 1 GiB address-space limit: expanding a bomb would fail with a MemoryError
     traceback, not the one-line refusal."""
     return subprocess.run([sys.executable, "-m", "bridge", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, preexec_fn=_under_1gib)
+                          timeout=deadline(300), preexec_fn=_under_1gib)
 
 
 @pytest.mark.parametrize("flag", ["--config", "--rules"])

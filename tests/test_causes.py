@@ -56,3 +56,64 @@ def test_a_prompt_that_could_not_be_processed_is_the_client_s():
     ev = Parser().parse("Error in preprocessing prompt inputs\nTraceback (most recent call last):", "ERROR",
                         "serving_completion.py:131")
     assert type(ev).__name__ == "Notice" and ev.kind == "client_error"
+
+
+# -- vLLM serving-path lines `check` called unknown (issue #35), each as vLLM's source formats it --
+
+from bridge.parse import Parser  # noqa: E402
+from bridge.parse.events import (  # noqa: E402
+    EngineError, Notice, RequestFailed, RequestFinished, RequestsAborted, RequestWaiting, SequencePreempted,
+    StartupFact)
+
+_LINES = [
+    # v1/core/sched/scheduler.py: logger.debug("%s is still in WAITING_FOR_REMOTE_KVS state.", request_id)
+    ("cmpl-c7da0225-0 is still in WAITING_FOR_REMOTE_KVS state.", "DEBUG", "scheduler.py:345",
+     RequestWaiting("cmpl-c7da0225-0", "WAITING_FOR_REMOTE_KVS")),
+    # nixl/pull_scheduler.py: "NIXLConnector request_finished(%s), request_status=%s, kv_transfer_params=%s"
+    ("NIXLConnector request_finished(chatcmpl-e081), request_status=FINISHED_LENGTH_CAPPED, "
+     "kv_transfer_params={'do_remote_decode': True}", "DEBUG", "nixl_connector.py:614", RequestFinished("chatcmpl-e081")),
+    ("NixlPushConnector request_finished(cmpl-9-0), request_status=FINISHED_ABORTED, kv_transfer_params=None",
+     "DEBUG", "push_scheduler.py:217", RequestsAborted(("cmpl-9-0",))),
+    # mooncake_connector.py: "MooncakeConnector request_finished, req_id=%s, request_status=%s, …"
+    ("MooncakeConnector request_finished, req_id=chatcmpl-7, request_status=FINISHED_ERROR, kv_transfer_params={}",
+     "DEBUG", "mooncake_connector.py:1124", RequestFailed("chatcmpl-7", "other", "request_status=FINISHED_ERROR")),
+    # the same connector holding a finished prefill's blocks for the decode: no end of its own
+    ("NIXLConnector request_finished(chatcmpl-e081) waiting for 480 seconds before releasing blocks", "DEBUG",
+     "pull_scheduler.py:259", Notice("kv_transfer")),
+    # gpu_model_runner.py (V1 >= 0.19): logger.info("Profiling CUDA graph memory: %s", ", ".join(graph_groups))
+    ("Profiling CUDA graph memory: PIECEWISE=51 (largest=512), FULL=35 (largest=256)", "INFO",
+     "gpu_model_runner.py:5876", StartupFact((("vllm.startup.cuda_graphs", 86), ("vllm.startup.cuda_graph_largest", 512)))),
+    # V0's preemption warning pasted without its header, the space after the header kept
+    (" Sequence group 221 is preempted by PreemptionMode.RECOMPUTE mode because there is not enough KV cache space. "
+     "total_num_cumulative_preemption=101", "", "", SequencePreempted("221", "RECOMPUTE", 101)),
+    # vLLM's record relayed by NVIDIA Dynamo (`<ISO> LEVEL module.function: message`, the stamp taken off by decode)
+    ("ERROR multiproc_worker_utils.run: Worker VllmWorkerProcess pid 8773 died, exit code: -15   ", "", "",
+     EngineError),
+    (" INFO multiproc_worker_utils.run: Killing local vLLM worker processes   ", "", "", Notice("startup_info")),
+    # the same relay whose stamp lost its first digit in a paste (decode could not take it off)
+    ("025-06-12T11:14:08.162Z ERROR multiproc_worker_utils.run: Worker VllmWorkerProcess pid 8773 died, exit code: -15",
+     "", "", EngineError),
+    # an empty line a V1 worker wrote: its prefix, nothing after it
+    ("(VllmWorker TP1 pid=5311)", "", "", Notice("noise")),
+]
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["c", "python"])
+@pytest.mark.parametrize("message, level, origin, want", _LINES, ids=[m[:40] for m, *_ in _LINES])
+def test_a_serving_path_line_is_read_by_what_it_means(message, level, origin, want, fast):
+    """The C fast path and the Python rules agree (fast=False is the Python reference)."""
+    parser = Parser() if fast else Parser(fast=None)
+    got = parser.parse(message, level, origin)
+    if isinstance(want, type):
+        assert type(got) is want and got.error_type == "engine_dead" and got.fatal, got
+    else:
+        assert got == want
+    assert parser.snapshot().unrecognised == 0
+
+
+def test_an_unknown_line_of_an_engine_module_is_still_unknown_in_both_paths():
+    """The C path now leaves a request/engine module's unmatched line to Python, which counts it."""
+    for parser in (Parser(), Parser(fast=None)):
+        for _ in range(2):  # the second call finds the module cached
+            assert parser.parse("something new the scheduler says", "DEBUG", "scheduler.py:1") is None
+        assert parser.snapshot().unrecognised == 2

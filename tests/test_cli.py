@@ -4,6 +4,7 @@ import sys
 from pathlib import Path
 
 from bridge.cli import main
+from waits import deadline
 
 SAMPLE = str(Path(__file__).parent.parent / "bridge" / "samples" / "seed.log")
 
@@ -49,6 +50,6 @@ def test_negative_threshold_is_rejected(capsys):
 
 def test_console_script_runs_as_a_process():
     proc = subprocess.run([sys.executable, "-m", "bridge", "replay", SAMPLE, "--waterfalls", "0"],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=deadline(60))
     assert proc.returncode == 0, proc.stderr
     assert "requests     60" in proc.stdout

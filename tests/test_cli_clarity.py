@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from agentkit import free_port, spawn
 from receivers import GrpcReceiver, attrs
+from waits import deadline
 
 ROOT = Path(__file__).parent.parent
 SAMPLE = ROOT / "bridge" / "samples" / "seed.log"
@@ -26,9 +27,9 @@ ENV = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "VLLM_T
 _SUMMARY = re.compile(r"^\w+ (\d\d-\d\d \d\d:\d\d:\d\d) \S+\] Request (0x[0-9a-f]+): .*total_latency=([\d.]+)(ms|s)$")
 
 
-def bridge(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+def bridge(*args: str, env: dict | None = None, timeout: float | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "bridge", *args], capture_output=True, text=True, cwd=ROOT,
-                          env={**ENV, **(env or {})}, timeout=timeout)
+                          env={**ENV, **(env or {})}, timeout=deadline(120) if timeout is None else timeout)
 
 
 def reported(path: Path = SAMPLE, year: int = 2026) -> list[tuple[str, int, float]]:
@@ -174,11 +175,13 @@ def test_replay_says_promptly_when_nothing_listens_at_the_endpoint():
         said_after = time.monotonic() - started
     finally:
         proc.kill()
-        proc.wait(10)
+        proc.wait(deadline(10))
     event = json.loads(line)
     assert event["event"] == "export_retrying" and event["endpoint"] == f"http://127.0.0.1:{port}", line
     assert "--otlp-endpoint" in event["fix"]
-    assert said_after < 5.0  # the SDK's own retries would take ~7.6 s before a word
+    # the SDK's own retries would take ~7.6 s before a word: the word comes before that, whatever the
+    # machine's start-up time (a scaled allowance over the 1 s a start takes unloaded)
+    assert said_after < 6.6 + deadline(1)
 
 
 # -- 3. the waterfall -----------------------------------------------------------------------------------
@@ -291,18 +294,18 @@ def _run_agent(tmp: Path, *flags: str, seconds: float = 3.0) -> tuple[list[dict]
                  cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     metrics = ""
     try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
+        until = time.monotonic() + deadline(20)
+        while time.monotonic() < until:
             try:
-                metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+                metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=deadline(2)).read().decode()
                 break
             except OSError:
                 time.sleep(0.2)
         time.sleep(seconds)
-        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=deadline(2)).read().decode()
     finally:
         proc.terminate()
-        _, err = proc.communicate(timeout=30)
+        _, err = proc.communicate(timeout=deadline(30))
     return [json.loads(line) for line in err.splitlines()], metrics  # every line JSON, SDK's too
 
 

@@ -3,7 +3,8 @@ import json
 import os
 from datetime import datetime, timezone
 
-from bridge.decode import Decoder, source_for
+from bridge.decode import Decoder
+from bridge.tail.source import source_for
 from bridge.decode.clock import zone
 from bridge.tail import read_lines
 
@@ -125,3 +126,23 @@ def test_gzip_rotated_files_are_read_through(tmp_path):
         f.write(b"a\nbb\nccc")
     assert list(read_lines(str(p))) == [(0, b"a\n"), (2, b"bb\n"), (5, b"ccc")]
     assert os.path.exists(p)
+
+
+def test_a_runtime_stamp_read_after_the_headers_second_is_bounded_by_it():
+    """vLLM stamps its header when it makes the record; the runtime stamps the line when it reads
+    vLLM's pipe, on a loaded machine over a second later (soak 4009: header `17:59:00`, stamped
+    `17:59:01.662`, the client's send at 00.747). The line was written by the header's second's
+    end; a stamp inside that second, ahead of it, or a zone apart is kept as it is."""
+    head = "(APIServer pid=1) INFO 12-03 17:59:00 [async_llm.py:578] Added request a.\n"
+
+    def at(stamp: str) -> tuple[int, str]:
+        d = Decoder(year=2026)
+        d(b"2026-12-03T17:58:59.000000000Z stdout F INFO 12-03 17:58:59 [x.py:1] first\n", 0)
+        r = d(f"{stamp} stdout F {head}".encode(), 100)
+        return r.ts_ns, r.clock
+
+    second = ns("2026-12-03T17:59:00+00:00")
+    assert at("2026-12-03T17:59:01.662483047Z") == (second + NS - 1, "runtime")
+    assert at("2026-12-03T17:59:00.250000000Z") == (second + NS // 4, "runtime")
+    assert at("2026-12-03T17:58:59.900000000Z") == (second - NS // 10, "runtime")
+    assert at("2026-12-03T18:59:01.000000000Z") == (second + 3601 * NS, "runtime")   # a zone apart

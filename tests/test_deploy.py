@@ -13,6 +13,7 @@ import os
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ import pytest
 import yaml
 
 from bridge import config as agent_config
+from waits import deadline
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -115,7 +117,7 @@ def _build_stage_copy_and_run(tmp_path: Path) -> tuple[Path, Path]:
     argv = [str(venv) if x == image_venv else str(src) if x == str(workdir) else x for x in run]
     env = dict(os.environ, PYTHON=sys.executable)
     env.pop("VIRTUAL_ENV", None)
-    proc = subprocess.run(argv, cwd=src, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(argv, cwd=src, env=env, capture_output=True, text=True, timeout=deadline(600))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return src, venv
 
@@ -125,14 +127,14 @@ def test_image_install_steps_give_a_working_agent(tmp_path):
     _, venv = _build_stage_copy_and_run(tmp_path)
     exe = venv / "bin" / "vllm-trace-bridge"
     env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path), "LANG": "C.UTF-8"}
-    proc = subprocess.run([str(exe), "--help"], capture_output=True, text=True, env=env, timeout=60)
+    proc = subprocess.run([str(exe), "--help"], capture_output=True, text=True, env=env, timeout=deadline(60))
     assert proc.returncode == 0, proc.stderr
     assert not (venv / "bin" / "pip").exists(), "the runtime environment should carry no pip"
     # The image carries the vLLM plugin too: its wheel, and the installer inject's init container runs.
     from bridge import __version__
     assert [p.name for p in (venv / "plugin").iterdir()] == [f"vllm_trace_bridge_plugin-{__version__}-py3-none-any.whl"]
     proc = subprocess.run([str(exe), "plugin", "install", "--target", str(tmp_path / "plugin-target")],
-                          capture_output=True, text=True, env=env, timeout=60)
+                          capture_output=True, text=True, env=env, timeout=deadline(60))
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "plugin-target" / "vllm_trace_bridge_plugin" / "hooks.py").is_file()
     # Test dependencies stay out of the image.
@@ -159,7 +161,7 @@ def test_image_install_steps_give_a_working_agent(tmp_path):
     config = tmp_path / "config.yaml"
     config.write_text(_configmap_config())
     proc = subprocess.run([str(exe), "run", "--config", str(config), "--print-config",
-                           "--state-dir", str(state)], capture_output=True, text=True, env=env, timeout=60)
+                           "--state-dir", str(state)], capture_output=True, text=True, env=env, timeout=deadline(60))
     assert proc.returncode == 0, proc.stderr
     printed = yaml.safe_load(proc.stdout)
     assert printed["containers"] == ["*"] and printed["detect"] == "vllm" and printed["listen"] == "[::]:9464"
@@ -180,18 +182,19 @@ def test_image_install_steps_give_a_working_agent(tmp_path):
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         ready = None
-        for _ in range(100):
+        until = time.monotonic() + deadline(10)
+        while time.monotonic() < until:
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=deadline(2)) as r:
                     ready = r.status
                     break
             except OSError:
                 time.sleep(0.1)
         assert ready == 200
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=deadline(2)) as r:
             assert b"vllm_trace_bridge_files_watched 1.0" in r.read()
         agent.terminate()
-        assert agent.wait(15) == 0, agent.stderr.read()
+        assert agent.wait(deadline(15)) == 0, agent.stderr.read()
     finally:
         if agent.poll() is None:
             agent.kill()
@@ -213,12 +216,12 @@ def test_healthcheck_script_probes_healthz(tmp_path):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         script = str(DEPLOY / "healthcheck.py")
-        ok = subprocess.run([sys.executable, script], capture_output=True, timeout=30,
+        ok = subprocess.run([sys.executable, script], capture_output=True, timeout=deadline(30),
                             env=dict(os.environ, VLLM_TRACE_BRIDGE_LISTEN=f"0.0.0.0:{server.server_port}"))
         assert ok.returncode == 0
     finally:
         server.shutdown()
-    down = subprocess.run([sys.executable, script], capture_output=True, timeout=30,
+    down = subprocess.run([sys.executable, script], capture_output=True, timeout=deadline(30),
                           env=dict(os.environ, VLLM_TRACE_BRIDGE_LISTEN=f"127.0.0.1:{server.server_port}"))
     assert down.returncode == 1
 
@@ -411,7 +414,12 @@ def test_default_daemonset_fits_gpu_nodes_and_is_locked_down():
     # SIGTERM: time to flush and checkpoint.
     config = yaml.safe_load(objs["ConfigMap"]["data"]["config.yaml"])
     assert pod["terminationGracePeriodSeconds"] > config["shutdown_grace"]
-    assert config["state_dir"] == "/var/lib/vllm-trace-bridge" and config["listen"] == "[::]:9464"
+    assert config["state_dir"] == "/var/lib/vllm-trace-bridge" and "listen" not in config
+    # Probes and metrics on the pod's IP (the downward API), not on every interface.
+    assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    assert env["VLLM_TRACE_BRIDGE_LISTEN"]["value"] == "[$(POD_IP)]:9464"
+    names = [e["name"] for e in c["env"]]
+    assert names.index("POD_IP") < names.index("VLLM_TRACE_BRIDGE_LISTEN")  # $(VAR) needs it defined before
     assert "PodMonitor" not in objs and "Secret" not in objs
     assert not {"ServiceMonitor", "PrometheusRule", "NetworkPolicy"} & set(objs)
     assert "hostNetwork" not in pod and "dnsPolicy" not in pod
@@ -500,7 +508,8 @@ def test_non_default_values_reach_the_pod():
     assert {v["name"] for v in pod["volumes"]} >= {"otlp-tls", "docker-containers"}
     assert c["ports"][0]["containerPort"] == 19464
     config = yaml.safe_load(objs["ConfigMap"]["data"]["config.yaml"])
-    assert config["listen"] == "[::]:19464" and config["state_dir"] == "/state"
+    assert "listen" not in config and env["VLLM_TRACE_BRIDGE_LISTEN"]["value"] == "[$(POD_IP)]:19464"
+    assert config["state_dir"] == "/state"
     assert config["start_at"] == "end" and config["namespaces"] == ["inference-*"]
     assert config["export_error_text"] is True
     assert pod["terminationGracePeriodSeconds"] == 25
@@ -508,6 +517,46 @@ def test_non_default_values_reach_the_pod():
     assert wait["name"] == "wait" and init["command"] == ["chown", "10001:0", "/state"]
     assert init["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
     assert objs["PodMonitor"]["metadata"]["labels"]["release"] == "kps"
+
+
+@pytest.mark.parametrize("host, listen", [("::", "[::]:9464"), ("[::]", "[::]:9464"), ("0.0.0.0", "0.0.0.0:9464"),
+                                          ("fd00::7", "[fd00::7]:9464"), ("10.1.2.3", "10.1.2.3:9464")])
+def test_metrics_host_overrides_the_pod_ip(host, listen):
+    """`metrics.host` set: the agent listens there (the config file says so), no pod-IP variable."""
+    objs = _by_kind(_objects({"metrics": {"host": host}}))
+    c = objs["DaemonSet"]["spec"]["template"]["spec"]["containers"][0]
+    assert not {"POD_IP", "VLLM_TRACE_BRIDGE_LISTEN"} & {e["name"] for e in c["env"]}
+    config = yaml.safe_load(objs["ConfigMap"]["data"]["config.yaml"])
+    assert config["listen"] == listen
+    assert agent_config.load(config, {}, {})[0].listen == listen
+
+
+@pytest.mark.parametrize("pod_ip", ["127.0.0.1", "::1"])
+def test_the_agent_binds_the_pod_ip_the_chart_passes_it_and_nothing_else(pod_ip):
+    """What the kubelet makes of `[$(POD_IP)]:<port>` for an IPv4 and an IPv6 pod: the agent
+    accepts it and listens on that address alone (a wildcard would answer on every one)."""
+    import urllib.request
+
+    from bridge.telemetry import TelemetryServer
+    if pod_ip == "::1" and not socket.has_ipv6:
+        pytest.skip("no IPv6 here")
+    cfg, origins = agent_config.load({}, {"VLLM_TRACE_BRIDGE_LISTEN": f"[{pod_ip}]:0"}, {})
+    assert origins["listen"] == "VLLM_TRACE_BRIDGE_LISTEN"
+    try:
+        server = TelemetryServer(cfg.listen, lambda: {}, lambda: True)
+    except OSError:
+        pytest.skip(f"{pod_ip} cannot be bound here")
+    server.start()
+    try:
+        assert server._server.server_address[0] == pod_ip
+        host = f"[{pod_ip}]" if ":" in pod_ip else pod_ip
+        with urllib.request.urlopen(f"http://{host}:{server.port}/healthz", timeout=deadline(5)) as r:
+            assert r.status == 200
+        if pod_ip == "127.0.0.1":  # another address of this host does not answer
+            with pytest.raises(ConnectionRefusedError):
+                socket.create_connection(("127.0.0.2", server.port), timeout=deadline(5)).close()
+    finally:
+        server.stop()
 
 
 def test_existing_secret_wins_over_inline_headers():
@@ -680,7 +729,7 @@ def test_rules_value_becomes_the_rule_file_the_agent_loads_and_uses(tmp_path):
     log = tmp_path / "server.log"
     log.write_text(log_text)
     out = subprocess.run([sys.executable, "-m", "bridge", "check", "--rules", cfg.rules, str(log)],
-                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+                         capture_output=True, text=True, timeout=deadline(60), cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert re.search(r"edge-router-access\D+1\b", out.stdout), out.stdout
 
@@ -830,7 +879,7 @@ def test_telemetry_listens_on_both_families_by_default():
     if not usable:
         pytest.skip("no network namespaces here (unshare -n): the wildcard is not bound outside one")
     out = subprocess.run([*usable[0], sys.executable, "-c", _IN_NETNS], capture_output=True, text=True,
-                         timeout=60, cwd=ROOT)
+                         timeout=deadline(60), cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() in (["127.0.0.1", "200", "[::1]", "200"], ["no-ipv6", "127.0.0.1", "200"])
 
@@ -876,7 +925,7 @@ def test_plain_manifests_equal_the_charts_default_render():
 
 def _render_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(DEPLOY / "render.py"), *args], capture_output=True, text=True,
-                          timeout=300, cwd=ROOT)
+                          timeout=deadline(300), cwd=ROOT)
 
 
 def test_render_takes_the_users_values_files_as_helm_does(tmp_path):
@@ -1013,7 +1062,7 @@ def _collector_binary() -> str:
 
 def _binary_types() -> dict[str, set[str]]:
     """Component types by kind that the shipped binary has, from its own `components` report."""
-    proc = subprocess.run([_collector_binary(), "components"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([_collector_binary(), "components"], capture_output=True, text=True, timeout=deadline(60))
     assert proc.returncode == 0, proc.stderr
     report = yaml.safe_load(proc.stdout)
     return {kind: {c["name"] for c in report.get(kind) or []} for kind in KINDS}
@@ -1025,7 +1074,7 @@ def _validate(cfg: dict, tmp_path: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTLP_", "SLOW_", "BASELINE", "DECISION",
                                                                       "JAEGER", "TEMPO", "SAMPLING"))}
     return subprocess.run([_collector_binary(), "validate", "--config", str(path)],
-                          capture_output=True, text=True, timeout=60, env=env)
+                          capture_output=True, text=True, timeout=deadline(60), env=env)
 
 
 # Settings every OTLP exporter shares (exporterhelper queue/retry/timeout, client TLS,
@@ -1270,7 +1319,7 @@ def test_demo_pins_current_backends_and_the_readme_names_them():
 def test_demo_log_writer_writes_logs_the_bridge_reads(tmp_path):
     proc = subprocess.run([sys.executable, str(COMPOSE / "vllm-logs.py"), "--root", str(tmp_path),
                            "--batches", "1", "--requests", "12", "--no-pace"],
-                          capture_output=True, text=True, timeout=60, cwd=ROOT,
+                          capture_output=True, text=True, timeout=deadline(60), cwd=ROOT,
                           env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert proc.returncode == 0, proc.stderr
     (log,) = tmp_path.glob("*_*_*/vllm/0.log")  # the kubelet's <ns>_<pod>_<uid>/<container>/N.log

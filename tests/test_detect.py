@@ -25,6 +25,7 @@ from bridge.detect import Detector, evidence
 from bridge.decode import Decoder
 from bridge.synth import SynthConfig, generate, write
 from bridge.tail.source import source_for
+from waits import deadline
 
 SCENARIOS = Path(__file__).parent / "fixtures" / "scenarios"
 UID = "3f2a9c1e-1111-2222-3333-444455556666"
@@ -217,16 +218,16 @@ def test_agent_finds_vllm_by_what_it_logs_and_skips_the_sidecars(tmp_path):
     try:
         def skipped(path: Path):
             return [e for e in agent.log_events() if e.get("event") == "file_skipped" and e["path"] == str(path)]
-        assert wait_for(lambda: skipped(quiet), 120)
+        assert wait_for(lambda: skipped(quiet), deadline(120))
         assert skipped(quiet)[0]["kind"] == "not_vllm"
         with open(quiet, "a", encoding="utf-8") as f:  # vLLM starts, after the agent looked
             f.write(read("idle_shutdown"))
         want = {"kserve-container": wanted_roots("queue_pressure"), "server": wanted_roots("json_logging"),
                 "model": wanted_roots("idle_shutdown")}
         assert all(want.values())
-        assert wait_for(lambda: {k: v for k, v in _roots_by_container(rx).items() if v} == want, 120), \
+        assert wait_for(lambda: {k: v for k, v in _roots_by_container(rx).items() if v} == want, deadline(120)), \
             _roots_by_container(rx)
-        time.sleep(2)  # anything more (a sidecar's span, a duplicate) would show by now
+        time.sleep(deadline(2))  # anything more (a sidecar's span, a duplicate) would show by now
         got = _roots_by_container(rx)
         assert set(got) == {"kserve-container", "server", "model"}, set(got)  # no span of a sidecar
         assert {k: v for k, v in got.items()} == want
@@ -254,12 +255,12 @@ def test_detect_off_and_name_patterns_still_decide(tmp_path):
     try:
         agent = AgentProc(str(tmp_path / "pods/*/*/*.log"), str(tmp_path / "s1"), rx.endpoint,
                           "--containers", "*vllm*").start()
-        assert wait_for(lambda: agent.metric("files_skipped", 'reason="filter"') == 2, 60)
+        assert wait_for(lambda: agent.metric("files_skipped", 'reason="filter"') == 2, deadline(60))
         assert agent.metric("files_watched") == 0
         assert agent.term()[0] == 0
         agent = AgentProc(str(tmp_path / "pods/*/*/*.log"), str(tmp_path / "s2"), rx.endpoint,
                           "--detect", "off").start()
-        assert wait_for(lambda: agent.metric("files_watched") == 2, 60)
+        assert wait_for(lambda: agent.metric("files_watched") == 2, deadline(60))
         assert agent.metric("files_detected") == 0 and agent.metric("files_skipped", 'reason="not_vllm"') == 0
         assert agent.term()[0] == 0
     finally:

@@ -17,6 +17,7 @@ import pytest
 from receivers import GrpcReceiver, HttpReceiver
 
 from bridge.synth import SynthConfig, write_file
+from waits import deadline
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECEIVERS = {"http/protobuf": HttpReceiver, "grpc": GrpcReceiver}
@@ -52,7 +53,7 @@ def _replay(tmp_path, path: str, endpoint: str, protocol: str, **env) -> tuple[i
     environ.update(HOME=str(tmp_path), OTEL_EXPORTER_OTLP_TIMEOUT="3", **env)
     done = subprocess.run([sys.executable, "-m", "bridge", "replay", path, "--otlp-endpoint", endpoint,
                            "--otlp-protocol", protocol, "--waterfalls", "0"],
-                          cwd=ROOT, env=environ, capture_output=True, text=True, timeout=120)
+                          cwd=ROOT, env=environ, capture_output=True, text=True, timeout=deadline(120))
     events = {}
     for line in done.stderr.splitlines():
         if line.startswith("{"):

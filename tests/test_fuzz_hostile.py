@@ -23,7 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bridge.assemble import Assembler
-from bridge.decode import Decoder, source_for
+from bridge.decode import Decoder
+from bridge.tail.source import source_for
 from bridge.decode import stream as stream_mod
 from bridge.decode.stream import RecordStream
 from bridge.export.batch import OtlpSink

@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 
 from agentkit import AgentProc, Receiver, free_port, pod_log, wait_for
 from receivers import attrs
+from waits import deadline
 
 T1, S1 = "11111111111111111111111111111111", "aaaaaaaaaaaaaaaa"
 T2, S2 = "22222222222222222222222222222222", "bbbbbbbbbbbbbbbb"
@@ -50,11 +51,11 @@ def test_agent_joins_the_gateway_access_log_either_side_first(tmp_path):
         with open(access, "a") as a, open(log, "a") as v:
             a.write(_nginx("gw-first", f"00-{T1}-{S1}-01"))
             a.flush()
-            time.sleep(1.0)
+            assert wait_for(lambda: agent.metric("gateway_lines", 'result="entry"') == 1, deadline(10))  # read first
             v.writelines(_chat("gw-first") + _chat("vllm-first") + _chat("no-context") + _chat("never-logged"))
             v.writelines(_chat(f"00-{T4}-{S4}-01"))  # context in the id: sent without waiting
             v.flush()
-            time.sleep(1.0)
+            assert wait_for(lambda: agent.caught_up(log), deadline(10))  # the vLLM lines read before theirs
             a.write(_nginx("vllm-first", f"00-{T2}-{S2}-01"))
             a.write(_nginx("no-context", ""))
             a.flush()
@@ -63,7 +64,7 @@ def test_agent_joins_the_gateway_access_log_either_side_first(tmp_path):
 
         def roots() -> dict:
             return {attrs(s.attributes)["vllm.request.id"]: s for s in rx.spans() if s.name == "vllm.request"}
-        assert wait_for(lambda: set(roots()) == want, 20), set(roots())
+        assert wait_for(lambda: set(roots()) == want, deadline(20)), set(roots())
         r = roots()
         assert (r["chatcmpl-gw-first"].trace_id.hex(), r["chatcmpl-gw-first"].parent_span_id.hex()) == (T1, S1)
         assert (r["chatcmpl-vllm-first"].trace_id.hex(), r["chatcmpl-vllm-first"].parent_span_id.hex()) == (T2, S2)
@@ -100,17 +101,17 @@ def test_a_gateway_line_still_waiting_for_its_request_survives_an_agent_crash(tm
     try:
         with open(access, "a") as a:
             a.write(_nginx("before-crash", f"00-{T1}-{S1}-01"))
-        assert wait_for(lambda: agent.metric("gateway_lines", 'result="entry"') == 1, 10)
+        assert wait_for(lambda: agent.metric("gateway_lines", 'result="entry"') == 1, deadline(10))
         with open(access, "a") as a:  # a later line the request does not need: read, checkpointed past
             a.write(_nginx("unrelated", ""))
-        assert wait_for(lambda: agent.metric("gateway_lines", 'result="entry"') == 2, 10)
-        time.sleep(2.5)  # a checkpoint (once a second while anything moves)
+        assert wait_for(lambda: agent.metric("gateway_lines", 'result="entry"') == 2, deadline(10))
+        time.sleep(2.5)  # a checkpoint (once a second while anything moves); fixed: inside the 3 s join window
         agent.kill9()
         agent = AgentProc(*args).start()
         with open(log, "a") as v:
             v.writelines(_chat("before-crash"))
         roots = lambda: [s for s in rx.spans() if s.name == "vllm.request"]  # noqa: E731
-        assert wait_for(lambda: len(roots()) == 1, 20)
+        assert wait_for(lambda: len(roots()) == 1, deadline(20))
         root = roots()[0]
         assert (root.trace_id.hex(), root.parent_span_id.hex()) == (T1, S1)
         assert agent.metric("join_requests", 'result="joined"') == 1

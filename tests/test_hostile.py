@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hostile_corpus import CASES, GOOD, MIB4
+from waits import deadline
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -32,7 +33,7 @@ def _replay_both(paths: list[str]) -> tuple[dict, dict]:
     out = []
     for env in ({"VLLM_TRACE_BRIDGE_PURE": ""}, {"VLLM_TRACE_BRIDGE_PURE": "1"}):
         p = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "hostile_replay.py"), *paths],
-                           env={**os.environ, **env}, capture_output=True, text=True, cwd=ROOT, timeout=600)
+                           env={**os.environ, **env}, capture_output=True, text=True, cwd=ROOT, timeout=deadline(600))
         assert p.returncode == 0, p.stderr[-2000:]
         out.append({os.path.basename(d["path"])[:-4]: d for d in map(json.loads, p.stdout.splitlines())})
     return out[0], out[1]
@@ -82,7 +83,7 @@ def test_hostile_case_crashes_neither_path_and_both_agree(case, replayed):
 
 
 def _follow(path: str, offset: int = 0):
-    from bridge.decode import source_for
+    from bridge.tail.source import source_for
     from bridge.tail.follow import TailStats, TrackedFile
 
     fh = open(path, "rb")
@@ -127,7 +128,7 @@ def test_the_rest_of_an_oversized_line_is_never_read_as_a_line(tmp_path):
 
 def test_a_line_written_in_pieces_is_still_read_whole(tmp_path):
     """The cut is for lines over the limit only: a writer mid-line is waited for, not cut."""
-    from bridge.decode import source_for
+    from bridge.tail.source import source_for
     from bridge.tail.follow import TailStats, TrackedFile
 
     path = tmp_path / "0.log"
@@ -307,7 +308,7 @@ def test_the_chunked_read_gives_what_the_line_by_line_read_gives(tmp_path_factor
     Over a file written in pieces (lines of any length, some long, writes ending mid-line) and
     read with any budget between the writes, both give the same lines, positions, counters
     and state."""
-    from bridge.decode import source_for
+    from bridge.tail.source import source_for
     from bridge.tail.follow import TailStats, TrackedFile
 
     d = tmp_path_factory.mktemp("chunked")

@@ -1,8 +1,10 @@
 """The shape of the house, read from the source with `ast`: data flows tail → decode → parse →
-assemble → export, and so do imports — a stage imports only itself and the stages before it;
-agent, cli, pipeline, check, telemetry, config and logs sit on top; the vLLM plugin (loaded
-inside vLLM's process) and the synthetic generator import no stage. And no module imports
-itself through others (no cycle), lazy imports inside functions included."""
+assemble → export, and so do imports — a stage imports only itself and the stages before it,
+and no stage imports the tail (what reads files): the stages after it know a file only as the
+values in `core` (a line's `Source`, its position), which every layer may import and which
+imports none of them. Agent, cli, pipeline, check, telemetry, config and logs sit on top; the
+vLLM plugin (loaded inside vLLM's process) and the synthetic generator import no stage. And no
+module imports itself through others (no cycle), lazy imports inside functions included."""
 
 from __future__ import annotations
 
@@ -12,8 +14,9 @@ import os
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CORE = "core"  # the values every stage shares (bridge/core): below the stages, imports none of them
 STAGES = ("tail", "decode", "parse", "assemble", "export")
-TOP = ("agent", "faults", "resume", "sources", "detect", "delivery", "health", "cli", "pipeline", "check", "telemetry", "config", "logs", "inject",
+TOP = ("agent", "faults", "resume", "skip", "sources", "detect", "delivery", "health", "cli", "pipeline", "check", "telemetry", "config", "logs", "inject",
        "plugin_dist", "__main__")
 ALONE = ("vllm_plugin", "synth")  # import nothing of the bridge but themselves
 
@@ -73,8 +76,9 @@ def _part(module: str) -> str:
 
 
 def back_edges(graph: dict[str, set[str]]) -> list[str]:
-    """Imports against the flow: a stage importing a later stage or the top, a lone package
-    importing anything of the bridge outside itself, or a module of no known layer."""
+    """Imports against the flow: a stage importing a later stage, the tail or the top; core
+    importing anything of the bridge outside itself; a lone package importing anything of the
+    bridge outside itself, or a module of no known layer."""
     bad = []
     for src, targets in graph.items():
         sp = _part(src)
@@ -83,10 +87,10 @@ def back_edges(graph: dict[str, set[str]]) -> list[str]:
             if sp == dp:
                 continue
             if sp in TOP:
-                ok = dp in STAGES or dp in TOP
+                ok = dp in STAGES or dp in TOP or dp == CORE
             elif sp in STAGES:
-                ok = dp in STAGES and STAGES.index(dp) < STAGES.index(sp)
-            else:  # ALONE, or a new package nobody placed yet
+                ok = dp == CORE or (dp in STAGES[1:] and STAGES.index(dp) < STAGES.index(sp))
+            else:  # core, ALONE, or a new package nobody placed yet
                 ok = False
             if not ok:
                 bad.append(f"{src} → {dst}")
@@ -117,7 +121,8 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_every_package_is_placed():
     parts = {_part(m) for m in _graph()} - {""}
-    assert parts <= set(STAGES) | set(TOP) | set(ALONE), parts - set(STAGES) - set(TOP) - set(ALONE)
+    placed = set(STAGES) | set(TOP) | set(ALONE) | {CORE}
+    assert parts <= placed, parts - placed
 
 
 def test_imports_follow_the_pipeline():
@@ -135,9 +140,14 @@ def test_the_checks_catch_what_they_look_for():
         "bridge.assemble.context": set(),
         "bridge.vllm_plugin.hooks": {"bridge.parse.seed"},
         "bridge.tail.follow": {"bridge.decode.source"},
-        "bridge.export.wire": {"bridge.assemble.timeline", "bridge.agent"},
+        "bridge.export.wire": {"bridge.assemble.timeline", "bridge.agent", "bridge.core.source"},
+        "bridge.assemble.state": {"bridge.tail.files", "bridge.core.position"},
+        "bridge.core.source": {"bridge.tail.source"},
+        "bridge.decode.record": {"bridge.core"},
+        "bridge.agent": {"bridge.core.source", "bridge.tail.follow"},
     }
-    assert back_edges(g) == ["bridge.export.wire → bridge.agent", "bridge.parse.gateway → bridge.assemble.context",
+    assert back_edges(g) == ["bridge.assemble.state → bridge.tail.files", "bridge.core.source → bridge.tail.source",
+                             "bridge.export.wire → bridge.agent", "bridge.parse.gateway → bridge.assemble.context",
                              "bridge.tail.follow → bridge.decode.source", "bridge.vllm_plugin.hooks → bridge.parse.seed"]
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
@@ -155,3 +165,34 @@ def test_imports_are_read_as_written(tmp_path, source, expected):
     f.write_text(source)
     known = set(_modules())
     assert _imports(str(f), "bridge.cli", known) == expected
+
+
+def test_the_shared_values_are_defined_in_core_only():
+    """`Source` and the position's layout are defined once, in core: a stage that needs them
+    imports them from there, never a copy of its own that could drift."""
+    shared = {"Source", "GEN_SHIFT", "IN_FILE"}
+    where: dict[str, list[str]] = {}
+    for name, path in _modules().items():
+        if not path.endswith(".py"):
+            continue
+        for node in ast.parse(open(path, encoding="utf-8").read(), path).body:
+            names = [node.name] if isinstance(node, ast.ClassDef) else [
+                t.id for t in getattr(node, "targets", [getattr(node, "target", None)]) if isinstance(t, ast.Name)]
+            for n in set(names) & shared:
+                where.setdefault(n, []).append(name)
+    assert where == {"Source": ["bridge.core.source"], "GEN_SHIFT": ["bridge.core.position"],
+                     "IN_FILE": ["bridge.core.position"]}
+
+
+def test_the_agent_knows_nothing_of_fault_injection():
+    """The fault-injection tests wrap the agent's stages from outside (cli gives it
+    `faults.stages_from_env`'s hooks); nothing of the agent's own imports reaches `faults`."""
+    graph = _graph()
+    reach, todo = set(), ["bridge.agent"]
+    while todo:
+        for m in graph.get(todo.pop(), ()):
+            if m not in reach:
+                reach.add(m)
+                todo.append(m)
+    assert "bridge.faults" not in reach
+    assert "bridge.faults" in graph["bridge.cli"]

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from bridge import inject
+from waits import deadline
 
 ROOT = Path(__file__).resolve().parents[1]
 KUBE_VERSIONS = ["1.28.0", "latest"]
@@ -403,7 +404,7 @@ def test_an_alias_bomb_is_refused_before_it_expands():
 
 def _cli(*argv: str, stdin: str = "") -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "bridge", "inject", *argv], input=stdin, capture_output=True,
-                          text=True, cwd=ROOT, timeout=120)
+                          text=True, cwd=ROOT, timeout=deadline(120))
 
 
 def test_the_command_reads_stdin_writes_stdout_and_says_what_it_did():
@@ -439,7 +440,7 @@ def test_the_init_containers_command_run_for_real_gives_what_vllm_loads(tmp_path
     assert argv[0] == "vllm-trace-bridge"
     target = tmp_path / argv[-1].lstrip("/")
     argv = [sys.executable, "-m", "bridge", *argv[1:-1], str(target)]
-    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=deadline(120))
     assert proc.returncode == 0, proc.stderr
     from tests.test_plugin_dist import VLLM_PYTHON, installed_plugin_in_vllm
     if not VLLM_PYTHON.exists():

@@ -30,7 +30,8 @@ from receivers import CapturingTransport
 
 from bridge.assemble import Assembler, build
 from bridge.assemble.timeline import IncidentEvent, IncidentRef, Phase, RequestTimeline, SpanEvent
-from bridge.decode import Decoder, source_for
+from bridge.decode import Decoder
+from bridge.tail.source import source_for
 from bridge.decode import stream as stream_mod
 from bridge.decode.framing import CRI, PLAIN, CriUnwrapper, DockerUnwrapper, detect
 from bridge.decode.joiner import Joiner
@@ -143,6 +144,28 @@ def test_synth_logs_give_the_same_records_events_timelines_and_bytes(synth_logs)
 @pytest.mark.parametrize("path", FIXTURES, ids=os.path.basename)
 def test_fixtures_give_the_same_everything(path):
     _assert_same(path)
+
+
+@native
+def test_cri_stamps_late_for_their_header_give_the_same(tmp_path):
+    """A runtime stamp after its header's second is bounded by it in Python; C takes only lines
+    whose stamp is in the header's second-of-minute, in every combination with `P` parts."""
+    path = tmp_path / "late.log"
+    out = []
+    for i, (head, stamp) in enumerate([("17:59:00", "17:59:00.5"), ("17:59:00", "17:59:01.662"),
+                                       ("17:59:01", "17:59:01.9"), ("17:59:01", "17:59:03.2"),
+                                       ("17:59:02", "17:59:01.999"), ("17:59:03", "17:59:03.0"),
+                                       ("17:59:03", "18:00:03.1"), ("17:59:59", "18:00:00.25")]):
+        cri = f"2026-12-03T{stamp}Z"
+        text = f"(APIServer pid=1) INFO 12-03 {head} [async_llm.py:578] Added request r{i}."
+        if i % 3 == 2:
+            out.append(f"{cri} stdout P {text[:20]}\n{cri} stdout F {text[20:]}\n")
+        else:
+            out.append(f"{cri} stdout F {text}\n")
+    path.write_text("".join(out))
+    got = _assert_same(str(path))
+    late = [r.ts_ns % 1_000_000_000 for r in got["records"]]
+    assert late[1] == late[3] == late[7] == 999_999_999 and late[0] == 500_000_000
 
 
 _TWIN = ("INFO 02-15 10:23:00 logger.py:43] Received request X: prompt: 'hi', params: SamplingParams(n=1, "

@@ -17,6 +17,7 @@ import pytest
 
 from agentkit import AgentProc, Receiver, free_port, wait_for
 from receivers import attrs
+from waits import deadline
 
 NOBODY = 65534
 POD = "llm_{name}_3f2a9c1e-1111-2222-3333-{n:012d}"
@@ -111,21 +112,21 @@ def test_loops_locked_directories_and_unreadable_files_are_skipped_reported_once
         agent.args = AS_NOBODY + agent.args
     agent.start()
     try:
-        assert wait_for(lambda: "0xa1" in _request_ids(rx), 30), "the healthy pod beside them was not served"
-        assert wait_for(lambda: agent.metric("files_skipped", 'reason="loop"') == 3, 10)
+        assert wait_for(lambda: "0xa1" in _request_ids(rx), deadline(30)), "the healthy pod beside them was not served"
+        assert wait_for(lambda: agent.metric("files_skipped", 'reason="loop"') == 3, deadline(10))
         assert agent.metric("files_skipped", 'reason="unreadable"') == 2
         # Several looks and retries later: still one report and one count per entry.
-        assert wait_for(lambda: agent.metric("file_errors", 'reason="loop"') == 3, 10)
+        assert wait_for(lambda: agent.metric("file_errors", 'reason="loop"') == 3, deadline(10))
         assert agent.metric("file_errors", 'reason="permission"') == 2
         # Made readable: the next try (backoff) follows them, the request in each is sent.
         os.chmod(unreadable, 0o644)
         os.chmod(locked, 0o755)
-        assert wait_for(lambda: {"0xb2", "0xc3"} <= _request_ids(rx), 60), _request_ids(rx)
+        assert wait_for(lambda: {"0xb2", "0xc3"} <= _request_ids(rx), deadline(60)), _request_ids(rx)
         skipped = [e for e in agent.log_events() if e.get("event") == "file_skipped"]
         paths = [e["path"] for e in skipped]
         assert len(paths) == len(set(paths)) == 5, paths  # each reported once
         assert {e["kind"] for e in skipped} == {"loop", "unreadable"}
-        assert wait_for(lambda: agent.metric("files_skipped", 'reason="unreadable"') == 0, 10)
+        assert wait_for(lambda: agent.metric("files_skipped", 'reason="unreadable"') == 0, deadline(10))
         assert agent.get("/healthz")[0] == 200 and agent.get("/readyz")[0] == 200
         assert agent.proc.poll() is None
         assert agent.term()[0] == 0
@@ -156,20 +157,20 @@ def test_2000_files_under_a_1024_open_files_limit_are_all_sent_and_the_agent_sta
     agent.preexec = _nofile(1024)
     agent.start()
     try:
-        assert wait_for(lambda: agent.get("/readyz")[0] == 200, 120)
-        assert wait_for(lambda: len(_request_ids(rx)) >= n, 300), len(_request_ids(rx))
+        assert wait_for(lambda: agent.get("/readyz")[0] == 200, deadline(120))
+        assert wait_for(lambda: len(_request_ids(rx)) >= n, deadline(300)), len(_request_ids(rx))
         assert _request_ids(rx) == want
         assert agent.metric("files_open") <= agent.metric("files_open_budget") < 1024
         assert agent.metric("files_watched") == n
         # A parked file written again is reopened by identity and its new request sent.
         _write(paths[7], _summary("0xfeed", sec=3))
         _write(paths[1500], _summary("0xbeef", sec=3))
-        assert wait_for(lambda: {"0xfeed", "0xbeef"} <= _request_ids(rx), 60)
+        assert wait_for(lambda: {"0xfeed", "0xbeef"} <= _request_ids(rx), deadline(60))
         assert agent.metric("files_reopened") >= 1
         assert agent.metric("line_errors") == 0
         assert agent.metric("checkpoint_failures") == 0
         assert agent.get("/healthz")[0] == 200 and agent.get("/readyz")[0] == 200
-        assert agent.term(60)[0] == 0
+        assert agent.term(deadline(60))[0] == 0
         assert not [e for e in agent.log_events() if e.get("level") == "error"]
     finally:
         rx.stop()
@@ -183,11 +184,11 @@ def test_healthz_fails_when_the_main_loop_stops_turning(world, tmp_path):
     agent.env["VLLM_TRACE_BRIDGE_INJECT_FAULT"] = "hang:HANG-HERE"  # reading that line never returns
     agent.start()
     try:
-        assert wait_for(lambda: "0xa1" in _request_ids(rx), 60)
+        assert wait_for(lambda: "0xa1" in _request_ids(rx), deadline(60))
         time.sleep(4)  # longer than stall_timeout: a loop that turns stays healthy
         assert agent.get("/healthz") == (200, "ok\n")
         _write(log, "2025-02-15T10:23:03.000000000Z stdout F INFO 02-15 10:23:03 a.py:1] HANG-HERE\n")
-        assert wait_for(lambda: agent.get("/healthz")[0] == 503, 60)
+        assert wait_for(lambda: agent.get("/healthz")[0] == 503, deadline(60))
         assert "main loop stuck" in agent.get("/healthz")[1]
         assert agent.get("/metrics")[0] == 200  # the telemetry thread still answers
     finally:

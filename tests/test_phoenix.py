@@ -28,6 +28,7 @@ import pytest
 
 from bridge.cli import main
 from bridge.synth import SynthConfig, write_file
+from waits import deadline
 
 pytestmark = pytest.mark.phoenix
 
@@ -54,7 +55,7 @@ class Phoenix:
     def gql(self, query: str, **variables) -> dict:
         req = urllib.request.Request(self.base + "/graphql", data=json.dumps(
             {"query": query, "variables": variables}).encode(), headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=30) as r:
+        with urllib.request.urlopen(req, timeout=deadline(30)) as r:
             body = json.load(r)
         assert "errors" not in body, body["errors"]
         return body["data"]
@@ -88,12 +89,12 @@ class Phoenix:
                 return out
             after = page["endCursor"]
 
-    def wait_for(self, condition: str, count: int, timeout: float = 60, **where) -> list[dict]:
-        """Phoenix stores spans in the background: poll until `count` match (or time runs out)."""
-        deadline = time.monotonic() + timeout
+    def wait_for(self, condition: str, count: int, timeout: float | None = None, **where) -> list[dict]:
+        """Phoenix stores spans in the background: poll until `count` match (or the scaled cap passes)."""
+        until = time.monotonic() + (deadline(60) if timeout is None else timeout)
         while True:
             found = self.spans(condition, **where)
-            if len(found) >= count or time.monotonic() > deadline:
+            if len(found) >= count or time.monotonic() > until:
                 return found
             time.sleep(0.5)
 
@@ -116,25 +117,26 @@ def phoenix(tmp_path_factory):
     try:
         server = Phoenix(port)
         server.ports = (port, grpc_port)
-        for _ in range(240):
+        until = time.monotonic() + deadline(120)
+        while time.monotonic() < until:
             assert proc.poll() is None, (work / "phoenix.log").read_text()[-3000:]
             try:
-                with urllib.request.urlopen(server.base + "/healthz", timeout=2) as r:
+                with urllib.request.urlopen(server.base + "/healthz", timeout=deadline(2)) as r:
                     if r.status == 200:
                         break
             except OSError:
                 time.sleep(0.5)
         else:
-            pytest.fail("Phoenix did not come up in 120 s:\n" + (work / "phoenix.log").read_text()[-3000:])
+            pytest.fail(f"Phoenix did not come up in {deadline(120):.0f} s (scaled cap):\n" + (work / "phoenix.log").read_text()[-3000:])
         server.startup_s = time.monotonic() - t0
         yield server
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
-            proc.wait(30)
+            proc.wait(deadline(30))
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
+            proc.wait(deadline(10))
         log.close()
 
 

@@ -21,6 +21,7 @@ import pytest
 
 import bridge
 from bridge import plugin_dist
+from waits import deadline
 
 ROOT = Path(__file__).resolve().parents[1]
 VLLM_PYTHON = Path(os.environ.get("VLLM_VENV", Path.home() / ".cache/vllm-trace-bridge/vllm-venv")) / "bin" / "python"
@@ -28,7 +29,7 @@ VLLM_PYTHON = Path(os.environ.get("VLLM_VENV", Path.home() / ".cache/vllm-trace-
 
 def _bridge(*argv: str, cwd=ROOT) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "bridge", *argv], capture_output=True, text=True, cwd=cwd,
-                          timeout=120)
+                          timeout=deadline(120))
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +84,7 @@ def test_pip_installs_the_wheel_offline(wheel, tmp_path):
     """pip's own installer checks the name, the tags and RECORD; nothing is fetched."""
     proc = subprocess.run([sys.executable, "-m", "pip", "install", "--no-index", "--no-deps", "--quiet",
                            "--disable-pip-version-check", "--target", str(tmp_path / "site"), str(wheel)],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=deadline(300))
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "site" / "vllm_trace_bridge_plugin" / "hooks.py").exists()
 
@@ -177,7 +178,7 @@ print(json.dumps({"value": ours[0].value, "dist": ours[0].dist.name, "module": i
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(PYTHONPATH=str(target), VLLM_TRACE_BRIDGE_PLUGIN="1")
     proc = subprocess.run([str(VLLM_PYTHON), "-c", probe, str(target)], capture_output=True, text=True, env=env,
-                          cwd=target.parent, timeout=300)
+                          cwd=target.parent, timeout=deadline(300))
     assert proc.returncode == 0, proc.stderr[-3000:]
     import json
     return json.loads(proc.stdout.strip().splitlines()[-1])

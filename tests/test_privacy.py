@@ -11,6 +11,7 @@ import pytest
 from bridge.parse import parse_line
 from bridge.parse.events import RequestReceived
 from bridge.parse.literals import mask_literals, redact_error_text
+from waits import deadline
 
 MARK = "ZZSECRET42"
 
@@ -331,7 +332,7 @@ def test_marker_never_leaves_the_node_by_the_agent(marked_log, tmp_path):
     try:
         agent.start()
         assert wait_for(lambda: sum(s.name == "vllm.request" for s in rx.spans()) >= 3
-                        and sum(s.name == "vllm.engine" for s in rx.spans()) >= 1, 30), "not everything arrived"
+                        and sum(s.name == "vllm.engine" for s in rx.spans()) >= 1, deadline(30)), "not everything arrived"
         assert agent.term()[0] == 0
     finally:
         if agent.proc is not None and agent.proc.poll() is None:
@@ -474,7 +475,7 @@ def test_the_vocabulary_covers_the_installed_vllm():
         pytest.skip("no vLLM venv (tests/vllm_env/install.sh)")
     root = Path(__file__).resolve().parent.parent
     made = subprocess.run([str(venv / "bin" / "python"), str(root / "tests" / "vllm_env" / "vocabulary.py")],
-                          capture_output=True, text=True, check=True, timeout=300).stdout.split()
+                          capture_output=True, text=True, check=True, timeout=deadline(300)).stdout.split()
     shipped = set((root / "bridge" / "parse" / "vllm_words.txt").read_text(encoding="ascii").split())
     assert len(made) > 5000
     assert set(made) - shipped == set()

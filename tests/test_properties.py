@@ -8,7 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bridge.assemble import AssembleConfig, Assembler
-from bridge.decode import Decoder, source_for
+from bridge.decode import Decoder
+from bridge.tail.source import source_for
 from bridge.parse import Parser, parse_message
 from bridge.synth import SynthConfig, generate
 from bridge.synth.seed import _header

@@ -23,6 +23,7 @@ from vllm_client import Client
 from vllm_server import MODEL_NAME, VllmServer, ensure_vllm
 
 from bridge.check import check_file, render
+from waits import deadline
 
 pytestmark = pytest.mark.real_vllm
 FIGURES = os.environ.get("VLLM_TRACE_BRIDGE_FIGURES")  # where to append timing figures (optional)
@@ -73,12 +74,12 @@ def run_scenario(tmp_path, install, *server_args: str, env: dict | None = None, 
 
         def arrived() -> bool:
             return expected <= {attrs(s.attributes).get("vllm.request.id") for s in receiver.spans()}
-        assert wait_for(arrived, 90), f"missing: {expected - {attrs(s.attributes).get('vllm.request.id') for s in receiver.spans()}}"
+        assert wait_for(arrived, deadline(90)), f"missing: {expected - {attrs(s.attributes).get('vllm.request.id') for s in receiver.spans()}}"
     finally:
         if proxy is not None:
             proxy.stop()
         server.stop()
-        code, _ = agent.term(30)
+        code, _ = agent.term(deadline(30))
         receiver.stop()
     assert code == 0
     return {"client": client, "spans": receiver.spans(), "raw": b"".join(read_requests(receiver.out)),

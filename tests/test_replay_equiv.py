@@ -47,11 +47,11 @@ def test_faults_agent_equals_replay_many_seeds(tmp_path, seed):
 
 RANDOMIZED = sorted((Path(__file__).parent / "fixtures" / "randomized").glob("*/server.log.gz"))
 #: Runs where the agent and a replay still differ, and why (expected to fail; not strict: the
-#: agent's timing on a loaded machine decides whether the race shows).
-EQUIV_GAPS = {
-    "31003": "an aborted n>1 request of a plugin-only log (no --enable-log-requests): the live agent "
-             "emits a second root for a child's late `ended` line that a replay folds into its parent",
-}
+#: agent's timing on a loaded machine decides whether the race shows). None now: 31003 (an
+#: aborted n>1 request of a plugin-only log) differed because a sibling's `ended` line after the
+#: first one did not move the request's last offset, so a resumed agent read it again as a new
+#: root (test_a_siblings_ended_line_is_the_requests_last_line below).
+EQUIV_GAPS: dict[str, str] = {}
 
 
 def _run_id(p: Path) -> str:
@@ -87,3 +87,32 @@ def test_agent_equals_replay_with_detection_through_an_early_rotation_generated(
     """As above, on the generator's lines (its first line, `Scheduling request`, is vLLM's header)."""
     lines, _truth = synth_lines(1)
     assert_agent_equals_replay(tmp_path, lines, 1, rotations=3, kill=False)
+
+
+def test_a_siblings_ended_line_is_the_requests_last_line():
+    """The n>1 children's `ended` lines (the plugin's, one per child, seed 31003's request 17)
+    all belong to the one root, and the last of them is its last line: what a resumed agent
+    skips up to once the root is delivered (`Delivered.last_offset`)."""
+    from bridge.assemble import Assembler
+    from bridge.decode import Decoder
+    from bridge.tail.source import source_for
+    from bridge.parse import Parser
+
+    rid = "chatcmpl-rnd-31003-017-da4b870d"
+    tail = (", prompt_tokens=66, generated_tokens={g}, total_latency=0.025011s, t=1796319200.548221, "
+            "arrival=1796319200.523211, n=3\n")
+    lines = [f"2026-12-03T17:33:20.5483{i}Z stdout F (APIServer pid=1) INFO 12-03 17:33:20 [trace_bridge.py:1] "
+             f"Request {k}_{rid} ended: finish=abort" + tail.format(g=1 if k < 2 else 0)
+             for i, k in enumerate((1, 0, 2))]
+    out: list = []
+    asm, decode, parser = Assembler(source_for("x.log"), out.append), Decoder(year=2026), Parser()
+    offsets = []
+    offset = 0
+    for line in lines:
+        r = decode(line.encode(), offset)
+        offsets.append(offset)
+        asm.feed(r, parser.parse(r.message, r.level, r.origin))
+        offset += len(line.encode())
+    asm.flush()
+    roots = [t for t in out if getattr(t, "request_id", None) == rid]
+    assert len(roots) == 1 and (roots[0].first_offset, roots[0].last_offset) == (offsets[0], offsets[2])

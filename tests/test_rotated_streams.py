@@ -135,7 +135,7 @@ def test_a_closed_file_after_the_one_an_open_request_began_in_resumes_from_its_s
     from bridge.resume import Checkpointer
     from bridge.sources import Pending, SourceState
     from bridge.tail.checkpoint import FileCheckpoint
-    from bridge.tail.files import GEN_SHIFT
+    from bridge.core.position import GEN_SHIFT
     from bridge.tail.follow import Filters, Follower
 
     follower = Follower(Filters((str(tmp_path / "*.log"),)))
@@ -213,7 +213,7 @@ def test_the_agent_hands_on_what_an_older_files_decoder_holds_before_the_newer_f
     from bridge.config import AgentConfig
     from bridge.export.transport import Destination
     from bridge.pipeline import replay
-    from bridge.tail.files import GEN_SHIFT
+    from bridge.core.position import GEN_SHIFT
 
     d = tmp_path / POD
     d.mkdir(parents=True)

@@ -91,7 +91,8 @@ def test_check_understands_every_line(scenario):
 def _pipeline(log: Path, fast: bool):
     """Records, events and timelines of one log, with every stage's C path or with none."""
     from bridge.assemble import Assembler
-    from bridge.decode import Decoder, source_for
+    from bridge.decode import Decoder
+    from bridge.tail.source import source_for
     from bridge.decode import stream as stream_mod
     from bridge.decode.stream import RecordStream
     from bridge.parse import FAST_PARSE, Parser

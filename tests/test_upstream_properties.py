@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bridge.assemble import AssembleConfig, Assembler
-from bridge.decode import Decoder, source_for
+from bridge.decode import Decoder
+from bridge.tail.source import source_for
 from bridge.decode.joiner import Joiner
 from bridge.parse import Parser, parse_line
 from bridge.parse.upstream import PREFILTER

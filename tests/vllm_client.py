@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from waits import deadline
 
 MODEL = "tiny"
 
@@ -91,7 +92,7 @@ class Client:
     def disconnect(self) -> Sent:
         """A streaming completion the client drops after its first chunk."""
         s = self._new("completion", True, "aborted")
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=60)
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=deadline(60))
         conn.request("POST", self.prefix + "/v1/completions", json.dumps(self._body(s, 4000, {"ignore_eos": True})),
                      {"Content-Type": "application/json"})
         resp = conn.getresponse()
@@ -106,7 +107,7 @@ class Client:
 
     def _send(self, s: Sent, max_tokens: int, extra: dict) -> None:
         path = self.prefix + ("/v1/chat/completions" if s.kind == "chat" else "/v1/completions")
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=120)
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=deadline(120))
         conn.request("POST", path, json.dumps(self._body(s, max_tokens, extra)),
                      {"Content-Type": "application/json", **s.headers})
         resp = conn.getresponse()

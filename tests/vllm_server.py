@@ -21,6 +21,7 @@ import urllib.request
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from waits import deadline
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CACHE = os.path.expanduser(os.environ.get("VLLM_TRACE_BRIDGE_CACHE", "~/.cache/vllm-trace-bridge"))
@@ -124,8 +125,9 @@ class VllmServer:
     def base(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 300) -> VllmServer:
+    def start(self, timeout: float | None = None) -> VllmServer:
         t0 = time.monotonic()
+        timeout = deadline(300) if timeout is None else timeout
         self._writer = CriWriter(self.log_path)
         self.proc = subprocess.Popen(self.args, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      stdin=subprocess.DEVNULL, start_new_session=True)
@@ -134,7 +136,7 @@ class VllmServer:
             if self.proc.poll() is not None:
                 raise AssertionError(f"vllm serve exited {self.proc.returncode}; log: {self.log_path}")
             try:
-                with urllib.request.urlopen(self.base + "/health", timeout=2) as r:
+                with urllib.request.urlopen(self.base + "/health", timeout=deadline(2)) as r:
                     if r.status == 200:
                         self.start_s = time.monotonic() - t0
                         return self
@@ -148,12 +150,12 @@ class VllmServer:
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)  # its engine and worker processes too
             try:
-                self.proc.wait(30)
+                self.proc.wait(deadline(30))
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
+                self.proc.wait(deadline(10))
         for t in self._pumps:
-            t.join(10)
+            t.join(deadline(10))
         if self._writer is not None:
             self._writer.close()
             self._writer = None

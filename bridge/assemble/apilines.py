@@ -16,7 +16,7 @@ from bridge.assemble.state import SEEN_DETAILS, SEEN_RECEIVED, RequestState
 from bridge.assemble.timeline import SpanEvent
 from bridge.decode.record import Record
 from bridge.parse.events import (RequestAdded, RequestDetails, RequestFailed, RequestFinished, RequestReceived,
-                                 RequestsAborted, ResponseGenerated, SequencePreempted)
+                                 RequestsAborted, RequestWaiting, ResponseGenerated, SequencePreempted)
 
 _NS = 1_000_000_000
 
@@ -178,9 +178,13 @@ class ApiLines:
             return
         if ev.output_tokens is not None and r.summary is None:
             # One line per choice of a whole response (serving.py logs each choice's token ids):
-            # their counts add up, as the response's `usage.completion_tokens` does over n. (A
-            # plugin summary counted them already, from vLLM's own stats, empty choices too.)
-            r.set("gen_ai.usage.output_tokens", (r.extra or {}).get("gen_ai.usage.output_tokens", 0) + ev.output_tokens)
+            # their counts add up, as the response's `usage.completion_tokens` does over n. But
+            # serving.py logs a choice only `if output_text:`: a choice with no text has no line,
+            # and fewer than n lines are a lower bound, not the output, so nothing is set until
+            # all n are in. (A plugin summary counted them already, from vLLM's own stats.)
+            r.choice_tokens = [*(r.choice_tokens or ()), ev.output_tokens]
+            if len(r.choice_tokens) >= ((r.extra or {}).get("gen_ai.request.n") or 1):
+                r.set("gen_ai.usage.output_tokens", sum(r.choice_tokens))
         if ev.finish_reason is None and ev.streaming != "complete":
             return
         if ev.streaming == "complete":
@@ -242,6 +246,11 @@ class ApiLines:
                     self.end(r, self._when(record, r), End.STOPPED)
                 else:
                     self.end(r, self._when(record, r), End.ABORTED, message=f"Request {rid} aborted")
+
+    def _on_waiting(self, record: Record, ev: RequestWaiting) -> None:
+        """The scheduler holds the request (a decode waiting for remote KV): it is in this engine,
+        opened here if its start was not seen, no phase boundary."""
+        self._resolve(ev.request_id, record)
 
     def _on_failed(self, record: Record, ev: RequestFailed) -> None:
         # V0's "Failing the request" may be its only line: `_resolve` opens it then.

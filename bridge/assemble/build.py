@@ -28,7 +28,7 @@ from bridge.assemble.timeline import (
     RequestTimeline,
     SpanEvent,
 )
-from bridge.tail.source import Source
+from bridge.core.source import Source
 from bridge.assemble.state import EVENT_CAP, RequestState
 
 _NS = 1_000_000_000

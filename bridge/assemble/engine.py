@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from bridge.assemble.build import engine_timeline
+from bridge.assemble.clock import ClockJump, jump_attrs
 from bridge.assemble.ending import Close, End
 from bridge.assemble.index import where
 from bridge.assemble.startup import Startup
@@ -206,9 +207,11 @@ class EngineLife:
 
     def _idle(self, record: Record) -> None:
         """The engine says nothing runs or waits: requests with no end line are over, end
-        unknown — once nothing more comes for them within the grace (see `tick`)."""
+        unknown — once nothing more comes for them within the grace (see `tick`). A line of the
+        request after an earlier idle line voids that one (the API server's stats can predate
+        the engine's `Added request`): the next idle line is the one that counts."""
         for r in self._in_flight.values():
-            if r.extra is not None and r.last_ns < record.ts_ns and r.idle_at is None:
+            if r.extra is not None and r.last_ns < record.ts_ns and (r.idle_at is None or r.idle_at < r.last_ns):
                 r.idle_at = record.ts_ns
 
     def on_stop(self, record: Record, ev: ServerStop) -> None:
@@ -424,6 +427,19 @@ class EngineLife:
             self._source_at(record.offset), kind, occurrence, start_ns, record.ts_ns if end_ns is None else end_ns,
             error_type, self._text(message), attrs, list(hit), record.offset,
             record.end_offset if end_offset is None else end_offset))
+
+    def on_clock_jump(self, record: Record, ev: ClockJump) -> None:
+        """The stream's clock jumped between two lines (`clock.py`): counted, and an event on every
+        request not yet emitted with both stamps. It ends no request (deadlines count from it: the
+        assembler's clock follows it), but an incident's window or a held NCCL line closes at it."""
+        self.stats.clock_jumps += 1
+        if self.pending_nccl is not None:
+            self.flush_nccl(None)
+        if self.incident is not None:
+            self.close_incident()
+        event = SpanEvent("vllm.clock_jump", ev.after_ns, jump_attrs(ev.before_ns, ev.after_ns))
+        for r in self._open.values():  # in flight, or waiting for its last block frees
+            r.add_event(event, False)
 
     def alive(self) -> None:
         """A request finished normally: whatever died, the engine serves again (a line taken

@@ -59,6 +59,12 @@ def canonical(rid: str) -> str:
     return _V1_SUFFIX.sub("", rid[child.end():] if child else rid)
 
 
+def keys(rid: str) -> tuple[str, ...]:
+    """Every key the request this spelling names may be open (or listed as delivered) under:
+    an open spelling it resolves to (`resolve`), or the key it would open (`canonical`)."""
+    return (*candidates(rid), canonical(rid))
+
+
 def engine_base(rid: str) -> str:
     """An engine-side id without its n>1 child prefix: `1_chatcmpl-x-a1b2c3d4` → `chatcmpl-x-a1b2c3d4`."""
     child = _CHILD.match(rid)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from bridge.assemble import ids
 from bridge.assemble.state import RequestState
 from bridge.decode.record import CLOCK_ANCHORED, CLOCK_HEADER, Record
-from bridge.tail.files import GEN_SHIFT
+from bridge.core.position import GEN_SHIFT
 
 _GONE_KEPT = 4096  # ids of emitted upstream requests remembered
 #: Clocks that only say the second a line was written in (vLLM's header; a line with no stamp

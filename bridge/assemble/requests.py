@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from bridge.parse.context import Rule, w3c_rule
 from bridge.assemble.apilines import ApiLines
 from bridge.assemble.build import _request_timeline, request_timeline
+from bridge.assemble.clock import AHEAD_NS, BEHIND_NS, ClockJump, ClockWatch
 from bridge.assemble.diagnosis import Thresholds
 from bridge.assemble.ending import STOPPED_MESSAGE, Close, End, engine_failed
 from bridge.assemble.engine import IDLE_GRACE_NS, EngineLife
@@ -24,9 +25,9 @@ from bridge.assemble.seedlines import SeedLines
 from bridge.assemble.state import RequestState
 from bridge.assemble.table import handlers
 from bridge.assemble.timeline import INFERRED, SpanEvent, Timeline
-from bridge.decode.record import Record
-from bridge.tail.files import GEN_SHIFT
-from bridge.tail.source import Source
+from bridge.decode.record import CLOCK_ANCHORED, Record
+from bridge.core.position import GEN_SHIFT
+from bridge.core.source import Source
 from bridge.parse.events import GpuMemory, NcclHint, QueueState, RuleEvent, Stamped
 from bridge.parse.literals import redact_error_text, redact_request_error
 
@@ -59,6 +60,8 @@ class AssembleStats:
     stop_errors: int = 0   # error records during a deliberate stop: part of the stop, no incident
     death_errors: int = 0  # error records after an engine death's incident went out: part of it
     reused_concurrent: int = 0  # requests received under an id another request held at the time
+    requests_capped: int = 0  # closed early by `evict_oldest` (the open-request limit), ended or not
+    clock_jumps: int = 0  # the stream's clock leapt between neighbouring lines (bridge.assemble.clock)
 
 
 class Assembler(SeedLines, ApiLines):
@@ -88,6 +91,8 @@ class Assembler(SeedLines, ApiLines):
         self._gpu_offset: int | None = None
         self._now = 0
         self._next_sweep = 0
+        self.clock = ClockWatch(max(self._ttl_ns, self._linger_ns, IDLE_GRACE_NS))  # the latest clock jump
+        self._guess_ns = -1  # `_now` when a line with no stamp of its own set it (its file's time)
         # Requests the engine's death or the server's stop ended (not a line of their own) → the
         # exception event that says so; until emitted. Here, not on RequestState: few ever have one.
         self._signal_ends: dict[RequestState, SpanEvent] = {}
@@ -99,9 +104,17 @@ class Assembler(SeedLines, ApiLines):
     def feed(self, record: Record, event) -> None:
         ts = record.ts_ns
         if ts > self._now:
+            # a clock jump, not years of silence; a line with no stamp of its own (its file's
+            # time, at the start of a file) is no reading of the clock, ahead or back (`_guess_ns`)
+            if ts - self._now >= AHEAD_NS and self._now and record.clock != CLOCK_ANCHORED:
+                self._jumped(record, ts)
             self._now = ts
             if ts >= self._next_sweep:
+                if record.clock == CLOCK_ANCHORED:
+                    self._guess_ns = ts
                 self.tick(ts)
+        elif self._now - ts >= BEHIND_NS and self._now != self._guess_ns:  # the clock set back
+            self._jumped(record, ts)
         if self.engine.pending_nccl is not None and type(event) is not NcclHint:
             self.engine.flush_nccl(None)
         self._handlers[type(event)](record, event)
@@ -110,9 +123,10 @@ class Assembler(SeedLines, ApiLines):
         """Emit what is due at `now_ns`: finished requests done lingering, open ones past TTL.
         Replay ticks on log time; the live agent also ticks on the wall clock."""
         self._next_sweep = now_ns + _NS
-        linger_deadline = now_ns - self._linger_ns
-        ttl_deadline = now_ns - self._ttl_ns
-        idle_deadline = now_ns - IDLE_GRACE_NS
+        # a deadline before the latest clock jump counts from the jump: the jump ends nothing
+        linger_deadline = self.clock.deadline(now_ns - self._linger_ns)
+        ttl_deadline = self.clock.deadline(now_ns - self._ttl_ns)
+        idle_deadline = self.clock.deadline(now_ns - IDLE_GRACE_NS)
         self.engine.tick(now_ns, ttl_deadline)
         for r in [r for r in self.index.in_flight.values()
                   if r.idle_at is not None and r.idle_at <= idle_deadline and r.last_ns <= r.idle_at]:
@@ -121,9 +135,18 @@ class Assembler(SeedLines, ApiLines):
             r for r in self.index.open.values()
             if (r.terminal_ns is not None and r.terminal_ns <= linger_deadline) or r.last_ns <= ttl_deadline
         ]
+        due += self.clock.stale(self.index.open.values(), now_ns, due)  # stamped before a jump back, TTL over
         for r in due:
             self.close(r, Close.EXPIRED)
         self.index.forget(ttl_deadline)
+
+    def _jumped(self, record: Record, ts: int) -> None:
+        """The stream's clock jumped between two lines (`clock.py`): what it does is the table's
+        `ClockJump` row; then the assembler's clock follows it (deadlines count from it)."""
+        before = self._now
+        self._handlers[ClockJump](record, ClockJump(before, ts))
+        self.clock.jump(before, ts)
+        self._now = self._next_sweep = ts
 
     def flush(self) -> None:
         """End of input: everything still open is emitted, unfinished requests as incomplete."""
@@ -165,6 +188,7 @@ class Assembler(SeedLines, ApiLines):
         if excess <= 0:
             return 0
         for r in list(self.index.open.values())[:excess]:
+            self.stats.requests_capped += 1  # one by one: a /metrics scrape meanwhile sees what is closed
             self.close(r, Close.EXPIRED)
         return excess
 
@@ -241,6 +265,11 @@ class Assembler(SeedLines, ApiLines):
                 seen_ns = min(seen_ns, r.idle_at)  # the first line that showed the engine idle
             if seen_ns is not None and r.terminal_ns is None and seen_ns > r.last_ns:
                 r.last_ns = seen_ns
+            if seen_ns is not None and r.events:
+                # Over by the idle line: the stats lines after it are not about it. (When the grace
+                # lets it close depends on when a tick comes, on the wall clock too in the agent:
+                # without this, the agent and a replay gave it different stats events.)
+                r.events = [e for e in r.events if e.ts_ns <= seen_ns or e.name != "vllm.engine_stats"]
             if "vllm.request.internal_id" in r.extra:
                 # V1 with internal ids (≈ 0.14+) logs every abort and failure: an idle engine and
                 # neither line means the request finished (a completion never logs its end).

@@ -220,6 +220,9 @@ class SeedLines:
         r = self.index.open.get(rid)
         k = ids.child_index(ev.request_id) if rid != ev.request_id else None
         if r is not None and r.terminal_ns is not None:  # vLLM's own line (or a sibling's) ended it first
+            # Still a line of the request: its last offset is what a resumed agent skips up to
+            # once the request is delivered (else a sibling's line read again opens a new root).
+            self.index.touch(r, record)
             if ev.times is not None and r.times is None:
                 self._plugin_times(r, ev.request_id, ev.times)
             if k is not None and r.seqs is not None:  # n>1: this child is over too

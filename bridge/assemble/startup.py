@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from bridge.assemble.timeline import EngineTimeline
 from bridge.decode.record import Record
-from bridge.tail.source import Source
+from bridge.core.source import Source
 
 STARTUP = "startup"  # EngineTimeline.kind of a startup span (exported as `vllm.startup`)
 #: Facts each worker prints for itself, of which the engine's is the smallest.

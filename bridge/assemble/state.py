@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from bridge.assemble.timeline import SpanEvent
 from bridge.parse.events import GpuMemory, PluginTimes, QueueState, RequestSummary, Scheduled
-from bridge.tail.files import GEN_SHIFT
+from bridge.core.position import GEN_SHIFT
 
 EVENT_CAP = 32  # sampled events (KV blocks, gauges) kept per span; totals are attributes
 BLOCK_EVENTS_KEPT = 8 * EVENT_CAP  # spread over the phases later, EVENT_CAP per span
@@ -24,7 +24,7 @@ class RequestState:
         "events", "dropped", "summary", "terminal_ns", "outcome", "error_type", "error_message",
         "timeout_after_s", "queue_at_schedule", "gpu_at_schedule", "min_free_ratio",
         "max_gpu_ratio", "last_free_ns", "release_ns", "extra", "sampled_preemptions", "idle_at",
-        "seen", "added", "seqs", "coarse_start", "times", "closed", "generation",
+        "seen", "added", "seqs", "coarse_start", "times", "closed", "generation", "choice_tokens",
     )
 
     def __init__(self, request_id: str, occurrence: str, ts: int, offset: int) -> None:
@@ -67,6 +67,9 @@ class RequestState:
         # A stream's closing lines seen (`Generated response <id> (streaming complete)`): vLLM's
         # chat server logs one per choice, so n of them say the stream is over.
         self.closed = 0
+        # A whole response's `details: output_token_ids` counts, one per logged choice: vLLM
+        # logs a choice only when it has text, so they are the output only once all n are in.
+        self.choice_tokens: list[int] | None = None
 
     def set(self, key: str, value) -> None:
         if self.extra is None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from bridge.assemble.clock import ClockJump
 from bridge.parse import events as ev
 
 
@@ -79,6 +80,8 @@ TABLE: tuple[Row, ...] = (
     Row(ev.RequestFailed, "requests", "_on_failed", {
         N: "open, start unknown", F: "end FAILED (ENGINE_DIED after a death, STOPPED during a stop)", O: "touch",
         G: "orphan line"}),
+    Row(ev.RequestWaiting, "requests", "_on_waiting", {
+        N: "open, start unknown", F: "touch", O: "touch", G: "orphan line"}),
     Row(ev.SequencePreempted, "requests", "_on_sequence_preempted", {
         N: "open, start unknown", F: "touch; a preemption event", O: "touch; a preemption event", G: "orphan line"}),
     # -- user rules, gauges, lines with nothing to assemble (requests.py) --
@@ -105,6 +108,10 @@ TABLE: tuple[Row, ...] = (
     Row(ev.ModelLoadFailed, "engine", "on_model_load", {_ALL: "an incident (model_load)"}),
     Row(ev.NcclTimeout, "engine", "on_nccl", {_ALL: "held for one line: the next may say its cause"}),
     Row(ev.NcclHint, "engine", "on_nccl_hint", {_ALL: "the held timeout's incident (distributed), with its causes"}),
+    # -- between two lines: the assembler's own event (clock.py) --
+    Row(ClockJump, "engine", "on_clock_jump", {
+        _ALL: "counted; an event on every request not yet emitted; the incident and a held NCCL line close; "
+        "no request ends (the assembler's clock follows it: deadlines count from it)"}),
 )
 
 

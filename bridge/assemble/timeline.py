@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from bridge.parse.context import TraceContext
-from bridge.tail.source import Source
+from bridge.core.source import Source
 
 #: How a boundary is known. `reported`: vLLM printed the duration it derives from;
 #: `observed`: a line's own timestamp; `inferred`: no line proves it (clamped, or the end of

@@ -7,22 +7,34 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import timezone, tzinfo
+from datetime import datetime, timezone, tzinfo
 
 from bridge.decode.clock import MAX_NS, HeaderClock, Rfc3339
 from bridge.decode.framing import CLOUD, CRI, DOCKER, PLAIN, CloudUnwrapper, CriUnwrapper, DockerUnwrapper, detect
 from bridge.decode.jsonline import parse_json_line
-from bridge.decode.prefix import HEADER, split_prefix
+from bridge.decode.prefix import FULL_LEVEL, HEADER, split_prefix
 from bridge.decode.record import CLOCK_ANCHORED, CLOCK_HEADER, CLOCK_JSON, CLOCK_RUNTIME, CLOCK_SHIPPER, Record
-from bridge.tail.source import Source, source_for
 
-__all__ = ["Decoder", "DecodeStats", "Record", "Source", "source_for"]
+__all__ = ["Decoder", "DecodeStats", "Record"]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _MAX_PARTIAL_CHARS = 4 * 1024 * 1024  # a runaway partial line is cut, not held forever
 # A JSON record's own `asctime` (ms) wins over the runtime's stamp when it lies this far before
 # the read at most: further off, the record's zone is not the one configured.
 _JSON_LAG_NS, _MS_NS = 10_000_000_000, 1_000_000
+_S_NS = 1_000_000_000
+
+
+def _header_near(stamp: str, runtime_ts: int, tz: tzinfo) -> int | None:
+    """The header's `MM-DD HH:MM:SS` (local time in `tz`) in the year of the runtime's stamp
+    of the same line (not the HeaderClock's year, which a CRI file never needs): epoch ns,
+    None when it is no date that year."""
+    try:
+        year = datetime.fromtimestamp(runtime_ts // _S_NS, tz).year
+        return int(datetime(year, int(stamp[0:2]), int(stamp[3:5]), int(stamp[6:8]), int(stamp[9:11]),
+                            int(stamp[12:14]), tzinfo=tz).timestamp()) * _S_NS
+    except (ValueError, OverflowError, OSError):
+        return None
 
 
 @dataclass(slots=True)
@@ -41,7 +53,7 @@ class DecodeStats:
 class Decoder:
     __slots__ = ("stats", "_framing", "_unwrap", "_clock", "_last_ts", "_parts", "_part_offset",
                  "_part_chars", "_part_end", "_part_ts", "_header", "_shipper", "_tz", "_cut", "_part_stream",
-                 "_others")
+                 "_others", "_column")
 
     def __init__(self, *, tz: tzinfo = timezone.utc, year: int | None = None, mtime: float | None = None):
         self.stats = DecodeStats()
@@ -64,6 +76,9 @@ class Decoder:
         # must not be joined into it.
         self._part_stream = ""
         self._others: dict[str, tuple] = {}
+        # the columns a viewer put before the last header (prefix.Split.column): taken off the
+        # header-less lines that start with them too (a traceback under `kserve-container `)
+        self._column = ""
 
     @property
     def framing(self) -> str | None:
@@ -166,6 +181,10 @@ class Decoder:
         m = self._header(line)
         if m is None:  # the slow path: prefixes, shipper stamps, lines with no header
             split = split_prefix(line)
+            if split.column:
+                self._column = split.column
+            elif split.header is None and self._column and line.startswith(self._column):
+                split = split_prefix(line[len(self._column):])
             m, process, line = split.header, split.process, split.line or line
             if split.shipper_stamp and runtime_ts is None:
                 runtime_ts = self._shipper(split.shipper_stamp)
@@ -184,9 +203,19 @@ class Decoder:
             shipper = False
         if m is not None:
             level, stamp, origin = m.groups()
+            if level in FULL_LEVEL:  # a header whose level lost its first letter (prefix.CLIPPED_HEADER)
+                level = FULL_LEVEL[level]
             message = line[m.end():]
             if runtime_ts is not None:
                 ts, clock = runtime_ts, (CLOCK_SHIPPER if shipper else CLOCK_RUNTIME)
+                if not shipper and int(stamp[12:14]) != runtime_ts // _S_NS % 60 and \
+                        (own_s := _header_near(stamp, runtime_ts, self._tz)) is not None and \
+                        own_s + _S_NS <= runtime_ts <= own_s + _JSON_LAG_NS:
+                    # vLLM wrote the line within its header's second; the runtime stamped it
+                    # when it read the pipe, after that second had passed (a loaded machine:
+                    # over a second late). The line's time is no later than the second's end.
+                    # (The C fast path takes only lines whose stamp is in the header's second.)
+                    ts = own_s + _S_NS - 1
             else:
                 ts, clock = self._clock(stamp), CLOCK_HEADER
                 if ts is None:  # 02-30 is not a date: keep the line, time it from the last one

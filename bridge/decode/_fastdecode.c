@@ -372,6 +372,14 @@ static PyObject *header_second(PyObject *decoder, const char *stamp) {
     return ts;
 }
 
+/* Whether the header's `MM-DD HH:MM:SS` names the same second of the minute as the epoch ns
+ * `ns` (a header is local time, offset from UTC by whole minutes). */
+static int same_second(const char *stamp, long long ns) {
+    if (!is_digit(stamp[12]) || !is_digit(stamp[13]))
+        return 0;
+    return (stamp[12] - '0') * 10 + (stamp[13] - '0') == (int)((ns / 1000000000LL) % 60);
+}
+
 /* -- CRI framing ------------------------------------------------------------------------ */
 
 static inline int digits2(const char *s) { return is_digit(s[0]) && is_digit(s[1]); }
@@ -628,7 +636,11 @@ static PyObject *fast_line(PyObject *decoder, PyObject *joiner, PyObject *raw, P
         !passing_header(text + head, len - head, &h) || (held && (joins = count(stats, ST_PARTIALS_JOINED)) < 0) ||
         /* _record: a runtime stamp is the record's time (CLOCK_RUNTIME) and the header's stamp is
          * not read at all; without one, the header's second from the HeaderClock. */
-        (!cri && (ts = header_second(decoder, text + head + h.stamp)) == NULL)) {
+        (!cri && (ts = header_second(decoder, text + head + h.stamp)) == NULL) ||
+        /* _record bounds a runtime stamp by the header's second when it was read after that
+         * second had passed: only a stamp in the header's second-of-minute is taken here (zones
+         * differ by whole minutes), which Python would keep as it is. */
+        (cri && !same_second(text + head + h.stamp, ns))) {
         PyMem_Free(buf);
         return Py_None;
     }

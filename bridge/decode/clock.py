@@ -78,12 +78,13 @@ class HeaderClock:
         self._cache_ns = 0
 
     def __call__(self, stamp: str) -> int | None:
-        """`stamp` is exactly `MM-DD HH:MM:SS`; None when it is not a real date."""
+        """`stamp` is exactly `MM-DD HH:MM:SS`, or `MM-DD HH:MM` (a `datefmt` without seconds: the
+        minute's start); None when it is not a real date."""
         if stamp == self._cache_key:
             return self._cache_ns
         try:
             month, day = int(stamp[0:2]), int(stamp[3:5])
-            hour, minute, second = int(stamp[6:8]), int(stamp[9:11]), int(stamp[12:14])
+            hour, minute, second = int(stamp[6:8]), int(stamp[9:11]), int(stamp[12:14]) if len(stamp) > 11 else 0
         except ValueError:
             return None
         if self._year is None:

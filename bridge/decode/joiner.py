@@ -24,8 +24,11 @@ from dataclasses import dataclass
 from bridge.decode.record import Record
 
 _RANK = re.compile(r"\[rank\d+\]: ?")
+# A traceback's frame line starts a group too: a traceback whose first line was cut off (an
+# excerpt, an agent started mid-way, a file rotated mid-traceback) is still one record.
 _RAW_START = re.compile(
     r"Traceback \(most recent call last\)|Process [\w-]+:$|terminate called|\[[EWF][\d ]|\[PG \d+"
+    r'|  File "[^"\n]+", line \d+, in '
 )
 _EXC_LINE = re.compile(r"[A-Za-z_][\w.:]*(?:Error|Exception|Exit|Interrupt|Failure|Warning)\b")
 _INSIDE = ("  ", "\t", "Traceback (most recent call last)", "The above exception", "During handling of",
@@ -115,7 +118,7 @@ class Joiner:
             return ((rec.continued and self._cr_marks) or rec.level in _ERRORISH
                     or rec.message.startswith(_MEMORY_PROFILE[0]))
         msg = rec.message
-        if msg[:1] not in "TPt[":  # cheap: almost every header-less line fails here
+        if msg[:1] not in "TPt[ ":  # cheap: most header-less lines fail here
             return False
         return _RAW_START.match(_strip_rank(msg)) is not None
 

@@ -21,17 +21,34 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-# LEVEL MM-DD HH:MM:SS file.py:LINE] message   (v0.8+ writes [file.py:LINE]; DEBUG a relative path)
+# LEVEL MM-DD HH:MM:SS file.py:LINE] message   (v0.8+ writes [file.py:LINE]; DEBUG a relative path).
+# A logging config's own `datefmt` may leave the seconds out (`11-03 23:14`); a markdown renderer
+# turns the `]` that closes `[file.py:LINE]` into `[]`.
 HEADER = re.compile(
-    r"(DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d+)? \[?([^\s\]]+:\d+)\] ?"
+    r"(DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d \d\d:\d\d(?::\d\d)?)(?:[.,]\d+)? \[?([^\s\]]+:\d+)(?:\]|\[\]) ?"
 )
 # (APIServer pid=1) (VllmWorker rank=0 pid=5) (VllmWorker TP0 pid=5) (RayWorkerWrapper pid=206994, ip=10.0.0.1)
-_PROCESS = re.compile(r"\(([A-Za-z_][\w.-]*(?: [A-Za-z_][\w.=-]*)*? pid=\d+(?:, ip=[0-9A-Fa-f.:]+)?)\) ?")
+# The same header whose level lost its first letter, at a line's very start (a paste or a terminal
+# selection that began one column late: `NFO 12-17 10:47:07 [loader.py:458] …`); FULL_LEVEL names it.
+CLIPPED_HEADER = re.compile("(NFO|EBUG|ARNING|RROR|RITICAL)" + HEADER.pattern[HEADER.pattern.index(")") + 1:])
+FULL_LEVEL = {"NFO": "INFO", "EBUG": "DEBUG", "ARNING": "WARNING", "RROR": "ERROR", "RITICAL": "CRITICAL"}
+# (ServeReplica:app:Deployment pid=1, ip=10.0.0.1): a Ray Serve replica's actor name holds `:`
+_PROCESS = re.compile(r"\(([A-Za-z_][\w.:-]*(?: [A-Za-z_][\w.=-]*)*? pid=\d+(?:, ip=[0-9A-Fa-f.:]+)?)\) ?")
 # 2025-10-22T09:33:49.123Z, 2025-10-22 09:33:49,123 +02:00 … (Fluent Bit, Vector, Promtail, journald exports),
 # then one separator: what follows may be a traceback line whose indentation is its meaning
 _ISO = re.compile(
     r"(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d:\d\d)([.,]\d{1,9})?\s?(Z|z|[+-]\d\d:?\d\d| ?UTC| ?GMT)?\b(?:\s?[|,;\]])?\s?"
 )
+# A wrapper that relays a child process's output lines verbatim after its own stamp, level and
+# source: a log4j pattern `[%-5p] %t %c - ` (TorchServe: `[INFO ] W-9000-model_1.0-stdout MODEL_LOG - `),
+# Rust tracing's `LEVEL crate::module: ` (NVIDIA Dynamo: `DEBUG dynamo_run::subprocess: `). What
+# follows is the child's line as it wrote it (a traceback's indentation kept).
+_RELAY = re.compile(r"\[(?:TRACE|DEBUG|INFO|WARN|ERROR|FATAL) ?\] \S+ \S+ - "
+                    r"|(?:TRACE|DEBUG| ?INFO| ?WARN|ERROR) [A-Za-z_]\w*(?:::\w+)+: ")
+# A viewer's columns before every line, read where a header follows them: one or two names
+# (`kubectl logs --prefix`-like tools, stern's `<pod> <container> `, `kserve-container `)
+_COLUMN = re.compile(r"(?:[A-Za-z][\w.-]* ){1,2}")
+_RAY_CC = re.compile(r"[DIWEF] \d+ \d+\] ")
 # `  | ` (a log viewer's gutter), `vllm-1  | ` (docker compose): at most a name, then the bar
 # (a name starts the line; spaces then a bar would also be a traceback's code line `    a | b`)
 _VIEWER = re.compile(r"(?: {0,4}|[\w.-]+ +)\| ")
@@ -44,7 +61,14 @@ _BARE_SGR = re.compile(r"\[[0-9;]{0,8}m")
 # torch elastic's `[rank3]: ` before every line a rank prints (`[rank1]:[E…` is torch C++'s own, kept)
 _RANK = re.compile(r"\[rank(\d+)\]: ")
 # torch C++ (c10 / glog) lines: `[E1022 09:33:49.123456 1234 ProcessGroupNCCL.cpp:1316] …`, also without `[`
-_TORCH = re.compile(r"\[?[EWIF](\d\d)(\d\d) (\d\d:\d\d:\d\d)\.(\d{1,9}) +\d+ [^\s\]]+:\d+\]")
+# (torch elastic's `[rank2]:` right before it, no space; torch ≥ 2.4 writes no thread id:
+# `[rank2]:[E1001 16:06:04.537131842 ProcessGroupNCCL.cpp:607]`)
+_TORCH = re.compile(r"(?:\[rank\d+\]:)?\[?[EWIF](\d\d)(\d\d) (\d\d:\d\d:\d\d)\.(\d{1,9})(?: +\d+)? +[^\s\]]+:\d+\]")
+
+
+# torch_npu's (Ascend) error report: `[ERROR] 2025-12-05-07:51:07 (PID:585, Device:-1, RankID:-1) ERR99999 …`,
+# the node's local time; read as the line's own stamp, the message kept whole
+_NPU = re.compile(r"\[(?:ERROR|WARNING|INFO|DEBUG|EVENT)\] \d{4}-(\d\d)-(\d\d)-(\d\d:\d\d:\d\d) \(PID:")
 
 
 class Split(NamedTuple):
@@ -59,6 +83,7 @@ class Split(NamedTuple):
     own_stamp: str = ""  # a year-less local `MM-DD HH:MM:SS` the line carries (journald, torch C++)
     own_frac_ns: int = 0  # its fraction of a second
     line: str = ""       # the line `header` and `message_start` point into (split_prefix may rewrite it)
+    column: str = ""     # words before the header a viewer puts on every line (stern's `pod container `)
 
 
 def split_prefix(line: str) -> Split:
@@ -71,6 +96,19 @@ def split_prefix(line: str) -> Split:
         if m is not None:
             pos = m.end()
     c = line[pos:pos + 1]
+    if c == "[" and line[pos + 1:pos + 2].isdigit():
+        # a bracketed stamp: a CI runner's `[2025-03-10T15:07:20Z] ` (Buildkite), Ray's C++ logger's
+        # `[2024-02-27 16:09:19,123 E 1234 5678] ` (its level, pid and thread inside)
+        m = _ISO.match(line, pos + 1)
+        if m is not None and not m[0].rstrip().endswith("]"):
+            r = _RAY_CC.match(line, m.end())
+            m = None if r is None else r
+        if m is not None:
+            date, hms, frac, tz = _ISO.match(line, pos + 1).groups()
+            tz = (tz or "Z").strip()
+            stamp = f"{date}T{hms}{'.' + frac[1:] if frac else ''}{'Z' if tz in ('UTC', 'GMT') else tz}"
+            pos = m.end()
+            c = ""
     if c.isdigit():
         m = _ISO.match(line, pos)
         if m is not None:
@@ -89,7 +127,15 @@ def split_prefix(line: str) -> Split:
         m = _SYSLOG_TAG.match(line, pos)
         if m is not None:
             pos = m.end()
+    if stamp:
+        m = _RELAY.match(line, pos)
+        if m is not None:
+            pos = m.end()
     if line.startswith("[", pos) and _BARE_SGR.match(line, pos) is not None:
+        line = _strip_bare_sgr(line, pos)
+    elif line.startswith(" [", pos) and _BARE_SGR.match(line, pos + 1) is not None:
+        # the same codes, their ESC byte turned into a space: ` [36m(RayWorker pid=1) [0m …`
+        pos += 1
         line = _strip_bare_sgr(line, pos)
     process = ""
     m = _PROCESS.match(line, pos)
@@ -105,18 +151,26 @@ def split_prefix(line: str) -> Split:
             process = f"{process} rank={m[1]}" if process else f"rank={m[1]}"
             pos = m.end()
     h = HEADER.search(line, pos)
+    if h is None and pos == 0:
+        h = CLIPPED_HEADER.match(line)
     if h is None:
         if line.startswith(("[", "E", "W", "I", "F"), pos):
             t = _TORCH.match(line, pos)
             if t is not None:   # a torch C++ line: its own stamp, the message kept whole
                 mm, dd, hms, frac = t.groups()
                 own, own_ns = f"{mm}-{dd} {hms}", int(frac[:9].ljust(9, "0"))
+            elif (t := _NPU.match(line, pos)) is not None:
+                own, own_ns = f"{t[1]}-{t[2]} {t[3]}", 0
         return Split(None, pos, process, stamp, own, own_ns, line)
+    column = ""
     if not process and h.start() > pos:  # junk, then the process prefix, then the header
         m = _PROCESS.search(line, pos, h.start())
         if m is not None:
             process = m[1]
-    return Split(h, h.end(), process, stamp, "", 0, line)
+        junk = line[pos:m.start() if m is not None else h.start()]
+        if _COLUMN.fullmatch(junk):
+            column = line[:pos + len(junk)]
+    return Split(h, h.end(), process, stamp, "", 0, line, column)
 
 
 def _strip_bare_sgr(line: str, pos: int) -> str:
@@ -129,4 +183,6 @@ def _strip_bare_sgr(line: str, pos: int) -> str:
         return line[:pos] + line[m.end():]
     close = p.end(1) + 1   # just past `)`
     s = _BARE_SGR.match(line, close)
+    if s is None and line.startswith(" [", close):  # its ESC byte turned into a space
+        s = _BARE_SGR.match(line, close + 1)
     return line[:pos] + line[m.end():close] + line[s.end() if s is not None else close:]

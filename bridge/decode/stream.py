@@ -14,7 +14,7 @@ from bridge.decode import Decoder, DecodeStats
 from bridge.decode.clock import HeaderClock, Rfc3339
 from bridge.decode.framing import CRI, PLAIN, CriUnwrapper
 from bridge.decode.joiner import Joiner
-from bridge.decode.record import CLOCK_HEADER, CLOCK_RUNTIME, Record
+from bridge.decode.record import CLOCK_ANCHORED, CLOCK_HEADER, CLOCK_RUNTIME, Record
 
 
 def _load_fast():
@@ -52,22 +52,57 @@ class _Later:
         return iter(self.fn())
 
 
-class RecordStream:
-    __slots__ = ("decoder", "joiner", "_fast")
+#: Records held at a file's start while none has a time of its own (`RecordStream._lead`); past
+#: this many the file is no log with stamps to wait for, and they go on with the time they have.
+_MAX_LEAD = 256
 
-    def __init__(self, decoder: Decoder, joiner: Joiner | None = None, fast=FAST) -> None:
+
+class RecordStream:
+    """A file's records in order. Records before the file's first stamped one (a traceback or a
+    library's lines printed before vLLM's first header, an excerpt that starts mid-way) have no
+    time of their own; the decoder could only give them the file's mtime, which is later than
+    anything in it. They are held until the first stamped record and take its time, the nearest
+    the file states (never the wall clock); with no stamp at all they keep what they had.
+    `lead=False` holds nothing: a file whose lines carry their time in a form the decoder
+    does not read (a gateway's access log) would otherwise wait for a stamp that never comes."""
+
+    __slots__ = ("decoder", "joiner", "_fast", "_lead", "_stamped")
+
+    def __init__(self, decoder: Decoder, joiner: Joiner | None = None, fast=FAST, lead: bool = True) -> None:
         self.decoder = decoder
         self.joiner = joiner or Joiner()
         # The C fast path works on these exact classes only (it reads their slots).
         exact = type(self.decoder) is Decoder and type(self.joiner) is Joiner
         self._fast = fast if exact else None
+        self._lead: list[Record] = []
+        self._stamped = not lead  # a stamped record was seen (or the lead gave up): nothing is held
 
     def __call__(self, raw: bytes, offset: int) -> tuple[Record, ...]:
         if self._fast is not None:
             record = self._fast.line(self.decoder, self.joiner, raw, offset)
             if record is not None:
-                return () if record is self._fast.CONSUMED else (record,)  # CONSUMED: a CRI part held
-        return self._python(raw, offset)
+                if record is self._fast.CONSUMED:  # a CRI part held
+                    return ()
+                return (record,) if self._stamped else tuple(self._restamp(iter((record,))))
+        records = self._python(raw, offset)
+        return records if self._stamped or not records else tuple(self._restamp(iter(records)))
+
+    def _restamp(self, records: Iterator[Record]) -> Iterator[Record]:
+        """`records` with the lead logic: held until the first stamped record, which releases
+        them with its time; once it came, the rest pass straight through."""
+        lead = self._lead
+        for record in records:
+            if record.clock != CLOCK_ANCHORED or len(lead) >= _MAX_LEAD:
+                self._stamped = True
+                if record.clock != CLOCK_ANCHORED:
+                    for held in lead:
+                        held.ts_ns = record.ts_ns
+                self._lead = []
+                yield from lead
+                yield record
+                break
+            lead.append(record)
+        yield from records
 
     def _python(self, raw: bytes, offset: int) -> tuple[Record, ...]:
         """The reference path: Decoder, then Joiner."""
@@ -77,7 +112,8 @@ class RecordStream:
     def over(self, lines: Iterable[tuple[int, bytes]]) -> Iterator[Record]:
         """Every complete record of a finished file, its last held ones included."""
         if self._fast is not None:
-            return chain(self._fast.records(self.decoder, self.joiner, self._python, lines), _Later(self.flush))
+            records = self._fast.records(self.decoder, self.joiner, self._python, lines)
+            return chain(records if self._stamped else self._restamp(records), _Later(self.flush))
         return self._over(lines)
 
     def each(self, lines: Iterator[tuple[int, bytes]]) -> Iterator[Record]:
@@ -85,7 +121,8 @@ class RecordStream:
         The C path takes one line from `lines` at a time, so after a line it raised on the
         same iterator goes on from the next line."""
         if self._fast is not None:
-            return self._fast.records(self.decoder, self.joiner, self._python, lines)
+            records = self._fast.records(self.decoder, self.joiner, self._python, lines)
+            return records if self._stamped else self._restamp(records)
         return (record for offset, raw in lines for record in self(raw, offset))
 
     def _over(self, lines: Iterable[tuple[int, bytes]]) -> Iterator[Record]:
@@ -94,20 +131,30 @@ class RecordStream:
         yield from self.flush()
 
     def release(self) -> list[Record]:
-        """The multi-line record held for a continuation that has not come (the file is quiet)."""
+        """The multi-line record held for a continuation that has not come (the file is quiet).
+        Before the file's first stamp it joins the lead, which waits for that stamp."""
         held = self.joiner.flush()
-        return [] if held is None else [held]
+        if held is None:
+            return []
+        return [held] if self._stamped else list(self._restamp(iter((held,))))
 
     def flush(self) -> list[Record]:
-        """End of the file: a partial line never completed, then whatever the joiner holds."""
+        """End of the file: a partial line never completed, then whatever the joiner holds, then
+        a lead no stamp came for, with the time it had."""
         out: list[Record] = []
         while (record := self.decoder.flush()) is not None:  # one per stream with a partial line
             out.extend(self.joiner(record))
-        out.extend(self.release())
+        held = self.joiner.flush()
+        if held is not None:
+            out.append(held)
+        if not self._stamped:
+            out = list(self._restamp(iter(out)))
+            out, self._lead = self._lead + out, []
         return out
 
     @property
     def held_position(self) -> int | None:
         """The earliest position a resume must re-read for what this stream still holds."""
-        held = [p for p in (self.decoder.held_position, self.joiner.held_position) if p is not None]
+        held = [p for p in (self.decoder.held_position, self.joiner.held_position,
+                            self._lead[0].offset if self._lead else None) if p is not None]
         return min(held, default=None)

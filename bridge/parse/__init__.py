@@ -83,6 +83,10 @@ def parse_line(message: str, level: str = "", origin: str = "", _rules=RULES,
         event = _fallback(message, level, origin)
     except (ValueError, OverflowError):  # the grammar fits but a number does not (1e400 bytes)
         return MALFORMED
+    if event is None and not level:
+        inner = upstream.unwrap(message)  # a vLLM line in a wrapper's frame: read it as vLLM's
+        if inner is not None:
+            return parse_line(*inner, _rules, _fallback)
     if event is None and rules is not None:
         return MALFORMED
     return event

@@ -621,7 +621,6 @@ static PyObject *rule_keys, *rule_guards, *notice_groups, *module_cache, *reques
     *chatter_levels, *noise, *torch_log, *uvicorn_rule;
 static PyObject *uvicorn_str, *unrecognised_str, *marks[4], *rate_marks[2], *glog_marks[3], *newline_str,
     *glog_end_str;
-#define UNRECOGNISED ((PyObject *)Py_NotImplemented) /* borrowed sentinel: count it unrecognised */
 
 static int table(PyObject *d, const char *name, PyTypeObject *type, PyObject **slot) {
     PyObject *v = PyDict_GetItemString(d, name);
@@ -686,7 +685,7 @@ static int holds(PyObject *msg, PyObject **subs, int count, Py_ssize_t end) {
     return 0;
 }
 
-/* A new reference to the Notice, UNRECOGNISED or Py_None (both borrowed: Python answers), NULL on error. */
+/* A new reference to the Notice, or Py_None (borrowed: Python answers), NULL on error. */
 static PyObject *chatter(PyObject *msg, PyObject *level, PyObject *origin) {
     int in = PySet_Contains(chatter_levels, level);
     if (in <= 0)
@@ -739,8 +738,9 @@ static PyObject *chatter(PyObject *msg, PyObject *level, PyObject *origin) {
     in = PySet_Contains(request_modules, module);
     if (in < 0)
         return NULL;
-    if (in) /* a keyed line no rule took is malformed, not unrecognised: Python counts it */
-        return claimed ? Py_None : UNRECOGNISED;
+    if (in) /* a request or engine module's line: Python's fallback reads some by what they say
+             * (`upstream._BY_TEXT`, a request id first), and counts the rest */
+        return Py_None;
     return Py_NewRef(vllm_other);
 }
 
@@ -885,14 +885,7 @@ static PyObject *parse_call(Parse *self, PyObject *const *args, size_t nargsf, P
             event = PyUnicode_GET_LENGTH(origin) == 0 ? Py_None : chatter(args[0], level, origin);
         if (event == NULL)
             return NULL;
-        if (event == UNRECOGNISED) { /* Parser._rest: stats.unrecognised += 1 */
-            int rc = bump_slot(self->stats, self->unrecognised_offset);
-            if (rc < 0)
-                return NULL;
-            if (rc == 0)
-                Py_RETURN_NONE;
-            /* not a plain int slot (cannot happen with ParseStats): the lines count is made */
-        } else if (event != Py_None) { /* Parser._rest counts its kind: a Notice's own, else KIND's */
+        if (event != Py_None) { /* Parser._rest counts its kind: a Notice's own, else KIND's */
             PyObject *kind = Py_IS_TYPE(event, classes[ACCESS].cls.type) ? Py_NewRef(classes[ACCESS].kind)
                                                                          : PyObject_GetAttr(event, kind_str);
             int rc = kind == NULL ? -1 : bump(self->counts, kind);

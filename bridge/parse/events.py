@@ -214,6 +214,17 @@ class RequestFailed:
 
 
 @dataclass(frozen=True, slots=True)
+class RequestWaiting:
+    """The engine's scheduler holds a request back in a waiting state (V1 scheduler.py, DEBUG
+    `<id> is still in WAITING_FOR_REMOTE_KVS state.`: a disaggregated decode waits for the
+    prefill's KV cache). Evidence that the request is in this engine; no phase boundary (the
+    line repeats every scheduler step)."""
+
+    request_id: str
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
 class ResponseGenerated:
     """`Generated response X: output: …, output_token_ids: […], finish_reason: R` — no text kept."""
 
@@ -359,6 +370,7 @@ Event = (
     | RequestFinished
     | RequestsAborted
     | RequestFailed
+    | RequestWaiting
     | ResponseGenerated
     | SequencePreempted
     | EngineStats
@@ -394,6 +406,7 @@ KIND = {
     RequestFinished: "request_finished",
     RequestsAborted: "request_aborted",
     RequestFailed: "request_failed",
+    RequestWaiting: "request_waiting",
     ResponseGenerated: "response_generated",
     SequencePreempted: "sequence_preempted",
     EngineStats: "engine_stats",

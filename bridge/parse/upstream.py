@@ -24,6 +24,7 @@ from bridge.parse.events import (
     RequestFinished,
     RequestReceived,
     RequestsAborted,
+    RequestWaiting,
     ResponseGenerated,
     SequencePreempted,
     ENGINE_EXITED,
@@ -228,6 +229,41 @@ def _failing(msg: str) -> Event | None:
     return None
 
 
+# -- KV connectors (disaggregated prefill/decode) ------------------------------------------
+# A connector's scheduler side is told of every request the engine frees (scheduler.py
+# `_connector_finished`) and logs it at DEBUG with the request's final status (nixl/
+# pull_scheduler.py:203 `NIXLConnector request_finished(%s), request_status=%s, …`, push_scheduler.py
+# `NixlPushConnector …`, mooncake_connector.py `MooncakeConnector request_finished, req_id=%s,
+# request_status=%s, …`). A `FINISHED_*` status is how the request ended in this engine; the same
+# connector's `request_finished(%s) waiting for %d seconds before releasing blocks` is its blocks
+# held for the remote reader, no end of its own.
+
+_CONNECTOR_FINISHED = re.compile(r"\w+ request_finished(?:\((\S+?)\)|, req_id=([^,\s]+)),"
+                                 r" request_status=(?:RequestStatus\.)?(\w+)")
+_ENDED_AS_FINISHED = frozenset({"FINISHED_STOPPED", "FINISHED_LENGTH_CAPPED", "FINISHED_IGNORED",
+                                "FINISHED_REPETITION"})
+_KV_TRANSFER = Notice("kv_transfer")
+
+
+def _connector_finished(msg: str) -> Event | None:
+    m = _CONNECTOR_FINISHED.match(msg)
+    if m is None:
+        return _KV_TRANSFER  # the blocks-held line, or a form without an id
+    rid, status = m[1] or m[2], m[3]
+    if status in _ENDED_AS_FINISHED:
+        return RequestFinished(rid)
+    if status == "FINISHED_ABORTED":
+        return RequestsAborted((rid,))
+    if status == "FINISHED_ERROR":  # vLLM answers the client finish_reason "error"
+        return RequestFailed(rid, "other", "request_status=FINISHED_ERROR")
+    return _KV_TRANSFER
+
+
+#: scheduler.py (V1, DEBUG, every step): a request whose KV cache a remote prefill still sends
+_STILL_WAITING = " is still in WAITING_FOR_"
+_WAITING = re.compile(r"(\S+) is still in (WAITING_FOR_\w+) state\.?\s*$")
+
+
 # -- shutdown --------------------------------------------------------------------------------
 # vLLM 0.32's shutdown sequence (site-packages/vllm): launcher.py:254 `[shutdown] API server:
 # shutdown triggered` (its SIGTERM/SIGINT handler), v1/engine/core.py:1455 `[shutdown] EngineCore:
@@ -398,6 +434,20 @@ _server_args.prefixes = ("non-default args: {", "args: Namespace(")
 def _logo(msg: str) -> Event | None:
     m = _LOGO.fullmatch(msg)
     return StartupFact(((_LOGO_FACT[m[1]], m[2]),)) if m is not None else None
+
+
+#: gpu_model_runner.py (V1 ≥ 0.19) before it captures and measures the CUDA graphs, per mode:
+#: `Profiling CUDA graph memory: PIECEWISE=51 (largest=512), FULL=35 (largest=256)`.
+_GRAPH_PROFILE = "Profiling CUDA graph memory: "
+_GRAPH_MODE = re.compile(r"[A-Z_]+=(\d+) \(largest=(\d+)\)")
+
+
+def _graph_profile(msg: str) -> Event | None:
+    modes = _GRAPH_MODE.findall(msg, len(_GRAPH_PROFILE))
+    if not modes:
+        return None
+    return StartupFact((("vllm.startup.cuda_graphs", fits(sum(int(n) for n, _ in modes))),
+                        ("vllm.startup.cuda_graph_largest", fits(max(int(b) for _, b in modes)))))
 
 
 def _fact_rule(pattern: re.Pattern[str], names: tuple[str, ...]):
@@ -756,9 +806,43 @@ _CLIENT_ERROR = Notice("client_error")
 _UVICORN_JSON_ACCESS = re.compile(r"\S+ - \"(\S+) (\S+) HTTP/[\d.]+\" (\d{3})")
 
 
+#: A Python traceback's frame line (decode joins the frames that follow it into one record).
+_FRAME = re.compile(r'  File "[^"\n]+", line \d+, in ')
+
+#: vLLM's process prefix alone (`(VllmWorker TP0 pid=42)`): decode takes a prefix off only when
+#: a message follows it.
+_PROCESS_ONLY = re.compile(r"\([A-Za-z_][\w.-]*(?: [A-Za-z_][\w.=-]*)*? pid=\d+(?:, ip=[0-9A-Fa-f.:]+)?\)\s*")
+
+#: A record a wrapper re-rendered in its own format, vLLM's message inside: NVIDIA Dynamo relays
+#: its Python components' records (vLLM's loggers among them) through Rust's `tracing` as
+#: `<ISO stamp>  INFO <module>.<function>: <message>` (the stamp is taken off by decode; the level
+#: is padded to five characters).
+#: A stamp decode could not read (an ISO stamp that lost digits in a paste: `025-06-12T11:14:08.162Z`)
+#: is dropped: the record's time comes from its neighbours.
+_RELAYED = re.compile(r"(?:\d[\d-]*T[\d:.]+Z)? ?(TRACE|DEBUG| INFO|INFO| WARN|WARN|ERROR) ([A-Za-z_]\w*)\.[A-Za-z_]\w*: (?=\S)")
+_RELAYED_LEVEL = {"TRACE": "DEBUG", "WARN": "WARNING"}
+
+
+def unwrap(msg: str) -> tuple[str, str, str] | None:
+    """A header-less record that holds a vLLM line in another frame → (message, level, origin) to
+    read instead, or None. A relayed record (`_RELAYED`) gives its level and module; a line whose
+    header the paste or a shipper left out but kept the one space after it gives its message."""
+    m = _RELAYED.match(msg)
+    if m is not None:
+        level = m[1].strip()
+        return msg[m.end():].rstrip(), _RELAYED_LEVEL.get(level, level), m[2] + ".py"
+    if msg[:1] == " " and msg[1:2].strip():
+        return msg[1:], "", ""
+    return None
+
+
 def fallback(msg: str, level: str, origin: str = "") -> Event | None:
     """Lines no key claimed: error levels, header-less writers, progress bars, and (given the
     line's origin) other vLLM modules' chatter."""
+    if _STILL_WAITING in msg:
+        m = _WAITING.match(msg)
+        if m is not None:
+            return RequestWaiting(m[1], m[2])
     if origin.startswith("uvicorn"):  # JSON records of uvicorn's loggers: no text header to spot them
         m = _UVICORN_JSON_ACCESS.match(msg)
         if m is not None:
@@ -777,6 +861,8 @@ def fallback(msg: str, level: str, origin: str = "") -> Event | None:
         if c.isdigit() and (k := _KSERVE.match(msg)) is not None:
             # KServe's model server around vLLM, its own lines: its errors are the server's failures
             return engine_error(msg[k.end():]) if k[1] in ("ERROR", "CRITICAL") else _WRAPPER_LOG
+        if c == " " and _FRAME.match(msg):
+            return engine_error(msg)  # a traceback whose start was cut off: its frames, maybe its end
         if _progress(msg) or _PY_WARNING.match(msg) or msg.startswith(_LIBRARY_NOISE):
             return _NOISE
         if c.isdigit() and " Engines Aggregated: " in msg[:24]:
@@ -784,6 +870,8 @@ def fallback(msg: str, level: str, origin: str = "") -> Event | None:
         e = _EXC.match(msg)
         if e is not None and e.start() == 0 and e[0] == msg.split("\n", 1)[0]:
             return engine_error(msg)
+        if c == "(" and _PROCESS_ONLY.fullmatch(msg):
+            return _NOISE  # an empty line a vLLM process wrote: its prefix and nothing after it
         return None
     if level in ("ERROR", "CRITICAL"):
         if msg.startswith(_CLIENT_ERRORS):
@@ -902,6 +990,9 @@ PREFILTER = {
                             "# tp", "# np", "# ne")},
     **{k: _ERROR_GUARDED for k in ("Work", "Asyn", "No a", "Proc", "Trac", "Erro", "Exce", "RayW", "Time", "Fata",
                                     "*** ", "RESO", "Writ")},
+    **{k: _starting(("NIXLConnector request_finished", "NixlPushConnector request_finished",
+                     "MooncakeConnector request_finished"), _connector_finished) for k in ("NIXL", "Nixl", "Moon")},
+    "Prof": _starting((_GRAPH_PROFILE,), _graph_profile),
     "Pref": _stats_extra,
     "Spec": _stats_extra,
     "KV T": _stats_extra,

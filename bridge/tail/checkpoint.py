@@ -36,6 +36,12 @@ class FileCheckpoint:
     fingerprint: str   # hex digest of the first `fingerprint_len` bytes
     fingerprint_len: int
     offset: int        # every byte before this is delivered or belongs to no request
+    # The content just before where the file was read to (`tail_end`, ≥ offset): hex digest of
+    # its last bytes, up to 256. A file rewritten in place with the same first bytes (and
+    # size) is not resumed in the middle of someone else's lines. "": not known (an older
+    # checkpoint, a gzip file, nothing read yet).
+    tail_fingerprint: str = ""
+    tail_end: int = 0
 
 
 @dataclass(slots=True)
@@ -65,7 +71,8 @@ def _file_doc(f: FileCheckpoint) -> dict:
     """`dataclasses.asdict`, written out: a save runs every second, and asdict's deep copy
     of every delivered entry dominated the agent's own CPU when many were listed."""
     return {"path": f.path, "source_key": f.source_key, "generation": f.generation, "inode": f.inode,
-            "fingerprint": f.fingerprint, "fingerprint_len": f.fingerprint_len, "offset": f.offset}
+            "fingerprint": f.fingerprint, "fingerprint_len": f.fingerprint_len, "offset": f.offset,
+            "tail_fingerprint": f.tail_fingerprint, "tail_end": f.tail_end}
 
 
 def _delivered_json(entries) -> bytes:
@@ -131,8 +138,9 @@ def _parse(doc) -> tuple[list[FileCheckpoint], list[SourceCheckpoint], float | N
         raise ValueError(f"unexpected shape ({exc})") from None
     for f in files:
         if not (isinstance(f.path, str) and isinstance(f.source_key, str) and isinstance(f.fingerprint, str)
+                and isinstance(f.tail_fingerprint, str)
                 and all(isinstance(v, int) and v >= 0
-                        for v in (f.generation, f.inode, f.fingerprint_len, f.offset))):
+                        for v in (f.generation, f.inode, f.fingerprint_len, f.offset, f.tail_end))):
             raise ValueError(f"a file entry has fields of the wrong type: {f.path!r}")
     for src in sources:
         if not (isinstance(src.key, str) and isinstance(src.next_generation, int)

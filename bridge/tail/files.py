@@ -10,10 +10,12 @@ from __future__ import annotations
 import gzip
 import re
 from collections.abc import Iterator
+from functools import partial
 
-# A position is (generation << GEN_SHIFT) + byte offset: the files of one source (a container's
-# rotations, restarts) are its generations, so positions stay ordered across them.
-GEN_SHIFT = 40
+#: A line is read at most this far: its first MAX_LINE_BYTES are a line, its rest to the next
+#: newline is dropped (counted). The live follower and `replay`/`check` cut alike, before any
+#: byte past the bound is buffered (a `.gz` is decompressed a block at a time).
+MAX_LINE_BYTES = 4 << 20
 
 # `<live>.log` + the suffix a rotation gives it: kubelet's `.<YYYYMMDD-HHMMSS>`, logrotate's
 # `.<N>` and dateext `-<YYYYMMDD[HH]>`, each maybe gzipped (kubelet gzips at the next rotation).
@@ -43,21 +45,34 @@ def rotation_key(suffix: str, mtime: float, name: str = "") -> tuple:
     return (2, mtime, name)
 
 
-def read_lines(path: str, base: int = 0, at: list[int] | None = None) -> Iterator[tuple[int, bytes]]:
+def read_lines(path: str, base: int = 0, at: list[int] | None = None,
+               cut: dict[str, int] | None = None) -> Iterator[tuple[int, bytes]]:
     """Each physical line with the byte offset where it starts (offsets of the uncompressed
     stream for `.gz`), plus `base` (a generation, as tail.follow numbers a source's files).
     A last line without a newline is still yielded. `at[0]`, if given, is kept at the offset
-    of the last line handed out (where a reader that raised was)."""
+    of the last line handed out (where a reader that raised was). A line over MAX_LINE_BYTES is
+    cut as the follower cuts it: its first MAX_LINE_BYTES are yielded, its rest is read a bound
+    at a time and dropped, counted in `cut` (`lines_oversized`, `bytes_cut`). Memory stays
+    within the bound whatever one line (or a `.gz` bomb of one line) holds."""
     opener = gzip.open if path.endswith(".gz") else open
+    limit = MAX_LINE_BYTES
     with opener(path, "rb") as f:
+        readline = f.readline
         offset = 0
-        if at is None and not base:
-            for raw in f:  # buffered readline in C: the cheapest way to split lines in CPython
-                yield offset, raw
-                offset += len(raw)
-            return
         at = at if at is not None else [0]
-        for raw in f:
+        # readline(limit) through iter(): the buffered C readline, bounded, no Python per call
+        for raw in iter(partial(readline, limit), b""):
             at[0] = offset
             yield base + offset, raw
-            offset += len(raw)
+            n = len(raw)
+            offset += n
+            if n == limit and raw[-1] != 10:  # cut: drop the rest of the line, a bound at a time
+                dropped = 0
+                for rest in iter(partial(readline, limit), b""):
+                    dropped += len(rest)
+                    if rest[-1] == 10:
+                        break
+                offset += dropped
+                if cut is not None:
+                    cut["lines_oversized"] = cut.get("lines_oversized", 0) + 1
+                    cut["bytes_cut"] = cut.get("bytes_cut", 0) + dropped

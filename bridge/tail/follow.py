@@ -32,10 +32,17 @@ from itertools import accumulate
 
 from bridge.tail.source import Source, live_order, source_for
 from bridge.tail.checkpoint import FileCheckpoint
-from bridge.tail.files import GEN_SHIFT, rotation_key
+from bridge.core.position import GEN_SHIFT
+from bridge.tail.files import MAX_LINE_BYTES, rotation_key
 
 FINGERPRINT_BYTES = 256
-MAX_LINE_BYTES = 4 << 20   # a longer line is cut into pieces (counted)
+TAIL_BYTES = 256           # the bytes before the read position a rewrite check compares
+# A file unchanged by size and mtime is still checked for an in-place rewrite (its first bytes
+# and the bytes before where it was read to): each file at most once per REWRITE_CHECK_S, at
+# most REWRITE_CHECKS per round (two 256-byte preads each; a parked file an open and a close).
+# A rewrite that keeps the size and the mtime is rare; finding it within seconds is enough.
+REWRITE_CHECK_S = 10.0
+REWRITE_CHECKS = 16
 _CHUNK_MAX = 64 << 20         # a bigger read (a rotated file's rest, all at once) goes line by line
 LONG_LINE_BYTES = 64 << 10  # lines longer than this are counted: a sign of a stuck writer or a dump
 RETIRE_AFTER_S = 5.0       # a detached file quiet this long at its end is closed
@@ -154,6 +161,7 @@ class TailStats:
     bytes_cut: int = 0        # the rest of an oversized line past its first MAX_LINE_BYTES: dropped
     lines_long: int = 0       # over LONG_LINE_BYTES, still read whole
     bytes_read: int = 0
+    history_skipped: int = 0  # bytes a first start left unread: older than the history window
 
     def count(self, table: dict[str, int], key: str) -> None:
         table[key] = table.get(key, 0) + 1
@@ -163,7 +171,8 @@ class TrackedFile:
     """One open file being read. `offset` is where the next unread line starts."""
 
     __slots__ = ("path", "source", "generation", "base", "fh", "inode", "fp", "fp_len", "offset",
-                 "partial", "detached", "quiet_since", "done", "seen", "at_eof", "cut", "active_at")
+                 "partial", "detached", "quiet_since", "done", "seen", "at_eof", "cut", "active_at",
+                 "tail_fp", "tail_end", "checked_at")
 
     def __init__(self, path: str, source: Source, generation: int, fh, inode: int, offset: int) -> None:
         self.path = path
@@ -182,6 +191,10 @@ class TrackedFile:
         self.seen: tuple[int, int] | None = None  # (size, mtime_ns) when last read to the end
         self.at_eof = False
         self.active_at = 0.0  # the follower's clock when lines last came from it (who is parked first)
+        # The fingerprint of the TAIL_BYTES before `tail_end`, where it was last read to its end:
+        # a rewrite in place that keeps the size (and the mtime, and the first bytes) changes it.
+        self.tail_fp, self.tail_end = "", 0
+        self.checked_at = float("-inf")  # the follower's clock at the last rewrite check
         # Inside a line cut at MAX_LINE_BYTES: its rest, to the next newline, is dropped, never
         # read as a line of its own (a client whose prompt vLLM logs could forge lines). A resume
         # at an offset that follows no newline is inside such a line.
@@ -197,6 +210,31 @@ class TrackedFile:
             return
         if len(head) > self.fp_len:
             self.fp, self.fp_len = fingerprint(head), len(head)
+
+    def note_tail(self) -> None:
+        """Remember the bytes before where the file is read to (plain files, read to the end)."""
+        end = self.offset + len(self.partial)
+        n = min(TAIL_BYTES, end)
+        try:
+            data = os.pread(self.fh.fileno(), n, end - n)
+        except (OSError, ValueError, AttributeError):
+            return
+        if len(data) == n:
+            self.tail_fp, self.tail_end = fingerprint(data), end
+
+    def same_content(self, fd: int) -> bool:
+        """Whether the file open as `fd` still starts with our first bytes and holds, before
+        where we read to, the bytes we read there. False: rewritten (or truncated) in place."""
+        try:
+            if self.fp_len and fingerprint(os.pread(fd, self.fp_len, 0)) != self.fp:
+                return False
+            if self.tail_fp:
+                n = min(TAIL_BYTES, self.tail_end)
+                data = os.pread(fd, n, self.tail_end - n)
+                return len(data) == n and fingerprint(data) == self.tail_fp
+        except OSError:
+            return True  # cannot tell: the read that follows reports the error
+        return True
 
     def signature(self) -> tuple[int, int] | None:
         """(size, mtime) of the open file; None where it cannot tell (gzip, closed)."""
@@ -312,6 +350,20 @@ class TrackedFile:
         self.done = True
 
 
+def _tail_matches(path: str, tail_fp: str, end: int) -> bool:
+    """Whether the TAIL_BYTES before `end` in the file at `path` have this fingerprint (True
+    when none is known). OSError when it cannot be read."""
+    if not tail_fp:
+        return True
+    n = min(TAIL_BYTES, end)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        data = os.pread(fd, n, end - n)
+    finally:
+        os.close(fd)
+    return len(data) == n and fingerprint(data) == tail_fp
+
+
 def _mid_line(fh, offset: int) -> bool:
     """Whether the byte before `offset` is not a newline."""
     try:
@@ -412,8 +464,12 @@ class Follower:
     """Knows every file worth reading and hands out their new lines, round-robin."""
 
     def __init__(self, filters: Filters, *, start_at_end: bool = False, read_chunk: int = 1 << 20,
-                 clock=time.monotonic, max_open: int | None = None, admit=None) -> None:
+                 clock=time.monotonic, max_open: int | None = None, admit=None,
+                 history: tuple[int, float] | None = None) -> None:
         self.filters = filters
+        # A first start from the beginning reads back a bounded window of each file found at
+        # the first look: (bytes, seconds), 0 for no bound (see `_history_start`).
+        self._history = history
         # Descriptors are a budget: past it, the files idle longest are parked (closed, place
         # kept) and reopened by identity when they change; 10,000 files under a 1,024 limit.
         self.max_open = max_open or open_files_budget()
@@ -448,6 +504,7 @@ class Follower:
         self._overflowed: set[str] = set()  # paths that had more files than heads kept: never complete
         self._pruned_at = 0.0  # when the known heads of gone directories were last dropped
         self._listings: dict[str, tuple[int, list[str]]] = {}  # directory → (mtime, names)
+        self._checks_left = REWRITE_CHECKS  # rewrite checks left in this round
         self._previous: dict[str, list[str]] = {}  # directory listed again this look → its names at the last
         self._last_look: float | None = None  # wall time of the last discovery
         self._judged: dict[str, tuple[Source, bool]] = {}     # path → (source, passes the filters)
@@ -507,7 +564,14 @@ class Follower:
             head = read_head(path, ck.fingerprint_len)
         except OSError:
             return False
-        return len(head) == ck.fingerprint_len and fingerprint(head) == ck.fingerprint
+        if len(head) != ck.fingerprint_len or fingerprint(head) != ck.fingerprint:
+            return False
+        # And the bytes before where it was read to are still ours (not a rewrite in place
+        # that kept the first bytes); a `.gz` is not decompressed that far for it.
+        try:
+            return path.endswith(".gz") or _tail_matches(path, ck.tail_fingerprint, ck.tail_end)
+        except OSError:
+            return False
 
     # -- discovery -----------------------------------------------------------------------
 
@@ -691,9 +755,12 @@ class Follower:
         ck = self._resume.pop(path, None)
         if ck is not None:
             if ck.inode == st.st_ino and st.st_size >= ck.offset and self._matches(path, ck):
-                if self._by_path_open(path, source, ck.generation, ck.offset) is None:
+                tf = self._by_path_open(path, source, ck.generation, ck.offset)
+                if tf is None:
                     self._resume[path] = ck  # not opened now (permission, no descriptor): kept for the next try
                     return
+                if ck.tail_end >= ck.offset:  # what it was read to: a rewrite before the next read shows
+                    tf.tail_fp, tf.tail_end = ck.tail_fingerprint, ck.tail_end
                 self._know_siblings(path)  # not rotated while we were down: nothing there is new
                 return
             # Rotated (renamed or copied and truncated) between the restore and this look:
@@ -716,8 +783,46 @@ class Follower:
         elif since is not None:
             self._catch_missed(path, source, since)
         self._know_siblings(path)
-        offset = st.st_size if (first_round and self._start_at_end and ck is None) else 0
-        self._by_path_open(path, source, self._new_generation(source), offset)
+        offset, note = 0, ""
+        if first_round and ck is None:
+            if self._start_at_end:
+                offset = st.st_size
+            elif self._history is not None:
+                offset, note = self._history_start(path, st)
+        self._by_path_open(path, source, self._new_generation(source), offset, note)
+
+    def _history_start(self, path: str, st: os.stat_result) -> tuple[int, str]:
+        """Where a first start begins a file that was there before it, and the note to log.
+        A file last written longer than the age bound ago is started at its end; a longer one
+        than the bytes bound at the first line that starts within its last `bytes` (a line is
+        never read from its middle). Cost: one stat and at most MAX_LINE_BYTES read per file.
+        A `.gz` file is bounded by age only (its size is not what it holds)."""
+        max_bytes, max_age = self._history
+        if max_age and time.time() - st.st_mtime > max_age:
+            if st.st_size:
+                self.stats.history_skipped += st.st_size
+                return st.st_size, f"first start: last written {time.time() - st.st_mtime:.0f} s ago, before " \
+                                   f"history_age ({max_age:g} s): started at its end, {st.st_size} bytes not read"
+            return 0, ""
+        if not max_bytes or st.st_size <= max_bytes or path.endswith(".gz"):
+            return 0, ""
+        start = st.st_size - max_bytes
+        with open(path, "rb") as fh:
+            at = start
+            while at < st.st_size and at - start < MAX_LINE_BYTES:
+                block = os.pread(fh.fileno(), min(1 << 16, st.st_size - at + 1), at - 1)
+                nl = block.find(b"\n")
+                if nl >= 0:
+                    at += nl
+                    break
+                if not block:
+                    break
+                at += len(block)
+            else:
+                at = st.st_size  # no line starts in the window (one line longer than it): nothing old
+        self.stats.history_skipped += at
+        return at, f"first start: the last {st.st_size - at} of {st.st_size} bytes read (history_bytes " \
+                   f"{max_bytes}); {at} older bytes not read"
 
     def _same_file(self, path: str, st: os.stat_result) -> str | None:
         """The name a followed file is read by, if `path` is another name for it."""
@@ -846,12 +951,14 @@ class Follower:
         self._next_gen[source.key] = gen + 1
         return gen
 
-    def _by_path_open(self, path: str, source: Source, generation: int, offset: int) -> TrackedFile | None:
+    def _by_path_open(self, path: str, source: Source, generation: int, offset: int,
+                      history: str = "") -> TrackedFile | None:
         tf = self._open(path, source, generation, offset, detached=False)
         if tf is not None:
             self._by_path[path] = tf
             note = "" if "k8s.pod.name" in source.resource or any(
                 fnmatch.fnmatch(path, p) for p in self.filters.gateway) else _NOT_KUBELET
+            note = "; ".join(n for n in (note, history) if n)
             self.changes.append(Discovery("followed", path, note, source=source.key))
         return tf
 
@@ -912,7 +1019,9 @@ class Follower:
             st = None
         if st is not None and st.st_ino == tf.inode:
             if tf.seen is not None and (st.st_size, st.st_mtime_ns) == tf.seen:
-                return False  # as it was: nothing to read, keep it closed
+                # As it was by size and mtime: keep it closed, unless its content says otherwise.
+                if not (self._rewrite_check_due(tf, self._clock()) and self._parked_rewritten(tf)):
+                    return False
         else:
             candidates = siblings(tf.path)
         for path in candidates:
@@ -956,6 +1065,21 @@ class Follower:
         tf.done = True
         return False
 
+    def _parked_rewritten(self, tf: TrackedFile) -> bool:
+        """`_rewritten` for a parked file: a descriptor for the check only, closed at once."""
+        try:
+            fd = os.open(tf.path, os.O_RDONLY)
+        except OSError:
+            return False
+        try:
+            if os.fstat(fd).st_ino != tf.inode or tf.same_content(fd):
+                return False
+        finally:
+            os.close(fd)
+        self.stats.count(self.stats.rotations, "rewrite")
+        self._restart(tf)
+        return True
+
     def _open_failed(self, path: str, exc: OSError, source: Source) -> None:
         if isinstance(exc, FileNotFoundError):
             self.stats.count(self.stats.errors, "vanished")
@@ -973,24 +1097,22 @@ class Follower:
         size = tf.size()
         if size is None:
             return []
-        if size >= tf.offset + len(tf.partial):
-            # Not smaller, but it may have been truncated and refilled since we last looked:
-            # the first bytes tell.
+        grown = size >= tf.offset + len(tf.partial)
+        if grown:
+            # Not smaller, but it may have been truncated and refilled, or rewritten in place,
+            # since we last looked: the first bytes and the bytes before our place tell.
             if not tf.fp_len or tf.offset == 0:
                 return []
-            try:
-                head = os.pread(tf.fh.fileno(), tf.fp_len, 0)
-            except OSError:
+            if tf.same_content(tf.fh.fileno()):
                 return []
-            if len(head) == tf.fp_len and fingerprint(head) == tf.fp:
-                return []
-        # Shrunk under us. A copy with our fingerprint holds what we had not read yet.
+        # Shrunk under us (or rewritten). A copy with our content holds what we had not read yet.
         copy = None
         for sibling in siblings(tf.path):
             try:
                 # (a `.gz` copy, compressed at once, is smaller than what it holds)
                 if (sibling.endswith(".gz") or os.path.getsize(sibling) >= tf.offset) \
-                        and fingerprint(read_head(sibling, tf.fp_len)) == tf.fp:
+                        and fingerprint(read_head(sibling, tf.fp_len)) == tf.fp \
+                        and (sibling.endswith(".gz") or _tail_matches(sibling, tf.tail_fp, tf.tail_end)):
                     copy = sibling
                     break
             except OSError:
@@ -1011,14 +1133,37 @@ class Follower:
                 tf.fh = live
             self.stats.count(self.stats.rotations, "copytruncate")
             self.just_truncated.append(FileCheckpoint(tf.path, tf.source.key, tf.generation, 0, tf.fp, tf.fp_len,
-                                                      tf.offset))
-        else:
-            self.stats.count(self.stats.rotations, "truncate")
+                                                      tf.offset, tf.tail_fp, tf.tail_end))
+        else:  # not smaller: other content (refilled after a truncation, or rewritten in place)
+            self.stats.count(self.stats.rotations, "rewrite" if grown else "truncate")
+        self._restart(tf)
+        return lines
+
+    def _restart(self, tf: TrackedFile) -> None:
+        """The file at our descriptor holds other content now: a new generation, from its start."""
         tf.generation = self._new_generation(tf.source)
         tf.base = tf.generation << GEN_SHIFT
         tf.offset, tf.partial, tf.fp, tf.fp_len = 0, b"", "", 0
-        tf.fh.seek(0)
-        return lines
+        tf.tail_fp, tf.tail_end, tf.seen, tf.cut = "", 0, None, False
+        if tf.fh is not None:
+            tf.fh.seek(0)
+
+    def _rewrite_check_due(self, tf: TrackedFile, now: float) -> bool:
+        """Whether an unchanged (size, mtime) file gets its content checked this round."""
+        if self._checks_left <= 0 or now - tf.checked_at < REWRITE_CHECK_S or not (tf.fp_len or tf.tail_fp):
+            return False
+        self._checks_left -= 1
+        tf.checked_at = now
+        return True
+
+    def _rewritten(self, tf: TrackedFile) -> bool:
+        """An in-place rewrite that kept the size and the mtime: counted, and the file read
+        again from its start as a new generation (what it held before was read already)."""
+        if tf.same_content(tf.fh.fileno()):
+            return False
+        self.stats.count(self.stats.rotations, "rewrite")
+        self._restart(tf)
+        return True
 
     def poll(self) -> list[tuple[TrackedFile, list[tuple[int, bytes]]]]:
         """One fair round: up to `read_chunk` bytes from each file. A source's files are read
@@ -1027,6 +1172,7 @@ class Follower:
         order they were written, as `replay` reads them."""
         out = []
         now = self._poll_started = self._clock()
+        self._checks_left = REWRITE_CHECKS
         self.just_truncated = []
         behind: set[str] = set()  # sources with an older generation still being read
         for tf in self.files if len(self.files) < 2 else sorted(self.files, key=_generation):
@@ -1035,8 +1181,9 @@ class Follower:
             if tf.fh is None and not tf.done and not self._unpark(tf):
                 continue  # parked and unchanged (or not reopened now): nothing to read
             sig = tf.signature()
-            if sig is not None and sig == tf.seen:
-                lines = []  # unchanged since we read it to the end: one fstat, nothing more
+            if sig is not None and sig == tf.seen and not (
+                    not tf.detached and self._rewrite_check_due(tf, now) and self._rewritten(tf)):
+                lines = []  # unchanged since we read it to the end: one fstat (now and then two preads)
             else:
                 early = self._check_truncation(tf) if not tf.detached else []
                 try:
@@ -1049,6 +1196,8 @@ class Follower:
                     lines = early + tf.flush_partial()
                     tf.close()
                 tf.seen = sig if tf.at_eof else None
+                if tf.seen is not None and tf.fh is not None:
+                    tf.note_tail()
             if tf.fp_len < FINGERPRINT_BYTES and lines:
                 tf.refresh_fingerprint()
                 if tf.fp_len >= FINGERPRINT_BYTES:

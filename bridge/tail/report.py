@@ -46,5 +46,5 @@ def warn_if_nothing(log, followed: int, include: Iterable[str], skipped: dict[st
     log.warning("following_nothing", include=where, skipped={k: v for k, v in skipped.items() if v},
                 fix="check include (the log mount), and containers/pods/namespaces against the file_skipped "
                     "lines (kind=not_vllm: no line vLLM wrote in the file's start; see detect); /readyz stays "
-                    "ready: it reports export and checkpoint trouble, not files")
+                    "ready: it reports checkpoint trouble, not files")
     return True

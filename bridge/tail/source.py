@@ -1,4 +1,4 @@
-"""Who wrote a file: identity for deterministic ids and resource attributes for spans.
+"""Who wrote a file: its `Source` (bridge.core) read from its path, and how files make streams.
 
 A *stream* is one container's log: its live file, the files rotation made of it and, on the
 kubelet's path, the files of its restarts (`0.log`, `1.log`). The stream is the identity ids
@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
+from bridge.core.source import Source
 from bridge.tail.files import rotated_from, rotation_key
 
 # /var/log/pods/<namespace>_<pod>_<uid>/<container>/<restart>.log[.<rotation stamp>][.gz]
@@ -25,13 +25,6 @@ _POD_PATH = re.compile(
 _CONTAINERS_PATH = re.compile(
     r"/containers/(?P<pod>[^/_]+)_(?P<ns>[^/_]+)_(?P<container>[^/]+)-(?P<cid>[0-9a-f]{64})\.log"
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Source:
-    key: str                       # the stream: stable across rotations, restarts and replays
-    path: str                      # the file
-    resource: dict[str, str | int] = field(default_factory=dict, hash=False, compare=False)
 
 
 def source_for(path: str) -> Source:

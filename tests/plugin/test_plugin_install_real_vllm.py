@@ -22,6 +22,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from vllm_proc import Vllm, venv_ready  # noqa: E402
+from waits import deadline  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.real_vllm,
@@ -38,7 +39,7 @@ def hide_site_packages_copy(where: Path) -> Path:
 def test_vllm_with_the_plugin_only_from_plugin_install_target_writes_its_lines(tmp_path):
     target = tmp_path / "vllm-trace-bridge-plugin"
     proc = subprocess.run([sys.executable, "-m", "bridge", "plugin", "install", "--target", str(target)],
-                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+                          capture_output=True, text=True, cwd=ROOT, timeout=deadline(120))
     assert proc.returncode == 0, proc.stderr
     mask = hide_site_packages_copy(tmp_path / "mask")
     log = tmp_path / "vllm.log"

@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from receivers import GrpcReceiver, attrs  # noqa: E402
 from vllm_proc import Vllm, venv_ready  # noqa: E402
+from waits import deadline  # noqa: E402
 
 pytestmark = [pytest.mark.real_vllm,
               pytest.mark.skipif(venv_ready() is not None, reason=venv_ready() or "")]
@@ -33,7 +34,7 @@ N_REQUESTS = 30
 
 def replay(log: Path, endpoint: str) -> None:
     subprocess.run([sys.executable, "-m", "bridge", "replay", "--otlp-endpoint", endpoint, "--waterfalls", "0",
-                    str(log)], check=True, capture_output=True, text=True, timeout=300)
+                    str(log)], check=True, capture_output=True, text=True, timeout=deadline(300))
 
 
 def bridge_traces(receiver) -> dict[str, dict[str, list]]:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/: the shared vLLM harness
 from vllm_server import plugin_path  # noqa: E402
+from waits import deadline  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 VENV = Path(os.environ.get("VLLM_VENV", Path.home() / ".cache/vllm-trace-bridge/vllm-venv"))
@@ -101,37 +102,37 @@ class Vllm:
 
         self._pump = threading.Thread(target=pump, daemon=True)
         self._pump.start()
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline:
+        until = time.monotonic() + deadline(240)
+        while time.monotonic() < until:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"vLLM exited with {self.proc.returncode}; see {self.log_path}")
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as r:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=deadline(2)) as r:
                     if r.status == 200:
                         return self
             except OSError:
                 time.sleep(1)
         self.__exit__()
-        raise RuntimeError(f"vLLM did not become healthy in 240 s; see {self.log_path}")
+        raise RuntimeError(f"vLLM did not become healthy in {deadline(240):.0f} s (scaled cap); see {self.log_path}")
 
     def __exit__(self, *exc) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()  # SIGTERM to vLLM's own process: it shuts its children down
             try:
-                self.proc.wait(60)
+                self.proc.wait(deadline(60))
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, 9)
-                self.proc.wait(10)
+                self.proc.wait(deadline(10))
         if self._pump is not None:
-            self._pump.join(10)
+            self._pump.join(deadline(10))
 
-    def post(self, path: str, body: dict, request_id: str | None = None, timeout: float = 600,
+    def post(self, path: str, body: dict, request_id: str | None = None, timeout: float | None = None,
              headers: dict | None = None) -> dict:
         req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json", **(headers or {})})
         if request_id:
             req.add_header("X-Request-Id", request_id)
-        with urllib.request.urlopen(req, timeout=timeout) as r:
+        with urllib.request.urlopen(req, timeout=deadline(600) if timeout is None else timeout) as r:
             return json.loads(r.read())
 
     def complete(self, request_id: str, prompt: str, max_tokens: int) -> dict:
@@ -161,7 +162,7 @@ class Vllm:
 
     def metrics(self) -> dict[str, float]:
         """Prometheus text → {name: sum over label sets}."""
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=10) as r:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=deadline(10)) as r:
             text = r.read().decode()
         out: dict[str, float] = {}
         for line in text.splitlines():

@@ -11,6 +11,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
+from waits import deadline
+
 from .generator import RequestSpec, Setup
 
 MODEL_NAME = "tiny"   # tests/vllm_server.py's --served-model-name
@@ -68,7 +70,7 @@ def send(port: int, spec: RequestSpec, setup: Setup) -> Record:
     rec = Record(spec=asdict(spec))
     headers = {"Content-Type": "application/json", "X-Request-Id": spec.sent_id}
     payload = json.dumps(body_of(spec, setup))
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=deadline(300))
     rec.t_send_ns = time.time_ns()
     try:
         conn.request("POST", PATHS[spec.api], payload, headers)

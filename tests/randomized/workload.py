@@ -20,10 +20,11 @@ from pathlib import Path
 
 from agentkit import free_port
 from receivers import GrpcReceiver, attrs
-from vllm_server import VllmServer, ensure_vllm
+from vllm_server import VllmServer, ensure_vllm, plugin_path
 
 from .client import run_workload
 from .generator import Setup, draw_requests, draw_setup
+from waits import deadline
 
 ROOT = Path(__file__).resolve().parents[2]
 IDLE_S = 2.5   # > VLLM_LOG_STATS_INTERVAL (1 s): a stats line shows the engine idle before the stop
@@ -49,7 +50,11 @@ def run(seed: int, count: int, out: Path, setup: Setup | None = None) -> dict:
     log = out / "server.log"
     install = ensure_vllm()
     args, env = setup.server_args()
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(ROOT)) if p)
+    # The plugin as users get it (`plugin install --target` + PYTHONPATH, tests/vllm_server.py
+    # plugin_path): the venv holds none, and this checkout on PYTHONPATH declares no entry point,
+    # so without it a `plugin` set-up ran stock vLLM (soak 4009: not one plugin line).
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(ROOT),
+                                                    plugin_path() if setup.plugin else None) if p)
     port = free_port()
     server = VllmServer(install, str(log), port, *args, env=env)
     drop = set()
@@ -91,7 +96,7 @@ def _serve(server: VllmServer, port: int, setup: Setup, specs: list, truth: dict
         truth["sigterm_ns"] = time.time_ns()
         os.kill(server.proc.pid, signal.SIGTERM)
         try:
-            server.proc.wait(30)
+            server.proc.wait(deadline(30))
         except subprocess.TimeoutExpired:
             pass
     finally:
@@ -116,7 +121,7 @@ def replay_spans(log: Path) -> tuple[list[Span], bytes]:
     with GrpcReceiver() as rx:
         proc = subprocess.run([sys.executable, "-m", "bridge", "replay", "--otlp-endpoint", rx.endpoint,
                                "--waterfalls", "0", str(Path(log).resolve())], cwd=str(ROOT), capture_output=True, text=True,
-                              timeout=600, env={**os.environ, "OTEL_EXPORTER_OTLP_TRACES_INSECURE": "true"})
+                              timeout=deadline(600), env={**os.environ, "OTEL_EXPORTER_OTLP_TRACES_INSECURE": "true"})
         assert proc.returncode == 0, f"replay exited {proc.returncode}: {proc.stderr[-2000:]}"
         spans = [Span(s.trace_id.hex(), s.span_id.hex(), s.parent_span_id.hex(), s.name,
                       s.start_time_unix_nano, s.end_time_unix_nano, attrs(s.attributes)) for _, s in rx.spans()]

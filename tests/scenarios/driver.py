@@ -23,6 +23,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 
 from vllm_server import MODEL_NAME, VllmServer, plugin_path
+from waits import deadline
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -94,7 +95,7 @@ class Recorder:
             headers["X-Request-Id"] = sent_id
         t.t_send_ns = time.time_ns()
         try:
-            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=300)
+            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=deadline(300))
             conn.request("POST", path, json.dumps(_body(t, prompt, extra)), headers)
             resp = conn.getresponse()
             t.status = resp.status
@@ -169,20 +170,21 @@ class Recorder:
         self._threads.append(th)
         return th
 
-    def join(self, timeout: float = 120) -> None:
+    def join(self, timeout: float | None = None) -> None:
         for th in self._threads:
-            th.join(timeout)
+            th.join(deadline(120) if timeout is None else timeout)
         self._threads.clear()
 
-    def wait_streaming(self, count: int, timeout: float = 60) -> None:
+    def wait_streaming(self, count: int, timeout: float | None = None) -> None:
         """Until `count` streams have their first chunk: the requests are in the engine."""
         t0 = time.monotonic()
+        timeout = deadline(60) if timeout is None else timeout
         while time.monotonic() - t0 < timeout:
             with self._lock:
                 if sum(1 for t in self.truths if t.stream and t.t_first_byte_ns) >= count:
                     return
             time.sleep(0.05)
-        raise AssertionError("streams did not start")
+        raise AssertionError(f"streams did not start: fewer than {count} first chunks in {timeout:.0f} s (scaled cap)")
 
 
 def _children(pid: int) -> list[int]:
@@ -217,7 +219,7 @@ def engine_core_pid(root: int) -> int:
     raise AssertionError(f"no EngineCore among {[(p, _cmdline(p)) for p in seen]}")
 
 
-def _wait_exit(server: VllmServer, timeout: float = 60) -> bool:
+def _wait_exit(server: VllmServer, timeout: float) -> bool:
     try:
         server.proc.wait(timeout)
         return True
@@ -241,7 +243,7 @@ def _grace(server: VllmServer, events: dict) -> None:
         os.killpg(server.proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    server.proc.wait(10)
+    server.proc.wait(deadline(10))
 
 
 LONG = dict(max_tokens=3000, ignore_eos=True)   # a stream that runs for seconds on the tiny model
@@ -288,7 +290,7 @@ def _drive(name: str, server: VllmServer, rec: Recorder, events: dict) -> None:
         events["sigterm_ns"] = time.time_ns()
         os.kill(server.proc.pid, signal.SIGTERM)   # what kubelet does: SIGTERM to the main process
         _grace(server, events)
-        rec.join(30)
+        rec.join(deadline(30))
     elif name == "idle_shutdown":
         rec.send("completion")
         rec.send("chat")
@@ -364,7 +366,7 @@ def _drive(name: str, server: VllmServer, rec: Recorder, events: dict) -> None:
         events["kill9_ns"] = time.time_ns()
         events["kill9_pid"] = pid
         os.kill(pid, signal.SIGKILL)
-        rec.join(30)
+        rec.join(deadline(30))
     elif name == "json_debug_400":   # what DEBUG adds to a 400: does any line name the request?
         rec.send("chat")
         rec.send("chat", max_tokens=100_000, sent_id="dbg-max-tokens", expect="input")
@@ -445,7 +447,7 @@ def run(name: str, install, log_path: str, port: int) -> dict:
                 os.kill(server.proc.pid, signal.SIGTERM)
                 _grace(server, events)
         events["exit_code"] = server.proc.poll()
-        rec.join(30)
+        rec.join(deadline(30))
     finally:
         server.stop()   # the group: whatever is left
     events["requests"] = [asdict(t) for t in rec.truths]

@@ -102,7 +102,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- define "vllm-trace-bridge.config" -}}
 {{- $cfg := deepCopy .Values.config -}}
 {{- $_ := set $cfg "state_dir" .Values.stateDir.mountPath -}}
-{{- $_ := set $cfg "listen" (printf "[::]:%d" (int .Values.metrics.port)) -}}
+{{- with .Values.metrics.host -}}
+{{- $_ := set $cfg "listen" (printf (ternary "[%s]:%d" "%s:%d" (contains ":" .)) (trimAll "[]" .) (int $.Values.metrics.port)) -}}
+{{- end -}}
 {{- if .Values.rules -}}
 {{- if .Values.config.rules -}}
 {{- fail "rules and config.rules are both set: give the rules as `rules` (the chart mounts them) or mount a file yourself and name it in config.rules, not both" -}}
