@@ -138,8 +138,13 @@ def dump(out_path: str) -> None:
 
 
 def _load(path: str) -> dict[str, dict]:
+    """A dump by input. A counter at 0 is left out: one that a change adds (or drops) is no
+    difference while it counts nothing."""
     with open(path) as f:
-        return {d["input"]: d for d in map(json.loads, f)}
+        dumps = {d["input"]: d for d in map(json.loads, f)}
+    for d in dumps.values():
+        d["stats"] = {k: v for k, v in d["stats"].items() if v != 0}
+    return dumps
 
 
 def compare(a_path: str, b_path: str, limit: int = 40) -> int:

@@ -62,6 +62,7 @@ class AssembleStats:
     reused_concurrent: int = 0  # requests received under an id another request held at the time
     requests_capped: int = 0  # closed early by `evict_oldest` (the open-request limit), ended or not
     clock_jumps: int = 0  # the stream's clock leapt between neighbouring lines (bridge.assemble.clock)
+    no_action: int = 0  # lines in a phase their table row has no action for (table.py)
 
 
 class Assembler(SeedLines, ApiLines):
