@@ -65,7 +65,7 @@ class ApiLines:
     def _concurrent(self, rid: str) -> bool:
         """A request under this id was received and is not yet added: vLLM adds a request right
         after it logs its arrival, so a second arrival now is another request at the same time."""
-        return any(o.terminal_ns is None and o.extra is not None and o.seen & SEEN_RECEIVED and o.added is None
+        return any(o.terminal_ns is None and o.extra is not None and o.seen & SEEN_RECEIVED and not o.engine_ids
                    for o in self.index.group(rid))
 
     def _open_twin(self, rid: str, record: Record) -> RequestState:
@@ -123,16 +123,19 @@ class ApiLines:
             r = self.index.open[key]
             # vLLM ≥ 0.14 gives every request its own `-<8 hex>` suffix, n>1 children `<i>_` of
             # it: an id added before, or another suffix, is another request under a reused id.
-            if r.added is not None and (rid in r.added or ids.engine_base(rid) not in
-                                        {ids.engine_base(a) for a in r.added}):
+            added = r.engine_ids
+            if added and (rid in added or ids.engine_base(rid) not in {ids.engine_base(a) for a in added}):
                 self.close(r, Close.REUSED)
                 key = None
-        r = self._upstream(key if key is not None else ids.canonical(rid), record)
-        if r.added is None:
-            r.added = set()
-            if rid != r.request_id:
-                r.set("vllm.request.internal_id", rid)
-        r.added.add(rid)
+        self._add(self._upstream(key if key is not None else ids.canonical(rid), record), rid)
+
+    @staticmethod
+    def _add(r: RequestState, rid: str) -> None:
+        """vLLM added `r` to its engine under `rid` (its first such id is its internal one)."""
+        answer = r.answered()
+        if not answer.added and rid != r.request_id:
+            r.set("vllm.request.internal_id", rid)
+        answer.added.add(rid)
 
     def _add_twin(self, rid: str, record: Record) -> bool:
         """`Added request` under an id received several times at once: the engine adds them in
@@ -143,16 +146,11 @@ class ApiLines:
             return False
         base = ids.engine_base(rid)
         group = self.index.group(key)
-        r = next((o for o in group if o.added and base in {ids.engine_base(a) for a in o.added}), None) \
-            or next((o for o in group if o.terminal_ns is None and o.added is None), None)
+        r = next((o for o in group if base in {ids.engine_base(a) for a in o.engine_ids}), None) \
+            or next((o for o in group if o.terminal_ns is None and not o.engine_ids), None)
         if r is None:
             return False
-        self.index.touch(r, record)
-        if r.added is None:
-            r.added = set()
-            if rid != r.request_id:
-                r.set("vllm.request.internal_id", rid)
-        r.added.add(rid)
+        self._add(self.index.touch(r, record), rid)
         return True
 
     @staticmethod
@@ -182,13 +180,14 @@ class ApiLines:
             # serving.py logs a choice only `if output_text:`: a choice with no text has no line,
             # and fewer than n lines are a lower bound, not the output, so nothing is set until
             # all n are in. (A plugin summary counted them already, from vLLM's own stats.)
-            r.choice_tokens = [*(r.choice_tokens or ()), ev.output_tokens]
-            if len(r.choice_tokens) >= ((r.extra or {}).get("gen_ai.request.n") or 1):
-                r.set("gen_ai.usage.output_tokens", sum(r.choice_tokens))
+            tokens = r.answered().tokens
+            tokens.append(ev.output_tokens)
+            if len(tokens) >= ((r.extra or {}).get("gen_ai.request.n") or 1):
+                r.set("gen_ai.usage.output_tokens", sum(tokens))
         if ev.finish_reason is None and ev.streaming != "complete":
             return
         if ev.streaming == "complete":
-            r.closed += 1
+            r.answered().closed += 1
         # One line per choice (n>1 logs each choice's reason): one reason per choice, as the
         # GenAI convention has it, and the last choice's line ends the request.
         extra = r.extra or {}
@@ -199,7 +198,7 @@ class ApiLines:
             r.set("gen_ai.response.finish_reasons", reasons)
         if r.terminal_ns is None:
             ts = self._when(record, r)
-            if ev.finish_reason != "abort" and len(reasons) < n and r.closed < n:
+            if ev.finish_reason != "abort" and len(reasons) < n and r.streams_closed < n:
                 pass  # one choice of n>1 is done (a stream's last delta); the others go on
             elif ev.finish_reason == "abort" and self.engine.stop_ns is not None:
                 self.end(r, ts, End.STOPPED)  # aborted by the stop (vLLM's abort mode)
@@ -214,7 +213,7 @@ class ApiLines:
             # (a summary's end is vLLM's own e2e end, and its arrival counts back from it)
             r.terminal_ns = record.ts_ns
         elif r.summary is not None and ev.streaming != "delta" and r.held <= 0 and self.index.open.get(r.request_id) is r \
-                and (r.closed >= (extra.get("gen_ai.request.n") or 1) if ev.streaming == "complete"
+                and (r.streams_closed >= (extra.get("gen_ai.request.n") or 1) if ev.streaming == "complete"
                      else not self._awaits_api(r)):
             # the plugin's summary, then a reason for every choice, or a stream's closing lines,
             # one per choice (serving_chat.py logs one for each): nothing more to come

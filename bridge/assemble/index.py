@@ -136,7 +136,8 @@ class Occurrences:
         if rid != key:
             base = ids.engine_base(rid)
             for o in group:
-                if o.added and (rid in o.added or base in {ids.engine_base(a) for a in o.added}):
+                added = o.engine_ids
+                if added and (rid in added or base in {ids.engine_base(a) for a in added}):
                     return o
         for o in group:
             if o.terminal_ns is None:

@@ -206,8 +206,8 @@ class SeedLines:
         `ParentRequest` answers the client once every one of its n children has. n is the
         logged `SamplingParams(n=…)`, else the children `Added request` or the plugin named."""
         n = (r.extra or {}).get("gen_ai.request.n") or (r.times.n if r.times is not None else None) or 0
-        if not n and r.added:
-            n = sum(1 for a in r.added if ids.child_index(a) is not None)
+        if not n:
+            n = sum(1 for a in r.engine_ids if ids.child_index(a) is not None)
         seqs = r.seqs
         done = sum(1 for i, v in seqs.items() if v is not None or i == ending)
         return done < max(n, len(seqs))

@@ -15,6 +15,22 @@ BLOCK_EVENTS_KEPT = 8 * EVENT_CAP  # spread over the phases later, EVENT_CAP per
 SEEN_RECEIVED, SEEN_DETAILS = 1, 2
 
 
+class Answer:
+    """What the API server's lines said of the engine's ids and the answer of one request
+    (upstream requests only: a seed log has none of these lines)."""
+
+    __slots__ = ("added", "closed", "tokens")
+
+    def __init__(self) -> None:
+        self.added: set[str] = set()  # the engine-side ids `Added request` named
+        # A stream's closing lines seen (`Generated response <id> (streaming complete)`): vLLM's
+        # chat server logs one per choice, so n of them say the stream is over.
+        self.closed = 0
+        # A whole response's `details: output_token_ids` counts, one per logged choice: vLLM
+        # logs a choice only when it has text, so they are the output only once all n are in.
+        self.tokens: list[int] = []
+
+
 class RequestState:
     """Everything one occurrence of a request has shown. Lists stay None until needed."""
 
@@ -24,7 +40,7 @@ class RequestState:
         "events", "dropped", "summary", "terminal_ns", "outcome", "error_type", "error_message",
         "timeout_after_s", "queue_at_schedule", "gpu_at_schedule", "min_free_ratio",
         "max_gpu_ratio", "last_free_ns", "release_ns", "extra", "sampled_preemptions", "idle_at",
-        "seen", "added", "seqs", "coarse_start", "times", "closed", "generation", "choice_tokens",
+        "seen", "answer", "seqs", "coarse_start", "times", "generation",
     )
 
     def __init__(self, request_id: str, occurrence: str, ts: int, offset: int) -> None:
@@ -56,7 +72,7 @@ class RequestState:
         self.sampled_preemptions = 0        # V0's preemption warning (1st and every 50th only)
         self.idle_at: int | None = None     # when a stats line showed the engine idle with this open
         self.seen = 0                       # SEEN_* bits: start lines shown
-        self.added: set[str] | None = None  # the engine-side ids `Added request` named
+        self.answer: Answer | None = None   # the API server's lines about its answer, from the first
         # n>1: the engine's child sequences (`<i>_<id>`) the plugin's lines named, by index →
         # (end ns, their own summary) once finished, else None. One root for the client's request.
         self.seqs: dict | None = None
@@ -64,12 +80,21 @@ class RequestState:
         # about the request may say when within that second it began (build).
         self.coarse_start = False
         self.times: PluginTimes | None = None  # vLLM's own phase stamps, from the plugin's end line
-        # A stream's closing lines seen (`Generated response <id> (streaming complete)`): vLLM's
-        # chat server logs one per choice, so n of them say the stream is over.
-        self.closed = 0
-        # A whole response's `details: output_token_ids` counts, one per logged choice: vLLM
-        # logs a choice only when it has text, so they are the output only once all n are in.
-        self.choice_tokens: list[int] | None = None
+
+    def answered(self) -> Answer:
+        """Its `Answer`, made by the first line that adds to it."""
+        if self.answer is None:
+            self.answer = Answer()
+        return self.answer
+
+    @property
+    def engine_ids(self) -> set[str] | tuple:
+        """The engine-side ids `Added request` named (empty: not added yet)."""
+        return self.answer.added if self.answer is not None else ()
+
+    @property
+    def streams_closed(self) -> int:
+        return self.answer.closed if self.answer is not None else 0
 
     def set(self, key: str, value) -> None:
         if self.extra is None:
