@@ -17,7 +17,7 @@ from bridge.assemble.clock import ClockJump, jump_attrs
 from bridge.assemble.ending import Close, End
 from bridge.assemble.index import where
 from bridge.assemble.startup import Startup
-from bridge.assemble.state import RequestState
+from bridge.assemble.state import RequestState, fan_out
 from bridge.assemble.timeline import IncidentEvent, IncidentRef, SpanEvent, Timeline
 from bridge.decode.record import Record
 from bridge.parse.events import (
@@ -176,10 +176,7 @@ class EngineLife:
             attrs["vllm.engine.index"] = ev.engine
         event = SpanEvent("vllm.engine_stats", record.ts_ns, attrs)
         free = 1.0 - ev.gpu_kv_usage if ev.gpu_kv_usage is not None else None
-        for r in self._in_flight.values():
-            r.add_event(event, True)
-            if free is not None and (r.min_free_ratio is None or free < r.min_free_ratio):
-                r.min_free_ratio = free
+        fan_out(self._in_flight.values(), event, free)
         if ev.engine is not None:
             self._stats_engines.add(ev.engine)
         # One engine's line speaks for the server only when it is the only engine: with

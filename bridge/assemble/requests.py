@@ -22,7 +22,7 @@ from bridge.assemble.ending import STOPPED_MESSAGE, Close, End, engine_failed
 from bridge.assemble.engine import IDLE_GRACE_NS, EngineLife
 from bridge.assemble.index import Occurrences
 from bridge.assemble.seedlines import SeedLines
-from bridge.assemble.state import RequestState
+from bridge.assemble.state import RequestState, fan_out
 from bridge.assemble.table import handlers
 from bridge.assemble.timeline import INFERRED, SpanEvent, Timeline
 from bridge.decode.record import CLOCK_ANCHORED, Record
@@ -334,10 +334,7 @@ class Assembler(SeedLines, ApiLines):
         event = SpanEvent("vllm.queue_state", record.ts_ns, {
             "vllm.queue.running": ev.running, "vllm.queue.waiting": ev.waiting,
             "vllm.kv.free_blocks": ev.free_blocks, "vllm.kv.total_blocks": ev.total_blocks})
-        for r in self.index.in_flight.values():  # one shared, read-only event object
-            r.add_event(event, True)
-            if ratio is not None and (r.min_free_ratio is None or ratio < r.min_free_ratio):
-                r.min_free_ratio = ratio
+        fan_out(self.index.in_flight.values(), event, ratio)
 
     def _on_gpu(self, record: Record, ev: GpuMemory) -> None:
         self._gpu = ev
@@ -346,8 +343,5 @@ class Assembler(SeedLines, ApiLines):
             "vllm.gpu.memory.used_bytes": ev.used_bytes, "vllm.gpu.memory.total_bytes": ev.total_bytes,
             "vllm.gpu.memory.utilization": ev.utilization, "vllm.kv_cache.used_bytes": ev.cache_bytes,
             "vllm.kv_cache.blocks_used": ev.kv_blocks_used, "vllm.kv_cache.blocks_total": ev.kv_blocks_total})
-        for r in self.index.in_flight.values():
-            r.add_event(event, True)
-            if r.max_gpu_ratio is None or ev.utilization > r.max_gpu_ratio:
-                r.max_gpu_ratio = ev.utilization
+        fan_out(self.index.in_flight.values(), event, None, ev.utilization)
 

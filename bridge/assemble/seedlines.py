@@ -81,7 +81,10 @@ class SeedLines:
         there are was never logged), continues it: siblings are not a reused id."""
         r = self.index.open.get(rid)
         if r is not None and r.terminal_ns is None:  # the commonest line: one of an open request's
-            return self.index.touch(r, record), None
+            if record.ts_ns > r.last_ns:  # index.touch, inlined on the hot path
+                r.last_ns = record.ts_ns
+            r.last_offset = record.offset
+            return r, None
         key = self._seed_id(rid)
         k = ids.child_index(rid) if key != rid else None
         if k is not None:
@@ -148,9 +151,15 @@ class SeedLines:
         if ev.at_ns is not None:
             record = _exact(record, ev)
         rid = ev.request_id
-        r = self._touch(rid if rid in self.index.open else self._seed_id(rid), record)
+        r = self.index.open.get(rid)
         if r is None:
-            return
+            r = self._touch(self._seed_id(rid), record)
+            if r is None:
+                return
+        else:
+            if record.ts_ns > r.last_ns:  # index.touch, inlined on the hot path
+                r.last_ns = record.ts_ns
+            r.last_offset = record.offset
         r.freed += ev.count
         r.held -= ev.count
         attrs = {"vllm.kv_block.id": ev.block} if ev.block else {"vllm.kv_block.count": ev.count}

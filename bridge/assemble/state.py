@@ -15,6 +15,24 @@ BLOCK_EVENTS_KEPT = 8 * EVENT_CAP  # spread over the phases later, EVENT_CAP per
 SEEN_RECEIVED, SEEN_DETAILS = 1, 2
 
 
+def fan_out(requests, event: SpanEvent, free_ratio: float | None = None, gpu_ratio: float | None = None) -> None:
+    """An engine-wide gauge's event on every request in flight (one shared, read-only object,
+    capped as `add_event`), and the least free KV ratio and the highest GPU use each saw. The
+    commonest fan-out (every stats line × every request in flight): `add_event` inlined."""
+    for r in requests:
+        events = r.events
+        if events is not None and len(events) < EVENT_CAP:
+            events.append(event)
+        elif events is None:
+            r.events = [event]
+        else:
+            r.dropped += 1
+        if free_ratio is not None and (r.min_free_ratio is None or free_ratio < r.min_free_ratio):
+            r.min_free_ratio = free_ratio
+        if gpu_ratio is not None and (r.max_gpu_ratio is None or gpu_ratio > r.max_gpu_ratio):
+            r.max_gpu_ratio = gpu_ratio
+
+
 class Answer:
     """What the API server's lines said of the engine's ids and the answer of one request
     (upstream requests only: a seed log has none of these lines)."""
