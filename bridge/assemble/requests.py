@@ -103,18 +103,18 @@ class Assembler(SeedLines, ApiLines):
     # -- input ---------------------------------------------------------------------------
 
     def feed(self, record: Record, event) -> None:
-        ts = record.ts_ns
-        if ts > self._now:
+        ts, now = record.ts_ns, self._now
+        if ts > now:
             # a clock jump, not years of silence; a line with no stamp of its own (its file's
             # time, at the start of a file) is no reading of the clock, ahead or back (`_guess_ns`)
-            if ts - self._now >= AHEAD_NS and self._now and record.clock != CLOCK_ANCHORED:
+            if ts - now >= AHEAD_NS and now and record.clock != CLOCK_ANCHORED:
                 self._jumped(record, ts)
             self._now = ts
             if ts >= self._next_sweep:
                 if record.clock == CLOCK_ANCHORED:
                     self._guess_ns = ts
                 self.tick(ts)
-        elif self._now - ts >= BEHIND_NS and self._now != self._guess_ns:  # the clock set back
+        elif now - ts >= BEHIND_NS and now != self._guess_ns:  # the clock set back
             self._jumped(record, ts)
         if self.engine.pending_nccl is not None and type(event) is not NcclHint:
             self.engine.flush_nccl(None)

@@ -141,7 +141,7 @@ class SeedLines:
     def _on_allocated(self, record: Record, ev: BlockAllocated) -> None:
         if ev.at_ns is not None:
             record = _exact(record, ev)
-        r, k = self._start_seq(ev.request_id, record)
+        r = self._start_seq(ev.request_id, record)[0]
         r.allocated += 1
         r.held += 1
         r.add_block_event(SpanEvent("vllm.kv_block.allocated", record.ts_ns, {
