@@ -19,7 +19,6 @@ def _fast(stage: str, name: str) -> Extension:
 
 setup(ext_modules=[
     _fast("assemble", "_fastbuild"),
-    _fast("assemble", "_fastfeed"),
     _fast("decode", "_fastdecode"),
     _fast("export", "_fastwire"),
     _fast("parse", "_fastseed"),

@@ -149,9 +149,9 @@ def test_image_install_steps_give_a_working_agent(tmp_path):
     if shutil.which("gcc") or shutil.which("cc"):
         native = subprocess.run([str(venv / "bin" / "python"), "-c",
                                  "from bridge.decode import stream; from bridge.parse import FAST_PARSE; "
-                                 "from bridge.assemble import build, requests; from bridge.export import wire; "
+                                 "from bridge.assemble import build; from bridge.export import wire; "
                                  "print(all(x is not None for x in (stream.FAST, FAST_PARSE, build.FAST_REQUEST_TIMELINE, "
-                                 "requests._FEEDER, wire.FAST_REQUEST)))"],
+                                 "wire.FAST_REQUEST)))"],
                                 capture_output=True, text=True, env=env, cwd=tmp_path)
         assert native.stdout.strip() == "True", native.stderr
 

@@ -24,6 +24,7 @@ enum {
     A_used_bytes, A_total_bytes, A_utilization, A_kv_blocks_used, A_kv_blocks_total,
     A_t_ttft_s, A_t_itl_s, A_t_free_blocks_ratio, A_t_gpu_memory_ratio,
     A_ts_ns, A_source, A_release_ns,
+    A_times, A_arrival_ns, A_first_token_ns, A_last_token_ns, A_scheduled_ns, A_seen, A_coarse_start, A_at_ns,
     N_ATTRS
 };
 static Attr attrs_[N_ATTRS] = {
@@ -38,6 +39,8 @@ static Attr attrs_[N_ATTRS] = {
     {"used_bytes"}, {"total_bytes"}, {"utilization"}, {"kv_blocks_used"}, {"kv_blocks_total"},
     {"ttft_s"}, {"itl_s"}, {"free_blocks_ratio"}, {"gpu_memory_ratio"},
     {"ts_ns"}, {"source"}, {"release_ns"},
+    {"times"}, {"arrival_ns"}, {"first_token_ns"}, {"last_token_ns"}, {"scheduled_ns"}, {"seen"}, {"coarse_start"},
+    {"at_ns"},
 };
 #define GET(obj, k) attr_get((obj), &attrs_[k])
 
@@ -45,7 +48,7 @@ static Attr attrs_[N_ATTRS] = {
 
 static Cls phase_cls, timeline_cls;
 static PyObject *REPORTED, *OBSERVED, *INFERRED;
-static PyObject *s_queued, *s_prefill, *s_preempted, *s_decode, *s_freed, *s_timeout, *s_failed;
+static PyObject *s_preprocess, *s_queued, *s_prefill, *s_preempted, *s_decode, *s_freed, *s_timeout, *s_failed;
 static PyObject *d_slow_ttft, *d_slow_itl, *d_memory_pressure, *d_gpu_memory_high, *d_preempted;
 static int ready = 0;
 
@@ -76,6 +79,17 @@ static int get_i64(PyObject *o, int k, int64_t *out) {
     PyObject *v = GET(o, k);
     int r = i64(v, out);
     Py_XDECREF(v);
+    return r;
+}
+
+/* an int attribute or None → *out, *has; DECLINE for anything else */
+static int get_opt_i64(PyObject *o, int k, int64_t *out, int *has) {
+    PyObject *v = GET(o, k);
+    if (v == NULL)
+        return -1;
+    *has = v != Py_None;
+    int r = *has ? i64(v, out) : 0;
+    Py_DECREF(v);
     return r;
 }
 
@@ -206,7 +220,7 @@ static int sort_events(PyObject *list) {
 
 /* -- the function ------------------------------------------------------------------------------------ */
 
-#define EVENT_CAP 32 /* state.py */
+static Py_ssize_t EVENT_CAP = 0; /* state.py's, given at init: one source */
 #define MAX_PHASES 64 /* more preemptions than this: declined */
 
 #define TRY(expr)                  \
@@ -245,7 +259,7 @@ static PyObject *request_timeline(PyObject *self, PyObject *const *args, Py_ssiz
     int np = 0;
     PyObject *s = NULL, *terminal = NULL, *outcome = NULL, *schedules = NULL, *preemptions = NULL;
     PyObject *first = NULL, *root_events = NULL, *attrs = NULL, *block_events = NULL, *tmp = NULL;
-    PyObject *q = NULL, *g = NULL, *extra = NULL, *result = NULL, *found = NULL;
+    PyObject *q = NULL, *g = NULL, *extra = NULL, *result = NULL, *found = NULL, *times = NULL;
 
     int64_t terminal_ns = 0, last_ns, first_ns, end;
     int has_terminal;
@@ -317,6 +331,33 @@ static PyObject *request_timeline(PyObject *self, PyObject *const *args, Py_ssiz
         }
     }
 
+    /* vLLM's own stamps (the plugin's end line): exact boundaries */
+    int has_lt = 0, has_t_ft = 0, has_t_lt = 0, has_t_sched = 0;
+    int64_t last_token = 0, t_ft = 0, t_lt = 0, t_sched = 0;
+    NEED(times = GET(r, A_times));
+    if (times != Py_None) {
+        int64_t t_arrival;
+        int has_t_arrival;
+        TRY(get_opt_i64(times, A_arrival_ns, &t_arrival, &has_t_arrival));
+        TRY(get_opt_i64(times, A_first_token_ns, &t_ft, &has_t_ft));
+        TRY(get_opt_i64(times, A_last_token_ns, &t_lt, &has_t_lt));
+        TRY(get_opt_i64(times, A_scheduled_ns, &t_sched, &has_t_sched));
+        if (has_t_arrival && (!has_terminal || t_arrival <= terminal_ns)) {
+            arrival = t_arrival;
+            has_arrival = 1;
+        }
+        if (has_t_ft) {
+            /* vLLM's first NEW_TOKEN stamp: prefill ends there */
+            first_token = clamp(t_ft, OBSERVED, NULL, has_terminal ? &terminal_ns : NULL, &ft_timing);
+            has_ft = 1;
+            if (has_t_lt) {
+                PyObject *unused;
+                last_token = clamp(t_lt, OBSERVED, &first_token, has_terminal ? &terminal_ns : NULL, &unused);
+                has_lt = 1;
+            }
+        }
+    }
+
     int has_sched = 0;
     int64_t sched0 = 0;
     PyObject *sched_timing = NULL;
@@ -337,8 +378,46 @@ static PyObject *request_timeline(PyObject *self, PyObject *const *args, Py_ssiz
         has_sched = 1;
     }
 
-    if (has_arrival && (has_sched || PyUnicode_Compare(outcome, s_timeout) == 0 ||
-                        PyUnicode_Compare(outcome, s_failed) == 0)) {
+    /* the engine's own arrival: the plugin's exact first schedule less the engine's queue time */
+    int has_engine_in = 0, start_inferred = 0;
+    int64_t engine_in = 0;
+    PyObject *engine_in_timing = NULL;
+    if (has_sched && sched_timing == OBSERVED) {
+        NEED(tmp = GET(first, A_at_ns));
+        int at_none = tmp == Py_None;
+        Py_CLEAR(tmp);
+        if (!at_none) {
+            NEED(tmp = GET(first, A_queued_s));
+            if (tmp != Py_None) {
+                int64_t queued;
+                TRY(ns_of(tmp, &queued));
+                engine_in = clamp(sched0 - queued, OBSERVED, has_arrival ? &arrival : NULL, &sched0, &engine_in_timing);
+                has_engine_in = 1;
+            }
+            Py_CLEAR(tmp);
+        }
+    }
+    if (!has_arrival && has_engine_in) {
+        NEED(tmp = GET(r, A_coarse_start));
+        DECLINE_IF(tmp != Py_True && tmp != Py_False);
+        int coarse = tmp == Py_True;
+        Py_CLEAR(tmp);
+        if (coarse && first_ns <= engine_in && engine_in < first_ns + 1000000000LL) {
+            first_ns = engine_in; /* the receipt said its second only: the root starts at the engine's arrival */
+            start_inferred = 1;
+        }
+    }
+    if (has_engine_in) {
+        int64_t seen;
+        TRY(get_i64(r, A_seen, &seen));
+        if ((has_arrival || seen) && (has_arrival ? arrival : first_ns) < engine_in)
+            ph[np++] = (P){s_preprocess, 0, has_arrival ? arrival : first_ns, engine_in, has_arrival ? REPORTED : OBSERVED,
+                           engine_in_timing};
+        if (has_arrival && arrival - 1000000000LL < first_ns)
+            first_ns = arrival;
+        ph[np++] = (P){s_queued, 0, engine_in, sched0, engine_in_timing, sched_timing};
+    } else if (has_arrival && (has_sched || PyUnicode_Compare(outcome, s_timeout) == 0 ||
+                               PyUnicode_Compare(outcome, s_failed) == 0)) {
         P *p = &ph[np++];
         *p = (P){s_queued, 0, arrival, has_sched ? sched0 : end, REPORTED, has_sched ? sched_timing : INFERRED};
     }
@@ -347,8 +426,13 @@ static PyObject *request_timeline(PyObject *self, PyObject *const *args, Py_ssiz
         *p = (P){s_prefill, 0, sched0, 0, sched_timing, NULL};
         NEED(p->attrs = PyDict_New());
         TRY(set_attr_of(p->attrs, "vllm.scheduling.priority", first, A_priority));
-        TRY(set_attr_of(p->attrs, "vllm.scheduling.blocks", first, A_blocks));
-        TRY(set_attr_of(p->attrs, "vllm.scheduling.remaining_blocks", first, A_remaining_blocks));
+        NEED(tmp = GET(first, A_blocks));
+        int no_blocks = tmp == Py_None; /* the plugin's end line: the engine core's lines, which count them, off */
+        Py_CLEAR(tmp);
+        if (!no_blocks) {
+            TRY(set_attr_of(p->attrs, "vllm.scheduling.blocks", first, A_blocks));
+            TRY(set_attr_of(p->attrs, "vllm.scheduling.remaining_blocks", first, A_remaining_blocks));
+        }
         if (n_sched > 1)
             TRY(set_item(p->attrs, "vllm.scheduling.count", PyLong_FromSsize_t(n_sched)));
         if (has_ft) {
@@ -382,16 +466,23 @@ static PyObject *request_timeline(PyObject *self, PyObject *const *args, Py_ssiz
                 p->end = clamp(p_end, OBSERVED, &p->start, NULL, &p->et);
             }
             NEED(p->attrs = PyDict_New());
-            TRY(set_attr_of(p->attrs, "vllm.preemption.reason", ev, A_reason));
-            TRY(set_attr_of(p->attrs, "vllm.preemption.blocks", ev, A_blocks));
+            NEED(tmp = GET(ev, A_blocks));
+            int no_blocks = tmp == Py_None; /* the plugin's stamps: no reason or blocks */
+            Py_CLEAR(tmp);
+            if (!no_blocks) {
+                TRY(set_attr_of(p->attrs, "vllm.preemption.reason", ev, A_reason));
+                TRY(set_attr_of(p->attrs, "vllm.preemption.blocks", ev, A_blocks));
+            }
         }
     }
     if (s != Py_None) {
         P *p = &ph[np++];
-        *p = (P){s_decode, 0, first_token, terminal_ns, ft_timing, OBSERVED};
+        *p = (P){s_decode, 0, first_token, has_lt ? last_token : terminal_ns, ft_timing, OBSERVED};
         NEED(p->attrs = PyDict_New());
         TRY(set_attr_of(p->attrs, "gen_ai.usage.output_tokens", s, A_generated_tokens));
         TRY(set_attr_of(p->attrs, "vllm.itl_s", s, A_itl_s));
+    } else if (has_ft && has_lt) { /* ended (aborted) after its first token */
+        ph[np++] = (P){s_decode, 0, first_token, last_token, ft_timing, OBSERVED};
     }
     if (has_terminal) {
         /* build.py: freed from the end's line, or from the release when that came first */
@@ -533,6 +624,16 @@ static PyObject *request_timeline(PyObject *self, PyObject *const *args, Py_ssiz
     Py_XDECREF(engine_queue);
     if (rc)
         goto done;
+    if (times != Py_None && has_t_sched && has_t_ft) {
+        /* vLLM's native-tracing intervals, from the same stamps */
+        int64_t diffs[3] = {t_ft - t_sched, t_lt - t_ft, t_lt - t_sched};
+        const char *keys[3] = {"gen_ai.latency.time_in_model_prefill", "gen_ai.latency.time_in_model_decode",
+                               "gen_ai.latency.time_in_model_inference"};
+        for (int k = 0; k < (has_t_lt ? 3 : 1); k++) {
+            DECLINE_IF(diffs[k] >= ((int64_t)1 << 53) || diffs[k] <= -((int64_t)1 << 53));
+            TRY(set_item(attrs, keys[k], PyFloat_FromDouble((double)diffs[k] / 1e9)));
+        }
+    }
     int64_t sampled, n_preempted;
     TRY(get_i64(r, A_sampled_preemptions, &sampled));
     n_preempted = (preemptions != Py_None ? PyList_GET_SIZE(preemptions) : 0) + sampled;
@@ -625,7 +726,7 @@ static PyObject *request_timeline(PyObject *self, PyObject *const *args, Py_ssiz
             TRY(PyDict_Update(attrs, extra));
     }
 
-    int inferred = end_timing == INFERRED;
+    int inferred = start_inferred || end_timing == INFERRED;
     for (int i = 0; i < np && !inferred; i++)
         inferred = ph[i].st == INFERRED || ph[i].et == INFERRED;
     TRY(set_item(attrs, "vllm.timing", Py_NewRef(inferred ? INFERRED : has_arrival ? REPORTED : OBSERVED)));
@@ -651,7 +752,7 @@ static PyObject *request_timeline(PyObject *self, PyObject *const *args, Py_ssiz
     }
     PyObject *v[17] = {
         Py_NewRef(source), GET(r, A_request_id), GET(r, A_occurrence), PyLong_FromLongLong(start),
-        PyLong_FromLongLong(stop), Py_NewRef(has_arrival && arrival <= first_ns ? REPORTED : OBSERVED),
+        PyLong_FromLongLong(stop), Py_NewRef(start_inferred ? INFERRED : has_arrival && arrival <= first_ns ? REPORTED : OBSERVED),
         Py_NewRef(end_timing), Py_NewRef(outcome), GET(r, A_error_type), GET(r, A_error_message),
         Py_NewRef(attrs), Py_NewRef(root_events), PyLong_FromLongLong(dropped), phases,
         GET(r, A_first_offset), GET(r, A_last_offset), Py_NewRef(parent),
@@ -680,6 +781,7 @@ done:
     Py_XDECREF(g);
     Py_XDECREF(extra);
     Py_XDECREF(found);
+    Py_XDECREF(times);
     if (rc == DECLINE) {
         Py_XDECREF(result);
         if (PyErr_Occurred())
@@ -697,8 +799,14 @@ done:
 
 static PyObject *init(PyObject *self, PyObject *args) {
     PyObject *phase, *timeline, *reported, *observed, *inferred;
-    if (!PyArg_ParseTuple(args, "OOUUU", &phase, &timeline, &reported, &observed, &inferred))
+    Py_ssize_t event_cap;
+    if (!PyArg_ParseTuple(args, "OOUUUn", &phase, &timeline, &reported, &observed, &inferred, &event_cap))
         return NULL;
+    if (event_cap < 1) {
+        PyErr_SetString(PyExc_ValueError, "EVENT_CAP must be at least 1");
+        return NULL;
+    }
+    EVENT_CAP = event_cap;
     if (cls_load(&phase_cls, phase) < 0 || cls_load(&timeline_cls, timeline) < 0)
         return NULL;
     if (phase_cls.n != 9 || timeline_cls.n != 17) {
@@ -713,7 +821,7 @@ static PyObject *init(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
-    {"init", init, METH_VARARGS, "init(Phase, RequestTimeline, REPORTED, OBSERVED, INFERRED)"},
+    {"init", init, METH_VARARGS, "init(Phase, RequestTimeline, REPORTED, OBSERVED, INFERRED, EVENT_CAP)"},
     {"request_timeline", (PyCFunction)(void (*)(void))request_timeline, METH_FASTCALL,
      "request_timeline(r, source, thresholds, parent) -> RequestTimeline, or None (use the Python one)"},
     {NULL, NULL, 0, NULL},
@@ -724,6 +832,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastbuild", NULL, -
 PyMODINIT_FUNC PyInit__fastbuild(void) {
     for (int k = 0; k < N_ATTRS; k++)
         INTERN(attrs_[k].name, attrs_[k].text);
+    INTERN(s_preprocess, "preprocess");
     INTERN(s_queued, "queued");
     INTERN(s_prefill, "prefill");
     INTERN(s_preempted, "preempted");

@@ -19,15 +19,7 @@ from operator import attrgetter
 
 from bridge.parse.context import TraceContext
 from bridge.assemble.diagnosis import Thresholds, diagnose
-from bridge.assemble.timeline import (
-    INFERRED,
-    OBSERVED,
-    REPORTED,
-    EngineTimeline,
-    Phase,
-    RequestTimeline,
-    SpanEvent,
-)
+from bridge.assemble.timeline import INFERRED, OBSERVED, REPORTED, EngineTimeline, Phase, RequestTimeline, SpanEvent
 from bridge.core.source import Source
 from bridge.assemble.state import EVENT_CAP, RequestState
 
@@ -60,22 +52,16 @@ def _load_fast():
         from bridge.assemble import _fastbuild
     except ImportError:
         return None
-    _fastbuild.init(Phase, RequestTimeline, REPORTED, OBSERVED, INFERRED)
+    _fastbuild.init(Phase, RequestTimeline, REPORTED, OBSERVED, INFERRED, EVENT_CAP)  # the cap from state.py
     return _fastbuild.request_timeline
 
 
 FAST_REQUEST_TIMELINE = _load_fast()
 
 
-def _python_only(r: RequestState) -> bool:
-    """Timelines only the Python builds (the C declines nothing of these by itself): the ones
-    whose engine queue the plugin timed exactly (`preprocess`, a root starting at vLLM's arrival)."""
-    return r.times is not None or (bool(r.schedules) and r.schedules[0][1].at_ns is not None)
-
-
 def request_timeline(r: RequestState, source: Source, thresholds: Thresholds,
                      parent: TraceContext | None = None, _fast=FAST_REQUEST_TIMELINE) -> RequestTimeline:
-    if _fast is not None and not _python_only(r):
+    if _fast is not None:
         t = _fast(r, source, thresholds, parent)
         if t is not None:
             return t
@@ -239,18 +225,29 @@ def _place_block_events(events, phases: list[Phase], root_events: list[SpanEvent
     return dropped
 
 
+#: A snapshot's fields as the root's attributes, (key, field) in the order they are set: the
+#: summary's (and vLLM's own native-tracing keys, so dashboards built for them keep working),
+#: the queue's and the GPU's when the request was scheduled.
+_SUMMARY_KEYS = (("gen_ai.usage.input_tokens", "prompt_tokens"), ("gen_ai.usage.output_tokens", "generated_tokens"),
+                 ("vllm.ttft_s", "ttft_s"), ("vllm.itl_s", "itl_s"), ("vllm.e2e_s", "e2e_s"),
+                 ("gen_ai.latency.time_to_first_token", "ttft_s"), ("gen_ai.latency.e2e", "e2e_s"))
+_QUEUE_KEYS = (("vllm.queue.running", "running"), ("vllm.queue.waiting", "waiting"),
+               ("vllm.kv.free_blocks", "free_blocks"), ("vllm.kv.total_blocks", "total_blocks"))
+_GPU_KEYS = (("vllm.gpu.memory.used_bytes", "used_bytes"), ("vllm.gpu.memory.total_bytes", "total_bytes"),
+             ("vllm.gpu.memory.utilization", "utilization"), ("vllm.kv_cache.blocks_used", "kv_blocks_used"),
+             ("vllm.kv_cache.blocks_total", "kv_blocks_total"))
+
+
+def _copy(a: dict, snapshot, keys: tuple) -> None:
+    for key, name in keys:
+        a[key] = getattr(snapshot, name)
+
+
 def _request_attrs(r: RequestState, t: Thresholds, arrival: int | None, sched0: int | None) -> dict:
     s = r.summary
     a: dict = {"vllm.request.id": r.request_id, "vllm.outcome": r.outcome}
     if s is not None:
-        a["gen_ai.usage.input_tokens"] = s.prompt_tokens
-        a["gen_ai.usage.output_tokens"] = s.generated_tokens
-        a["vllm.ttft_s"] = s.ttft_s
-        a["vllm.itl_s"] = s.itl_s
-        a["vllm.e2e_s"] = s.e2e_s
-        # vLLM's own native-tracing keys, so dashboards built for them keep working.
-        a["gen_ai.latency.time_to_first_token"] = s.ttft_s
-        a["gen_ai.latency.e2e"] = s.e2e_s
+        _copy(a, s, _SUMMARY_KEYS)
     queue_s = (sched0 - arrival) / _NS if arrival is not None and sched0 is not None else None
     if queue_s is not None:
         a["vllm.queue_s"] = queue_s
@@ -277,16 +274,9 @@ def _request_attrs(r: RequestState, t: Thresholds, arrival: int | None, sched0: 
         a["error.type"] = r.error_type
     q, g = r.queue_at_schedule, r.gpu_at_schedule
     if q is not None:
-        a["vllm.queue.running"] = q.running
-        a["vllm.queue.waiting"] = q.waiting
-        a["vllm.kv.free_blocks"] = q.free_blocks
-        a["vllm.kv.total_blocks"] = q.total_blocks
+        _copy(a, q, _QUEUE_KEYS)
     if g is not None:
-        a["vllm.gpu.memory.used_bytes"] = g.used_bytes
-        a["vllm.gpu.memory.total_bytes"] = g.total_bytes
-        a["vllm.gpu.memory.utilization"] = g.utilization
-        a["vllm.kv_cache.blocks_used"] = g.kv_blocks_used
-        a["vllm.kv_cache.blocks_total"] = g.kv_blocks_total
+        _copy(a, g, _GPU_KEYS)
     min_free = r.min_free_ratio
     if q is not None and q.total_blocks:
         ratio = q.free_blocks / q.total_blocks

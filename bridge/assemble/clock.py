@@ -39,11 +39,21 @@ without a line for them, as if their last line had been at the jump.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
 _NS = 1_000_000_000
 AHEAD_NS = 366 * 86_400 * _NS   # forward: longer than any real silence of one container
 BEHIND_NS = 86_400 * _NS        # backward: more than stream interleaving, NTP steps, zones, DST
+
+
+@dataclass(frozen=True, slots=True)
+class ClockJump:
+    """The assembler's own event between two lines of a stream: its clock read `before_ns`, then
+    `after_ns` (a jump, `jumped`). Dispatched through the table like a line's event."""
+
+    before_ns: int
+    after_ns: int
 
 
 def jumped(before_ns: int, after_ns: int) -> bool:

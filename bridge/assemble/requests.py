@@ -1,117 +1,37 @@
-"""Per-request state machine for one source (one engine's log).
+"""The assembler of one source (one engine's log): typed events in, finished timelines out.
 
-Lines arrive in file order with their timestamps; this module keeps what each request has
-shown so far and hands finished requests to `build.request_timeline`. It decides *when* a
-request is over and *which* occurrence a line belongs to; `build` decides what the spans are.
-
-Ids repeat (the seed's ids are object addresses, reused once freed): a line that starts a
-request (scheduling, preemption, allocation, summary) for an id whose request is already over
-begins a new occurrence, and the old one is emitted first.
-
-Upstream vLLM requests (`Received` / `Added` / `Generated response` / abort and failure lines)
-join under one key whatever spelling a line uses (`ids`); they end at the best evidence there
-is — a finish, abort or failure line, or an engine death — and otherwise stay `incomplete` with
-an inferred end. The startup banner's model and version go on every request of that engine.
+Lines arrive in file order with their timestamps. `feed` hands each to its handler
+(`table.py` lists them: the request lines in `seedlines.py` and `apilines.py`, the engine-wide
+ones in `engine.py`); this module keeps the clock (`tick`: lingering, TTL, idle) and the two
+ways a request's life changes: `end` (it is over, `ending.End` says how) and `close` (its
+timeline goes out, `ending.Close` says why). Which occurrence a line belongs to is `index.py`'s;
+what the spans are is `build`'s.
 """
 
 from __future__ import annotations
 
-import os
-import re
 from collections.abc import Callable
-from types import MethodType
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from bridge.assemble import ids
-from bridge.assemble.clock import AHEAD_NS as _AHEAD_NS, BEHIND_NS as _BEHIND_NS, ClockWatch, jump_attrs
 from bridge.parse.context import Rule, w3c_rule
-from bridge.assemble.build import _request_timeline, engine_timeline, request_timeline
+from bridge.assemble.apilines import ApiLines
+from bridge.assemble.build import _request_timeline, request_timeline
+from bridge.assemble.clock import AHEAD_NS, BEHIND_NS, ClockJump, ClockWatch
 from bridge.assemble.diagnosis import Thresholds
-from bridge.assemble.startup import Startup
-from bridge.assemble.state import SEEN_DETAILS, SEEN_RECEIVED, RequestState
-from bridge.assemble.timeline import INFERRED, IncidentEvent, IncidentRef, SpanEvent, Timeline
-from bridge.decode.record import CLOCK_ANCHORED, CLOCK_EXACT, CLOCK_HEADER, Record
+from bridge.assemble.ending import STOPPED_MESSAGE, Close, End, engine_failed
+from bridge.assemble.engine import IDLE_GRACE_NS, EngineLife
+from bridge.assemble.index import Occurrences
+from bridge.assemble.seedlines import SeedLines
+from bridge.assemble.state import RequestState, fan_out
+from bridge.assemble.table import handlers
+from bridge.assemble.timeline import INFERRED, SpanEvent, Timeline
+from bridge.decode.record import CLOCK_ANCHORED, Record
 from bridge.core.position import GEN_SHIFT
 from bridge.core.source import Source
-from bridge.parse.events import (
-    AccessLog,
-    AllocationFailed,
-    BlockAllocated,
-    BlockFreed,
-    CudaOom,
-    EngineConfig,
-    EngineError,
-    EngineStats,
-    GpuMemory,
-    KvBlocksInvalid,
-    KvLeaseExpired,
-    KvReceived,
-    KvReleased,
-    KvTransferFailed,
-    KvTransferMetrics,
-    ModelLoadFailed,
-    NcclHint,
-    NcclTimeout,
-    Notice,
-    Preempted,
-    QueueState,
-    RequestAdded,
-    RequestDetails,
-    RequestFailed,
-    RequestFinished,
-    RequestWaiting,
-    RequestReceived,
-    RequestsAborted,
-    RequestEnded,
-    RequestSummary,
-    RequestTimedOut,
-    ResponseGenerated,
-    RuleEvent,
-    Scheduled,
-    SequencePreempted,
-    ServerStop,
-    Stamped,
-    StartupFact,
-)
+from bridge.parse.events import GpuMemory, NcclHint, QueueState, RuleEvent, Stamped
 from bridge.parse.literals import redact_error_text, redact_request_error
 
 _NS = 1_000_000_000
-# A stats line is printed from a snapshot taken a little before it: a request added just before
-# an idle line may still log its end. It is closed only if nothing more comes for this long.
-_IDLE_GRACE_NS = 2 * _NS
-#: Free reasons that mean the request is over (not a preemption): blocks released at its end.
-_RELEASE_REASONS = frozenset({"completed", "finished", "aborted"})
-# Error records this close together are one incident (a traceback per process, the API server's
-# EngineDeadError, the per-request failures): one span, classified on all of them.
-_INCIDENT_WINDOW_NS = 5 * _NS
-#: An incident's `error.type` is the most specific its lines show: a CUDA OOM wrapped in an
-#: EngineDeadError stays `oom`, NCCL/watchdog evidence makes a "Worker died" `distributed`.
-_SPECIFICITY = {t: i for i, t in enumerate(
-    ("oom", "distributed", "timeout", "model_load", "engine_dead", "input", "overloaded", "aborted", "other"))}
-#: Errors while the server is being stopped on purpose are part of the stop, not a death, unless
-#: they show a failure of their own.
-_REAL_FAILURES = frozenset({"oom", "distributed"})
-_GONE_KEPT = 4096  # ids of emitted upstream requests remembered, so a late line makes no orphan
-#: Clocks that only say the second a line was written in (vLLM's header; a line with no stamp
-#: of its own): the line happened at or after that second's start, within it.
-_COARSE = frozenset({CLOCK_HEADER, CLOCK_ANCHORED})
-
-
-def _load_fast():
-    """The C fast path for KV block and summary lines of open requests (`_fastfeed.c`), or None: not built
-    (no compiler at install), or VLLM_TRACE_BRIDGE_PURE=1. It takes only lines whose handling
-    it can do exactly as `feed` below would, and hands every other line to `feed`."""
-    if os.environ.get("VLLM_TRACE_BRIDGE_PURE", "") not in ("", "0"):
-        return None
-    try:
-        from bridge.assemble import _fastfeed
-    except ImportError:
-        return None
-    return _fastfeed
-
-
-_FAST = _load_fast()
-_FEEDER = _FAST.Feeder if _FAST is not None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,104 +62,10 @@ class AssembleStats:
     reused_concurrent: int = 0  # requests received under an id another request held at the time
     requests_capped: int = 0  # closed early by `evict_oldest` (the open-request limit), ended or not
     clock_jumps: int = 0  # the stream's clock leapt between neighbouring lines (bridge.assemble.clock)
+    no_action: int = 0  # lines in a phase their table row has no action for (table.py)
 
 
-def _exact(record: Record, ev) -> Record:
-    """The record, timed by the event's own exact time when its line states one (the vLLM
-    plugin's `t=`): better than any header or runtime stamp, which only say when the line was
-    written or read. The assembler's clock (`_now`, sweeps) stays on the records' stamps."""
-    at = ev.at_ns
-    return record if at is None else replace(record, ts_ns=at, clock=CLOCK_EXACT)
-
-
-_IN_FILE = (1 << GEN_SHIFT) - 1
-
-
-def _where(record: Record) -> str:
-    """An occurrence: where a request's (or incident's) first line is, the same for every
-    reader of the stream: its time and its byte offset in its own file. Not the file's
-    generation: the agent numbers the files it followed from where it started, `replay` the
-    files it is given, and kubelet deletes the oldest; ids hashed from it would differ."""
-    return f"{record.ts_ns}:{record.offset & _IN_FILE}"
-
-
-def _incident_event(kind: str, error_type: str, ts_ns: int, occurrence: str) -> IncidentEvent:
-    """An engine incident as the requests in flight see it: its type, time and a link to its
-    span (the exporter resolves `IncidentRef`), never its text."""
-    return IncidentEvent("vllm.engine.incident", ts_ns, {"error.type": error_type, "vllm.incident.kind": kind},
-                         IncidentRef(kind, occurrence))
-
-
-_STOPPED = "the server was stopped while the request was in flight"
-
-
-def _engine_failed(error_type: str) -> str:
-    """A request's own failure when the engine died: the incident's type, not its text (that is
-    on the linked `vllm.engine` span)."""
-    return f"engine failed ({error_type}); see the linked vllm.engine span"
-
-
-def _least(a: int | None, b: int | None) -> int | None:
-    return b if a is None else (a if b is None else min(a, b))
-
-
-def _combined(rid: str, seqs: dict) -> tuple[RequestSummary, int]:
-    """One summary for an n>1 request from its children's (each `(end ns, summary)`), as the
-    client's response counts them: the prompt once, the generated tokens of all n (its
-    `usage.completion_tokens`); arrival the children's (vLLM copies the parent's to each), first
-    token the first of any child's, end the last child's. ITL: the mean gap over all of them."""
-    done = [v for v in seqs.values() if v is not None and v[1] is not None]  # (an ended child has no summary)
-    arrival = min(end - round(s.e2e_s * _NS) for end, s in done)
-    first = min(end - round(s.e2e_s * _NS) + round(s.ttft_s * _NS) for end, s in done)
-    end = max(e for e, _ in done)
-    gaps = sum(max(0, s.generated_tokens - 1) for _, s in done)
-    itl = sum(s.itl_s * max(0, s.generated_tokens - 1) for _, s in done) / gaps if gaps else 0.0
-    summary = RequestSummary(rid, max(s.prompt_tokens for _, s in done), sum(s.generated_tokens for _, s in done),
-                             (first - arrival) / _NS, itl, (end - arrival) / _NS, end)
-    return summary, end
-
-
-_DP_ENGINE = re.compile(r"EngineCore_(?:DP)?(\d+)\b")
-
-
-def _dp_engine(process: str) -> str:
-    """The data-parallel engine a process prefix names (`EngineCore_DP1 pid=7` → "1"), or ""."""
-    m = _DP_ENGINE.match(process) if process else None
-    return m[1] if m else ""
-
-
-class _Incident:
-    """Error records of one engine incident, gathered until none comes for `_INCIDENT_WINDOW_NS`."""
-
-    __slots__ = ("first", "last_ns", "last_offset", "error_type", "lead", "fatal", "lines", "affected",
-                 "failed", "event", "occurrence")
-
-    def __init__(self, record: Record, ev: EngineError) -> None:
-        self.first = record
-        self.last_ns, self.last_offset = record.ts_ns, record.end_offset
-        self.error_type, self.lead, self.fatal = ev.error_type, (record, ev), ev.fatal
-        self.lines = 0
-        self.affected: dict[str, RequestState] = {}  # in flight while it lasted
-        self.failed: list[RequestState] = []          # ended by it
-        self.event: SpanEvent | None = None
-        self.occurrence = ""  # set by the assembler when the incident begins: where its first line is
-
-    def add(self, record: Record, ev: EngineError) -> bool:
-        """Take one more record; True when the incident's type became more specific."""
-        self.lines += 1
-        if record.ts_ns > self.last_ns:
-            self.last_ns = record.ts_ns
-        self.last_offset = max(self.last_offset, record.end_offset)
-        rank = _SPECIFICITY.get(ev.error_type, len(_SPECIFICITY))
-        if rank < _SPECIFICITY.get(self.error_type, len(_SPECIFICITY)):
-            self.error_type, self.lead = ev.error_type, (record, ev)
-            return True
-        if ev.fatal and not self.lead[1].fatal and ev.error_type == self.error_type:
-            self.lead = (record, ev)  # the line that says the engine died, of the same kind
-        return False
-
-
-class Assembler:
+class Assembler(SeedLines, ApiLines):
     """Feed it (record, event) pairs of one source in file order; it calls `emit` with each
     finished `RequestTimeline` or `EngineTimeline`."""
 
@@ -249,7 +75,6 @@ class Assembler:
         self.source = source
         self._files: dict[int, Source] = {}  # generation → the file its lines came from (add_file)
         self._timeline = request_timeline if fast else _request_timeline
-        self._fan_out = _FAST.fan_out if fast and _FAST is not None else None
         self.stats = AssembleStats()
         self._emit = emit
         self._config = config
@@ -258,524 +83,212 @@ class Assembler:
         self._text: Callable[[str], str] = str if config.export_error_text else redact_error_text
         self._request_text: Callable[[str], str] = str if config.export_error_text else redact_request_error
         self._linger_ns = int(config.linger_s * _NS)
-        self._open: dict[str, RequestState] = {}       # every request not yet emitted
-        self._in_flight: dict[str, RequestState] = {}  # the subset not yet over
+        self.index = Occurrences()  # the requests not yet emitted: open, in flight, twins, and those gone
         self._queue: QueueState | None = None
         self._gpu: GpuMemory | None = None
         # Where the gauges a new request snapshots were read: a request depends on those
         # lines too, so a resume must start early enough to read them again.
         self._queue_offset: int | None = None
         self._gpu_offset: int | None = None
-        self._last_oom: tuple[int, CudaOom] | None = None
-        self._pending_nccl: tuple[Record, NcclTimeout] | None = None
         self._now = 0
         self._next_sweep = 0
-        self._clock = ClockWatch(max(self._ttl_ns, self._linger_ns, _IDLE_GRACE_NS))  # the latest clock jump
+        self.clock = ClockWatch(max(self._ttl_ns, self._linger_ns, IDLE_GRACE_NS))  # the latest clock jump
         self._guess_ns = -1  # `_now` when a line with no stamp of its own set it (its file's time)
-        self._startup: Startup | None = None
-        self._engine: dict = {}  # what the banner said: gen_ai.request.model, vllm.version
-        # Each change of those facts with the position of the line that made it, so a resume
-        # from any position can start from the facts in force there (`facts_at`, `resume_facts`).
-        self._facts_log: list[tuple[int, dict]] = []
-        self._facts_start: dict = {}  # in force before the first of them
-        self._stats_engines: set[str] = set()  # data-parallel engines seen in stats lines
-        self._data_parallel = 1  # engines the banner says log their own stats lines
-        self._incident_open: _Incident | None = None
-        # the same moment's failures of other data-parallel engines: one incident each, closed
-        # with the open one (their lines come after its first, so checkpoints need nothing more)
-        self._sibling_incidents: dict[str, _Incident] = {}
-        self._death: str | None = None    # error.type of this engine life's death, once it died
-        self._stop_ns: int | None = None  # a deliberate stop began (and the engine had not died)
-        self._stop_last_ns = 0            # the stop's latest line
-        self._stop_mode = ""              # abort | drain, when vLLM said
-        self._held: tuple[int, int] | None = None  # (ts, running + waiting) of the last stats line
-        self._gone: dict[str, int] = {}   # upstream request ids emitted → their last line
         # Requests the engine's death or the server's stop ended (not a line of their own) → the
         # exception event that says so; until emitted. Here, not on RequestState: few ever have one.
         self._signal_ends: dict[RequestState, SpanEvent] = {}
-        # Requests received under an id while another under it was not yet added (clients that
-        # reuse `X-Request-Id` concurrently): open at once, each under `_twin_key`, besides the
-        # one under the id itself. Bare-id lines go to the oldest in flight, engine ids to theirs.
-        self._twins: dict[str, list[RequestState]] = {}
-        self._handlers = {
-            Scheduled: self._on_scheduled,
-            Preempted: self._on_preempted,
-            BlockAllocated: self._on_allocated,
-            BlockFreed: self._on_freed,
-            RequestSummary: self._on_summary,
-            RequestEnded: self._on_ended,
-            RequestTimedOut: self._on_timeout,
-            AllocationFailed: self._on_alloc_failed,
-            QueueState: self._on_queue,
-            GpuMemory: self._on_gpu,
-            CudaOom: self._on_cuda_oom,
-            ModelLoadFailed: self._on_model_load,
-            NcclTimeout: self._on_nccl,
-            NcclHint: self._on_nccl_hint,
-            RequestReceived: self._on_received,
-            RequestAdded: self._on_added,
-            RequestDetails: self._on_details,
-            RequestFinished: self._on_finished,
-            RequestsAborted: self._on_aborted,
-            RequestFailed: self._on_failed,
-            RequestWaiting: self._on_waiting,
-            ResponseGenerated: self._on_generated,
-            SequencePreempted: self._on_sequence_preempted,
-            EngineStats: self._on_stats,
-            EngineConfig: self._on_config,
-            StartupFact: self._on_startup_fact,
-            EngineError: self._on_engine_error,
-            ServerStop: self._on_stop,
-            AccessLog: self._ignore,
-            Notice: self._ignore,
-            # P/D KV lines (#34): read by the parser, no span yet (the state table's rows come next).
-            KvReceived: self._ignore,
-            KvReleased: self._ignore,
-            KvLeaseExpired: self._ignore,
-            KvBlocksInvalid: self._ignore,
-            KvTransferFailed: self._ignore,
-            KvTransferMetrics: self._ignore,
-            RuleEvent: self._on_rule_event,
-            Stamped: self._on_stamped,
-        }
-        if fast and _FEEDER is not None and type(self) is Assembler:  # shadows the method for this instance
-            self.feed = _FEEDER(self, MethodType(Assembler.feed, self), BlockAllocated, BlockFreed, SpanEvent,
-                                RequestSummary)
+        self.engine = EngineLife(self, emit, self.source_at, self._text, self.stats, config.export_error_text)
+        self._handlers = handlers(self, self.engine)  # table.py: every event's handler, by phase
 
     # -- input ---------------------------------------------------------------------------
 
     def feed(self, record: Record, event) -> None:
-        ts = record.ts_ns
-        if ts > self._now:
+        ts, now = record.ts_ns, self._now
+        if ts > now:
             # a clock jump, not years of silence; a line with no stamp of its own (its file's
             # time, at the start of a file) is no reading of the clock, ahead or back (`_guess_ns`)
-            if ts - self._now >= _AHEAD_NS and self._now and record.clock != CLOCK_ANCHORED:
-                self._clock_jumped(ts)
+            if ts - now >= AHEAD_NS and now and record.clock != CLOCK_ANCHORED:
+                self._jumped(record, ts)
             self._now = ts
             if ts >= self._next_sweep:
                 if record.clock == CLOCK_ANCHORED:
                     self._guess_ns = ts
                 self.tick(ts)
-        elif self._now - ts >= _BEHIND_NS and self._now != self._guess_ns:  # a clock set back (_fastfeed.c declines these)
-            self._clock_jumped(ts)
-        if self._pending_nccl is not None and type(event) is not NcclHint:
-            self._flush_nccl(None)
+        elif now - ts >= BEHIND_NS and now != self._guess_ns:  # the clock set back
+            self._jumped(record, ts)
+        if self.engine.pending_nccl is not None and type(event) is not NcclHint:
+            self.engine.flush_nccl(None)
         self._handlers[type(event)](record, event)
 
     def tick(self, now_ns: int) -> None:
         """Emit what is due at `now_ns`: finished requests done lingering, open ones past TTL.
         Replay ticks on log time; the live agent also ticks on the wall clock."""
         self._next_sweep = now_ns + _NS
-        if self._pending_nccl is not None and now_ns - self._pending_nccl[0].ts_ns >= _NS:
-            self._flush_nccl(None)
-        if self._incident_open is not None and now_ns - self._incident_open.last_ns >= _INCIDENT_WINDOW_NS:
-            self._close_incident()
         # a deadline before the latest clock jump counts from the jump: the jump ends nothing
-        linger_deadline = self._clock.deadline(now_ns - self._linger_ns)
-        ttl_deadline = self._clock.deadline(now_ns - self._ttl_ns)
-        idle_deadline = self._clock.deadline(now_ns - _IDLE_GRACE_NS)
-        if self._startup is not None and self._startup.end_ns <= ttl_deadline:
-            self._end_startup()
-        for r in [r for r in self._in_flight.values()
+        linger_deadline = self.clock.deadline(now_ns - self._linger_ns)
+        ttl_deadline = self.clock.deadline(now_ns - self._ttl_ns)
+        idle_deadline = self.clock.deadline(now_ns - IDLE_GRACE_NS)
+        self.engine.tick(now_ns, ttl_deadline)
+        for r in [r for r in self.index.in_flight.values()
                   if r.idle_at is not None and r.idle_at <= idle_deadline and r.last_ns <= r.idle_at]:
-            self._close_idle(r, r.idle_at)
+            self.close(r, Close.IDLE, r.idle_at)
         due = [
-            r for r in self._open.values()
+            r for r in self.index.open.values()
             if (r.terminal_ns is not None and r.terminal_ns <= linger_deadline) or r.last_ns <= ttl_deadline
         ]
-        due += self._clock.stale(self._open.values(), now_ns, due)  # stamped before a jump back, TTL over
+        due += self.clock.stale(self.index.open.values(), now_ns, due)  # stamped before a jump back, TTL over
         for r in due:
-            if r.terminal_ns is None:
-                self.stats.requests_evicted += 1
-                self._close_unended(r)
-            else:
-                self._finish(r)
-        if len(self._gone) > _GONE_KEPT or (self._gone and next(iter(self._gone.values())) <= ttl_deadline):
-            gone = sorted(self._gone.items(), key=lambda kv: kv[1])[-_GONE_KEPT:]
-            self._gone = {k: v for k, v in gone if v > ttl_deadline}
+            self.close(r, Close.EXPIRED)
+        self.index.forget(ttl_deadline)
 
-    def _clock_jumped(self, ts: int) -> None:
-        """The stream's clock jumped between two lines (`bridge.assemble.clock`): counted, an event on
-        every request not yet emitted with both stamps, and the assembler's clock follows it. It ends no
-        request: deadlines count from it. An incident's window or a held NCCL line closes at it."""
+    def _jumped(self, record: Record, ts: int) -> None:
+        """The stream's clock jumped between two lines (`clock.py`): what it does is the table's
+        `ClockJump` row; then the assembler's clock follows it (deadlines count from it)."""
         before = self._now
-        self.stats.clock_jumps += 1
-        if self._pending_nccl is not None:
-            self._flush_nccl(None)
-        if self._incident_open is not None:
-            self._close_incident()
-        event = SpanEvent("vllm.clock_jump", ts, jump_attrs(before, ts))
-        for r in self._open.values():  # in flight, or waiting for its last block frees
-            r.add_event(event, False)
-        self._clock.jump(before, ts)
+        self._handlers[ClockJump](record, ClockJump(before, ts))
+        self.clock.jump(before, ts)
         self._now = self._next_sweep = ts
 
     def flush(self) -> None:
         """End of input: everything still open is emitted, unfinished requests as incomplete."""
-        if self._pending_nccl is not None:
-            self._flush_nccl(None)
-        if self._incident_open is not None:
-            self._close_incident()
-        self._end_startup()
-        for r in list(self._open.values()):
-            if r.terminal_ns is None:
-                self._close_unended(r)
-            else:
-                self._finish(r)
+        self.engine.flush()
+        for r in list(self.index.open.values()):
+            self.close(r, Close.FLUSHED)
 
     def add_file(self, generation: int, source: Source) -> None:
         """Lines at positions of `generation` come from `source`'s file (of this stream): the
         timelines that begin there name it. Ids stay the stream's (`self.source.key`)."""
         self._files[generation] = source
 
-    def _source_at(self, offset: int) -> Source:
+    def source_at(self, offset: int) -> Source:
         """The file of the line at `offset` (a position: generation << GEN_SHIFT | byte)."""
         return self._files.get(offset >> GEN_SHIFT, self.source) if self._files else self.source
 
     @property
     def open_requests(self) -> int:
-        return len(self._open)
+        return len(self.index.open)
 
     def resume_facts(self, facts: dict) -> None:
-        """Start from the engine facts in force where a resume starts (a checkpoint's), as
-        the lines before it, not read again, had set them."""
-        self._engine = dict(facts)
-        self._facts_start = dict(facts)
+        """Start from the engine facts in force where a resume starts (a checkpoint's)."""
+        self.engine.resume_facts(facts)
 
     def facts_at(self, position: int) -> dict:
-        """The engine facts in force just before `position` (a checkpoint's safe position):
-        what a resume from there must start from so the requests after it get them again.
-        Changes before it are forgotten (the safe position never moves back)."""
-        log = self._facts_log
-        i = 0
-        while i < len(log) and log[i][0] < position:
-            i += 1
-        if i:
-            self._facts_start = log[i - 1][1]
-            del log[:i]
-        return self._facts_start
-
-    def _facts_changed(self, record: Record) -> None:
-        self._facts_log.append((record.offset, dict(self._engine)))
+        """The engine facts in force just before `position` (`EngineLife.facts_at`)."""
+        return self.engine.facts_at(position)
 
     @property
     def min_open_offset(self) -> int | None:
         """The earliest position still needed by anything not yet emitted (for checkpoints)."""
-        low = min((r.first_offset for r in self._open.values()), default=None)
-        if self._pending_nccl is not None:
-            held = self._pending_nccl[0].offset
-            low = held if low is None else min(low, held)
-        if self._incident_open is not None:
-            held = self._incident_open.first.offset
-            low = held if low is None else min(low, held)
-        if self._startup is not None:  # an engine's start not emitted yet: its first line too
-            held = self._startup.first_offset
-            low = held if low is None else min(low, held)
-        return low
+        low = min((r.first_offset for r in self.index.open.values()), default=None)
+        held = self.engine.min_offset  # a held NCCL line, an incident's or a start's first line
+        return held if low is None else low if held is None else min(low, held)
 
     def evict_oldest(self, keep: int) -> int:
         """Emit the oldest open requests (as they stand) until at most `keep` remain."""
-        excess = len(self._open) - keep
+        excess = len(self.index.open) - keep
         if excess <= 0:
             return 0
-        for r in list(self._open.values())[:excess]:
+        for r in list(self.index.open.values())[:excess]:
             self.stats.requests_capped += 1  # one by one: a /metrics scrape meanwhile sees what is closed
-            if r.terminal_ns is None:
-                self.stats.requests_evicted += 1
-                self._close_unended(r)
-            else:
-                self._finish(r)
+            self.close(r, Close.EXPIRED)
         return excess
 
     # -- request lines -------------------------------------------------------------------
 
     def _start(self, rid: str, record: Record) -> RequestState:
         """The request this starting line belongs to, opening a new occurrence if needed."""
-        r = self._open.get(rid)
+        r = self.index.open.get(rid)
         if r is not None:
             if r.terminal_ns is None:
-                if record.ts_ns > r.last_ns:
-                    r.last_ns = record.ts_ns
-                r.last_offset = record.offset
-                return r
-            self._finish(r)  # over already: the id has been reused
-        # The occurrence is where its first line is (`_where`): the same in every run that reads
-        # that line, whatever was read before it, so a request rebuilt after a restart or
-        # rotation keeps its ids and a reused id never shares them.
-        r = RequestState(rid, _where(record), record.ts_ns, record.offset)
-        r.coarse_start = record.clock in _COARSE
-        for dep in (self._queue_offset, self._gpu_offset):
-            if dep is not None and dep < r.first_offset:
-                r.first_offset = dep
-        self._open[rid] = r
-        self._in_flight[rid] = r
+                return self.index.touch(r, record)
+            self.close(r, Close.DONE)  # over already: the id has been reused
         self.stats.requests_opened += 1
-        return r
+        return self.index.open_new(rid, record, (self._queue_offset, self._gpu_offset))
 
     def _touch(self, rid: str, record: Record) -> RequestState | None:
-        r = self._open.get(rid)
+        r = self.index.open.get(rid)
         if r is None:
             self.stats.orphan_lines += 1
             return None
-        if record.ts_ns > r.last_ns:
-            r.last_ns = record.ts_ns
-        r.last_offset = record.offset
-        return r
+        return self.index.touch(r, record)
 
-    def _seed_id(self, rid: str) -> str:
-        """A seed line's id, or the upstream request in flight it names (`<id>-<8 hex>` is V1's
-        engine-side spelling of `<id>`): the vLLM plugin's lines join vLLM's own. An n>1 child
-        (`<i>_<id>`) is its parent's: one client request, one root, whatever else is open."""
-        if rid in self._open or not ids.respelled(rid):
-            return rid
-        key = ids.resolve(rid, self._open) if self._open else None
-        if key is None and ids.child_index(rid) is not None:
-            return ids.engine_base(rid)
-        return key or rid
-
-    def _start_seq(self, rid: str, record: Record) -> tuple[RequestState, int | None]:
-        """`_start` for a plugin line, and which n>1 child of its request it names (or None).
-        A child the request had not shown yet, after its siblings' summaries ended it (how many
-        there are was never logged), continues it: siblings are not a reused id."""
-        key = self._seed_id(rid)
-        k = ids.child_index(rid) if key != rid else None
-        if k is not None:
-            r = self._open.get(key)
-            if r is not None and r.terminal_ns is not None and r.outcome == "finished" and r.seqs is not None \
-                    and k not in r.seqs and self._open.get(r.request_id) is r:
-                r.terminal_ns, r.outcome, r.summary = None, "incomplete", None
-                self._in_flight[key] = r
-        r = self._start(key, record)
-        if k is not None:
-            if r.seqs is None:
-                r.seqs = {}
-            r.seqs.setdefault(k, None)
-        return r, k
-
-    def _on_scheduled(self, record: Record, ev: Scheduled) -> None:
-        record = _exact(record, ev)
-        r, k = self._start_seq(ev.request_id, record)
-        ts = record.ts_ns
-        if r.schedules is None:
-            r.schedules = []
-            r.queue_at_schedule = self._queue
-            r.gpu_at_schedule = self._gpu
-        r.schedules.append((ts, ev))
-        p = self._open_preemption(r, ev.request_id)
-        if p is not None:
-            p[1] = ts  # rescheduled: the preemption is over
-
-    @staticmethod
-    def _open_preemption(r: RequestState, rid: str) -> list | None:
-        """The preemption not yet over of the sequence `rid` names: the request's last one, or,
-        with n>1 children (each preempted and rescheduled on its own), that child's."""
-        if not r.preemptions:
-            return None
-        if r.seqs is None:
-            last = r.preemptions[-1]
-            return last if last[1] is None else None
-        for p in reversed(r.preemptions):
-            if p[1] is None and p[2].request_id == rid:
-                return p
-        return None
-
-    def _on_preempted(self, record: Record, ev: Preempted) -> None:
-        record = _exact(record, ev)
-        r, k = self._start_seq(ev.request_id, record)
-        if r.preemptions is None:
-            r.preemptions = []
-        if self._open_preemption(r, ev.request_id) is not None:
-            return  # preempted again before being rescheduled: still the same preemption
-        r.preemptions.append([record.ts_ns, None, ev])
-
-    def _on_allocated(self, record: Record, ev: BlockAllocated) -> None:
-        record = _exact(record, ev)
-        r, k = self._start_seq(ev.request_id, record)
-        r.allocated += 1
-        r.held += 1
-        r.add_block_event(SpanEvent("vllm.kv_block.allocated", record.ts_ns, {
-            "vllm.kv_block.id": ev.block, "vllm.kv_block.size_bytes": ev.size_bytes}))
-
-    def _on_freed(self, record: Record, ev: BlockFreed) -> None:
-        record = _exact(record, ev)
-        r = self._touch(self._seed_id(ev.request_id), record)
-        if r is None:
-            return
-        r.freed += ev.count
-        r.held -= ev.count
-        attrs = {"vllm.kv_block.id": ev.block} if ev.block else {"vllm.kv_block.count": ev.count}
-        if ev.reason:
-            attrs["vllm.kv_block.reason"] = ev.reason
-        r.add_block_event(SpanEvent("vllm.kv_block.freed", record.ts_ns, attrs))
-        if r.terminal_ns is not None:
-            r.last_free_ns = record.ts_ns
-            if r.held <= 0 and r.outcome != "timeout" and not self._awaits_api(r):  # a timeout may still get its API line
-                self._finish(r)
-        elif ev.reason in _RELEASE_REASONS and r.seqs is not None and self._seqs_left(r, ids.child_index(ev.request_id)):
-            pass  # one child of n>1 released; the request goes on with the others
-        elif ev.reason in _RELEASE_REASONS:
-            # Released before the line that ends the request: V1's engine frees a finished
-            # request's blocks at once, and the API server logs its end after the hand-off.
-            if r.release_ns is None:
-                r.release_ns = record.ts_ns
-            r.last_free_ns = record.ts_ns
-
-    def _on_summary(self, record: Record, ev: RequestSummary) -> None:
-        record = _exact(record, ev)
-        r, k = self._start_seq(ev.request_id, record)
-        end = record.ts_ns
-        if ev.times is not None:
-            self._plugin_times(r, ev.request_id, ev.times)
-        if k is not None:
-            r.seqs[k] = (end, ev)
-            if self._seqs_left(r):
-                return  # its siblings are still running: the client's request is not over
-            r.summary, end = _combined(r.request_id, r.seqs)
+    def end(self, r: RequestState, ts: int, why: End, error_type: str | None = None, message: str = "",
+             exception: str | None = None, observed: bool = True) -> None:
+        """The one way a request is over, at `ts`: `why` fixes its outcome, and but for
+        `End.FINISHED` its `error.type` (unless given) and an exception event (`message` is
+        already fit to leave the node: `self._text`, or the bridge's own words). Ended by a
+        signal (the engine's death, the server's stop), its answer may still show up finished
+        (`_served`). `observed=False`: no line shows when it ended (`vllm.end_inferred`)."""
+        if why is End.FINISHED:
+            r.error_type, r.error_message = None, ""  # none before, but for one served after all (`_served`)
         else:
-            r.summary = ev
-        self._terminate(r, end, "finished")
-        if r.held <= 0 and not self._awaits_api(r):
-            self._finish(r)
-
-    @staticmethod
-    def _awaits_api(r: RequestState) -> bool:
-        """The plugin's summary ended a chat vLLM's API server logs (`Received request`): it is
-        written as the output processor finishes the request (`_update_stats_from_finished`),
-        before the serving code logs the response (`Generated response … finish_reason: …`,
-        chat and Responses API only: completions log no output). It lingers for those lines
-        (`linger_s`), which name its finish reasons, until it has one per choice."""
-        extra = r.extra
-        if r.summary is None or extra is None or extra.get("gen_ai.operation.name") != "chat":
-            return False
-        return len(extra.get("gen_ai.response.finish_reasons", ())) < (extra.get("gen_ai.request.n") or 1)
-
-    @staticmethod
-    def _seqs_left(r: RequestState, ending: int | None = None) -> bool:
-        """Whether children of an n>1 request other than `ending` have not finished: vLLM's
-        `ParentRequest` answers the client once every one of its n children has. n is the
-        logged `SamplingParams(n=…)`, else the children `Added request` or the plugin named."""
-        n = (r.extra or {}).get("gen_ai.request.n") or (r.times.n if r.times is not None else None) or 0
-        if not n and r.added:
-            n = sum(1 for a in r.added if ids.child_index(a) is not None)
-        seqs = r.seqs
-        done = sum(1 for i, v in seqs.items() if v is not None or i == ending)
-        return done < max(n, len(seqs))
-
-    def _on_ended(self, record: Record, ev: RequestEnded) -> None:
-        """The plugin's line for a request that did not complete: aborted (the client went, or
-        vLLM aborted it) or failed, with the phases vLLM stamped before."""
-        record = _exact(record, ev)
-        rid = self._seed_id(ev.request_id)
-        r = self._open.get(rid)
-        k = ids.child_index(ev.request_id) if rid != ev.request_id else None
-        if r is not None and r.terminal_ns is not None:  # vLLM's own line (or a sibling's) ended it first
-            # Still a line of the request: its last offset is what a resumed agent skips up to
-            # once the request is delivered (else a sibling's line read again opens a new root).
-            if record.ts_ns > r.last_ns:
-                r.last_ns = record.ts_ns
-            r.last_offset = record.offset
-            if ev.times is not None and r.times is None:
-                self._plugin_times(r, ev.request_id, ev.times)
-            if k is not None and r.seqs is not None:  # n>1: this child is over too
-                r.seqs[k] = (record.ts_ns, None)
-                if r.held <= 0 and not self._seqs_left(r) and self._open.get(r.request_id) is r:
-                    self._finish(r)
-            return
-        r, k = self._start_seq(ev.request_id, record)  # a child of n>1 ends its parent: vLLM aborts all
-        if k is not None:
-            r.seqs[k] = (record.ts_ns, None)
-        if ev.times is not None:
-            self._plugin_times(r, ev.request_id, ev.times)
-        r.set("gen_ai.usage.input_tokens", ev.prompt_tokens)
-        r.set("gen_ai.usage.output_tokens", ev.generated_tokens)
-        r.set("vllm.e2e_s", ev.e2e_s)
-        if ev.finish == "abort":
-            self._fail(r, record.ts_ns, "aborted", "aborted", "RequestAborted", f"Request {ev.request_id} aborted")
-        else:
-            self._fail(r, record.ts_ns, "failed", ev.finish, "RequestFailed",
-                       f"Request {ev.request_id} ended: {ev.finish}")
-        if r.held <= 0 and not (k is not None and self._seqs_left(r)):  # n>1: its siblings' lines come too
-            self._finish(r)
-
-    @staticmethod
-    def _plugin_times(r: RequestState, rid: str, times) -> None:
-        """vLLM's own stamps from the plugin's end line: the first scheduling and the
-        preemptions, unless the engine core's lines gave them already (same stamps, with block
-        counts); the first and last token go to the build."""
-        if r.times is not None:  # another child of an n>1 request: one phase set for the client's request
-            old = r.times
-            times = replace(times, arrival_ns=_least(old.arrival_ns, times.arrival_ns),
-                            queued_ns=_least(old.queued_ns, times.queued_ns),
-                            scheduled_ns=_least(old.scheduled_ns, times.scheduled_ns),
-                            first_token_ns=_least(old.first_token_ns, times.first_token_ns),
-                            last_token_ns=max((t for t in (old.last_token_ns, times.last_token_ns) if t is not None),
-                                              default=None),
-                            preempted=old.preempted + times.preempted,
-                            caller=old.caller or times.caller, tracestate=old.tracestate or times.tracestate)
-        r.times = times
-        if times.scheduled_ns is not None and not r.schedules:
-            queued = (times.scheduled_ns - times.queued_ns) / 1e9 if times.queued_ns is not None else None
-            r.schedules = [(times.scheduled_ns, Scheduled(rid, 0, None, None, queued, times.scheduled_ns))]
-        if times.preempted and not r.preemptions:
-            r.preemptions = [[start, end, Preempted(rid, "", None, start)] for start, end in times.preempted]
-
-    def _on_timeout(self, record: Record, ev: RequestTimedOut) -> None:
-        r = self._open.get(ev.request_id)
-        if r is not None and r.outcome == "timeout":  # the second of the two timeout lines
-            self._touch(ev.request_id, record)
-            if ev.after_s is not None:
-                r.timeout_after_s = ev.after_s
-            return
-        r = self._start(ev.request_id, record)
-        r.timeout_after_s = ev.after_s
-        self._fail(r, record.ts_ns, "timeout", "timeout", "RequestTimeout", self._text(ev.message))
-
-    def _on_alloc_failed(self, record: Record, ev: AllocationFailed) -> None:
-        r = self._start(ev.request_id, record)
-        message = ev.message
-        oom = self._last_oom
-        if oom is not None and record.ts_ns - oom[0] <= self._config.oom_window_s * _NS:
-            message = f"{message}: {oom[1].message}"
-        self._fail(r, record.ts_ns, "failed", "oom", "OutOfMemoryError", self._text(message))
-
-    def _terminate(self, r: RequestState, ts: int, outcome: str) -> None:
+            if why is End.STOPPED:
+                message = STOPPED_MESSAGE
+            elif why is End.ENGINE_DIED:
+                message = engine_failed(error_type)
+            r.error_type = why.error_type if error_type is None else error_type
+            r.error_message = message
+            event = SpanEvent("exception", ts, {"exception.type": exception or why.exception,
+                                                "exception.message": message})
+            r.add_event(event, False)
+            if why.by_signal:
+                self._signal_ends[r] = event
         r.terminal_ns = ts
-        r.outcome = outcome
-        self._in_flight.pop(self._key(r), None)
+        r.outcome = why.outcome
+        self.index.over(r)
+        if not observed:
+            r.set("vllm.end_inferred", True)
 
-    def _fail(self, r: RequestState, ts: int, outcome: str, error_type: str, exc_type: str, message: str,
-              by_signal: bool = False) -> None:
-        """`message` is already fit to leave the node (`self._text`, or the bridge's own words).
-        `by_signal`: the engine's death or the server's stop ended it, not a line of its own;
-        its answer may still show up finished (`_served`)."""
-        r.error_type = error_type
-        r.error_message = message
-        event = SpanEvent("exception", ts, {"exception.type": exc_type, "exception.message": message})
-        r.add_event(event, False)
-        if by_signal:
-            self._signal_ends[r] = event
-        self._terminate(r, ts, outcome)
-
-    def _finish(self, r: RequestState) -> None:
+    def close(self, r: RequestState, why: Close, seen_ns: int | None = None) -> None:
+        """The one way a request goes out: its timeline is emitted and its id released. A
+        request no line ended is settled first, by what the engine's state says (`Close`)."""
+        if why is Close.EXPIRED or why is Close.FLUSHED:
+            if r.terminal_ns is not None:
+                why = Close.DONE
+            else:
+                if why is Close.EXPIRED:
+                    self.stats.requests_evicted += 1
+                why = Close.UNENDED
+        if why is Close.UNENDED or why is Close.REUSED:
+            # Seen idle after its last line, it ended as IDLE says; else in flight at a deliberate
+            # stop, it was stopped; followed by a new request under its id, idle; else it stays
+            # `incomplete`. Its end is inferred either way.
+            if r.extra is not None and r.idle_at is not None and r.last_ns <= r.idle_at:
+                why, seen_ns = Close.IDLE, r.idle_at  # the engine said it was idle after its last line
+            elif self.engine.stop_ns is not None and r.first_ns <= self.engine.stop_last_ns:
+                self.end(r, max(self.engine.stop_last_ns, r.last_ns), End.STOPPED, observed=False)
+            elif r.extra is not None and why is Close.REUSED:
+                why = Close.IDLE
+        if why is Close.IDLE:
+            # Over by `seen_ns` (a stats line showed it gone): it ends there, inferred — its own
+            # last line (`Added request`) is only its start.
+            if seen_ns is not None and r.idle_at is not None and r.last_ns <= r.idle_at:
+                seen_ns = min(seen_ns, r.idle_at)  # the first line that showed the engine idle
+            if seen_ns is not None and r.terminal_ns is None and seen_ns > r.last_ns:
+                r.last_ns = seen_ns
+            if seen_ns is not None and r.events:
+                # Over by the idle line: the stats lines after it are not about it. (When the grace
+                # lets it close depends on when a tick comes, on the wall clock too in the agent:
+                # without this, the agent and a replay gave it different stats events.)
+                r.events = [e for e in r.events if e.ts_ns <= seen_ns or e.name != "vllm.engine_stats"]
+            if "vllm.request.internal_id" in r.extra:
+                # V1 with internal ids (≈ 0.14+) logs every abort and failure: an idle engine and
+                # neither line means the request finished (a completion never logs its end).
+                r.outcome = "finished"
         if self._signal_ends:
             self._signal_ends.pop(r, None)
-        if self._twins and r.request_id in self._twins:
-            self._unlink_twin(r)
-        else:
-            del self._open[r.request_id]
-            self._in_flight.pop(r.request_id, None)
+        self.index.release(r)
         self.stats.requests_emitted += 1
         if r.extra is not None:  # upstream request: the engine's model and version
-            for key, value in self._engine.items():
+            for key, value in self.engine.facts.items():
                 r.extra.setdefault(key, value)
-            self._gone[r.request_id] = r.last_ns
         if r.terminal_ns is None:  # no line ended it: its end is the last evidence (replay ≡ agent)
             r.set("vllm.end_inferred", True)
         parent = None
         if self._config.client_context:
             caller = r.times.caller if r.times is not None else None
             parent = caller if caller is not None else self._config.context_rule(r.request_id)
-        t = self._timeline(r, self._source_at(r.generation << GEN_SHIFT), self._config.thresholds, parent)
+        t = self._timeline(r, self.source_at(r.generation << GEN_SHIFT), self._config.thresholds, parent)
         if r.extra is not None and ("vllm.start_unknown" in r.extra or "vllm.end_inferred" in r.extra):
             # A bound no line proves: the first line seen is no arrival; a stop's time no end.
             if "vllm.start_unknown" in r.extra:
@@ -785,331 +298,10 @@ class Assembler:
             t.attrs["vllm.timing"] = INFERRED
         self._emit(t)
 
-    # -- upstream request lines ----------------------------------------------------------
+    # -- lines with nothing to assemble, user rules, gauges ------------------------------------
 
     def _ignore(self, record: Record, ev) -> None:
         """Recognised, nothing to assemble (uvicorn access lines carry no request id)."""
-
-    def _upstream(self, key: str, record: Record) -> RequestState:
-        """Open (or continue) an upstream request under `key`, with what its id tells."""
-        self._end_startup()
-        r = self._start(key, record)
-        if r.extra is None:
-            self._describe(r, key, record)
-        return r
-
-    @staticmethod
-    def _describe(r: RequestState, key: str, record: Record) -> None:
-        r.extra = {"gen_ai.response.id": ids.response_id(key)}
-        op = ids.operation(key)
-        if op is not None:
-            r.extra["gen_ai.operation.name"] = op
-        if record.process:
-            r.extra["vllm.process"] = record.process
-
-    def _resolve(self, rid: str, record: Record) -> RequestState | None:
-        """The request a line names; one whose start was not seen (an excerpt, an agent started
-        late) is opened here, marked `vllm.start_unknown`. None for a request already emitted."""
-        key = ids.resolve(rid, self._open)
-        if key is not None:
-            if self._twins and key in self._twins:
-                r = self._occurrence(key, rid)
-                if record.ts_ns > r.last_ns:
-                    r.last_ns = record.ts_ns
-                r.last_offset = record.offset
-                return r
-            return self._touch(key, record)
-        if ids.resolve(rid, self._gone) is not None:
-            self.stats.orphan_lines += 1
-            return None
-        return self._orphan(rid, record)
-
-    def _orphan(self, rid: str, record: Record) -> RequestState:
-        r = self._upstream(ids.canonical(rid), record)
-        r.set("vllm.start_unknown", True)
-        if rid != r.request_id:
-            r.set("vllm.request.internal_id", rid)
-        self.stats.orphan_requests += 1
-        return r
-
-    # -- one id, several requests at once (a client reusing X-Request-Id concurrently) --------
-
-    @staticmethod
-    def _twin_key(r: RequestState) -> str:
-        return f"{r.request_id}\x00{r.occurrence}"
-
-    def _key(self, r: RequestState) -> str:
-        """Where `r` is held in `_open`: under its id, or as a twin."""
-        return r.request_id if self._open.get(r.request_id) is r else self._twin_key(r)
-
-    def _group(self, key: str) -> list[RequestState]:
-        """Every open request under this id, oldest first."""
-        r = self._open.get(key)
-        twins = self._twins.get(key, ())
-        return sorted([r, *twins] if r is not None else list(twins), key=lambda o: o.first_offset)
-
-    def _concurrent(self, rid: str) -> bool:
-        """A request under this id was received and is not yet added: vLLM adds a request right
-        after it logs its arrival, so a second arrival now is another request at the same time."""
-        return any(o.terminal_ns is None and o.extra is not None and o.seen & SEEN_RECEIVED and o.added is None
-                   for o in self._group(rid))
-
-    def _open_twin(self, rid: str, record: Record) -> RequestState:
-        r = RequestState(rid, _where(record), record.ts_ns, record.offset)
-        r.coarse_start = record.clock in _COARSE
-        for dep in (self._queue_offset, self._gpu_offset):
-            if dep is not None and dep < r.first_offset:
-                r.first_offset = dep
-        key = self._twin_key(r)
-        self._open[key] = self._in_flight[key] = r
-        self._twins.setdefault(rid, []).append(r)
-        self.stats.requests_opened += 1
-        self._describe(r, rid, record)
-        self.stats.reused_concurrent += 1
-        return r
-
-    def _unlink_twin(self, r: RequestState) -> None:
-        """`_finish` for an id with twins: the next one open takes the id's own place."""
-        rid = r.request_id
-        twins = self._twins[rid]
-        if self._open.get(rid) is r:
-            del self._open[rid]
-            self._in_flight.pop(rid, None)
-            heir = twins.pop(0)
-            key = self._twin_key(heir)
-            del self._open[key]
-            self._open[rid] = heir
-            if self._in_flight.pop(key, None) is not None:
-                self._in_flight[rid] = heir
-        else:
-            key = self._twin_key(r)
-            del self._open[key]
-            self._in_flight.pop(key, None)
-            twins.remove(r)
-        if not twins:
-            del self._twins[rid]
-
-    def _occurrence(self, key: str, rid: str) -> RequestState:
-        """Which of the requests open under `key` a line naming `rid` belongs to: the one vLLM
-        added under that engine id, else the oldest still in flight."""
-        group = self._group(key)
-        if rid != key:
-            base = ids.engine_base(rid)
-            for o in group:
-                if o.added and (rid in o.added or base in {ids.engine_base(a) for a in o.added}):
-                    return o
-        for o in group:
-            if o.terminal_ns is None:
-                return o
-        return group[0]
-
-    def _retire(self, rid: str) -> None:
-        """A new request under an id whose concurrent requests were all added: they are over."""
-        for o in self._group(rid):
-            if o.terminal_ns is None:
-                self._close_unended(o, reused=True)
-            if o in self._twins.get(rid, ()) or self._open.get(rid) is o:
-                self._finish(o)
-
-    def _again(self, key: str, bit: int) -> None:
-        """A start line this request has shown already: the id was reused by a new request
-        (occurrence order). The one open under it ends where its lines end."""
-        r = self._open.get(key)
-        if r is not None and r.terminal_ns is None and r.seen & bit:
-            self._close_unended(r, reused=True)
-
-    def _on_received(self, record: Record, ev: RequestReceived) -> None:
-        rid = ev.request_id
-        if rid in self._open and self._concurrent(rid):
-            self._end_startup()
-            r = self._open_twin(rid, record)
-        else:
-            if self._twins and rid in self._twins:
-                self._retire(rid)
-            self._again(rid, SEEN_RECEIVED)
-            r = self._upstream(rid, record)
-        r.seen |= SEEN_RECEIVED
-        for key, value in (("gen_ai.request.max_tokens", ev.max_tokens), ("gen_ai.request.temperature", ev.temperature),
-                           ("gen_ai.request.top_p", ev.top_p), ("gen_ai.request.n", ev.n),
-                           ("vllm.lora.name", ev.lora)):
-            if value is not None:
-                r.set(key, value)
-
-    def _on_details(self, record: Record, ev: RequestDetails) -> None:
-        # DEBUG prints it just before `Received request`: it opens the request like that line.
-        self._again(ev.request_id, SEEN_DETAILS)
-        r = self._upstream(ev.request_id, record)
-        r.seen |= SEEN_DETAILS
-        r.set("gen_ai.usage.input_tokens", ev.prompt_tokens)
-
-    def _on_added(self, record: Record, ev: RequestAdded) -> None:
-        rid = ev.request_id
-        if self._twins and self._add_twin(rid, record):
-            return
-        key = ids.resolve(rid, self._in_flight)
-        if key is not None:
-            r = self._open[key]
-            # vLLM ≥ 0.14 gives every request its own `-<8 hex>` suffix, n>1 children `<i>_` of
-            # it: an id added before, or another suffix, is another request under a reused id.
-            if r.added is not None and (rid in r.added or ids.engine_base(rid) not in
-                                        {ids.engine_base(a) for a in r.added}):
-                self._close_unended(r, reused=True)
-                key = None
-        r = self._upstream(key if key is not None else ids.canonical(rid), record)
-        if r.added is None:
-            r.added = set()
-            if rid != r.request_id:
-                r.set("vllm.request.internal_id", rid)
-        r.added.add(rid)
-
-    def _add_twin(self, rid: str, record: Record) -> bool:
-        """`Added request` under an id received several times at once: the engine adds them in
-        the order they arrived, so the oldest not yet added is this one (an n>1 child joins the
-        request its engine id was added as)."""
-        key = ids.resolve(rid, self._open)
-        if key is None or key not in self._twins:
-            return False
-        base = ids.engine_base(rid)
-        group = self._group(key)
-        r = next((o for o in group if o.added and base in {ids.engine_base(a) for a in o.added}), None) \
-            or next((o for o in group if o.terminal_ns is None and o.added is None), None)
-        if r is None:
-            return False
-        if record.ts_ns > r.last_ns:
-            r.last_ns = record.ts_ns
-        r.last_offset = record.offset
-        if r.added is None:
-            r.added = set()
-            if rid != r.request_id:
-                r.set("vllm.request.internal_id", rid)
-        r.added.add(rid)
-        return True
-
-    @staticmethod
-    def _when(record: Record, r: RequestState) -> int:
-        """When a line about `r` happened. A header stamp says only its second, and the line was
-        written after the request's lines before it: no earlier than the latest of them (a
-        plugin line's exact `t=`, say) when that lies within the second. (Only the request's
-        own lines: a resume reads all of them again, so the agent and a replay agree.)"""
-        ts = record.ts_ns
-        if record.clock in _COARSE and ts < r.last_ns < ts + _NS:
-            return r.last_ns
-        return ts
-
-    def _on_finished(self, record: Record, ev: RequestFinished) -> None:
-        r = self._resolve(ev.request_id, record)
-        if r is not None and r.terminal_ns is None:
-            self._terminate(r, self._when(record, r), "finished")
-            self._alive()
-
-    def _alive(self) -> None:
-        """A request finished normally: whatever died, the engine serves again (a line taken
-        for a death that was none must not fail every later request)."""
-        if self._death is not None and self._incident_open is None:
-            self._death = None
-
-    def _on_generated(self, record: Record, ev: ResponseGenerated) -> None:
-        r = self._resolve(ev.request_id, record)
-        if r is None:
-            return
-        if ev.output_tokens is not None and r.summary is None:
-            # One line per choice of a whole response (serving.py logs each choice's token ids):
-            # their counts add up, as the response's `usage.completion_tokens` does over n. But
-            # serving.py logs a choice only `if output_text:`: a choice with no text has no line,
-            # and fewer than n lines are a lower bound, not the output, so nothing is set until
-            # all n are in. (A plugin summary counted them already, from vLLM's own stats.)
-            r.choice_tokens = [*(r.choice_tokens or ()), ev.output_tokens]
-            if len(r.choice_tokens) >= ((r.extra or {}).get("gen_ai.request.n") or 1):
-                r.set("gen_ai.usage.output_tokens", sum(r.choice_tokens))
-        if ev.finish_reason is None and ev.streaming != "complete":
-            return
-        if ev.streaming == "complete":
-            r.closed += 1
-        # One line per choice (n>1 logs each choice's reason): one reason per choice, as the
-        # GenAI convention has it, and the last choice's line ends the request.
-        extra = r.extra or {}
-        n = extra.get("gen_ai.request.n") or 1
-        reasons = extra.get("gen_ai.response.finish_reasons", [])
-        if ev.finish_reason is not None and len(reasons) < n:
-            reasons = [*reasons, ev.finish_reason]
-            r.set("gen_ai.response.finish_reasons", reasons)
-        if r.terminal_ns is None:
-            ts = self._when(record, r)
-            if ev.finish_reason != "abort" and len(reasons) < n and r.closed < n:
-                pass  # one choice of n>1 is done (a stream's last delta); the others go on
-            elif ev.finish_reason == "abort" and self._stop_ns is not None:
-                self._stopped(r, ts, True)  # aborted by the stop (vLLM's abort mode)
-            elif ev.finish_reason == "abort":
-                # aborted by the engine with no line of its own (`POST /pause`, core.py): the
-                # client got a cut answer whose reason says so
-                self._fail(r, ts, "aborted", "aborted", "RequestAborted",
-                           f"Request {ev.request_id} aborted (finish_reason: abort)")
-            else:
-                self._terminate(r, ts, "finished")
-                self._alive()
-        elif r.outcome == "finished" and r.error_type is None and record.ts_ns > r.terminal_ns and r.summary is None:
-            # (a summary's end is vLLM's own e2e end, and its arrival counts back from it)
-            r.terminal_ns = record.ts_ns
-        elif r.summary is not None and ev.streaming != "delta" and r.held <= 0 and self._open.get(r.request_id) is r \
-                and (r.closed >= (extra.get("gen_ai.request.n") or 1) if ev.streaming == "complete"
-                     else not self._awaits_api(r)):
-            # the plugin's summary, then a reason for every choice, or a stream's closing lines,
-            # one per choice (serving_chat.py logs one for each): nothing more to come
-            self._finish(r)
-        elif r in self._signal_ends and ev.streaming != "complete" and ev.finish_reason not in (None, "abort"):
-            # a choice's own reason, not `(streaming complete)`: vLLM logs that after an abort too
-            self._served(r, record.ts_ns)
-
-    def _served(self, r: RequestState, ts: int) -> None:
-        """A request the engine's death or the stop had ended shows its answer finished after
-        all: the engine had made it, and a loaded API server wrote it out after the death's
-        lines (a choice's reason other than `abort` is logged only for a whole answer).
-        It was served: finished here, its failure taken back; it stays linked to the incident."""
-        end = self._signal_ends.pop(r)
-        r.error_type, r.error_message, r.outcome, r.terminal_ns = None, "", "finished", ts
-        if r.events:
-            r.events = [e for e in r.events if e is not end]
-        if r.extra is not None:
-            r.extra.pop("vllm.end_inferred", None)
-        inc = self._incident_open
-        if inc is not None and r in inc.failed:
-            inc.failed.remove(r)
-
-    def _on_aborted(self, record: Record, ev: RequestsAborted) -> None:
-        for rid in ev.request_ids:
-            r = self._resolve(rid, record)
-            if r is not None and r.terminal_ns is None:
-                if self._stop_ns is not None:  # aborted by the stop (vLLM's abort mode, or cancelled)
-                    self._stopped(r, self._when(record, r), True)
-                else:
-                    self._fail(r, self._when(record, r), "aborted", "aborted", "RequestAborted",
-                               f"Request {rid} aborted")
-
-    def _on_waiting(self, record: Record, ev: RequestWaiting) -> None:
-        """The scheduler holds the request (a decode waiting for remote KV): it is in this engine,
-        opened here if its start was not seen, no phase boundary."""
-        self._resolve(ev.request_id, record)
-
-    def _on_failed(self, record: Record, ev: RequestFailed) -> None:
-        # V0's "Failing the request" may be its only line: `_resolve` opens it then.
-        r = self._resolve(ev.request_id, record)
-        if r is None or r.terminal_ns is not None:
-            return
-        ts = self._when(record, r)
-        if ev.error_type == "engine_dead" and self._death is None and self._stop_ns is not None:
-            self._stopped(r, ts, True)  # vLLM fails what is in flight with EngineDeadError on a stop
-        elif ev.error_type == "engine_dead" and self._death is not None:
-            self._fail(r, ts, "failed", self._death, "RequestFailed", _engine_failed(self._death), True)
-        else:
-            self._fail(r, ts, "failed", ev.error_type, "RequestFailed", self._request_text(ev.reason))
-
-    def _on_sequence_preempted(self, record: Record, ev: SequencePreempted) -> None:
-        r = self._resolve(ev.request_id, record)
-        if r is None:
-            return
-        r.sampled_preemptions += 1
-        r.add_event(SpanEvent("vllm.preempted", record.ts_ns, {
-            "vllm.preemption.mode": ev.mode, "vllm.preemption.cumulative": ev.cumulative}), True)
 
     # -- user rules (--rules) -----------------------------------------------------------
 
@@ -1118,7 +310,7 @@ class Assembler:
         uses, like upstream lines), or with no request id on every request in flight."""
         if ev.request_id is None:
             event = SpanEvent(ev.name, record.ts_ns, dict(ev.attributes))
-            for r in self._in_flight.values():
+            for r in self.index.in_flight.values():
                 r.add_event(event, True)
             return
         r = self._resolve(ev.request_id, record)
@@ -1133,269 +325,6 @@ class Assembler:
         self.feed(Record(ev.ts_ns, record.clock, record.level, record.origin, record.message, record.offset,
                          record.end_offset, record.process, record.continued), ev.event)
 
-    # -- upstream engine lines -----------------------------------------------------------
-
-    def _on_stats(self, record: Record, ev: EngineStats) -> None:
-        attrs = {}
-        for name in ("running", "waiting", "swapped", "deferred", "preemptions", "corrupted"):
-            v = getattr(ev, name)
-            if v is not None:
-                attrs[f"vllm.queue.{name}"] = v
-        for name, key in (("prompt_throughput", "vllm.throughput.prompt_tokens_per_s"),
-                          ("generation_throughput", "vllm.throughput.generation_tokens_per_s"),
-                          ("gpu_kv_usage", "vllm.kv_cache.gpu_usage"), ("cpu_kv_usage", "vllm.kv_cache.cpu_usage"),
-                          ("prefix_cache_hit_rate", "vllm.prefix_cache.hit_rate"),
-                          ("external_prefix_cache_hit_rate", "vllm.prefix_cache.external_hit_rate"),
-                          ("mm_cache_hit_rate", "vllm.mm_cache.hit_rate")):
-            v = getattr(ev, name)
-            if v is not None:
-                attrs[key] = v
-        if ev.engine is not None:
-            attrs["vllm.engine.index"] = ev.engine
-        event = SpanEvent("vllm.engine_stats", record.ts_ns, attrs)
-        free = 1.0 - ev.gpu_kv_usage if ev.gpu_kv_usage is not None else None
-        for r in self._in_flight.values():
-            r.add_event(event, True)
-            if free is not None and (r.min_free_ratio is None or free < r.min_free_ratio):
-                r.min_free_ratio = free
-        if ev.engine is not None:
-            self._stats_engines.add(ev.engine)
-        # One engine's line speaks for the server only when it is the only engine: with
-        # data parallelism (the banner's size, or more than one seen) only an aggregated line does.
-        if (len(self._stats_engines) <= 1 and self._data_parallel <= 1) or "Aggregated" in (ev.engine or ""):
-            held = ev.running + (ev.waiting or 0) + (ev.swapped or 0)
-            self._held = (record.ts_ns, held)
-            if held == 0:
-                self._idle(record)
-
-    def _settle(self) -> None:
-        """Before a death or a stop ends what is in flight: the last stats line said how many
-        requests the engine held. Unended requests beyond that many, older than the line by
-        the grace and quiet since, had finished unlogged (V1 completions): the oldest of them,
-        as requests mostly end in the order they came."""
-        if self._held is None:
-            return
-        ts, held = self._held
-        known = sorted((r for r in self._in_flight.values()
-                        if r.extra is not None and r.first_ns <= ts - _IDLE_GRACE_NS),
-                       key=lambda r: (r.first_ns, r.first_offset))
-        for r in known[:max(0, len(known) - held)]:
-            if r.last_ns <= ts:
-                self._close_idle(r, ts)
-
-    def _idle(self, record: Record) -> None:
-        """The engine says nothing runs or waits: requests with no end line are over, end
-        unknown — once nothing more comes for them within the grace (see `tick`). A line of the
-        request after an earlier idle line voids that one (the API server's stats can predate
-        the engine's `Added request`): the next idle line is the one that counts."""
-        for r in self._in_flight.values():
-            if r.extra is not None and r.last_ns < record.ts_ns and (r.idle_at is None or r.idle_at < r.last_ns):
-                r.idle_at = record.ts_ns
-
-    def _close_idle(self, r: RequestState, seen_ns: int | None = None) -> None:
-        """A request no line ended, over by `seen_ns` (a stats line showed it gone): it ends
-        there, inferred — its own last line (`Added request`) is only its start."""
-        if seen_ns is not None and r.idle_at is not None and r.last_ns <= r.idle_at:
-            seen_ns = min(seen_ns, r.idle_at)  # the first line that showed the engine idle
-        if seen_ns is not None and r.terminal_ns is None and seen_ns > r.last_ns:
-            r.last_ns = seen_ns
-        if seen_ns is not None and r.events:
-            # Over by the idle line: the stats lines after it are not about it. (When the grace
-            # lets it close depends on when a tick comes, on the wall clock too in the agent:
-            # without this, the agent and a replay gave it different stats events.)
-            r.events = [e for e in r.events if e.ts_ns <= seen_ns or e.name != "vllm.engine_stats"]
-        if "vllm.request.internal_id" in r.extra:
-            # V1 with internal ids (≈ 0.14+) logs every abort and failure: an idle engine and
-            # neither line means the request finished (a completion never logs its end).
-            r.outcome = "finished"
-        self._finish(r)
-
-    def _close_unended(self, r: RequestState, reused: bool = False) -> None:
-        """A request no line ended, closed on the log's clock (TTL, end of input, a new request
-        under its id). Seen idle after its last line, it ended as `_close_idle` says; else in
-        flight at a deliberate stop, it was stopped; followed by a new request under its id, as
-        `_close_idle` says; else it stays `incomplete`. Its end is inferred either way."""
-        if r.extra is not None and r.idle_at is not None and r.last_ns <= r.idle_at:
-            self._close_idle(r, r.idle_at)  # the engine said it was idle after the request's last line
-        elif self._stop_ns is not None and r.first_ns <= self._stop_last_ns:
-            self._stopped(r, max(self._stop_last_ns, r.last_ns), False)
-            self._finish(r)
-        elif r.extra is not None and reused:
-            self._close_idle(r)
-        else:
-            self._finish(r)
-
-    def _stopped(self, r: RequestState, ts: int, observed: bool) -> None:
-        """Ended by a deliberate server stop (SIGTERM, a rollout): `error.type=shutdown`."""
-        self._fail(r, ts, "aborted", "shutdown", "ServerShutdown", _STOPPED, True)
-        if not observed:
-            r.set("vllm.end_inferred", True)
-
-    def _on_stop(self, record: Record, ev: ServerStop) -> None:
-        """vLLM's shutdown sequence. After an engine death it is the server winding down (no
-        stop: the death explains the requests); before one, a deliberate stop."""
-        if self._death is not None:
-            return
-        ts = record.ts_ns
-        if self._stop_ns is None:
-            if ev.phase == "drained":
-                return
-            self._settle()
-            self._stop_ns = ts
-        self._stop_last_ns = max(self._stop_last_ns, ts)
-        if ev.mode:
-            self._stop_mode = ev.mode
-        if ev.phase == "in_flight" and ev.in_flight is not None:
-            # The engine core counts what it still holds (core.py:1645): of the requests no line
-            # ended, the most recent ones; the others had finished unlogged (V1 completions).
-            unended = sorted(self._in_flight.values(), key=lambda r: (r.first_ns, r.first_offset))
-            cut = max(0, len(unended) - ev.in_flight)
-            for r in unended[:cut]:
-                if r.extra is not None:
-                    self._close_idle(r, ts)
-            if self._stop_mode == "abort":  # aborted right now (core.py:1648)
-                for r in unended[cut:]:
-                    self._stopped(r, ts, True)
-        elif ev.phase == "drained":
-            # The engine holds nothing any more (core.py:1667): what it aborted was counted above
-            # (no count line: it held nothing, core.py:1643); the rest had finished, or drained.
-            for r in list(self._in_flight.values()):
-                if r.extra is not None and r.first_ns <= ts:
-                    self._close_idle(r, ts)
-
-    def _on_config(self, record: Record, ev: EngineConfig) -> None:
-        if self._startup is None or self._startup.has_banner:  # a second banner: the engine restarted
-            self._end_startup()
-            self._startup = Startup(record)
-        if self._incident_open is not None:
-            self._close_incident()
-        for r in list(self._in_flight.values()):  # the engine that held them is gone
-            self._close_unended(r)
-        self._death = self._stop_ns = self._held = None  # a new engine life
-        self._data_parallel = max(1, ev.data_parallel)
-        self._stop_mode = ""
-        self._startup.has_banner = True
-        facts = [("vllm.version", ev.version)]
-        if ev.engine:
-            facts.append(("vllm.engine.version", ev.engine))
-        if ev.model:
-            facts.append(("gen_ai.request.model", ev.model))
-            self._engine["gen_ai.request.model"] = ev.model
-        self._engine["vllm.version"] = ev.version
-        self._facts_changed(record)
-        self._startup.add(record, facts)
-
-    def _on_startup_fact(self, record: Record, ev: StartupFact) -> None:
-        if self._startup is None:
-            self._startup = Startup(record)
-        self._startup.add(record, ev.facts)
-        for key, value in ev.facts:
-            if key in ("vllm.version", "gen_ai.request.model") and key not in self._engine:
-                self._engine[key] = value
-                self._facts_changed(record)
-
-    def _end_startup(self, error_type: str = "", message: str = "") -> None:
-        if self._startup is not None:
-            self._emit(self._startup.timeline(self._source_at(self._startup.first_offset), error_type,
-                                              self._text(message)))
-            self._startup = None
-
-    def _on_engine_error(self, record: Record, ev: EngineError) -> None:
-        if self._startup is not None and ev.error_type in ("model_load", "other") and self._startup.no_room:
-            # a start that failed after the KV cache had no room left: the model did not fit
-            ev = replace(ev, error_type="oom")
-        if self._startup is not None and (ev.fatal or ev.error_type in ("model_load", "oom")):
-            self._startup.add(record, ())
-            self._end_startup(ev.error_type, ev.message)
-        ts = record.ts_ns
-        if self._stop_ns is not None and self._death is None and ev.error_type not in _REAL_FAILURES and not ev.exited:
-            # vLLM raises EngineDeadError, cancels and kills its workers while it stops on purpose.
-            self.stats.stop_errors += 1
-            if ev.fatal:
-                for r in list(self._in_flight.values()):
-                    self._stopped(r, ts, True)
-            return
-        inc = self._incident_open
-        if inc is not None and self._death is None and ts - inc.last_ns > _INCIDENT_WINDOW_NS:
-            self._close_incident()
-            inc = None
-        if inc is None:
-            if self._death is not None:  # the engine is dead already and its incident went out
-                self.stats.death_errors += 1
-                if ev.fatal:  # V0's AsyncEngineDeadError for a request sent to the dead engine
-                    for r in list(self._in_flight.values()):
-                        self._fail(r, ts, "failed", self._death, ev.exception_type or "EngineDeadError",
-                                   _engine_failed(self._death), True)
-                return
-            inc = self._incident_open = _Incident(record, ev)
-            inc.occurrence = _where(record)  # reserved now: the link its event carries names its span
-        engine, first_engine = _dp_engine(record.process), _dp_engine(inc.first.process)
-        if engine and first_engine and engine != first_engine:
-            # another data-parallel engine failing at the same time: its own incident
-            sibling = self._sibling_incidents.get(engine)
-            if sibling is None:
-                sibling = self._sibling_incidents[engine] = _Incident(record, ev)
-                sibling.occurrence = _where(record)
-            sibling.add(record, ev)
-            inc.last_ns = max(inc.last_ns, record.ts_ns)  # the window stays open while any reports
-            inc = sibling
-        upgraded = inc.add(record, ev) if inc is self._incident_open else False
-        if upgraded or inc.event is None:
-            self._incident_event(inc)
-        for key, r in self._in_flight.items():  # the event goes on at once: a request may be
-            if inc.affected.setdefault(key, r) is r and (r.events is None or inc.event not in r.events):
-                r.add_event(inc.event, False)  # emitted before the incident closes
-        if ev.fatal and self._death is None:
-            # The engine died: the best evidence of when the requests in flight ended.
-            self._settle()
-            self._death = inc.error_type
-            lead_record, lead = inc.lead
-            for r in list(self._in_flight.values()):
-                self._fail(r, ts, "failed", inc.error_type, lead.exception_type or ev.exception_type or "EngineDeadError",
-                           _engine_failed(inc.error_type), True)
-                inc.failed.append(r)
-        elif upgraded and self._death is not None:
-            self._death = inc.error_type
-            for r in inc.failed:  # later lines told what killed it
-                r.error_type = inc.error_type
-
-    def _incident_event(self, inc: _Incident) -> None:
-        """The incident's event on the requests it hit, replaced on those not emitted yet when
-        a later line tells more (its type is only final once the incident closes)."""
-        old = inc.event
-        record, ev = inc.lead
-        inc.event = _incident_event(inc.error_type, inc.error_type, inc.first.ts_ns, inc.occurrence)
-        if old is None:
-            return
-        for key, r in inc.affected.items():
-            if self._open.get(key) is r and r.events:
-                r.events = [inc.event if e is old else e for e in r.events]
-
-    def _close_incident(self) -> None:
-        """Emit the open incident as one `vllm.engine` span, and its event on the requests it hit;
-        then each other data-parallel engine's of the same moment."""
-        self._emit_incident(self._incident_open)
-        self._incident_open = None
-        siblings, self._sibling_incidents = self._sibling_incidents, {}
-        for sibling in siblings.values():
-            self._emit_incident(sibling)
-
-    def _emit_incident(self, inc: _Incident) -> None:
-        record, ev = inc.lead
-        attrs = {"vllm.incident.fatal": inc.fatal or self._death is not None, "vllm.incident.lines": inc.lines}
-        if ev.exception_type:
-            attrs["exception.type"] = ev.exception_type
-        if ev.stacktrace and self._config.export_error_text:
-            attrs["exception.stacktrace"] = ev.stacktrace
-        first = inc.first
-        # the process that logged first: an error travels outward (worker → engine core → API
-        # server), each wrapper logging after the one it wraps, so the first is nearest the cause
-        if first.process or record.process:
-            attrs["vllm.process"] = first.process or record.process
-        self._incident(first, inc.error_type, inc.error_type, first.ts_ns, ev.message, attrs,
-                       affected=inc.affected, end_ns=inc.last_ns, end_offset=inc.last_offset,
-                       occurrence=inc.occurrence)
-
     # -- engine-wide lines ---------------------------------------------------------------
 
     def _on_queue(self, record: Record, ev: QueueState) -> None:
@@ -1405,12 +334,7 @@ class Assembler:
         event = SpanEvent("vllm.queue_state", record.ts_ns, {
             "vllm.queue.running": ev.running, "vllm.queue.waiting": ev.waiting,
             "vllm.kv.free_blocks": ev.free_blocks, "vllm.kv.total_blocks": ev.total_blocks})
-        if self._fan_out is not None and self._fan_out(self._in_flight, event, ratio, None):
-            return  # done in C, exactly as below
-        for r in self._in_flight.values():  # one shared, read-only event object
-            r.add_event(event, True)
-            if ratio is not None and (r.min_free_ratio is None or ratio < r.min_free_ratio):
-                r.min_free_ratio = ratio
+        fan_out(self.index.in_flight.values(), event, ratio)
 
     def _on_gpu(self, record: Record, ev: GpuMemory) -> None:
         self._gpu = ev
@@ -1419,61 +343,5 @@ class Assembler:
             "vllm.gpu.memory.used_bytes": ev.used_bytes, "vllm.gpu.memory.total_bytes": ev.total_bytes,
             "vllm.gpu.memory.utilization": ev.utilization, "vllm.kv_cache.used_bytes": ev.cache_bytes,
             "vllm.kv_cache.blocks_used": ev.kv_blocks_used, "vllm.kv_cache.blocks_total": ev.kv_blocks_total})
-        if (self._fan_out is not None and type(ev.utilization) is float
-                and self._fan_out(self._in_flight, event, None, ev.utilization)):
-            return  # done in C, exactly as below
-        for r in self._in_flight.values():
-            r.add_event(event, True)
-            if r.max_gpu_ratio is None or ev.utilization > r.max_gpu_ratio:
-                r.max_gpu_ratio = ev.utilization
+        fan_out(self.index.in_flight.values(), event, None, ev.utilization)
 
-    def _on_cuda_oom(self, record: Record, ev: CudaOom) -> None:
-        self._last_oom = (record.ts_ns, ev)
-        if self._startup is not None:  # out of memory while starting: the start failed
-            self._startup.add(record, ())
-            self._end_startup("oom", ev.message)
-        attrs = {}
-        if ev.requested_bytes is not None:
-            attrs["vllm.oom.requested_bytes"] = ev.requested_bytes
-        self._incident(record, "cuda_oom", "oom", record.ts_ns, ev.message, attrs)
-
-    def _on_model_load(self, record: Record, ev: ModelLoadFailed) -> None:
-        message = f"{ev.exception_type}: {ev.message}" if ev.exception_type else ev.message
-        attrs = {"exception.type": ev.exception_type} if ev.exception_type else {}
-        self._incident(record, "model_load", "model_load", record.ts_ns, message, attrs)
-
-    def _on_nccl(self, record: Record, ev: NcclTimeout) -> None:
-        # Held for one line: the next one usually says what may have caused it.
-        self._pending_nccl = (record, ev)
-
-    def _on_nccl_hint(self, record: Record, ev: NcclHint) -> None:
-        if self._pending_nccl is None:
-            self.stats.orphan_lines += 1
-            return
-        self._flush_nccl(ev)
-
-    def _flush_nccl(self, hint: NcclHint | None) -> None:
-        record, ev = self._pending_nccl
-        self._pending_nccl = None
-        attrs = {"vllm.nccl.rank": ev.rank, "vllm.nccl.timeout_s": ev.after_s}
-        if hint is not None:
-            attrs["vllm.incident.causes"] = hint.causes
-        start = max(0, record.ts_ns - int(ev.after_s * _NS))  # as build does: never before 1970
-        self._incident(record, "nccl_timeout", "distributed", start, ev.message, attrs)
-
-    def _incident(self, record: Record, kind: str, error_type: str, start_ns: int, message: str, attrs: dict,
-                  affected: dict[str, RequestState] | None = None, end_ns: int | None = None,
-                  end_offset: int | None = None, occurrence: str | None = None) -> None:
-        """One `vllm.engine` span; its event goes on the requests in flight (`affected`: those in
-        flight while a multi-line incident lasted, which have it already)."""
-        occurrence = occurrence or _where(record)  # where its first line is: the same after a restart
-        hit = self._in_flight if affected is None else affected
-        if affected is None:  # a multi-line incident's requests have its event already
-            event = _incident_event(kind, error_type, record.ts_ns, occurrence)
-            for r in hit.values():
-                r.add_event(event, False)
-        self.stats.engine_incidents += 1
-        self._emit(engine_timeline(
-            self._source_at(record.offset), kind, occurrence, start_ns, record.ts_ns if end_ns is None else end_ns,
-            error_type, self._text(message), attrs, list(hit), record.offset,
-            record.end_offset if end_offset is None else end_offset))

@@ -1,0 +1,467 @@
+"""An engine's life as its log shows it: its start, its incidents, a deliberate stop, its death.
+
+One `EngineLife` per source. It keeps what the engine-wide lines said — the startup being
+gathered, the incident open, whether the engine died or is being stopped, how many requests
+the last stats line said it held, the engine's facts (model, version) — and acts on the
+requests in flight only through the assembler's `end` and `close` (`ending.End`, `Close`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import replace
+
+from bridge.assemble.build import engine_timeline
+from bridge.assemble.clock import ClockJump, jump_attrs
+from bridge.assemble.ending import Close, End
+from bridge.assemble.index import where
+from bridge.assemble.startup import Startup
+from bridge.assemble.state import RequestState, fan_out
+from bridge.assemble.timeline import IncidentEvent, IncidentRef, SpanEvent, Timeline
+from bridge.decode.record import Record
+from bridge.parse.events import (
+    CudaOom,
+    EngineConfig,
+    EngineError,
+    EngineStats,
+    ModelLoadFailed,
+    NcclHint,
+    NcclTimeout,
+    ServerStop,
+    StartupFact,
+)
+
+_NS = 1_000_000_000
+# A stats line is printed from a snapshot taken a little before it: a request added just before
+# an idle line may still log its end. It is closed only if nothing more comes for this long.
+IDLE_GRACE_NS = 2 * _NS
+# Error records this close together are one incident (a traceback per process, the API server's
+# EngineDeadError, the per-request failures): one span, classified on all of them.
+INCIDENT_WINDOW_NS = 5 * _NS
+#: An incident's `error.type` is the most specific its lines show: a CUDA OOM wrapped in an
+#: EngineDeadError stays `oom`, NCCL/watchdog evidence makes a "Worker died" `distributed`.
+_SPECIFICITY = {t: i for i, t in enumerate(
+    ("oom", "distributed", "timeout", "model_load", "engine_dead", "input", "overloaded", "aborted", "other"))}
+#: Errors while the server is being stopped on purpose are part of the stop, not a death, unless
+#: they show a failure of their own.
+_REAL_FAILURES = frozenset({"oom", "distributed"})
+
+
+def _incident_event(kind: str, error_type: str, ts_ns: int, occurrence: str) -> IncidentEvent:
+    """An engine incident as the requests in flight see it: its type, time and a link to its
+    span (the exporter resolves `IncidentRef`), never its text."""
+    return IncidentEvent("vllm.engine.incident", ts_ns, {"error.type": error_type, "vllm.incident.kind": kind},
+                         IncidentRef(kind, occurrence))
+
+
+_DP_ENGINE = re.compile(r"EngineCore_(?:DP)?(\d+)\b")
+
+
+def _dp_engine(process: str) -> str:
+    """The data-parallel engine a process prefix names (`EngineCore_DP1 pid=7` → "1"), or ""."""
+    m = _DP_ENGINE.match(process) if process else None
+    return m[1] if m else ""
+
+
+class _Incident:
+    """Error records of one engine incident, gathered until none comes for `INCIDENT_WINDOW_NS`."""
+
+    __slots__ = ("first", "last_ns", "last_offset", "error_type", "lead", "fatal", "lines", "affected",
+                 "failed", "event", "occurrence")
+
+    def __init__(self, record: Record, ev: EngineError) -> None:
+        self.first = record
+        self.last_ns, self.last_offset = record.ts_ns, record.end_offset
+        self.error_type, self.lead, self.fatal = ev.error_type, (record, ev), ev.fatal
+        self.lines = 0
+        self.affected: dict[str, RequestState] = {}  # in flight while it lasted
+        self.failed: list[RequestState] = []          # ended by it
+        self.event: SpanEvent | None = None
+        self.occurrence = ""  # set by the assembler when the incident begins: where its first line is
+
+    def add(self, record: Record, ev: EngineError) -> bool:
+        """Take one more record; True when the incident's type became more specific."""
+        self.lines += 1
+        if record.ts_ns > self.last_ns:
+            self.last_ns = record.ts_ns
+        self.last_offset = max(self.last_offset, record.end_offset)
+        rank = _SPECIFICITY.get(ev.error_type, len(_SPECIFICITY))
+        if rank < _SPECIFICITY.get(self.error_type, len(_SPECIFICITY)):
+            self.error_type, self.lead = ev.error_type, (record, ev)
+            return True
+        if ev.fatal and not self.lead[1].fatal and ev.error_type == self.error_type:
+            self.lead = (record, ev)  # the line that says the engine died, of the same kind
+        return False
+
+
+class EngineLife:
+    """The engine-wide state of one source, and the lines that change it."""
+
+    def __init__(self, requests, emit: Callable[[Timeline], None], source_at, text: Callable[[str], str],
+                 stats, export_text: bool) -> None:
+        self._requests = requests  # the assembler: its `end`, `close` and index
+        self._in_flight: dict[str, RequestState] = requests.index.in_flight
+        self._open: dict[str, RequestState] = requests.index.open
+        self._emit = emit
+        self._source_at = source_at
+        self._text = text
+        self.stats = stats
+        self._export_text = export_text
+        self.last_oom: tuple[int, CudaOom] | None = None
+        self.pending_nccl: tuple[Record, NcclTimeout] | None = None
+        self.startup: Startup | None = None
+        self.facts: dict = {}  # what the banner said: gen_ai.request.model, vllm.version
+        # Each change of those facts with the position of the line that made it, so a resume
+        # from any position can start from the facts in force there (`facts_at`, `resume_facts`).
+        self._facts_log: list[tuple[int, dict]] = []
+        self._facts_start: dict = {}  # in force before the first of them
+        self._stats_engines: set[str] = set()  # data-parallel engines seen in stats lines
+        self._data_parallel = 1  # engines the banner says log their own stats lines
+        self.incident: _Incident | None = None
+        # the same moment's failures of other data-parallel engines: one incident each, closed
+        # with the open one (their lines come after its first, so checkpoints need nothing more)
+        self._siblings: dict[str, _Incident] = {}
+        self.death: str | None = None    # error.type of this engine life's death, once it died
+        self.stop_ns: int | None = None  # a deliberate stop began (and the engine had not died)
+        self.stop_last_ns = 0            # the stop's latest line
+        self._stop_mode = ""             # abort | drain, when vLLM said
+        self._held: tuple[int, int] | None = None  # (ts, running + waiting) of the last stats line
+
+    def tick(self, now_ns: int, ttl_deadline: int) -> None:
+        """What is due at `now_ns`: a held NCCL timeout, an incident quiet for its window, a
+        startup past the TTL."""
+        if self.pending_nccl is not None and now_ns - self.pending_nccl[0].ts_ns >= _NS:
+            self.flush_nccl(None)
+        if self.incident is not None and now_ns - self.incident.last_ns >= INCIDENT_WINDOW_NS:
+            self.close_incident()
+        if self.startup is not None and self.startup.end_ns <= ttl_deadline:
+            self.end_startup()
+
+    def flush(self) -> None:
+        """End of input: everything held goes out."""
+        if self.pending_nccl is not None:
+            self.flush_nccl(None)
+        if self.incident is not None:
+            self.close_incident()
+        self.end_startup()
+
+    @property
+    def min_offset(self) -> int | None:
+        """The earliest position of a line still held here (for checkpoints)."""
+        low = None
+        for held in (self.pending_nccl[0].offset if self.pending_nccl is not None else None,
+                     self.incident.first.offset if self.incident is not None else None,
+                     self.startup.first_offset if self.startup is not None else None):
+            if held is not None and (low is None or held < low):
+                low = held
+        return low
+
+    def on_stats(self, record: Record, ev: EngineStats) -> None:
+        attrs = {}
+        for name in ("running", "waiting", "swapped", "deferred", "preemptions", "corrupted"):
+            v = getattr(ev, name)
+            if v is not None:
+                attrs[f"vllm.queue.{name}"] = v
+        for name, key in (("prompt_throughput", "vllm.throughput.prompt_tokens_per_s"),
+                          ("generation_throughput", "vllm.throughput.generation_tokens_per_s"),
+                          ("gpu_kv_usage", "vllm.kv_cache.gpu_usage"), ("cpu_kv_usage", "vllm.kv_cache.cpu_usage"),
+                          ("prefix_cache_hit_rate", "vllm.prefix_cache.hit_rate"),
+                          ("external_prefix_cache_hit_rate", "vllm.prefix_cache.external_hit_rate"),
+                          ("mm_cache_hit_rate", "vllm.mm_cache.hit_rate")):
+            v = getattr(ev, name)
+            if v is not None:
+                attrs[key] = v
+        if ev.engine is not None:
+            attrs["vllm.engine.index"] = ev.engine
+        event = SpanEvent("vllm.engine_stats", record.ts_ns, attrs)
+        free = 1.0 - ev.gpu_kv_usage if ev.gpu_kv_usage is not None else None
+        fan_out(self._in_flight.values(), event, free)
+        if ev.engine is not None:
+            self._stats_engines.add(ev.engine)
+        # One engine's line speaks for the server only when it is the only engine: with
+        # data parallelism (the banner's size, or more than one seen) only an aggregated line does.
+        if (len(self._stats_engines) <= 1 and self._data_parallel <= 1) or "Aggregated" in (ev.engine or ""):
+            held = ev.running + (ev.waiting or 0) + (ev.swapped or 0)
+            self._held = (record.ts_ns, held)
+            if held == 0:
+                self._idle(record)
+
+    def _settle(self) -> None:
+        """Before a death or a stop ends what is in flight: the last stats line said how many
+        requests the engine held. Unended requests beyond that many, older than the line by
+        the grace and quiet since, had finished unlogged (V1 completions): the oldest of them,
+        as requests mostly end in the order they came."""
+        if self._held is None:
+            return
+        ts, held = self._held
+        known = sorted((r for r in self._in_flight.values()
+                        if r.extra is not None and r.first_ns <= ts - IDLE_GRACE_NS),
+                       key=lambda r: (r.first_ns, r.first_offset))
+        for r in known[:max(0, len(known) - held)]:
+            if r.last_ns <= ts:
+                self._requests.close(r, Close.IDLE, ts)
+
+    def _idle(self, record: Record) -> None:
+        """The engine says nothing runs or waits: requests with no end line are over, end
+        unknown — once nothing more comes for them within the grace (see `tick`). A line of the
+        request after an earlier idle line voids that one (the API server's stats can predate
+        the engine's `Added request`): the next idle line is the one that counts."""
+        for r in self._in_flight.values():
+            if r.extra is not None and r.last_ns < record.ts_ns and (r.idle_at is None or r.idle_at < r.last_ns):
+                r.idle_at = record.ts_ns
+
+    def on_stop(self, record: Record, ev: ServerStop) -> None:
+        """vLLM's shutdown sequence. After an engine death it is the server winding down (no
+        stop: the death explains the requests); before one, a deliberate stop."""
+        if self.death is not None:
+            return
+        ts = record.ts_ns
+        if self.stop_ns is None:
+            if ev.phase == "drained":
+                return
+            self._settle()
+            self.stop_ns = ts
+        self.stop_last_ns = max(self.stop_last_ns, ts)
+        if ev.mode:
+            self._stop_mode = ev.mode
+        if ev.phase == "in_flight" and ev.in_flight is not None:
+            # The engine core counts what it still holds (core.py:1645): of the requests no line
+            # ended, the most recent ones; the others had finished unlogged (V1 completions).
+            unended = sorted(self._in_flight.values(), key=lambda r: (r.first_ns, r.first_offset))
+            cut = max(0, len(unended) - ev.in_flight)
+            for r in unended[:cut]:
+                if r.extra is not None:
+                    self._requests.close(r, Close.IDLE, ts)
+            if self._stop_mode == "abort":  # aborted right now (core.py:1648)
+                for r in unended[cut:]:
+                    self._requests.end(r, ts, End.STOPPED)
+        elif ev.phase == "drained":
+            # The engine holds nothing any more (core.py:1667): what it aborted was counted above
+            # (no count line: it held nothing, core.py:1643); the rest had finished, or drained.
+            for r in list(self._in_flight.values()):
+                if r.extra is not None and r.first_ns <= ts:
+                    self._requests.close(r, Close.IDLE, ts)
+
+    def on_config(self, record: Record, ev: EngineConfig) -> None:
+        if self.startup is None or self.startup.has_banner:  # a second banner: the engine restarted
+            self.end_startup()
+            self.startup = Startup(record)
+        if self.incident is not None:
+            self.close_incident()
+        for r in list(self._in_flight.values()):  # the engine that held them is gone
+            self._requests.close(r, Close.UNENDED)
+        self.death = self.stop_ns = self._held = None  # a new engine life
+        self._data_parallel = max(1, ev.data_parallel)
+        self._stop_mode = ""
+        self.startup.has_banner = True
+        facts = [("vllm.version", ev.version)]
+        if ev.engine:
+            facts.append(("vllm.engine.version", ev.engine))
+        if ev.model:
+            facts.append(("gen_ai.request.model", ev.model))
+            self.facts["gen_ai.request.model"] = ev.model
+        self.facts["vllm.version"] = ev.version
+        self._facts_changed(record)
+        self.startup.add(record, facts)
+
+    def on_startup_fact(self, record: Record, ev: StartupFact) -> None:
+        if self.startup is None:
+            self.startup = Startup(record)
+        self.startup.add(record, ev.facts)
+        for key, value in ev.facts:
+            if key in ("vllm.version", "gen_ai.request.model") and key not in self.facts:
+                self.facts[key] = value
+                self._facts_changed(record)
+
+    def end_startup(self, error_type: str = "", message: str = "") -> None:
+        if self.startup is not None:
+            self._emit(self.startup.timeline(self._source_at(self.startup.first_offset), error_type,
+                                              self._text(message)))
+            self.startup = None
+
+    def on_engine_error(self, record: Record, ev: EngineError) -> None:
+        if self.startup is not None and ev.error_type in ("model_load", "other") and self.startup.no_room:
+            # a start that failed after the KV cache had no room left: the model did not fit
+            ev = replace(ev, error_type="oom")
+        if self.startup is not None and (ev.fatal or ev.error_type in ("model_load", "oom")):
+            self.startup.add(record, ())
+            self.end_startup(ev.error_type, ev.message)
+        ts = record.ts_ns
+        if self.stop_ns is not None and self.death is None and ev.error_type not in _REAL_FAILURES and not ev.exited:
+            # vLLM raises EngineDeadError, cancels and kills its workers while it stops on purpose.
+            self.stats.stop_errors += 1
+            if ev.fatal:
+                for r in list(self._in_flight.values()):
+                    self._requests.end(r, ts, End.STOPPED)
+            return
+        inc = self.incident
+        if inc is not None and self.death is None and ts - inc.last_ns > INCIDENT_WINDOW_NS:
+            self.close_incident()
+            inc = None
+        if inc is None:
+            if self.death is not None:  # the engine is dead already and its incident went out
+                self.stats.death_errors += 1
+                if ev.fatal:  # V0's AsyncEngineDeadError for a request sent to the dead engine
+                    for r in list(self._in_flight.values()):
+                        self._requests.end(r, ts, End.ENGINE_DIED, self.death, exception=ev.exception_type)
+                return
+            inc = self.incident = _Incident(record, ev)
+            inc.occurrence = where(record)  # reserved now: the link its event carries names its span
+        engine, first_engine = _dp_engine(record.process), _dp_engine(inc.first.process)
+        if engine and first_engine and engine != first_engine:
+            # another data-parallel engine failing at the same time: its own incident
+            sibling = self._siblings.get(engine)
+            if sibling is None:
+                sibling = self._siblings[engine] = _Incident(record, ev)
+                sibling.occurrence = where(record)
+            sibling.add(record, ev)
+            inc.last_ns = max(inc.last_ns, record.ts_ns)  # the window stays open while any reports
+            inc = sibling
+        upgraded = inc.add(record, ev) if inc is self.incident else False
+        if upgraded or inc.event is None:
+            self._incident_event(inc)
+        for key, r in self._in_flight.items():  # the event goes on at once: a request may be
+            if inc.affected.setdefault(key, r) is r and (r.events is None or inc.event not in r.events):
+                r.add_event(inc.event, False)  # emitted before the incident closes
+        if ev.fatal and self.death is None:
+            # The engine died: the best evidence of when the requests in flight ended.
+            self._settle()
+            self.death = inc.error_type
+            lead_record, lead = inc.lead
+            for r in list(self._in_flight.values()):
+                self._requests.end(r, ts, End.ENGINE_DIED, inc.error_type, exception=lead.exception_type or ev.exception_type)
+                inc.failed.append(r)
+        elif upgraded and self.death is not None:
+            self.death = inc.error_type
+            for r in inc.failed:  # later lines told what killed it
+                r.error_type = inc.error_type
+
+    def _incident_event(self, inc: _Incident) -> None:
+        """The incident's event on the requests it hit, replaced on those not emitted yet when
+        a later line tells more (its type is only final once the incident closes)."""
+        old = inc.event
+        record, ev = inc.lead
+        inc.event = _incident_event(inc.error_type, inc.error_type, inc.first.ts_ns, inc.occurrence)
+        if old is None:
+            return
+        for key, r in inc.affected.items():
+            if self._open.get(key) is r and r.events:
+                r.events = [inc.event if e is old else e for e in r.events]
+
+    def close_incident(self) -> None:
+        """Emit the open incident as one `vllm.engine` span, and its event on the requests it hit;
+        then each other data-parallel engine's of the same moment."""
+        self._emit_incident(self.incident)
+        self.incident = None
+        siblings, self._siblings = self._siblings, {}
+        for sibling in siblings.values():
+            self._emit_incident(sibling)
+
+    def _emit_incident(self, inc: _Incident) -> None:
+        record, ev = inc.lead
+        attrs = {"vllm.incident.fatal": inc.fatal or self.death is not None, "vllm.incident.lines": inc.lines}
+        if ev.exception_type:
+            attrs["exception.type"] = ev.exception_type
+        if ev.stacktrace and self._export_text:
+            attrs["exception.stacktrace"] = ev.stacktrace
+        first = inc.first
+        # the process that logged first: an error travels outward (worker → engine core → API
+        # server), each wrapper logging after the one it wraps, so the first is nearest the cause
+        if first.process or record.process:
+            attrs["vllm.process"] = first.process or record.process
+        self._incident(first, inc.error_type, inc.error_type, first.ts_ns, ev.message, attrs,
+                       affected=inc.affected, end_ns=inc.last_ns, end_offset=inc.last_offset,
+                       occurrence=inc.occurrence)
+
+    def on_cuda_oom(self, record: Record, ev: CudaOom) -> None:
+        self.last_oom = (record.ts_ns, ev)
+        if self.startup is not None:  # out of memory while starting: the start failed
+            self.startup.add(record, ())
+            self.end_startup("oom", ev.message)
+        attrs = {}
+        if ev.requested_bytes is not None:
+            attrs["vllm.oom.requested_bytes"] = ev.requested_bytes
+        self._incident(record, "cuda_oom", "oom", record.ts_ns, ev.message, attrs)
+
+    def on_model_load(self, record: Record, ev: ModelLoadFailed) -> None:
+        message = f"{ev.exception_type}: {ev.message}" if ev.exception_type else ev.message
+        attrs = {"exception.type": ev.exception_type} if ev.exception_type else {}
+        self._incident(record, "model_load", "model_load", record.ts_ns, message, attrs)
+
+    def on_nccl(self, record: Record, ev: NcclTimeout) -> None:
+        # Held for one line: the next one usually says what may have caused it.
+        self.pending_nccl = (record, ev)
+
+    def on_nccl_hint(self, record: Record, ev: NcclHint) -> None:
+        if self.pending_nccl is None:
+            self.stats.orphan_lines += 1
+            return
+        self.flush_nccl(ev)
+
+    def flush_nccl(self, hint: NcclHint | None) -> None:
+        record, ev = self.pending_nccl
+        self.pending_nccl = None
+        attrs = {"vllm.nccl.rank": ev.rank, "vllm.nccl.timeout_s": ev.after_s}
+        if hint is not None:
+            attrs["vllm.incident.causes"] = hint.causes
+        start = max(0, record.ts_ns - int(ev.after_s * _NS))  # as build does: never before 1970
+        self._incident(record, "nccl_timeout", "distributed", start, ev.message, attrs)
+
+    def _incident(self, record: Record, kind: str, error_type: str, start_ns: int, message: str, attrs: dict,
+                  affected: dict[str, RequestState] | None = None, end_ns: int | None = None,
+                  end_offset: int | None = None, occurrence: str | None = None) -> None:
+        """One `vllm.engine` span; its event goes on the requests in flight (`affected`: those in
+        flight while a multi-line incident lasted, which have it already)."""
+        occurrence = occurrence or where(record)  # where its first line is: the same after a restart
+        hit = self._in_flight if affected is None else affected
+        if affected is None:  # a multi-line incident's requests have its event already
+            event = _incident_event(kind, error_type, record.ts_ns, occurrence)
+            for r in hit.values():
+                r.add_event(event, False)
+        self.stats.engine_incidents += 1
+        self._emit(engine_timeline(
+            self._source_at(record.offset), kind, occurrence, start_ns, record.ts_ns if end_ns is None else end_ns,
+            error_type, self._text(message), attrs, list(hit), record.offset,
+            record.end_offset if end_offset is None else end_offset))
+
+    def on_clock_jump(self, record: Record, ev: ClockJump) -> None:
+        """The stream's clock jumped between two lines (`clock.py`): counted, and an event on every
+        request not yet emitted with both stamps. It ends no request (deadlines count from it: the
+        assembler's clock follows it), but an incident's window or a held NCCL line closes at it."""
+        self.stats.clock_jumps += 1
+        if self.pending_nccl is not None:
+            self.flush_nccl(None)
+        if self.incident is not None:
+            self.close_incident()
+        event = SpanEvent("vllm.clock_jump", ev.after_ns, jump_attrs(ev.before_ns, ev.after_ns))
+        for r in self._open.values():  # in flight, or waiting for its last block frees
+            r.add_event(event, False)
+
+    def alive(self) -> None:
+        """A request finished normally: whatever died, the engine serves again (a line taken
+        for a death that was none must not fail every later request)."""
+        if self.death is not None and self.incident is None:
+            self.death = None
+
+    def resume_facts(self, facts: dict) -> None:
+        """Start from the engine facts in force where a resume starts (a checkpoint's), as
+        the lines before it, not read again, had set them."""
+        self.facts = dict(facts)
+        self._facts_start = dict(facts)
+
+    def facts_at(self, position: int) -> dict:
+        """The engine facts in force just before `position` (a checkpoint's safe position):
+        what a resume from there must start from so the requests after it get them again.
+        Changes before it are forgotten (the safe position never moves back)."""
+        log = self._facts_log
+        i = 0
+        while i < len(log) and log[i][0] < position:
+            i += 1
+        if i:
+            self._facts_start = log[i - 1][1]
+            del log[:i]
+        return self._facts_start
+
+    def _facts_changed(self, record: Record) -> None:
+        self._facts_log.append((record.offset, dict(self.facts)))
