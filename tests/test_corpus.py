@@ -40,9 +40,6 @@ FACT_KEYS = {"model": "gen_ai.request.model", "version": "vllm.version"}
 GAPS: dict[tuple[str, str], str] = {
     ("ascend/vllm-ascend-6242-triton-compile-failed-start.log", "error"):
         "a worker failure told only by the command that failed (clang++): nothing read says the engine was starting",
-    ("cuda/dynamo-1492-worker-died-sigterm-start.log", "error"):
-        "the worker's death (-15) is read, but one incident holds it and the traceback that follows, and the "
-        "traceback's start frames make the incident a failed start",
     ("tpu/tpu-inference-2313-torchax-failed-start.log", "startup"):
         "tpu-inference's precompile lines (compilation_manager: 'Compilation finished in 3.53 [secs]', "
         "'Precompile …') are no startup line the bridge reads: the failed start has no startup span",

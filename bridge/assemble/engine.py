@@ -87,7 +87,9 @@ class _Incident:
             self.last_ns = record.ts_ns
         self.last_offset = max(self.last_offset, record.end_offset)
         rank = _SPECIFICITY.get(ev.error_type, len(_SPECIFICITY))
-        if rank < _SPECIFICITY.get(self.error_type, len(_SPECIFICITY)):
+        # a signal killed it: where a later traceback was raised tells no other cause
+        frames_after_signal = self.lead[1].basis == "signal" and ev.basis == "frames"
+        if rank < _SPECIFICITY.get(self.error_type, len(_SPECIFICITY)) and not frames_after_signal:
             self.error_type, self.lead = ev.error_type, (record, ev)
             return True
         if ev.fatal and not self.lead[1].fatal and ev.error_type == self.error_type:

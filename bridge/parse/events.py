@@ -380,6 +380,9 @@ class EngineError:
     fatal: bool           # the engine (or a worker it needs) is gone: requests in flight are lost
     stacktrace: str
     exited: bool = False  # ENGINE_EXITED: the engine core process died, even amid a stop
+    #: what the type rests on: `said` (the error's own words), `signal` (a death by a signal:
+    #: a negative exit code, SIG…, a fatal signal), `frames` (only where its traceback was raised)
+    basis: str = "said"
 
 
 #: What vLLM's API server logs when its engine core process died under it (core_client.py:818):
