@@ -46,10 +46,6 @@ GAPS: dict[tuple[str, str], str] = {
     ("tpu/kaggle-tpu-lab-6-insufficient-devices-mesh.log", "error"):
         "a traceback cut on both sides of its start frames (the TPU runner's _init_mesh, then only the API "
         "server's entry frames main → run_server): nothing read says the engine was starting",
-    ("metal/vllm-swift-10-logo-banner-plugin.log", "startup"):
-        "the logo banner names args.model (Qwen/Qwen3-0.6B) before the API server's non-default args name the "
-        "served name (qwen3.6-27b): the startup span keeps the first model named (assemble/startup.py _FIRST), "
-        "not the served name clients send",
     ("ascend/vllm-ascend-644-v1-engine-exception-visual.log", "error"):
         "a traceback fragment entirely inside the model's forward: nothing read says it was serving",
 }

@@ -28,6 +28,7 @@ from bridge.parse.events import (
     ModelLoadFailed,
     NcclHint,
     NcclTimeout,
+    SERVED_MODEL,
     ServerStop,
     StartupFact,
 )
@@ -272,7 +273,11 @@ class EngineLife:
             self.startup = Startup(record)
         self.startup.add(record, ev.facts)
         for key, value in ev.facts:
-            if key in ("vllm.version", "gen_ai.request.model") and key not in self.facts:
+            if key == SERVED_MODEL:  # the name clients send, over a model the logo named first
+                key = "gen_ai.request.model"
+            elif key not in ("vllm.version", "gen_ai.request.model") or key in self.facts:
+                continue
+            if self.facts.get(key) != value:
                 self.facts[key] = value
                 self._facts_changed(record)
 

@@ -370,6 +370,11 @@ class StartupFact:
     facts: tuple[tuple[str, str | int | float], ...]
 
 
+#: The fact that names the model as clients send it (`--served-model-name`, the API server's
+#: args): it wins over a model named otherwise (the logo's `args.model`), whatever came first.
+SERVED_MODEL = "vllm.startup.served_model_name"
+
+
 @dataclass(frozen=True, slots=True)
 class EngineError:
     """An error line or a joined traceback / C++ block, classified into `error.type`."""

@@ -32,6 +32,7 @@ from bridge.parse.events import (
     ResponseGenerated,
     SequencePreempted,
     ENGINE_EXITED,
+    SERVED_MODEL,
     ServerStop,
     StartupFact,
 )
@@ -539,7 +540,8 @@ _LOGO_FACT = {"version": "vllm.version", "model": "gen_ai.request.model"}
 
 
 #: The API server's arguments (`non-default args: {…}` since 0.9, `args: Namespace(…)` before):
-#: the served name clients send, else the model. Read from their own keys only.
+#: the served name clients send, else the model. Read from their own keys only. The served name
+#: is also told as such: it wins over the model the logo named before it (`args.model`).
 _ARGS_SERVED = re.compile(r"""['"]?served_model_name['"]?(?::\s*|=)\[['"]([^'"]+)['"]""")
 _ARGS_MODEL = re.compile(r"""(?:^|[{(,]\s*)['"]?model['"]?(?::\s*|=)['"]([^'"]+)['"]""")
 
@@ -548,7 +550,10 @@ def _server_args(msg: str) -> Event | None:
     if not msg.startswith(("non-default args: {", "args: Namespace(")):
         return None
     body = msg[msg.index(" ") + 1:]
-    m = _ARGS_SERVED.search(body) or _ARGS_MODEL.search(body)
+    served = _ARGS_SERVED.search(body)
+    if served is not None:
+        return StartupFact((("gen_ai.request.model", served[1]), (SERVED_MODEL, served[1])))
+    m = _ARGS_MODEL.search(body)
     return StartupFact((("gen_ai.request.model", m[1]),)) if m is not None else None
 
 
