@@ -117,3 +117,55 @@ def test_an_unknown_line_of_an_engine_module_is_still_unknown_in_both_paths():
         for _ in range(2):  # the second call finds the module cached
             assert parser.parse("something new the scheduler says", "DEBUG", "scheduler.py:1") is None
         assert parser.snapshot().unrecognised == 2
+
+
+# -- a death by a signal, then a traceback that tells only where it was raised (issue #35) --
+
+from bridge.assemble.timeline import EngineTimeline  # noqa: E402
+from bridge.pipeline import ReplayConfig, replay  # noqa: E402
+
+_DIED = "ERROR 06-12 11:14:08 [multiproc_worker_utils.py:120] Worker VllmWorkerProcess pid 9 died, exit code: {}\n"
+_KILLING = "INFO 06-12 11:14:08 [multiproc_worker_utils.py:123] Killing local vLLM worker processes\n"
+#: V0's MQ engine being built (engine/multiprocessing/engine.py), the exception line cut off
+_START_TRACEBACK = ("Traceback (most recent call last):\n"
+                    '  File "/w/vllm/engine/multiprocessing/engine.py", line 586, in run_mp_engine\n'
+                    "    engine = MQLLMEngine.from_vllm_config(\n")
+
+
+def _incidents(tmp_path, text: str) -> list[EngineTimeline]:
+    log = tmp_path / "vllm.log"
+    log.write_text(text, encoding="utf-8")
+    out: list = []
+    replay([str(log)], [out.append], ReplayConfig(year=2025))
+    return [t for t in out if isinstance(t, EngineTimeline) and t.kind != "startup"]
+
+
+@pytest.mark.parametrize("text, basis", [
+    ("Worker VllmWorkerProcess pid 9 died, exit code: -9", "signal"),
+    ("Worker proc VllmWorker-0 died unexpectedly (exit code: -11), shutting down executor.", "signal"),
+    ("Fatal Python error: Segmentation fault", "signal"),
+    ("Memory access fault by GPU node-2 (Agent handle: 0x5) on address 0x7f. Reason: Page not present", "signal"),
+    # a process that exited on its own (sys.exit(1)) was not killed by a signal
+    ("Worker VllmWorkerProcess pid 9 died, exit code: 1", "said"),
+    (_START_TRACEBACK.rstrip("\n"), "frames"),
+    (_START_TRACEBACK + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", "said"),
+])
+def test_what_an_error_s_type_rests_on(text, basis):
+    assert engine_error(text).basis == basis
+
+
+def test_a_traceback_after_a_signal_death_does_not_make_it_a_failed_start(tmp_path):
+    (inc,) = _incidents(tmp_path, _DIED.format(-9) + _KILLING + _START_TRACEBACK)
+    assert inc.error_type == "engine_dead" and inc.attrs["vllm.incident.lines"] == 2  # both records
+
+
+def test_a_cause_the_traceback_states_still_wins_over_a_signal_death(tmp_path):
+    (inc,) = _incidents(tmp_path, _DIED.format(-9) + _KILLING + _START_TRACEBACK
+                        + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n")
+    assert inc.error_type == "oom"
+
+
+def test_a_worker_that_exited_on_its_own_while_starting_is_a_failed_start(tmp_path):
+    """Near miss: exit code 1 is no signal, so the traceback's start frames still tell a failed start."""
+    (inc,) = _incidents(tmp_path, _DIED.format(1) + _KILLING + _START_TRACEBACK)
+    assert inc.error_type == "model_load"

@@ -40,19 +40,12 @@ FACT_KEYS = {"model": "gen_ai.request.model", "version": "vllm.version"}
 GAPS: dict[tuple[str, str], str] = {
     ("ascend/vllm-ascend-6242-triton-compile-failed-start.log", "error"):
         "a worker failure told only by the command that failed (clang++): nothing read says the engine was starting",
-    ("cuda/dynamo-1492-worker-died-sigterm-start.log", "error"):
-        "the worker's death (-15) is read, but one incident holds it and the traceback that follows, and the "
-        "traceback's start frames make the incident a failed start",
     ("tpu/tpu-inference-2313-torchax-failed-start.log", "startup"):
         "tpu-inference's precompile lines (compilation_manager: 'Compilation finished in 3.53 [secs]', "
         "'Precompile …') are no startup line the bridge reads: the failed start has no startup span",
     ("tpu/kaggle-tpu-lab-6-insufficient-devices-mesh.log", "error"):
         "a traceback cut on both sides of its start frames (the TPU runner's _init_mesh, then only the API "
         "server's entry frames main → run_server): nothing read says the engine was starting",
-    ("metal/vllm-swift-10-logo-banner-plugin.log", "startup"):
-        "the logo banner names args.model (Qwen/Qwen3-0.6B) before the API server's non-default args name the "
-        "served name (qwen3.6-27b): the startup span keeps the first model named (assemble/startup.py _FIRST), "
-        "not the served name clients send",
     ("ascend/vllm-ascend-644-v1-engine-exception-visual.log", "error"):
         "a traceback fragment entirely inside the model's forward: nothing read says it was serving",
 }

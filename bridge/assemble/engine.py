@@ -28,6 +28,7 @@ from bridge.parse.events import (
     ModelLoadFailed,
     NcclHint,
     NcclTimeout,
+    SERVED_MODEL,
     ServerStop,
     StartupFact,
 )
@@ -87,7 +88,9 @@ class _Incident:
             self.last_ns = record.ts_ns
         self.last_offset = max(self.last_offset, record.end_offset)
         rank = _SPECIFICITY.get(ev.error_type, len(_SPECIFICITY))
-        if rank < _SPECIFICITY.get(self.error_type, len(_SPECIFICITY)):
+        # a signal killed it: where a later traceback was raised tells no other cause
+        frames_after_signal = self.lead[1].basis == "signal" and ev.basis == "frames"
+        if rank < _SPECIFICITY.get(self.error_type, len(_SPECIFICITY)) and not frames_after_signal:
             self.error_type, self.lead = ev.error_type, (record, ev)
             return True
         if ev.fatal and not self.lead[1].fatal and ev.error_type == self.error_type:
@@ -270,7 +273,11 @@ class EngineLife:
             self.startup = Startup(record)
         self.startup.add(record, ev.facts)
         for key, value in ev.facts:
-            if key in ("vllm.version", "gen_ai.request.model") and key not in self.facts:
+            if key == SERVED_MODEL:  # the name clients send, over a model the logo named first
+                key = "gen_ai.request.model"
+            elif key not in ("vllm.version", "gen_ai.request.model") or key in self.facts:
+                continue
+            if self.facts.get(key) != value:
                 self.facts[key] = value
                 self._facts_changed(record)
 

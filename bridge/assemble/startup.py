@@ -11,12 +11,13 @@ from __future__ import annotations
 from bridge.assemble.timeline import EngineTimeline
 from bridge.decode.record import Record
 from bridge.core.source import Source
+from bridge.parse.events import SERVED_MODEL
 
 STARTUP = "startup"  # EngineTimeline.kind of a startup span (exported as `vllm.startup`)
 #: Facts each worker prints for itself, of which the engine's is the smallest.
 _LEAST = frozenset({"vllm.startup.kv_cache_gib", "vllm.startup.kv_cache_tokens", "vllm.startup.max_concurrency"})
-#: Facts the first line that names them says best: the served name in the API server's args or
-#: logo, then the banner's, before the path a worker loads.
+#: Facts the first line that names them says best: the API server's logo or args, then the
+#: banner's, before the path a worker loads; but a name stated as served (`SERVED_MODEL`) wins.
 _FIRST = frozenset({"gen_ai.request.model"})
 
 
@@ -43,6 +44,8 @@ class Startup:
                 value = min(value, self.attrs[key])
             elif key in _FIRST and key in self.attrs:
                 continue  # the served name, not a path named later
+            elif key == SERVED_MODEL:  # what clients send, over the model the logo named (args.model)
+                self.attrs["gen_ai.request.model"] = value
             self.attrs[key] = value
 
     @property

@@ -370,6 +370,11 @@ class StartupFact:
     facts: tuple[tuple[str, str | int | float], ...]
 
 
+#: The fact that names the model as clients send it (`--served-model-name`, the API server's
+#: args): it wins over a model named otherwise (the logo's `args.model`), whatever came first.
+SERVED_MODEL = "vllm.startup.served_model_name"
+
+
 @dataclass(frozen=True, slots=True)
 class EngineError:
     """An error line or a joined traceback / C++ block, classified into `error.type`."""
@@ -380,6 +385,9 @@ class EngineError:
     fatal: bool           # the engine (or a worker it needs) is gone: requests in flight are lost
     stacktrace: str
     exited: bool = False  # ENGINE_EXITED: the engine core process died, even amid a stop
+    #: what the type rests on: `said` (the error's own words), `signal` (a death by a signal:
+    #: a negative exit code, SIG…, a fatal signal), `frames` (only where its traceback was raised)
+    basis: str = "said"
 
 
 #: What vLLM's API server logs when its engine core process died under it (core_client.py:818):

@@ -32,6 +32,7 @@ from bridge.parse.events import (
     ResponseGenerated,
     SequencePreempted,
     ENGINE_EXITED,
+    SERVED_MODEL,
     ServerStop,
     StartupFact,
 )
@@ -539,7 +540,8 @@ _LOGO_FACT = {"version": "vllm.version", "model": "gen_ai.request.model"}
 
 
 #: The API server's arguments (`non-default args: {…}` since 0.9, `args: Namespace(…)` before):
-#: the served name clients send, else the model. Read from their own keys only.
+#: the served name clients send, else the model. Read from their own keys only. The served name
+#: is also told as such: it wins over the model the logo named before it (`args.model`).
 _ARGS_SERVED = re.compile(r"""['"]?served_model_name['"]?(?::\s*|=)\[['"]([^'"]+)['"]""")
 _ARGS_MODEL = re.compile(r"""(?:^|[{(,]\s*)['"]?model['"]?(?::\s*|=)['"]([^'"]+)['"]""")
 
@@ -548,7 +550,10 @@ def _server_args(msg: str) -> Event | None:
     if not msg.startswith(("non-default args: {", "args: Namespace(")):
         return None
     body = msg[msg.index(" ") + 1:]
-    m = _ARGS_SERVED.search(body) or _ARGS_MODEL.search(body)
+    served = _ARGS_SERVED.search(body)
+    if served is not None:
+        return StartupFact((("gen_ai.request.model", served[1]), (SERVED_MODEL, served[1])))
+    m = _ARGS_MODEL.search(body)
     return StartupFact((("gen_ai.request.model", m[1]),)) if m is not None else None
 
 
@@ -718,13 +723,13 @@ def _evidence(text: str) -> str:
     return _POSSIBLE_CAUSES.sub("", "\n".join(keep))
 
 
-def _by_frames(text: str) -> str:
+def _by_frames(text: str) -> tuple[str, str]:
     low = text.lower()
     for error_type, markers in (("model_load", _LOAD_FRAMES), ("model_load", _START_FRAMES),
                                 ("engine_dead", _SERVING_FRAMES)):
         if any(marker in low for marker in markers):
-            return error_type
-    return "other"
+            return error_type, "frames"
+    return "other", "said"
 
 
 def classify(text: str, shape: str | None = None) -> str:
@@ -734,25 +739,38 @@ def classify(text: str, shape: str | None = None) -> str:
     exception's repr (`RuntimeError('CUDA out of memory')`) still tells the other types.
     The root cause wins over its wrappers: what the error says first (`_CLASSES`), and only when
     it names no cause, where it was raised (`_by_frames`)."""
+    return _classified(text, shape)[0]
+
+
+def _classified(text: str, shape: str | None = None) -> tuple[str, str]:
+    """`classify`'s type, and what it rests on (`EngineError.basis`)."""
     low = _evidence(text).lower()
     low_shape = None if shape is None else _evidence(shape).lower()
     for error_type, markers in _CLASSES:
         if error_type == "engine_dead" and low_shape is not None:
             if any(marker in low_shape for marker in markers):
-                return _started(error_type, markers, text)
+                return _started(error_type, markers, text, low_shape)
             continue
         for marker in markers:
             if marker in low:
-                return _started(error_type, markers, text)
+                return _started(error_type, markers, text, low)
     return _by_frames(text)
 
 
-def _started(error_type: str, markers: tuple[str, ...], text: str) -> str:
+#: A process a signal killed: Python's multiprocessing reports its exit code as minus the signal
+#: (vLLM: V0's `Worker … died, exit code: -9`, V1's `Worker proc … died unexpectedly (exit code:
+#: -9)`, `Process … died with exit code -9`).
+_SIGNAL_EXIT = re.compile(r"\bexit[ _]?code[:=]? ?\(?-\d+\b")
+
+
+def _started(error_type: str, markers: tuple[str, ...], text: str, said: str) -> tuple[str, str]:
     """An engine that was still being built cannot die: a fatal error raised under its start's
     frames is a failed start (a killing signal stays a death)."""
-    if error_type == "engine_dead" and markers is not _SIGNALS and any(m in text.lower() for m in _START_FRAMES):
-        return "model_load"
-    return error_type
+    if error_type == "engine_dead" and (markers is _SIGNALS or _SIGNAL_EXIT.search(said)):
+        return error_type, "signal"
+    if error_type == "engine_dead" and any(m in text.lower() for m in _START_FRAMES):
+        return "model_load", "said"
+    return error_type, "said"
 
 
 def engine_error(msg: str) -> EngineError:
@@ -772,8 +790,9 @@ def engine_error(msg: str) -> EngineError:
         message = first
     fatal = any(f in low for f in _FATAL)
     stack = msg if "\n" in msg else ""
-    return EngineError(classify(msg, shape), exc_type.rsplit(".", 1)[-1], message[:_MAX_MESSAGE], fatal,
-                       stack[:_MAX_STACK])
+    error_type, basis = _classified(msg, shape)
+    return EngineError(error_type, exc_type.rsplit(".", 1)[-1], message[:_MAX_MESSAGE], fatal,
+                       stack[:_MAX_STACK], basis=basis)
 
 
 #: Error lines of vLLM's own loggers, as (literal start, regex for the rest): the starts are also
