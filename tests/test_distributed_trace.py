@@ -22,8 +22,7 @@ from bridge.pipeline import replay
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "distributed"
 
-pytestmark = pytest.mark.xfail(strict=True, reason="#34: the assembler's P/D and DP rows are not there yet "
-                                                   "(the state table first); see docs/distributed.md")
+_NOT_YET = "#34: the assembler's P/D rows are not there yet; see docs/distributed.md"
 
 
 def truth(name: str) -> dict:
@@ -71,6 +70,7 @@ def pd(tmp_path):
     return truth("pd_truth.json"), together, alone
 
 
+@pytest.mark.xfail(strict=True, reason=_NOT_YET)
 def test_both_halves_are_one_trace_whichever_files_an_agent_reads(pd):
     t, (got, _children), alone = pd
     for r in ok(t):
@@ -84,6 +84,21 @@ def test_both_halves_are_one_trace_whichever_files_an_agent_reads(pd):
         assert alone[(rid, "decode")][0].span_id == dec.span_id
 
 
+def test_each_root_says_its_role_and_the_decode_names_the_prefills_engine_and_request(pd):
+    # from each half's own Received request line: the same whichever files an agent reads
+    t, (got, _children), alone = pd
+    for r in ok(t):
+        rid = f"cmpl-{r['x_request_id']}-0"
+        for roots_ in (got, alone):
+            (_pre, pre_attrs), (_dec, dec_attrs) = roots_[(rid, "prefill")], roots_[(rid, "decode")]
+            assert _s(dec_attrs["vllm.pd.remote_engine_id"]) == t["prefill_engine_id"]
+            assert _s(dec_attrs["vllm.pd.remote_request_id"]) == r["remote_request_id"]
+            assert _s(pre_attrs["vllm.request.internal_id"]) == r["remote_request_id"]
+            assert "vllm.pd.remote_request_id" not in pre_attrs
+            assert _s(dec_attrs["vllm.request.internal_id"]) != r["remote_request_id"]
+
+
+@pytest.mark.xfail(strict=True, reason=_NOT_YET)
 def test_each_root_says_its_role_and_the_remote_engine_and_the_decode_links_to_the_prefill(pd):
     t, (got, _children), alone = pd
     for r in ok(t):
@@ -99,6 +114,7 @@ def test_each_root_says_its_role_and_the_remote_engine_and_the_decode_links_to_t
         assert pre.end_time_unix_nano <= dec.end_time_unix_nano
 
 
+@pytest.mark.xfail(strict=True, reason=_NOT_YET)
 def test_the_kv_transfer_span_lies_inside_the_decodes_queued_time_and_kv_hold_on_the_prefill(pd):
     t, (got, children), _alone = pd
     for r in ok(t):

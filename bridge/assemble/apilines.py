@@ -103,7 +103,9 @@ class ApiLines:
         r.seen |= SEEN_RECEIVED
         for key, value in (("gen_ai.request.max_tokens", ev.max_tokens), ("gen_ai.request.temperature", ev.temperature),
                            ("gen_ai.request.top_p", ev.top_p), ("gen_ai.request.n", ev.n),
-                           ("vllm.lora.name", ev.lora)):
+                           ("vllm.lora.name", ev.lora), ("vllm.pd.role", ev.pd_role),
+                           ("vllm.pd.remote_engine_id", ev.remote_engine_id),
+                           ("vllm.pd.remote_request_id", ev.remote_request_id)):
             if value is not None:
                 r.set(key, value)
 

@@ -61,6 +61,17 @@ def _combined(rid: str, seqs: dict) -> tuple[RequestSummary, int]:
     return summary, end
 
 
+def _dp_rank(r: RequestState, process: str) -> None:
+    """`vllm.dp.rank` from the engine core that scheduled the request (`EngineCore_DP<n> pid=…`):
+    with data parallel only the engine core's own lines say which engine served it (the API
+    server's output processor keeps no engine index). The first schedule's engine wins."""
+    if r.extra is not None and "vllm.dp.rank" in r.extra:
+        return
+    word = process.split(" ", 1)[0][len("EngineCore_DP"):]
+    if word.isdigit():
+        r.set("vllm.dp.rank", int(word))
+
+
 class SeedLines:
     """Handlers of the engine core's and the plugin's per-request lines."""
 
@@ -110,6 +121,9 @@ class SeedLines:
             r.queue_at_schedule = self._queue
             r.gpu_at_schedule = self._gpu
         r.schedules.append((ts, ev))
+        process = record.process
+        if process.startswith("EngineCore_DP"):
+            _dp_rank(r, process)
         p = self._open_preemption(r, ev.request_id)
         if p is not None:
             p[1] = ts  # rescheduled: the preemption is over
