@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from bridge.assemble import ids
 from bridge.assemble.ending import Close, End
+from bridge.assemble.kvlines import awaits_release
 from bridge.assemble.state import RequestState
 from bridge.assemble.timeline import SpanEvent
 from bridge.decode.record import CLOCK_EXACT, Record
@@ -218,6 +219,8 @@ class SeedLines:
         before the serving code logs the response (`Generated response … finish_reason: …`,
         chat and Responses API only: completions log no output). It lingers for those lines
         (`linger_s`), which name its finish reasons, until it has one per choice."""
+        if r.kv is not None and awaits_release(r):
+            return True  # a disaggregated prefill: its blocks are held for the decode (kvlines.py)
         extra = r.extra
         if r.summary is None or extra is None or extra.get("gen_ai.operation.name") != "chat":
             return False
