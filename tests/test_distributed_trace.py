@@ -1,7 +1,8 @@
 """The assembled trace of a disaggregated request and of a DP=2 server (issue #34), from the
 recorded real runs in tests/fixtures/distributed/: what the assembler's state-table rows for
-distributed serving must make true. Strict xfail until those rows land; then each test must
-pass as written (docs/distributed.md says why each expectation is what it is).
+distributed serving (bridge/assemble/kvlines.py) and the ids of both halves
+(bridge/export/mapping.py `pd_ids`) make true (docs/distributed.md says why each expectation is
+what it is).
 
 The expectations come from the client's record (`*_truth.json`) and vLLM's own lines, not from
 the bridge's output: the two halves of a request are the prefill and decode requests with the
@@ -24,7 +25,6 @@ from bridge.pipeline import replay
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "distributed"
 
-_NOT_YET = "#34: the assembler's P/D rows are not there yet; see docs/distributed.md"
 
 
 def truth(name: str) -> dict:
@@ -72,7 +72,6 @@ def pd(tmp_path):
     return truth("pd_truth.json"), together, alone
 
 
-@pytest.mark.xfail(strict=True, reason=_NOT_YET)
 def test_both_halves_are_one_trace_whichever_files_an_agent_reads(pd):
     t, (got, _children), alone = pd
     for r in ok(t):
@@ -100,7 +99,6 @@ def test_each_root_says_its_role_and_the_decode_names_the_prefills_engine_and_re
             assert _s(dec_attrs["vllm.request.internal_id"]) != r["remote_request_id"]
 
 
-@pytest.mark.xfail(strict=True, reason=_NOT_YET)
 def test_each_root_says_its_role_and_the_remote_engine_and_the_decode_links_to_the_prefill(pd):
     t, (got, _children), alone = pd
     for r in ok(t):
@@ -261,3 +259,38 @@ def test_a_prefill_lingers_for_its_release_line_but_no_longer_than_kv_hold_s():
     assert held and len(out) == 1 and "kv_hold" not in _phases(out[0])
     held, out = run(release_at=None, kv_hold_s=3.0)
     assert not held  # a bound shorter than linger_s: linger_s rules
+
+
+def test_the_wire_encoder_sends_both_halves_ids_and_the_link_as_the_mapping_says(tmp_path):
+    """What a backend receives (the wire encoder's bytes, decoded by protobuf): the same trace
+    for both halves and the decode's link to the prefill's root, C built or not (the C encoder
+    leaves these timelines to the Python one)."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    from bridge.export.batch import OtlpSink
+    from bridge.export.resource import base_resource
+    from bridge.export.wire import WireEncoder
+    from receivers import CapturingTransport
+
+    files = []
+    for p in (FIXTURES / "prefill.log", FIXTURES / "decode.log"):
+        d = tmp_path / p.stem
+        d.mkdir()
+        shutil.copy(p, d / "0.log")
+        files.append(str(d / "0.log"))
+    transport = CapturingTransport()
+    sink = OtlpSink(transport, base_resource({}), encoder=WireEncoder)
+    replay(files, [sink])
+    assert sink.close()
+    roots_ = {}
+    for payload in transport.payloads:
+        for rs in ExportTraceServiceRequest.FromString(payload).resource_spans:
+            for s in (s for ss in rs.scope_spans for s in ss.spans if s.name == "vllm.request"):
+                attrs = {kv.key: kv.value.string_value for kv in s.attributes}
+                roots_[(attrs["vllm.request.id"], attrs.get("vllm.pd.role"))] = s
+    for r in ok(truth("pd_truth.json")):
+        rid = f"cmpl-{r['x_request_id']}-0"
+        pre, dec = roots_[(rid, "prefill")], roots_[(rid, "decode")]
+        assert pre.trace_id == dec.trace_id
+        assert [(lk.trace_id, lk.span_id) for lk in dec.links] == [(pre.trace_id, pre.span_id)]
+        assert not pre.links and pre.span_id != dec.span_id
