@@ -12,6 +12,7 @@ from __future__ import annotations
 from bridge.assemble import ids
 from bridge.assemble.ending import Close, End
 from bridge.assemble.index import COARSE
+from bridge.assemble.kvlines import kv_of
 from bridge.assemble.state import SEEN_DETAILS, SEEN_RECEIVED, RequestState
 from bridge.assemble.timeline import SpanEvent
 from bridge.decode.record import Record
@@ -103,9 +104,13 @@ class ApiLines:
         r.seen |= SEEN_RECEIVED
         for key, value in (("gen_ai.request.max_tokens", ev.max_tokens), ("gen_ai.request.temperature", ev.temperature),
                            ("gen_ai.request.top_p", ev.top_p), ("gen_ai.request.n", ev.n),
-                           ("vllm.lora.name", ev.lora)):
+                           ("vllm.lora.name", ev.lora), ("vllm.pd.role", ev.pd_role),
+                           ("vllm.pd.remote_engine_id", ev.remote_engine_id),
+                           ("vllm.pd.remote_request_id", ev.remote_request_id)):
             if value is not None:
                 r.set(key, value)
+        if ev.pd_role is not None:
+            kv_of(r, ev.pd_role)  # a prefill lingers for its `KV blocks released` line (kvlines.py)
 
     def _on_details(self, record: Record, ev: RequestDetails) -> None:
         # DEBUG prints it just before `Received request`: it opens the request like that line.

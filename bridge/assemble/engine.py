@@ -16,6 +16,7 @@ from bridge.assemble.build import engine_timeline
 from bridge.assemble.clock import ClockJump, jump_attrs
 from bridge.assemble.ending import Close, End
 from bridge.assemble.index import where
+from bridge.assemble.kvlines import awaits_remote_kv
 from bridge.assemble.startup import Startup
 from bridge.assemble.state import RequestState, fan_out
 from bridge.assemble.timeline import IncidentEvent, IncidentRef, SpanEvent, Timeline
@@ -199,7 +200,7 @@ class EngineLife:
             return
         ts, held = self._held
         known = sorted((r for r in self._in_flight.values()
-                        if r.extra is not None and r.first_ns <= ts - IDLE_GRACE_NS),
+                        if r.extra is not None and r.first_ns <= ts - IDLE_GRACE_NS and not awaits_remote_kv(r)),
                        key=lambda r: (r.first_ns, r.first_offset))
         for r in known[:max(0, len(known) - held)]:
             if r.last_ns <= ts:
@@ -211,7 +212,8 @@ class EngineLife:
         request after an earlier idle line voids that one (the API server's stats can predate
         the engine's `Added request`): the next idle line is the one that counts."""
         for r in self._in_flight.values():
-            if r.extra is not None and r.last_ns < record.ts_ns and (r.idle_at is None or r.idle_at < r.last_ns):
+            if r.extra is not None and r.last_ns < record.ts_ns and (r.idle_at is None or r.idle_at < r.last_ns) \
+                    and not awaits_remote_kv(r):
                 r.idle_at = record.ts_ns
 
     def on_stop(self, record: Record, ev: ServerStop) -> None:

@@ -21,6 +21,7 @@ from bridge.assemble.diagnosis import Thresholds
 from bridge.assemble.ending import STOPPED_MESSAGE, Close, End, engine_failed
 from bridge.assemble.engine import IDLE_GRACE_NS, EngineLife
 from bridge.assemble.index import Occurrences
+from bridge.assemble.kvlines import KvLines, awaits_release, kv_phases
 from bridge.assemble.seedlines import SeedLines
 from bridge.assemble.state import RequestState, fan_out
 from bridge.assemble.table import handlers
@@ -39,6 +40,9 @@ class AssembleConfig:
     thresholds: Thresholds = Thresholds()
     ttl_s: float = 600.0      # an open request with no new line for this long is evicted
     linger_s: float = 5.0     # a finished request waits this long for its last block frees
+    # A disaggregated prefill waits this long after its end for its `KV blocks released` line
+    # (NIXL's lease is 30 s by default, `kv_lease_duration`; a decode's heartbeats extend it).
+    kv_hold_s: float = 60.0
     oom_window_s: float = 2.0  # a CUDA OOM this close before a failed allocation explains it
     context_rule: Rule = w3c_rule  # request id → the caller's trace context (context.make_rule)
     # Client-supplied context counts: the traceparent the vLLM plugin logged with a request (it
@@ -65,7 +69,7 @@ class AssembleStats:
     no_action: int = 0  # lines in a phase their table row has no action for (table.py)
 
 
-class Assembler(SeedLines, ApiLines):
+class Assembler(SeedLines, ApiLines, KvLines):
     """Feed it (record, event) pairs of one source in file order; it calls `emit` with each
     finished `RequestTimeline` or `EngineTimeline`."""
 
@@ -83,6 +87,7 @@ class Assembler(SeedLines, ApiLines):
         self._text: Callable[[str], str] = str if config.export_error_text else redact_error_text
         self._request_text: Callable[[str], str] = str if config.export_error_text else redact_request_error
         self._linger_ns = int(config.linger_s * _NS)
+        self._kv_hold_ns = int(config.kv_hold_s * _NS)
         self.index = Occurrences()  # the requests not yet emitted: open, in flight, twins, and those gone
         self._queue: QueueState | None = None
         self._gpu: GpuMemory | None = None
@@ -92,7 +97,7 @@ class Assembler(SeedLines, ApiLines):
         self._gpu_offset: int | None = None
         self._now = 0
         self._next_sweep = 0
-        self.clock = ClockWatch(max(self._ttl_ns, self._linger_ns, IDLE_GRACE_NS))  # the latest clock jump
+        self.clock = ClockWatch(max(self._ttl_ns, self._linger_ns, self._kv_hold_ns, IDLE_GRACE_NS))  # the latest clock jump
         self._guess_ns = -1  # `_now` when a line with no stamp of its own set it (its file's time)
         # Requests the engine's death or the server's stop ended (not a line of their own) → the
         # exception event that says so; until emitted. Here, not on RequestState: few ever have one.
@@ -126,6 +131,7 @@ class Assembler(SeedLines, ApiLines):
         self._next_sweep = now_ns + _NS
         # a deadline before the latest clock jump counts from the jump: the jump ends nothing
         linger_deadline = self.clock.deadline(now_ns - self._linger_ns)
+        kv_deadline = self.clock.deadline(now_ns - self._kv_hold_ns)
         ttl_deadline = self.clock.deadline(now_ns - self._ttl_ns)
         idle_deadline = self.clock.deadline(now_ns - IDLE_GRACE_NS)
         self.engine.tick(now_ns, ttl_deadline)
@@ -134,7 +140,9 @@ class Assembler(SeedLines, ApiLines):
             self.close(r, Close.IDLE, r.idle_at)
         due = [
             r for r in self.index.open.values()
-            if (r.terminal_ns is not None and r.terminal_ns <= linger_deadline) or r.last_ns <= ttl_deadline
+            if (r.terminal_ns is not None and r.terminal_ns <= linger_deadline
+                and (r.kv is None or r.terminal_ns <= kv_deadline or not awaits_release(r)))
+            or r.last_ns <= ttl_deadline
         ]
         due += self.clock.stale(self.index.open.values(), now_ns, due)  # stamped before a jump back, TTL over
         for r in due:
@@ -289,6 +297,8 @@ class Assembler(SeedLines, ApiLines):
             caller = r.times.caller if r.times is not None else None
             parent = caller if caller is not None else self._config.context_rule(r.request_id)
         t = self._timeline(r, self.source_at(r.generation << GEN_SHIFT), self._config.thresholds, parent)
+        if r.kv is not None:
+            kv_phases(t, r)  # after the build, C or pure: both agree on them
         if r.extra is not None and ("vllm.start_unknown" in r.extra or "vllm.end_inferred" in r.extra):
             # A bound no line proves: the first line seen is no arrival; a stop's time no end.
             if "vllm.start_unknown" in r.extra:

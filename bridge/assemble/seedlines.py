@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from bridge.assemble import ids
 from bridge.assemble.ending import Close, End
+from bridge.assemble.kvlines import awaits_release
 from bridge.assemble.state import RequestState
 from bridge.assemble.timeline import SpanEvent
 from bridge.decode.record import CLOCK_EXACT, Record
@@ -59,6 +60,17 @@ def _combined(rid: str, seqs: dict) -> tuple[RequestSummary, int]:
     summary = RequestSummary(rid, max(s.prompt_tokens for _, s in done), sum(s.generated_tokens for _, s in done),
                              (first - arrival) / _NS, itl, (end - arrival) / _NS, end)
     return summary, end
+
+
+def _dp_rank(r: RequestState, process: str) -> None:
+    """`vllm.dp.rank` from the engine core that scheduled the request (`EngineCore_DP<n> pid=…`):
+    with data parallel only the engine core's own lines say which engine served it (the API
+    server's output processor keeps no engine index). The first schedule's engine wins."""
+    if r.extra is not None and "vllm.dp.rank" in r.extra:
+        return
+    word = process.split(" ", 1)[0][len("EngineCore_DP"):]
+    if word.isdigit():
+        r.set("vllm.dp.rank", int(word))
 
 
 class SeedLines:
@@ -110,6 +122,9 @@ class SeedLines:
             r.queue_at_schedule = self._queue
             r.gpu_at_schedule = self._gpu
         r.schedules.append((ts, ev))
+        process = record.process
+        if process.startswith("EngineCore_DP"):
+            _dp_rank(r, process)
         p = self._open_preemption(r, ev.request_id)
         if p is not None:
             p[1] = ts  # rescheduled: the preemption is over
@@ -204,6 +219,8 @@ class SeedLines:
         before the serving code logs the response (`Generated response … finish_reason: …`,
         chat and Responses API only: completions log no output). It lingers for those lines
         (`linger_s`), which name its finish reasons, until it has one per choice."""
+        if r.kv is not None and awaits_release(r):
+            return True  # a disaggregated prefill: its blocks are held for the decode (kvlines.py)
         extra = r.extra
         if r.summary is None or extra is None or extra.get("gen_ai.operation.name") != "chat":
             return False

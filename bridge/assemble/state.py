@@ -58,7 +58,7 @@ class RequestState:
         "events", "dropped", "summary", "terminal_ns", "outcome", "error_type", "error_message",
         "timeout_after_s", "queue_at_schedule", "gpu_at_schedule", "min_free_ratio",
         "max_gpu_ratio", "last_free_ns", "release_ns", "extra", "sampled_preemptions", "idle_at",
-        "seen", "answer", "seqs", "coarse_start", "times", "generation",
+        "seen", "answer", "seqs", "coarse_start", "times", "generation", "kv",
     )
 
     def __init__(self, request_id: str, occurrence: str, ts: int, offset: int) -> None:
@@ -98,6 +98,7 @@ class RequestState:
         # about the request may say when within that second it began (build).
         self.coarse_start = False
         self.times: PluginTimes | None = None  # vLLM's own phase stamps, from the plugin's end line
+        self.kv = None  # kvlines.KvState: a disaggregated request's KV lines (#34), else None
 
     def answered(self) -> Answer:
         """Its `Answer`, made by the first line that adds to it."""

@@ -103,12 +103,20 @@ TABLE: tuple[Row, ...] = (
     Row(ev.GpuMemory, "requests", "_on_gpu", {_ALL: "snapshot for requests scheduled later; an event on each"}),
     Row(ev.AccessLog, "requests", "_ignore", {_ALL: "nothing"}),
     Row(ev.Notice, "requests", "_ignore", {_ALL: "nothing"}),
-    Row(ev.KvReceived, "requests", "_ignore", {_ALL: "nothing yet: the P/D rows (#34) come next"}),
-    Row(ev.KvReleased, "requests", "_ignore", {_ALL: "nothing yet: the P/D rows (#34) come next"}),
-    Row(ev.KvLeaseExpired, "requests", "_ignore", {_ALL: "nothing yet: the P/D rows (#34) come next"}),
-    Row(ev.KvBlocksInvalid, "requests", "_ignore", {_ALL: "nothing yet: the P/D rows (#34) come next"}),
-    Row(ev.KvTransferFailed, "requests", "_ignore", {_ALL: "nothing yet: the P/D rows (#34) come next"}),
-    Row(ev.KvTransferMetrics, "requests", "_ignore", {_ALL: "nothing yet: the P/D rows (#34) come next"}),
+    Row(ev.KvReceived, "requests", "_on_kv_received", {
+        N: "orphan line", F: "touch; the decode's kv_transfer times, its role and remote ids; failed: an exception",
+        O: "touch; as in flight"}, SEED),
+    Row(ev.KvReleased, "requests", "_on_kv_released", {
+        N: "orphan line", F: "touch; kv_hold's end (the release came before the summary)",
+        O: "touch; kv_hold's end; close DONE if nothing else is held or awaited"}, SEED),
+    Row(ev.KvLeaseExpired, "requests", "_on_kv_lease_expired", {
+        N: "orphan line", F: "touch; an event (the lease ran out)", O: "touch; an event (the lease ran out)"}),
+    Row(ev.KvBlocksInvalid, "requests", "_on_kv_blocks_invalid", {
+        N: "orphan line", F: "touch; an event", O: "touch; an event"}),
+    Row(ev.KvTransferFailed, "requests", "_on_kv_transfer_failed", {
+        N: "orphan line", F: "touch; an exception event (failed: error.type distributed), never an incident",
+        O: "touch; an exception event", _ALL: "no request named: counted (no_action)"}),
+    Row(ev.KvTransferMetrics, "requests", "_on_kv_metrics", {_ALL: "an event on every request in flight (aggregate)"}),
     # -- engine-wide lines (engine.py) --
     Row(ev.EngineStats, "engine", "on_stats", {
         _ALL: "an event on each; nothing held: each upstream one idle (closed IDLE after the grace)"}),

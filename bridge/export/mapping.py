@@ -36,6 +36,8 @@ SCOPE_NAME, SCOPE_VERSION = "vllm-trace-bridge", __version__  # the Instrumentat
 REQUEST_SPAN, ENGINE_SPAN, STARTUP_SPAN = "vllm.request", "vllm.engine", "vllm.startup"
 STARTUP_KIND = "startup"  # EngineTimeline.kind of an engine's startup
 REQUEST_IDS, ENGINE_IDS = "request", "engine"  # the kind word of `ids.trace_id`
+PD_IDS = "pd"  # a disaggregated request's: both halves' ids from the prefill's engine request id
+PD_ROLE, PD_REMOTE_REQUEST, INTERNAL_ID = "vllm.pd.role", "vllm.pd.remote_request_id", "vllm.request.internal_id"
 TIMING, TIMING_START, TIMING_END = "vllm.timing", "vllm.timing.start", "vllm.timing.end"
 INCIDENT_KIND = "vllm.incident.kind"  # the attribute of a link to an incident
 EXCEPTION = "exception"  # the event name of OpenTelemetry's exception convention
@@ -120,20 +122,49 @@ def _phase_timing(start: str, end: str) -> tuple[tuple[str, str], ...]:
     return (TIMING, phase_timing(start, end)), (TIMING_START, start), (TIMING_END, end)
 
 
+def pd_key(t: RequestTimeline) -> tuple[str, str] | None:
+    """(role, the prefill's engine request id) of one half of a disaggregated request, or None:
+    the key both halves have from their own lines (docs/distributed.md), never a source's."""
+    attrs = t.attrs
+    role = attrs.get(PD_ROLE)
+    if role == "prefill":
+        key = attrs.get(INTERNAL_ID)
+    elif role == "decode":
+        key = attrs.get(PD_REMOTE_REQUEST)
+    else:
+        return None
+    return (role, key) if isinstance(key, str) and key else None
+
+
+def pd_ids(key: str, role: str) -> tuple[bytes, bytes]:
+    """(trace id, root span id) of the `role` half of the disaggregated request whose prefill's
+    engine request id is `key`: the same on any agent, whichever files it reads."""
+    tid = trace_id("", PD_IDS, key, "")
+    return tid, span_id(tid, REQUEST_SPAN, 1 if role == "prefill" else 2)
+
+
 def request_spans(t: RequestTimeline) -> list[SpanRecord]:
     """The root and one child per phase. Span ids derive from the bridge's own trace id even in
     the caller's trace, so they stay deterministic and distinct when two requests carry the
     same context. (Records built with `_record`, SpanRecord's fields in order: this runs for
-    every request the pure-Python encoder writes.)"""
-    own = trace_id(t.source.key, REQUEST_IDS, t.request_id, t.occurrence)
-    root_id = span_id(own + t.occurrence.encode(), REQUEST_SPAN)
+    every request the pure-Python encoder writes.) A half of a disaggregated request (`pd_key`)
+    takes its ids from the prefill's engine request id, and a decode links to its prefill."""
+    links = incident_links(t)
+    pd = pd_key(t)
+    if pd is None:
+        own = trace_id(t.source.key, REQUEST_IDS, t.request_id, t.occurrence)
+        root_id = span_id(own + t.occurrence.encode(), REQUEST_SPAN)
+    else:
+        own, root_id = pd_ids(pd[1], pd[0])
     tid, parent_id = own, b""
     if t.parent is not None:
         tid, parent_id = t.parent.trace_id, t.parent.span_id or b""
+    if pd is not None and pd[0] == "decode":
+        links = (Link(tid, pd_ids(pd[1], "prefill")[1], {}), *links)
     out = [_record(SpanRecord, (
         tid, root_id, parent_id, REQUEST_SPAN, KIND_SERVER, t.start_ns, t.end_ns,
         t.attrs, _root_timing(t.start_timing, t.end_timing),
-        t.events, t.dropped_events, incident_links(t), t.error_message if t.error_type else None,
+        t.events, t.dropped_events, links, t.error_message if t.error_type else None,
     ))]
     for p in t.phases:
         out.append(_record(SpanRecord, (

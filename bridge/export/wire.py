@@ -272,7 +272,9 @@ class WireEncoder:
         chunks = entry[1]
         held = len(chunks)
         if isinstance(timeline, RequestTimeline):
-            if self._fast is not None:  # ids computed as ids.py does, in C; None: it declined
+            # ids computed as ids.py does, in C; None: it declined. A half of a disaggregated
+            # request (its ids and link from mapping.pd_key) is this module's alone.
+            if self._fast is not None and mapping.PD_ROLE not in timeline.attrs:
                 spans = self._fast(timeline, self._fast_events)
                 if spans is not None:
                     chunks.append(spans)
