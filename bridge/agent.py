@@ -75,7 +75,7 @@ class Agent:
         self._assemble_cfg = AssembleConfig(thresholds=Thresholds(cfg.slow_ttft_ms / 1000, cfg.slow_itl_ms / 1000,
                                                                   cfg.low_free_blocks_pct / 100,
                                                                   cfg.high_gpu_memory_pct / 100),
-                                            ttl_s=cfg.ttl, linger_s=cfg.linger,
+                                            ttl_s=cfg.ttl, linger_s=cfg.linger, kv_hold_s=cfg.kv_hold,
                                             context_rule=make_rule(cfg.trace_context),
                                             client_context=cfg.client_trace_context,
                                             export_error_text=cfg.export_error_text)

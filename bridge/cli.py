@@ -192,6 +192,7 @@ _RUN_METAVAR = {
     "history_age": "SECONDS",
     "poll_interval": "SECONDS",
     "linger": "SECONDS",
+    "kv_hold": "SECONDS",
     "listen": "HOST:PORT",
     "max_queue_spans": "N",
     "max_batch_spans": "N",

@@ -47,6 +47,9 @@ class AgentConfig:
     year: int | None = None
     ttl: float = 600.0
     linger: float = 5.0
+    # Seconds a disaggregated prefill waits after its end for its `KV blocks released` line
+    # (NIXL's lease is 30 s by default, `kv_lease_duration`; a decode's heartbeats extend it).
+    kv_hold: float = 60.0
     otlp_endpoint: str | None = None   # None: OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT
     otlp_protocol: str | None = None   # None: OTEL_EXPORTER_OTLP_PROTOCOL, else grpc
     listen: str = "[::]:9464"         # [::]: IPv4 and IPv6 where the node has both, else IPv4
@@ -124,6 +127,7 @@ DOC = {
     "year": "Year of the first line (vLLM headers have none); empty: from the file's modification time.",
     "ttl": "Seconds an open request may go without a new line before it is evicted, marked incomplete.",
     "linger": "Seconds a finished request waits for its last KV block frees.",
+    "kv_hold": "Seconds a disaggregated (P/D) prefill waits after its end for the line saying its KV blocks were released (the end of its `kv_hold` span); past this it is sent without a `kv_hold` span. Keep it above the connector's lease (NIXL's `kv_lease_duration`, 30 s by default).",
     "otlp_endpoint": "OTLP receiver; empty: `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` / `OTEL_EXPORTER_OTLP_ENDPOINT`.",
     "otlp_protocol": "`grpc` or `http/protobuf`; empty: `OTEL_EXPORTER_OTLP_PROTOCOL`, else gRPC.",
     "listen": "HOST:PORT of `/healthz`, `/readyz` and `/metrics` (port 0 picks a free one).",
@@ -221,6 +225,10 @@ def _check(cfg: AgentConfig, origins: Mapping[str, str]) -> None:
     for name in _NON_NEGATIVE:
         if not getattr(cfg, name) >= 0:  # NaN too
             raise ConfigError(f"{name} (from {origins.get(name, 'default')}): must be 0 or more")
+    if not 0 < cfg.kv_hold < float("inf"):  # NaN too; int(inf ns) would not be a deadline
+        raise ConfigError(f"kv_hold (from {origins.get('kv_hold', 'default')}): {cfg.kv_hold!r} is not a wait; give "
+                          "seconds greater than 0, above the KV connector's lease, e.g. kv_hold: 60 "
+                          "(NIXL's kv_lease_duration is 30 s by default)")
     for name in ("history_bytes", "history_age"):
         value = getattr(cfg, name)
         if not value >= 0 or value == float("inf"):  # NaN too

@@ -294,3 +294,19 @@ def test_the_wire_encoder_sends_both_halves_ids_and_the_link_as_the_mapping_says
         assert pre.trace_id == dec.trace_id
         assert [(lk.trace_id, lk.span_id) for lk in dec.links] == [(pre.trace_id, pre.span_id)]
         assert not pre.links and pre.span_id != dec.span_id
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf"])
+def test_a_bad_kv_hold_fails_at_start_naming_the_field_and_the_fix(value):
+    from bridge.config import ConfigError, load
+    for file_data, env, flags, origin in ((None, {"VLLM_TRACE_BRIDGE_KV_HOLD": value}, {}, "VLLM_TRACE_BRIDGE_KV_HOLD"),
+                                          ({"kv_hold": float(value)}, {}, {}, "config file"),
+                                          (None, {}, {"kv_hold": value}, "--kv-hold")):
+        with pytest.raises(ConfigError) as e:
+            load(file_data, env, flags)
+        text = str(e.value)
+        assert text.startswith(f"kv_hold (from {origin}): ") and "give seconds greater than 0" in text
+        assert "e.g. kv_hold: 60" in text
+    with pytest.raises(ConfigError, match=r"kv_hold \(from config file\): expected a number"):
+        load({"kv_hold": "a minute"}, {}, {})
+    assert load(None, {"VLLM_TRACE_BRIDGE_KV_HOLD": "90"}, {})[0].kv_hold == 90.0
