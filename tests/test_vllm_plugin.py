@@ -3,10 +3,10 @@ scheduler with the same method names (the real one is tested in tests/plugin/)."
 
 from __future__ import annotations
 
-import logging
 import types
 
 import pytest
+from plugin_log import log  # noqa: F401  (a fixture)
 
 from bridge.parse.events import Preempted, QueueState, RequestEnded, RequestSummary, Scheduled
 from bridge.parse.seed import parse_message
@@ -25,26 +25,6 @@ def test_switch():
     assert enabled({}) and enabled({"VLLM_TRACE_BRIDGE_PLUGIN": "1"})
     for off in ("0", "false", "off", "no", ""):
         assert not enabled({"VLLM_TRACE_BRIDGE_PLUGIN": off})
-
-
-class Lines(logging.Handler):
-    def __init__(self):
-        super().__init__()
-        self.lines: list[str] = []
-
-    def emit(self, record):
-        self.lines.append(record.getMessage())
-
-
-@pytest.fixture
-def log():
-    logger = logging.getLogger(f"test.vllm_plugin.{id(object())}")
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
-    h = Lines()
-    logger.addHandler(h)
-    logger.lines = h.lines
-    return logger
 
 
 class Status:

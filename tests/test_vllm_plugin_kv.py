@@ -7,35 +7,15 @@ The real run is tests/test_distributed_real.py."""
 from __future__ import annotations
 
 import ast
-import logging
 import os
 from pathlib import Path
 
 import pytest
+from plugin_log import log  # noqa: F401  (a fixture)
 
 from bridge.parse import parse_line
 from bridge.parse.events import KvReceived, KvReleased
 from bridge.vllm_plugin import hooks, kv
-
-
-class Lines(logging.Handler):
-    def __init__(self):
-        super().__init__()
-        self.lines: list[str] = []
-
-    def emit(self, record):
-        self.lines.append(record.getMessage())
-
-
-@pytest.fixture
-def log():
-    logger = logging.getLogger(f"test.vllm_plugin_kv.{id(object())}")
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
-    h = Lines()
-    logger.addHandler(h)
-    logger.lines = h.lines
-    return logger
 
 
 class Req:
