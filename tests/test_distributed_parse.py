@@ -36,17 +36,21 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures" / "distributed"
 _ADDED = re.compile(r"Added request (\S+?)\.?$")
 
 
-def records(name: str):
-    """(Record, event or None) for each logical line of a fixture log, through decode and parse."""
-    dec, parser = Decoder(), Parser()
-    out, offset = [], 0
+def decoded(name: str):
+    """Each logical line (a Record) of a fixture log, through the decoder."""
+    dec, offset = Decoder(), 0
     with open(FIXTURES / name, "rb") as f:
         for raw in f:
             rec = dec(raw, offset)
             offset += len(raw)
             if rec is not None:
-                out.append((rec, parser.parse(rec.message, rec.level, rec.origin)))
-    return out
+                yield rec
+
+
+def records(name: str):
+    """(Record, event or None) for each logical line of a fixture log, through decode and parse."""
+    parser = Parser()
+    return [(rec, parser.parse(rec.message, rec.level, rec.origin)) for rec in decoded(name)]
 
 
 def truth(name: str) -> dict:
@@ -184,13 +188,8 @@ def test_no_line_of_either_half_is_malformed():
     for name in ("prefill.log", "decode.log", "pd_fail_prefill.log", "pd_fail_decode.log", "pd_expiry_prefill.log",
                  "pd_expiry_decode.log", "dp.log"):
         parser = Parser()
-        dec, offset = Decoder(), 0
-        with open(FIXTURES / name, "rb") as f:
-            for raw in f:
-                rec = dec(raw, offset)
-                offset += len(raw)
-                if rec is not None:
-                    parser.parse(rec.message, rec.level, rec.origin)
+        for rec in decoded(name):
+            parser.parse(rec.message, rec.level, rec.origin)
         assert parser.snapshot().malformed == {}, name
 
 
@@ -293,19 +292,13 @@ def test_blocks_read_after_their_lease_are_named_on_the_prefill_and_counted_by_v
 
 @pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.glob("*.log")))
 def test_the_c_parser_and_the_python_rules_agree_on_every_line(name):
-    """The parse stage alone (test_native.py compares the whole pipeline, which waits for the
-    assembler's KV rows): the C fast path and the Python reference give equal events and counts."""
+    """The parse stage alone (test_native.py compares the whole pipeline): the C fast path and the Python reference give equal events and counts."""
     from bridge.parse import FAST_PARSE
 
     if FAST_PARSE is None:
         pytest.skip("C parser not built (or VLLM_TRACE_BRIDGE_PURE=1)")
     fast, pure = Parser(), Parser(fast=None)
-    dec, offset = Decoder(), 0
-    with open(FIXTURES / name, "rb") as f:
-        for raw in f:
-            rec = dec(raw, offset)
-            offset += len(raw)
-            if rec is not None:
-                assert fast.parse(rec.message, rec.level, rec.origin) == pure.parse(rec.message, rec.level, rec.origin)
+    for rec in decoded(name):
+        assert fast.parse(rec.message, rec.level, rec.origin) == pure.parse(rec.message, rec.level, rec.origin)
     a, b = fast.snapshot(), pure.snapshot()
     assert (a.lines, a.unrecognised, a.by_kind, a.malformed) == (b.lines, b.unrecognised, b.by_kind, b.malformed)

@@ -35,9 +35,9 @@ def ok(t: dict) -> list[dict]:
     return [r for r in t["requests"] if r["status"] == 200]
 
 
-def roots(paths, tmp_path) -> dict:
-    """{(request id, role): root span} and {(request id, role): [child spans]} of a replay of
-    these logs, each copied into its own pod-like directory (two sources, as two agents see them)."""
+def _timelines(paths, tmp_path) -> list:
+    """The request timelines of a replay of these logs, each copied into its own pod-like
+    directory (two sources, as two agents see them)."""
     files = []
     for p in paths:
         d = tmp_path / p.stem
@@ -46,10 +46,14 @@ def roots(paths, tmp_path) -> dict:
         files.append(str(d / "0.log"))
     out = []
     replay(files, [out.append])
+    return [t for t in out if hasattr(t, "phases")]
+
+
+def roots(paths, tmp_path) -> dict:
+    """{(request id, role): root span} and {(request id, role): [child spans]} of a replay of
+    these logs, each copied into its own pod-like directory (two sources, as two agents see them)."""
     got, children = {}, {}
-    for t in out:
-        if not hasattr(t, "phases"):
-            continue
+    for t in _timelines(paths, tmp_path):
         spans = request_spans(t)
         root = spans[0]
         attrs = {kv.key: kv.value for kv in root.attributes}
@@ -149,18 +153,6 @@ def test_each_dp_root_carries_the_rank_of_the_engine_that_served_it(tmp_path):
 
 def _phases(t) -> dict:
     return {p.name: p for p in t.phases}
-
-
-def _timelines(paths, tmp_path) -> list:
-    files = []
-    for p in paths:
-        d = tmp_path / p.stem
-        d.mkdir(parents=True, exist_ok=True)
-        shutil.copy(p, d / "0.log")
-        files.append(str(d / "0.log"))
-    out = []
-    replay(files, [out.append])
-    return [t for t in out if hasattr(t, "phases")]
 
 
 def test_a_lease_nixl_reaped_is_an_event_on_its_prefill_and_ends_kv_hold_at_the_release(tmp_path):
