@@ -155,6 +155,13 @@ class Agent:
             now = self.health.turned_at = time.monotonic()
             if now >= next_discovery:
                 self._follower.discover(first_round=first_round and first_run)
+                if first_round and first_run:
+                    # Saved at once, before a line is read and before the look is reported: from
+                    # the first look on, a restart resumes (files that appear or rotate later are
+                    # caught up) rather than being a first run, which leaves the rotated files it
+                    # finds unread as history.
+                    self._dirty = not self._checkpoint()
+                    next_checkpoint = now + _CHECKPOINT_EVERY_S
                 self._report_discovery(first_round)
                 first_round = False
                 next_discovery = now + cfg.poll_interval

@@ -208,6 +208,7 @@ class CheckpointStore:
         self._last_body: tuple | None = None
         self._sources_json = _DeliveredText()
         self._current_good = False  # the file at `path` is one we read whole or wrote: worth keeping
+        self._prev_kept = False     # `.prev` is known to be there (see `save`)
 
     def exists(self) -> bool:
         return os.path.exists(self.path) or os.path.exists(self.prev_path)
@@ -283,6 +284,15 @@ class CheckpointStore:
             except FileNotFoundError:
                 pass
         os.replace(tmp, self.path)
+        if not self._prev_kept and not os.path.exists(self.prev_path):
+            # The first checkpoint is `.prev` too: damaged before a second save, it would leave
+            # nothing good, and the restart would be a first run (rotated files left unread).
+            with open(self.path, "rb") as src, open(tmp, "wb") as f:
+                f.write(src.read())
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.prev_path)
+        self._prev_kept = True
         dir_fd = os.open(self.state_dir, os.O_RDONLY)
         try:
             os.fsync(dir_fd)
