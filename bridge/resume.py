@@ -118,6 +118,10 @@ class Checkpointer:
             if st.facts:
                 facts[key] = st.facts
             checkpoints.append(SourceCheckpoint(key, next_gen.get(key, 0), st.delivered))  # read, not kept
+        # In the order written (per source, oldest generation first), not the order the files
+        # were opened or retired in: a quiet restart, which opens rotated files first, then
+        # saves what it loaded, byte for byte (and the unchanged save is skipped).
+        files.sort(key=lambda f: (f.source_key, f.generation, f.path))
         try:
             self.store.save(files, checkpoints, facts, follower.known_heads())
         except OSError as exc:

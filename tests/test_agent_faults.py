@@ -20,7 +20,7 @@ import time
 
 import pytest
 from agentkit import AgentProc, Receiver, free_port, pod_log, start_writer, wait_for, wait_while_progressing
-from agentkit import checkpointed_to_end
+from agentkit import checkpointed_to_end, saved_checkpoint
 
 from bridge.config import AgentConfig
 from waits import deadline
@@ -436,6 +436,33 @@ def test_a_kill_right_after_the_first_look_leaves_a_checkpoint_and_rotations_aft
         assert agent.term()[0] == 0
     finally:
         rx.stop()
+
+
+def test_a_checkpoint_lists_files_oldest_first_whatever_order_they_were_opened_or_retired_in(tmp_path):
+    """A rotated file read to its end and closed (kept while a request from it is pending) was
+    listed after the live file; a quiet restart opens it first and listed it first: the same
+    checkpoint, in another order ("a quiet restart changed the checkpoint", under load)."""
+    from bridge.core.source import Source
+    from bridge.resume import Checkpointer
+    from bridge.sources import Pending, SourceState
+    from bridge.tail.follow import Filters, Follower
+    from bridge.tail.source import source_for
+    log = pod_log(tmp_path)
+    for path in (log + ".1", log):
+        with open(path, "w") as f:
+            f.writelines(f"2025-02-15T10:23:0{i}.000000000Z stdout F line {i} of {path[-5:]}\n" for i in range(9))
+    key = source_for(log).key
+    rotated, live = _checkpoints(key, [(log + ".1", 0, 0), (log, 1, 0)])
+    follower = Follower(Filters((str(tmp_path / "pods/*/*/*.log"),)))
+    follower.restore([live], {key: 2})
+    follower.discover()
+    assert [tf.path for tf in follower.files] == [log]
+    st = SourceState(Source(key, log), retired=[rotated], pending={1: Pending(5, "r", 9)})
+    state = tmp_path / "state"
+    state.mkdir()
+    assert Checkpointer(str(state), log=None).save(follower, {key: st}, (), lambda k: st)
+    saved = saved_checkpoint(str(state))["files"]
+    assert [(f["path"], f["generation"]) for f in saved] == [(log + ".1", 0), (log, 1)]
 
 
 def test_the_first_checkpoint_is_also_the_previous_one(tmp_path):
