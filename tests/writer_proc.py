@@ -5,8 +5,9 @@
                           [--reuse RATIO] [--poison-every LINES]
 
 Writes CRI-framed seed-dialect lines (as containerd would) from bridge.synth's ground truth.
-`rename` moves PATH to PATH.<n> and starts a new PATH (kubelet style); `gzip` does the same
-and then compresses the rotated file; `copytruncate` copies PATH to PATH.<n> and truncates
+`rename` moves PATH to PATH.<stamp> (kubelet's name: 20260215-100100, a minute later at each
+rotation) and starts a new PATH; `gzip` does the same and then compresses the rotated file;
+`copytruncate` copies PATH to PATH.<stamp> and truncates
 PATH in place; a comma-separated list is taken in turn, one per rotation. Writes the truth
 (request id and expected start per request) as JSON first. `--poison-every N` adds, after
 every Nth whole line, a line carrying a fault marker (POISON-DECODE, POISON-PARSE, or a queue
@@ -82,7 +83,11 @@ def main() -> None:
             f.flush()
             kind = kinds[rotations % len(kinds)]
             rotations += 1
-            rotated = f"{a.path}.{rotations}"
+            # Named as kubelet names them, by a stamp that counts forward (a fixed clock, a
+            # minute a rotation: distinct and ordered however fast it rotates). Not `.1`, `.2`:
+            # a number counts back (logrotate's `.1` is the newest), so a reader catching up
+            # two of them at once would read the newer first.
+            rotated = f"{a.path}.{time.strftime('%Y%m%d-%H%M%S', time.gmtime(1_771_149_600 + 60 * rotations))}"
             if kind in ("rename", "gzip"):
                 f.close()
                 os.rename(a.path, rotated)
