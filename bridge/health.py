@@ -87,7 +87,7 @@ class Health:
         """Every /metrics figure (bridge.telemetry names and types them)."""
         decode = {"lines": 0, "invalid_utf8": 0, "partials_joined": 0, "framing_errors": 0, "times_out_of_range": 0}
         assemble = {"requests_emitted": 0, "requests_evicted": 0, "requests_capped": 0, "engine_incidents": 0,
-                    "clock_jumps": 0}
+                    "clock_jumps": 0, "no_action": 0}
         open_requests = listed = 0
         for st in list(self._sources.values()):
             listed += len(st.delivered)

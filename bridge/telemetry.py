@@ -56,6 +56,9 @@ class AgentCollector:
         yield counter("partial_lines_joined", "CRI/docker partial lines joined into a line.", s["partials_joined"])
         yield counter("framing_errors", "Lines that did not fit their file's container framing.",
                       s["framing_errors"])
+        yield counter("lines_no_action", "Lines recognised that the assembler's table has no action for where they "
+                      "find their request (as a NIXL transfer failure naming no request): counted, nothing else done "
+                      "(`python -m bridge.assemble` prints the table).", s.get("no_action", 0))
         yield gauge("requests_open", "Requests being assembled now.", s["requests_open"])
         yield counter("requests_finished", "Requests assembled and handed to export.", s["requests_emitted"])
         yield counter("requests_evicted", "Requests ended by TTL or the open-request limit (incomplete).",

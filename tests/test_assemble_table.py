@@ -82,3 +82,34 @@ def test_the_printed_table_shows_a_phase_left_out():
     assert all(not missing(row) for row in TABLE)  # no gate: TABLE's rows cost no lookup a line
     out = subprocess.run([sys.executable, "-m", "bridge.assemble"], capture_output=True, text=True, check=True).stdout
     assert out.count("(finds its request as a seed line)") == sum(row.lookup == SEED for row in TABLE)
+
+
+def test_the_agent_serves_the_no_action_count_on_its_metrics(tmp_path):
+    """A line that hits no action is counted where a user can see it: the recorded NIXL failure
+    run's decode log has one `handshake_setup_failed` line naming no request (`'request_id':
+    None` in its context: vLLM fails the requests waiting on it with a line each), which the
+    table's KvTransferFailed row leaves at a count; /metrics serves it as lines_no_action_total."""
+    import re
+    import shutil
+    from pathlib import Path
+
+    from agentkit import AgentProc, pod_log, wait_for
+    from receivers import GrpcReceiver
+    from waits import deadline
+
+    fixture = Path(__file__).resolve().parent / "fixtures" / "distributed" / "pd_fail_decode.log"
+    text = fixture.read_text()
+    unnamed = len(re.findall(r"NIXL transfer failure: \w+ \| Context: \{[^}]*'request_id': None", text))
+    assert unnamed == 1
+    log = pod_log(tmp_path)
+    shutil.copy(fixture, log)
+    with GrpcReceiver() as rx:
+        agent = AgentProc(str(tmp_path / "pods/*/*/*.log"), str(tmp_path / "state"), rx.endpoint).start()
+        try:
+            lines = fixture.read_bytes().count(b"\n")  # physical lines (two carry a \r inside)
+            assert wait_for(lambda: (agent.metric("lines_read"), agent.metric("lines_no_action")) == (lines, unnamed),
+                            deadline(60)), (agent.metric("lines_read"), agent.metric("lines_no_action"))
+            _, metrics = agent.get("/metrics")
+            assert "# HELP vllm_trace_bridge_lines_no_action_total Lines recognised" in metrics
+        finally:
+            assert agent.term()[0] == 0

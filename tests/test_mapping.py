@@ -65,6 +65,19 @@ def test_c_writes_the_mapping_records_of_every_saved_input(where, paths):
         pure.add(t)
         fast.add(t)
         assert fast.take().payload == pure.take().payload, f"{where}: {t.request_id}: C and Python bytes differ"
+        chunks: list[bytes] = []
+        pure._request(t, chunks)
+        assert c_bytes == b"".join(chunks), f"{where}: {t.request_id}: the C's own bytes differ"
+
+
+def test_the_saved_inputs_hold_both_halves_of_disaggregated_requests():
+    """The comparison above covers P/D: the recorded prefill/decode runs give halves of each role
+    (mapping.pd_key) and decodes that link to their prefill."""
+    paths = dict(INPUTS)[os.path.join("tests", "fixtures", "distributed")]
+    timelines: list = []
+    replay(paths, [timelines.append])
+    roles = [mapping.pd_key(t)[0] for t in timelines if isinstance(t, RequestTimeline) and mapping.pd_key(t)]
+    assert roles.count(mapping.PD_PREFILL) >= 5 and roles.count(mapping.PD_DECODE) >= 5, roles
 
 
 @native
@@ -75,9 +88,15 @@ def test_the_c_follows_the_names_the_mapping_gives(tmp_path):
 import sys
 from bridge.export import mapping
 renamed = dict(REQUEST_SPAN="x.req", ENGINE_SPAN="x.eng", KIND_SERVER=5, KIND_INTERNAL=4, REQUEST_IDS="rq",
-               ENGINE_IDS="en", TIMING="x.t", TIMING_START="x.t0", TIMING_END="x.t1", INCIDENT_KIND="x.ik")
+               ENGINE_IDS="en", TIMING="x.t", TIMING_START="x.t0", TIMING_END="x.t1", INCIDENT_KIND="x.ik",
+               PD_IDS="x.pd", PD_ROLE="x.role", PD_PREFILL="x.pre", PD_DECODE="x.dec", INTERNAL_ID="x.iid",
+               PD_REMOTE_REQUEST="x.rrid", PD_PREFILL_ROOT=7, PD_DECODE_ROOT=9)
+was = {k: getattr(mapping, k) for k in renamed}
 for k, v in renamed.items():
     setattr(mapping, k, v)
+# The P/D attributes as the renamed mapping reads them (the assembler writes its own names)
+keys = {was[k]: renamed[k] for k in ("PD_ROLE", "INTERNAL_ID", "PD_REMOTE_REQUEST")}
+roles = {was[k]: renamed[k] for k in ("PD_PREFILL", "PD_DECODE")}
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from bridge.assemble.timeline import RequestTimeline
 from bridge.export import otlp
@@ -87,8 +106,12 @@ assert FAST_REQUEST is not None
 out = []
 replay(sys.argv[1:], [out.append])
 reqs = [t for t in out if isinstance(t, RequestTimeline)]
-links = phases = 0
 for t in reqs:
+    t.attrs = {keys.get(k, k): roles.get(v, v) if k == was["PD_ROLE"] else v for k, v in t.attrs.items()}
+links = phases = halves = pd_links = 0
+for t in reqs:
+    if mapping.pd_key(t) is not None:
+        halves += 1
     assert FAST_REQUEST(t, {}) is not None
     enc = WireEncoder({})
     enc.add(t)
@@ -100,17 +123,24 @@ for t in reqs:
     for s in got[1:]:
         phases += 1
         assert s.kind == 4 and {"x.t", "x.t0", "x.t1"} <= {kv.key for kv in s.attributes}
-    for link in got[0].links:
+    pd = mapping.pd_key(t)
+    if pd is not None:  # its ids from the renamed P/D names, a decode's first link to its prefill
+        assert got[0].span_id == mapping.pd_ids(pd[1], pd[0])[1]
+        if pd[0] == "x.dec":
+            assert got[0].links[0].span_id == mapping.pd_ids(pd[1], "x.pre")[1] and not got[0].links[0].attributes
+            pd_links += 1
+    for link in got[0].links[1 if pd is not None and pd[0] == "x.dec" else 0:]:
         links += 1
         assert [kv.key for kv in link.attributes] == ["x.ik"]
-print(len(reqs), phases, links)
+print(len(reqs), phases, links, halves, pd_links)
 """
     from bridge.synth import SynthConfig, write_file
 
     log = str(tmp_path / "synth.log")  # phases, preemptions, incidents with requests in flight
     write_file(log, SynthConfig(requests=80, seed=7, preempt_ratio=0.3, nccl_incidents=2, oom_failures=2))
-    paths = [log, *sorted(glob.glob(os.path.join(ROOT, "tests", "fixtures", "upstream", "*")))]
+    paths = [log, *sorted(glob.glob(os.path.join(ROOT, "tests", "fixtures", "upstream", "*"))),
+             *(os.path.join(ROOT, "tests", "fixtures", "distributed", f) for f in ("prefill.log", "decode.log"))]
     out = subprocess.run([sys.executable, "-c", code, *paths], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    reqs, phases, links = map(int, out.stdout.split())
-    assert reqs > 10 and phases > 10 and links > 0  # every rule was exercised
+    reqs, phases, links, halves, pd_links = map(int, out.stdout.split())
+    assert reqs > 10 and phases > 10 and links > 0 and halves >= 10 and pd_links >= 5  # every rule was exercised

@@ -38,9 +38,11 @@ from bridge.decode.framing import CRI, PLAIN, CriUnwrapper, DockerUnwrapper, det
 from bridge.decode.joiner import Joiner
 from bridge.decode.record import CLOCK_HEADER, CLOCK_RUNTIME, Record
 from bridge.decode.stream import RecordStream
+from bridge.export import mapping
 from bridge.export.batch import OtlpSink
 from bridge.export.wire import FAST_REQUEST, KeyValues, WireEncoder
 from bridge.parse import FAST_PARSE, Parser
+from bridge.parse.context import TraceContext
 from bridge.synth import SynthConfig, write_file
 from bridge.synth.seed import _cri_stamp, _header
 from bridge.tail import read_lines
@@ -950,14 +952,33 @@ TIMINGS = st.sampled_from(["reported", "observed", "inferred"])
 NS = st.one_of(st.integers(0, 2**63), st.integers(-5, 5), st.just(2**64 + 1))
 
 
+class _Str(str):
+    """A str subclass: Python formats it through its own methods, so the C declines it."""
+
+
+# One half of a disaggregated request (mapping.pd_key): the role, and the prefill's engine
+# request id where that half keeps it; odd roles and ids too (empty, unencodable, not a str).
+PD_KEYS = st.text(max_size=10) | st.sampled_from(["", "\ud800", "cmpl-a-0-1f2e3d4c"]) | st.integers(0, 3) | \
+    st.builds(_Str, st.text(max_size=4))
+PD_ATTRS = st.fixed_dictionaries(
+    {mapping.PD_ROLE: st.sampled_from([mapping.PD_PREFILL, mapping.PD_DECODE, "other"]) | st.integers(0, 1)
+     | st.builds(_Str, st.just(mapping.PD_DECODE))},
+    optional={mapping.INTERNAL_ID: PD_KEYS, mapping.PD_REMOTE_REQUEST: PD_KEYS, "vllm.dp.rank": st.integers(0, 3)})
+PARENTS = st.none() | st.builds(TraceContext, st.binary(min_size=16, max_size=16),
+                                st.none() | st.just(b"") | st.binary(min_size=8, max_size=8))
+
+
 @st.composite
-def timelines(draw):
+def timelines(draw, plain=False):
+    """`plain`: only what the pipeline puts in a timeline (no time or count the C declines)."""
+    NS = st.integers(0, 2**63 - 1) if plain else globals()["NS"]
     events = st.builds(SpanEvent, st.sampled_from(["vllm.kv_block.allocated", "exception", "é"]), NS, ATTRS)
     phases = st.builds(Phase, st.sampled_from(["queued", "prefill", "preempted", "decode", "freed"]),
                        st.integers(0, 3), NS, NS, TIMINGS, TIMINGS, ATTRS | st.just({"vllm.timing": 1}),
-                       st.lists(events, max_size=3), st.integers(-2, 3))
+                       st.lists(events, max_size=3), st.integers(0 if plain else -2, 3))
+    kinds = ["nccl_timeout", "é"] if plain else ["nccl_timeout", "é", "\ud800"]
     incidents = st.builds(IncidentEvent, st.just("vllm.engine.incident"), NS, ATTRS,
-                          st.none() | st.builds(IncidentRef, st.sampled_from(["nccl_timeout", "é", "\ud800"]),
+                          st.none() | st.builds(IncidentRef, st.sampled_from(kinds),
                                                 st.sampled_from(["1.0", "17.2"])))
     shared = draw(st.lists(events | incidents, max_size=3))
     return RequestTimeline(
@@ -966,10 +987,11 @@ def timelines(draw):
         start_ns=draw(NS), end_ns=draw(NS), start_timing=draw(TIMINGS), end_timing=draw(TIMINGS),
         outcome="finished", error_type=draw(st.sampled_from([None, "", "oom"])),
         error_message=draw(st.sampled_from(["", "boom", "é"])),
-        attrs=draw(ATTRS | st.just({"vllm.timing.end": 0, "a": 1})),
+        attrs=draw(ATTRS if plain else ATTRS | st.just({"vllm.timing.end": 0, "a": 1})
+                   | st.tuples(ATTRS, PD_ATTRS, st.booleans()).map(lambda x: {**x[0], **x[1]} if x[2] else {**x[1], **x[0]})),
         events=draw(st.lists(st.sampled_from(shared), max_size=4)) if shared else [],
-        dropped_events=draw(st.integers(-1, 300)), phases=draw(st.lists(phases, max_size=4)),
-        first_offset=0, last_offset=1,
+        dropped_events=draw(st.integers(0 if plain else -1, 300)), phases=draw(st.lists(phases, max_size=4)),
+        first_offset=0, last_offset=1, parent=draw(PARENTS),
     )
 
 
@@ -988,6 +1010,27 @@ def _encode(ts, fast: bool):
 @given(st.lists(timelines(), min_size=1, max_size=3))
 def test_request_spans_encode_to_the_same_bytes(ts):
     assert _encode(ts, True) == _encode(ts, False)
+
+
+@native
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(timelines(plain=True), st.sampled_from([mapping.PD_PREFILL, mapping.PD_DECODE]), st.text(min_size=1, max_size=12),
+       st.booleans())
+def test_a_half_of_a_disaggregated_request_is_written_by_the_c(t, role, key, key_first):
+    """Never declined: both halves' ids and the decode's link come from the C, the bytes the
+    pure encoder writes from mapping's records, in the caller's trace or not."""
+    pd = {mapping.PD_ROLE: role, mapping.INTERNAL_ID if role == mapping.PD_PREFILL else mapping.PD_REMOTE_REQUEST: key}
+    t.attrs = {**pd, **t.attrs} if key_first else {**t.attrs, **pd}
+    assert FAST_REQUEST(t, {}) is not None
+    pure = WireEncoder({"service.name": "vllm"}, fast=None)
+    pure.add(t)
+    fast = WireEncoder({"service.name": "vllm"})
+    fast.add(t)
+    assert fast.take().payload == pure.take().payload
+    records = mapping.request_spans(t)
+    assert records[0].span_id == mapping.pd_ids(key, role)[1]
+    to_prefill = [link.span_id for link in records[0].links[:1]] == [mapping.pd_ids(key, mapping.PD_PREFILL)[1]]
+    assert to_prefill == (role == mapping.PD_DECODE)
 
 
 @native

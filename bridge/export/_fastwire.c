@@ -4,13 +4,18 @@
  * span as a ScopeSpans.spans field: tag, length, Span), or None when the timeline holds
  * anything unusual (a negative or oversized time or count, a non-str id, ids of another
  * length): the Python encoder then writes `mapping`'s records and fails the way it always did.
- * The ids are computed here as bridge/export/ids.py does (BLAKE2b, same personalisation,
- * same inputs); `cache` keeps the encoded root events shared by many requests.
+ * The ids are computed here as mapping.request_spans gets them from bridge/export/ids.py
+ * (BLAKE2b, same personalisation, same inputs): from the source, request id and occurrence, or,
+ * for a half of a disaggregated request (mapping.pd_key), from the prefill's engine request id
+ * alone, the decode's root linking to the prefill's; `cache` keeps the encoded root events
+ * shared by many requests.
  *
  * It follows bridge/export/mapping.py's request_spans without building its records (that
  * costs more than all of this), and spells none of its names: span names, kinds, id kinds,
  * attribute keys and values, the personalisation and the cache bound are handed over by
- * `configure` (wire._load_fast). What it writes, in wire.py's field order:
+ * `configure` (wire._load_fast), the P/D ones too (the role attribute and its two values, where
+ * each half keeps the prefill's id, the id kind word, each root's span id index). What it
+ * writes, in wire.py's field order:
  *   root:  trace_id, span_id, [parent_span_id], name, kind, start, end, attributes (the
  *          timing ones put in place or appended), events, dropped, links, status
  *   phase: trace_id, span_id, parent = root, name, kind, start, end, attributes, events, dropped
@@ -19,6 +24,7 @@
  * it to mapping's records on every saved input; tests/test_native.py on generated odd ones.
  */
 #include "_native.h"
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -548,10 +554,20 @@ static PyObject *phase_timing(PyObject *start, PyObject *end) {
     return Py_NewRef(c ? v_inferred : v_observed);
 }
 
-/* One span, as ScopeSpans.spans, into b. 0, DECLINE or -1. */
-/* Span.links: one per IncidentEvent among the root's events, to that incident's `vllm.engine`
- * span, ids as ids.incident_ids gives them (source key `k`): wire.WireEncoder._link. */
-static int links(Buf *b, PyObject *evs, const char *k, Py_ssize_t nk) {
+/* Span.links: first, for a disaggregated decode, one to its prefill's root (`pd_link`: that
+ * root's span id, in trace `tid`; no attributes); then one per IncidentEvent among the root's
+ * events, to that incident's `vllm.engine` span, ids as ids.incident_ids gives them (source key
+ * `k`): mapping.request_spans' links, as wire.WireEncoder._link writes them. */
+static int links(Buf *b, PyObject *evs, const char *k, Py_ssize_t nk, PyObject *tid, const uint8_t *pd_link) {
+    if (pd_link != NULL) {
+        uint8_t body[2 + 2 + 16 + 2 + 8] = {0x6a, 2 + 16 + 2 + 8, 0x0a, 0x10}; /* Span.links, its length */
+        memcpy(body + 4, PyBytes_AS_STRING(tid), 16);
+        body[20] = 0x12;
+        body[21] = 0x08;
+        memcpy(body + 22, pd_link, 8);
+        if (put(b, body, sizeof body) < 0)
+            return -1;
+    }
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(evs); i++) {
         PyObject *e = PyList_GET_ITEM(evs, i);
         if ((PyObject *)Py_TYPE(e) != incident_type)
@@ -609,8 +625,9 @@ static int links(Buf *b, PyObject *evs, const char *k, Py_ssize_t nk) {
     return 0;
 }
 
+/* One span, as ScopeSpans.spans, into b. 0, DECLINE or -1. `pd_link`: see links(). */
 static int span(Buf *b, PyObject *obj, PyObject *tid, PyObject *sid, PyObject *parent_sid, int root, PyObject *cache,
-                const char *k, Py_ssize_t nk) {
+                const char *k, Py_ssize_t nk, const uint8_t *pd_link) {
     uint64_t start, end;
     int r;
     if ((r = get_u64(obj, &s_start_ns, &start)) != 0 || (r = get_u64(obj, &s_end_ns, &end)) != 0)
@@ -663,7 +680,7 @@ static int span(Buf *b, PyObject *obj, PyObject *tid, PyObject *sid, PyObject *p
     if (r == 0)
         r = dropped(b, obj);
     if (r == 0 && root)
-        r = links(b, evs, k, nk);
+        r = links(b, evs, k, nk, tid, pd_link);
     if (r == 0 && root) {
         PyObject *et = attr_get(obj, &s_error_type);
         int truth = et == NULL ? -1 : PyObject_IsTrue(et);
@@ -697,7 +714,7 @@ static int span(Buf *b, PyObject *obj, PyObject *tid, PyObject *sid, PyObject *p
 }
 
 static PyObject *encode(PyObject *t, PyObject *tid, PyObject *root_id, PyObject *phase_ids, PyObject *cache,
-                        const char *key, Py_ssize_t nkey) {
+                        const char *key, Py_ssize_t nkey, const uint8_t *pd_link) {
     if (!id_bytes(root_id, 8) || !PyList_CheckExact(phase_ids))
         Py_RETURN_NONE;
     PyObject *parent = attr_get(t, &s_parent);
@@ -735,7 +752,7 @@ static PyObject *encode(PyObject *t, PyObject *tid, PyObject *root_id, PyObject 
     if (r == 0 && !id_bytes(tid, 16))
         r = DECLINE;
     if (r == 0)
-        r = span(&b, t, tid, root_id, psid, 1, cache, key, nkey);
+        r = span(&b, t, tid, root_id, psid, 1, cache, key, nkey, pd_link);
     for (Py_ssize_t k = 0; r == 0 && k < PyList_GET_SIZE(phases); k++) {
         PyObject *sid = PyList_GET_ITEM(phase_ids, k);
         if (!id_bytes(sid, 8)) {
@@ -744,7 +761,7 @@ static PyObject *encode(PyObject *t, PyObject *tid, PyObject *root_id, PyObject 
         }
         PyObject *p = PyList_GET_ITEM(phases, k);
         Py_INCREF(p);
-        r = span(&b, p, tid, sid, root_id, 0, NULL, key, nkey);
+        r = span(&b, p, tid, sid, root_id, 0, NULL, key, nkey, NULL);
         Py_DECREF(p);
     }
     Py_XDECREF(parent);
@@ -778,8 +795,52 @@ static const char *utf8_attr(PyObject *obj, Attr *a, PyObject **hold, Py_ssize_t
     return u;
 }
 
+/* mapping.pd_key: which half of a disaggregated request a root's attributes say it is (its role
+ * and where that half keeps the prefill's engine request id are configure's), the id in *key
+ * (a new reference, an exact str); PD_NONE when they name none. Anything but exact strs where
+ * the pipeline puts them: DECLINE (Python compares and formats whatever it is). */
+enum { PD_NONE = 0, PD_PREFILL = 2, PD_DECODE = 3 };
+static PyObject *k_pd_role, *v_pd_prefill, *v_pd_decode, *k_pd_prefill_key, *k_pd_decode_key;
+static PyObject *pd_ids_kind;                          /* mapping.PD_IDS as UTF-8 bytes */
+static char pd_prefill_suffix[32], pd_decode_suffix[32]; /* "\x1f<index>" of each half's root span id */
+static int pd_prefill_suffix_len, pd_decode_suffix_len;
+
+static int pd_half(PyObject *attrs, PyObject **key) {
+    if (!PyDict_CheckExact(attrs))
+        return DECLINE;
+    PyObject *role = PyDict_GetItemWithError(attrs, k_pd_role); /* borrowed */
+    if (role == NULL)
+        return PyErr_Occurred() ? -1 : PD_NONE;
+    if (!PyUnicode_CheckExact(role))
+        return DECLINE;
+    int half = PyUnicode_Compare(role, v_pd_prefill) == 0 ? PD_PREFILL
+               : PyUnicode_Compare(role, v_pd_decode) == 0 ? PD_DECODE : PD_NONE;
+    if (half == PD_NONE)
+        return PD_NONE;
+    PyObject *k = PyDict_GetItemWithError(attrs, half == PD_PREFILL ? k_pd_prefill_key : k_pd_decode_key);
+    if (k == NULL)
+        return PyErr_Occurred() ? -1 : PD_NONE;
+    if (PyUnicode_Check(k) && !PyUnicode_CheckExact(k))
+        return DECLINE;
+    if (!PyUnicode_Check(k) || PyUnicode_GET_LENGTH(k) == 0) /* `isinstance(key, str) and key` */
+        return PD_NONE;
+    *key = Py_NewRef(k);
+    return half;
+}
+
+/* span_id(trace, REQUEST_SPAN, index), `suffix` being "\x1f<index>" */
+static void root_span_id(const uint8_t *trace, const char *suffix, Py_ssize_t n, uint8_t *out) {
+    B2 c;
+    b2_init(&c, 8);
+    b2_update(&c, trace, 16);
+    b2_update(&c, PyBytes_AS_STRING(request_span), PyBytes_GET_SIZE(request_span));
+    b2_update(&c, suffix, n);
+    b2_final(&c, out);
+}
+
 static PyObject *spans(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    /* spans(timeline, cache) -> bytes | None: `request` with the ids of ids.py computed here */
+    /* spans(timeline, cache) -> bytes | None: `request` with the ids of mapping.request_spans
+     * (ids.py's hashes) computed here */
     if (nargs != 2 || !PyDict_CheckExact(args[1])) {
         PyErr_SetString(PyExc_TypeError, "spans(timeline, cache: dict)");
         return NULL;
@@ -789,37 +850,62 @@ static PyObject *spans(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
         return NULL;
     }
     PyObject *t = args[0], *src = NULL, *key = NULL, *rid = NULL, *occ = NULL, *phases = NULL, *ids = NULL;
-    PyObject *tid = NULL, *root = NULL, *out = NULL;
-    Py_ssize_t nk, nr, no;
-    const char *k, *r, *o;
+    PyObject *tid = NULL, *root = NULL, *out = NULL, *attrs = NULL, *pd_key = NULL;
+    Py_ssize_t nk, nr, no, npd;
+    const char *k, *r, *o, *pd;
+    B2 c;
+    uint8_t d[16], rootd[8], linkd[8];
     src = attr_get(t, &s_source);
     if (src == NULL)
         return NULL;
     k = utf8_attr(src, &s_key, &key, &nk);
-    r = k ? utf8_attr(t, &s_request_id, &rid, &nr) : NULL;
-    o = r ? utf8_attr(t, &s_occurrence, &occ, &no) : NULL;
-    if (o == NULL)
+    attrs = k ? attr_get(t, &s_attrs) : NULL;
+    if (attrs == NULL)
         goto done;
-    B2 c;
-    uint8_t d[16];
-    b2_init(&c, 16); /* trace_id(source.key, REQUEST_IDS, request_id, occurrence) */
-    b2_update(&c, k, nk);
-    b2_update(&c, "\x1f", 1);
-    b2_update(&c, PyBytes_AS_STRING(request_ids), PyBytes_GET_SIZE(request_ids));
-    b2_update(&c, "\x1f", 1);
-    b2_update(&c, r, nr);
-    b2_update(&c, "\x1f", 1);
-    b2_update(&c, o, no);
-    b2_final(&c, d);
+    int half = pd_half(attrs, &pd_key);
+    if (half == DECLINE || half < 0)
+        goto done;
+    if (half == PD_NONE) {
+        r = utf8_attr(t, &s_request_id, &rid, &nr);
+        o = r ? utf8_attr(t, &s_occurrence, &occ, &no) : NULL;
+        if (o == NULL)
+            goto done;
+        b2_init(&c, 16); /* trace_id(source.key, REQUEST_IDS, request_id, occurrence) */
+        b2_update(&c, k, nk);
+        b2_update(&c, "\x1f", 1);
+        b2_update(&c, PyBytes_AS_STRING(request_ids), PyBytes_GET_SIZE(request_ids));
+        b2_update(&c, "\x1f", 1);
+        b2_update(&c, r, nr);
+        b2_update(&c, "\x1f", 1);
+        b2_update(&c, o, no);
+        b2_final(&c, d);
+        b2_init(&c, 8); /* span_id(trace_id + occurrence, REQUEST_SPAN) */
+        b2_update(&c, d, 16);
+        b2_update(&c, o, no);
+        b2_update(&c, PyBytes_AS_STRING(request_span), PyBytes_GET_SIZE(request_span));
+        b2_update(&c, "\x1f" "0", 2);
+        b2_final(&c, rootd);
+    } else { /* pd_ids(key, role): no source, no request id, so another agent agrees */
+        if ((pd = PyUnicode_AsUTF8AndSize(pd_key, &npd)) == NULL) {
+            PyErr_Clear(); /* not encodable: the Python encoder raises its own error */
+            goto done;
+        }
+        b2_init(&c, 16); /* trace_id("", PD_IDS, key, "") */
+        b2_update(&c, "\x1f", 1);
+        b2_update(&c, PyBytes_AS_STRING(pd_ids_kind), PyBytes_GET_SIZE(pd_ids_kind));
+        b2_update(&c, "\x1f", 1);
+        b2_update(&c, pd, npd);
+        b2_update(&c, "\x1f", 1);
+        b2_final(&c, d);
+        if (half == PD_PREFILL) {
+            root_span_id(d, pd_prefill_suffix, pd_prefill_suffix_len, rootd);
+        } else { /* the decode's root, and its link to the prefill's */
+            root_span_id(d, pd_decode_suffix, pd_decode_suffix_len, rootd);
+            root_span_id(d, pd_prefill_suffix, pd_prefill_suffix_len, linkd);
+        }
+    }
     if ((tid = PyBytes_FromStringAndSize((const char *)d, 16)) == NULL)
         goto done;
-    b2_init(&c, 8); /* span_id(trace_id + occurrence, REQUEST_SPAN) */
-    b2_update(&c, d, 16);
-    b2_update(&c, o, no);
-    b2_update(&c, PyBytes_AS_STRING(request_span), PyBytes_GET_SIZE(request_span));
-    b2_update(&c, "\x1f" "0", 2);
-    uint8_t rootd[8];
-    b2_final(&c, rootd);
     if ((root = PyBytes_FromStringAndSize((const char *)rootd, 8)) == NULL)
         goto done;
     phases = attr_get(t, &s_phases);
@@ -859,10 +945,12 @@ static PyObject *spans(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
         if (!ok)
             goto done;
     }
-    out = encode(t, tid, root, ids, args[1], k, nk);
+    out = encode(t, tid, root, ids, args[1], k, nk, half == PD_DECODE ? linkd : NULL);
 done:
     Py_XDECREF(src);
     Py_XDECREF(key);
+    Py_XDECREF(attrs);
+    Py_XDECREF(pd_key);
     Py_XDECREF(rid);
     Py_XDECREF(occ);
     Py_XDECREF(phases);
@@ -942,7 +1030,7 @@ static PyObject *configure(PyObject *self, PyObject *d) {
         PyErr_SetString(PyExc_TypeError, "configure(names: dict)");
         return NULL;
     }
-    long long server, internal, limit;
+    long long server, internal, limit, pd_prefill_index, pd_decode_index;
     PyObject *person = NULL, *type = NULL;
     if (config_str(d, "timing", &k_timing) < 0 || config_str(d, "timing_start", &k_timing_start) < 0 ||
         config_str(d, "timing_end", &k_timing_end) < 0 || config_str(d, "inferred", &v_inferred) < 0 ||
@@ -951,7 +1039,12 @@ static PyObject *configure(PyObject *self, PyObject *d) {
         config_utf8(d, "request_span", &request_span) < 0 || config_utf8(d, "engine_span", &engine_span) < 0 ||
         config_int(d, "kind_server", 0, 127, &server) < 0 || config_int(d, "kind_internal", 0, 127, &internal) < 0 ||
         config_int(d, "cache_limit", 1, PY_SSIZE_T_MAX, &limit) < 0 ||
-        (person = config_item(d, "person", 0)) == NULL || (type = config_item(d, "incident_event", 0)) == NULL)
+        (person = config_item(d, "person", 0)) == NULL || (type = config_item(d, "incident_event", 0)) == NULL ||
+        config_str(d, "pd_role", &k_pd_role) < 0 || config_str(d, "pd_prefill", &v_pd_prefill) < 0 ||
+        config_str(d, "pd_decode", &v_pd_decode) < 0 || config_str(d, "pd_prefill_key", &k_pd_prefill_key) < 0 ||
+        config_str(d, "pd_decode_key", &k_pd_decode_key) < 0 || config_utf8(d, "pd_ids", &pd_ids_kind) < 0 ||
+        config_int(d, "pd_prefill_index", LLONG_MIN, LLONG_MAX, &pd_prefill_index) < 0 ||
+        config_int(d, "pd_decode_index", LLONG_MIN, LLONG_MAX, &pd_decode_index) < 0)
         goto fail;
     if (!PyBytes_CheckExact(person) || PyBytes_GET_SIZE(person) > 16 || !PyType_Check(type)) {
         PyErr_SetString(PyExc_TypeError, "configure: person must be bytes (16 at most), incident_event a type");
@@ -971,6 +1064,8 @@ static PyObject *configure(PyObject *self, PyObject *d) {
     phase_kind[0] = 0x30;
     phase_kind[1] = (unsigned char)internal;
     phase_kind_len = 2;
+    pd_prefill_suffix_len = snprintf(pd_prefill_suffix, sizeof pd_prefill_suffix, "\x1f%lld", pd_prefill_index);
+    pd_decode_suffix_len = snprintf(pd_decode_suffix, sizeof pd_decode_suffix, "\x1f%lld", pd_decode_index);
     memset(PERSON, 0, sizeof PERSON);
     memcpy(PERSON, PyBytes_AS_STRING(person), PyBytes_GET_SIZE(person));
     Py_XSETREF(incident_type, type);

@@ -28,6 +28,7 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from bridge import __version__
+from bridge.assemble.kvlines import DECODE, PREFILL
 from bridge.assemble.timeline import INFERRED, OBSERVED, EngineTimeline, IncidentEvent, RequestTimeline, SpanEvent, Timeline
 from bridge.export.ids import span_id, trace_id
 
@@ -38,6 +39,8 @@ STARTUP_KIND = "startup"  # EngineTimeline.kind of an engine's startup
 REQUEST_IDS, ENGINE_IDS = "request", "engine"  # the kind word of `ids.trace_id`
 PD_IDS = "pd"  # a disaggregated request's: both halves' ids from the prefill's engine request id
 PD_ROLE, PD_REMOTE_REQUEST, INTERNAL_ID = "vllm.pd.role", "vllm.pd.remote_request_id", "vllm.request.internal_id"
+PD_PREFILL, PD_DECODE = PREFILL, DECODE  # the values of PD_ROLE (the assembler's)
+PD_PREFILL_ROOT, PD_DECODE_ROOT = 1, 2  # the index of each half's root in `ids.span_id`
 TIMING, TIMING_START, TIMING_END = "vllm.timing", "vllm.timing.start", "vllm.timing.end"
 INCIDENT_KIND = "vllm.incident.kind"  # the attribute of a link to an incident
 EXCEPTION = "exception"  # the event name of OpenTelemetry's exception convention
@@ -127,9 +130,9 @@ def pd_key(t: RequestTimeline) -> tuple[str, str] | None:
     the key both halves have from their own lines (docs/distributed.md), never a source's."""
     attrs = t.attrs
     role = attrs.get(PD_ROLE)
-    if role == "prefill":
+    if role == PD_PREFILL:
         key = attrs.get(INTERNAL_ID)
-    elif role == "decode":
+    elif role == PD_DECODE:
         key = attrs.get(PD_REMOTE_REQUEST)
     else:
         return None
@@ -140,7 +143,7 @@ def pd_ids(key: str, role: str) -> tuple[bytes, bytes]:
     """(trace id, root span id) of the `role` half of the disaggregated request whose prefill's
     engine request id is `key`: the same on any agent, whichever files it reads."""
     tid = trace_id("", PD_IDS, key, "")
-    return tid, span_id(tid, REQUEST_SPAN, 1 if role == "prefill" else 2)
+    return tid, span_id(tid, REQUEST_SPAN, PD_PREFILL_ROOT if role == PD_PREFILL else PD_DECODE_ROOT)
 
 
 def request_spans(t: RequestTimeline) -> list[SpanRecord]:
@@ -159,8 +162,8 @@ def request_spans(t: RequestTimeline) -> list[SpanRecord]:
     tid, parent_id = own, b""
     if t.parent is not None:
         tid, parent_id = t.parent.trace_id, t.parent.span_id or b""
-    if pd is not None and pd[0] == "decode":
-        links = (Link(tid, pd_ids(pd[1], "prefill")[1], {}), *links)
+    if pd is not None and pd[0] == PD_DECODE:
+        links = (Link(tid, pd_ids(pd[1], PD_PREFILL)[1], {}), *links)
     out = [_record(SpanRecord, (
         tid, root_id, parent_id, REQUEST_SPAN, KIND_SERVER, t.start_ns, t.end_ns,
         t.attrs, _root_timing(t.start_timing, t.end_timing),

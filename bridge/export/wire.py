@@ -52,6 +52,9 @@ def _load_fast():
         "timing": mapping.TIMING, "timing_start": mapping.TIMING_START, "timing_end": mapping.TIMING_END,
         "inferred": INFERRED, "observed": OBSERVED, "incident_kind": mapping.INCIDENT_KIND,
         "incident_event": IncidentEvent, "person": PERSON, "cache_limit": _CACHE_LIMIT,
+        "pd_role": mapping.PD_ROLE, "pd_prefill": mapping.PD_PREFILL, "pd_decode": mapping.PD_DECODE,
+        "pd_prefill_key": mapping.INTERNAL_ID, "pd_decode_key": mapping.PD_REMOTE_REQUEST, "pd_ids": mapping.PD_IDS,
+        "pd_prefill_index": mapping.PD_PREFILL_ROOT, "pd_decode_index": mapping.PD_DECODE_ROOT,
     })
     return _fastwire.spans
 
@@ -272,9 +275,8 @@ class WireEncoder:
         chunks = entry[1]
         held = len(chunks)
         if isinstance(timeline, RequestTimeline):
-            # ids computed as ids.py does, in C; None: it declined. A half of a disaggregated
-            # request (its ids and link from mapping.pd_key) is this module's alone.
-            if self._fast is not None and mapping.PD_ROLE not in timeline.attrs:
+            # ids computed as mapping.request_spans does, in C; None: it declined.
+            if self._fast is not None:
                 spans = self._fast(timeline, self._fast_events)
                 if spans is not None:
                     chunks.append(spans)
