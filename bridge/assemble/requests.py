@@ -27,6 +27,7 @@ from bridge.assemble.state import RequestState, fan_out
 from bridge.assemble.table import handlers
 from bridge.assemble.timeline import INFERRED, SpanEvent, Timeline
 from bridge.decode.record import CLOCK_ANCHORED, Record
+from bridge.core.counts import counts
 from bridge.core.position import GEN_SHIFT
 from bridge.core.source import Source
 from bridge.parse.events import GpuMemory, NcclHint, QueueState, RuleEvent, Stamped
@@ -53,20 +54,21 @@ class AssembleConfig:
     export_error_text: bool = False
 
 
-@dataclass(slots=True)
-class AssembleStats:
-    requests_opened: int = 0
-    requests_emitted: int = 0
-    requests_evicted: int = 0
-    engine_incidents: int = 0
-    orphan_lines: int = 0  # a line for a request that is no longer known (emitted already)
-    orphan_requests: int = 0  # requests whose start was not seen, rebuilt from later lines
-    stop_errors: int = 0   # error records during a deliberate stop: part of the stop, no incident
-    death_errors: int = 0  # error records after an engine death's incident went out: part of it
-    reused_concurrent: int = 0  # requests received under an id another request held at the time
-    requests_capped: int = 0  # closed early by `evict_oldest` (the open-request limit), ended or not
-    clock_jumps: int = 0  # the stream's clock leapt between neighbouring lines (bridge.assemble.clock)
-    no_action: int = 0  # lines in a phase their table row has no action for (table.py)
+AssembleStats = counts("AssembleStats", __name__, """What the assembler of one source did, by count.
+
+    requests_opened: requests begun (an occurrence opened)
+    requests_emitted: request timelines emitted
+    requests_evicted: requests closed unended by expiry (their TTL, or the open-request limit)
+    engine_incidents: engine incidents emitted (`vllm.engine` spans)
+    orphan_lines: lines for a request that is no longer known (emitted already)
+    orphan_requests: requests whose start was not seen, rebuilt from later lines
+    stop_errors: error records during a deliberate stop: part of the stop, no incident
+    death_errors: error records after an engine death's incident went out: part of it
+    reused_concurrent: requests received under an id another request held at the time
+    requests_capped: requests closed early by `evict_oldest` (the open-request limit), ended or not
+    clock_jumps: times the stream's clock leapt between neighbouring lines (clock.py)
+    no_action: lines in a phase their table row has no action for (table.py)
+""")
 
 
 class Assembler(SeedLines, ApiLines, KvLines):
