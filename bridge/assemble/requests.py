@@ -1,7 +1,7 @@
 """The assembler of one source (one engine's log): typed events in, finished timelines out.
 
 Lines arrive in file order with their timestamps. `feed` hands each to its handler
-(`table.py` lists them: the request lines in `seedlines.py` and `apilines.py`, the engine-wide
+(`table.toml` lists them: the request lines in `seedlines.py` and `apilines.py`, the engine-wide
 ones in `engine.py`); this module keeps the clock (`tick`: lingering, TTL, idle) and the two
 ways a request's life changes: `end` (it is over, `ending.End` says how) and `close` (its
 timeline goes out, `ending.Close` says why). Which occurrence a line belongs to is `index.py`'s;
