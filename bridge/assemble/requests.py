@@ -252,39 +252,40 @@ class Assembler(SeedLines, ApiLines, KvLines):
     def close(self, r: RequestState, why: Close, seen_ns: int | None = None) -> None:
         """The one way a request goes out: its timeline is emitted and its id released. A
         request no line ended is settled first, by what the engine's state says (`Close`)."""
-        if why is Close.EXPIRED or why is Close.FLUSHED:
-            if r.terminal_ns is not None:
-                why = Close.DONE
-            else:
-                if why is Close.EXPIRED:
-                    self.stats.requests_evicted += 1
-                why = Close.UNENDED
-        if why is Close.UNENDED or why is Close.REUSED:
-            # Seen idle after its last line, it ended as IDLE says; else in flight at a deliberate
-            # stop, it was stopped; followed by a new request under its id, idle; else it stays
-            # `incomplete`. Its end is inferred either way.
-            if r.extra is not None and r.idle_at is not None and r.last_ns <= r.idle_at:
-                why, seen_ns = Close.IDLE, r.idle_at  # the engine said it was idle after its last line
-            elif self.engine.stop_ns is not None and r.first_ns <= self.engine.stop_last_ns:
-                self.end(r, max(self.engine.stop_last_ns, r.last_ns), End.STOPPED, observed=False)
-            elif r.extra is not None and why is Close.REUSED:
-                why = Close.IDLE
-        if why is Close.IDLE:
-            # Over by `seen_ns` (a stats line showed it gone): it ends there, inferred — its own
-            # last line (`Added request`) is only its start.
-            if seen_ns is not None and r.idle_at is not None and r.last_ns <= r.idle_at:
-                seen_ns = min(seen_ns, r.idle_at)  # the first line that showed the engine idle
-            if seen_ns is not None and r.terminal_ns is None and seen_ns > r.last_ns:
-                r.last_ns = seen_ns
-            if seen_ns is not None and r.events:
-                # Over by the idle line: the stats lines after it are not about it. (When the grace
-                # lets it close depends on when a tick comes, on the wall clock too in the agent:
-                # without this, the agent and a replay gave it different stats events.)
-                r.events = [e for e in r.events if e.ts_ns <= seen_ns or e.name != "vllm.engine_stats"]
-            if "vllm.request.internal_id" in r.extra:
-                # V1 with internal ids (≈ 0.14+) logs every abort and failure: an idle engine and
-                # neither line means the request finished (a completion never logs its end).
-                r.outcome = "finished"
+        if why is not Close.DONE:  # (the commonest: over, nothing more to come; none of this applies)
+            if why is Close.EXPIRED or why is Close.FLUSHED:
+                if r.terminal_ns is not None:
+                    why = Close.DONE
+                else:
+                    if why is Close.EXPIRED:
+                        self.stats.requests_evicted += 1
+                    why = Close.UNENDED
+            if why is Close.UNENDED or why is Close.REUSED:
+                # Seen idle after its last line, it ended as IDLE says; else in flight at a deliberate
+                # stop, it was stopped; followed by a new request under its id, idle; else it stays
+                # `incomplete`. Its end is inferred either way.
+                if r.extra is not None and r.idle_at is not None and r.last_ns <= r.idle_at:
+                    why, seen_ns = Close.IDLE, r.idle_at  # the engine said it was idle after its last line
+                elif self.engine.stop_ns is not None and r.first_ns <= self.engine.stop_last_ns:
+                    self.end(r, max(self.engine.stop_last_ns, r.last_ns), End.STOPPED, observed=False)
+                elif r.extra is not None and why is Close.REUSED:
+                    why = Close.IDLE
+            if why is Close.IDLE:
+                # Over by `seen_ns` (a stats line showed it gone): it ends there, inferred — its own
+                # last line (`Added request`) is only its start.
+                if seen_ns is not None and r.idle_at is not None and r.last_ns <= r.idle_at:
+                    seen_ns = min(seen_ns, r.idle_at)  # the first line that showed the engine idle
+                if seen_ns is not None and r.terminal_ns is None and seen_ns > r.last_ns:
+                    r.last_ns = seen_ns
+                if seen_ns is not None and r.events:
+                    # Over by the idle line: the stats lines after it are not about it. (When the grace
+                    # lets it close depends on when a tick comes, on the wall clock too in the agent:
+                    # without this, the agent and a replay gave it different stats events.)
+                    r.events = [e for e in r.events if e.ts_ns <= seen_ns or e.name != "vllm.engine_stats"]
+                if "vllm.request.internal_id" in r.extra:
+                    # V1 with internal ids (≈ 0.14+) logs every abort and failure: an idle engine and
+                    # neither line means the request finished (a completion never logs its end).
+                    r.outcome = "finished"
         if self._signal_ends:
             self._signal_ends.pop(r, None)
         self.index.release(r)
