@@ -13,7 +13,7 @@ from bridge.assemble import ids
 from bridge.assemble.ending import Close, End
 from bridge.assemble.index import COARSE
 from bridge.assemble.kvlines import kv_of
-from bridge.assemble.state import SEEN_DETAILS, SEEN_RECEIVED, RequestState
+from bridge.assemble.state import SEEN_DETAILS, SEEN_RECEIVED, RequestState, given
 from bridge.assemble.timeline import SpanEvent
 from bridge.decode.record import Record
 from bridge.parse.events import (RequestAdded, RequestDetails, RequestFailed, RequestFinished, RequestReceived,
@@ -102,13 +102,12 @@ class ApiLines:
             self._again(rid, SEEN_RECEIVED)
             r = self._upstream(rid, record)
         r.seen |= SEEN_RECEIVED
-        for key, value in (("gen_ai.request.max_tokens", ev.max_tokens), ("gen_ai.request.temperature", ev.temperature),
-                           ("gen_ai.request.top_p", ev.top_p), ("gen_ai.request.n", ev.n),
-                           ("vllm.lora.name", ev.lora), ("vllm.pd.role", ev.pd_role),
-                           ("vllm.pd.remote_engine_id", ev.remote_engine_id),
-                           ("vllm.pd.remote_request_id", ev.remote_request_id)):
-            if value is not None:
-                r.set(key, value)
+        for key, value in given(("gen_ai.request.max_tokens", ev.max_tokens),
+                                ("gen_ai.request.temperature", ev.temperature), ("gen_ai.request.top_p", ev.top_p),
+                                ("gen_ai.request.n", ev.n), ("vllm.lora.name", ev.lora), ("vllm.pd.role", ev.pd_role),
+                                ("vllm.pd.remote_engine_id", ev.remote_engine_id),
+                                ("vllm.pd.remote_request_id", ev.remote_request_id)).items():
+            r.set(key, value)
         if ev.pd_role is not None:
             kv_of(r, ev.pd_role)  # a prefill lingers for its `KV blocks released` line (kvlines.py)
 

@@ -18,7 +18,7 @@ from bridge.assemble.ending import Close, End
 from bridge.assemble.index import where
 from bridge.assemble.kvlines import awaits_remote_kv
 from bridge.assemble.startup import Startup
-from bridge.assemble.state import RequestState, fan_out
+from bridge.assemble.state import RequestState, fan_out, given
 from bridge.assemble.timeline import IncidentEvent, IncidentRef, SpanEvent, Timeline
 from bridge.decode.record import Record
 from bridge.parse.events import (
@@ -162,22 +162,16 @@ class EngineLife:
         return low
 
     def on_stats(self, record: Record, ev: EngineStats) -> None:
-        attrs = {}
-        for name in ("running", "waiting", "swapped", "deferred", "preemptions", "corrupted"):
-            v = getattr(ev, name)
-            if v is not None:
-                attrs[f"vllm.queue.{name}"] = v
-        for name, key in (("prompt_throughput", "vllm.throughput.prompt_tokens_per_s"),
+        attrs = given(*((f"vllm.queue.{name}", getattr(ev, name))
+                        for name in ("running", "waiting", "swapped", "deferred", "preemptions", "corrupted")),
+                      *((key, getattr(ev, name)) for name, key in (
+                          ("prompt_throughput", "vllm.throughput.prompt_tokens_per_s"),
                           ("generation_throughput", "vllm.throughput.generation_tokens_per_s"),
                           ("gpu_kv_usage", "vllm.kv_cache.gpu_usage"), ("cpu_kv_usage", "vllm.kv_cache.cpu_usage"),
                           ("prefix_cache_hit_rate", "vllm.prefix_cache.hit_rate"),
                           ("external_prefix_cache_hit_rate", "vllm.prefix_cache.external_hit_rate"),
-                          ("mm_cache_hit_rate", "vllm.mm_cache.hit_rate")):
-            v = getattr(ev, name)
-            if v is not None:
-                attrs[key] = v
-        if ev.engine is not None:
-            attrs["vllm.engine.index"] = ev.engine
+                          ("mm_cache_hit_rate", "vllm.mm_cache.hit_rate"))),
+                      ("vllm.engine.index", ev.engine))
         event = SpanEvent("vllm.engine_stats", record.ts_ns, attrs)
         free = 1.0 - ev.gpu_kv_usage if ev.gpu_kv_usage is not None else None
         fan_out(self._in_flight.values(), event, free)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from bridge.assemble import ids
 from bridge.assemble.ending import Close
-from bridge.assemble.state import RequestState, fan_out
+from bridge.assemble.state import RequestState, fan_out, given
 from bridge.assemble.timeline import INFERRED, OBSERVED, Phase, RequestTimeline, SpanEvent
 from bridge.decode.record import Record
 from bridge.parse.events import (KvBlocksInvalid, KvLeaseExpired, KvReceived, KvReleased, KvTransferFailed,
@@ -103,9 +103,9 @@ class KvLines:
         kv.ok, kv.blocks = ev.ok, ev.blocks
         kv.remote_request_id, kv.remote_engine_id = ev.remote_request_id, ev.remote_engine_id
         # the decode's own line names its prefill even when `Received request` was not read
-        for key, value in (("vllm.pd.role", DECODE), ("vllm.pd.remote_engine_id", ev.remote_engine_id),
-                           ("vllm.pd.remote_request_id", ev.remote_request_id)):
-            if value is not None and (r.extra is None or key not in r.extra):
+        for key, value in given(("vllm.pd.role", DECODE), ("vllm.pd.remote_engine_id", ev.remote_engine_id),
+                                ("vllm.pd.remote_request_id", ev.remote_request_id)).items():
+            if r.extra is None or key not in r.extra:
                 r.set(key, value)
         if not ev.ok:
             at = ev.at_ns if ev.at_ns is not None else record.ts_ns
@@ -159,14 +159,11 @@ class KvLines:
     def _on_kv_metrics(self, record: Record, ev: KvTransferMetrics) -> None:
         """The connector's aggregate over a stats interval: no request's own figure, so an event
         on every request in flight (as the engine's stats lines)."""
-        attrs = {}
-        for key, value in (("vllm.kv_transfer.count", ev.transfers), ("vllm.kv_transfer.avg_s", ev.avg_xfer_s),
-                           ("vllm.kv_transfer.p90_s", ev.p90_xfer_s), ("vllm.kv_transfer.avg_post_s", ev.avg_post_s),
-                           ("vllm.kv_transfer.avg_bytes", ev.avg_bytes), ("vllm.kv_transfer.failed", ev.failed),
-                           ("vllm.kv_transfer.expired", ev.expired),
-                           ("vllm.kv_transfer.notifs_after_expiry", ev.notifs_after_expiry)):
-            if value is not None:
-                attrs[key] = value
+        attrs = given(("vllm.kv_transfer.count", ev.transfers), ("vllm.kv_transfer.avg_s", ev.avg_xfer_s),
+                      ("vllm.kv_transfer.p90_s", ev.p90_xfer_s), ("vllm.kv_transfer.avg_post_s", ev.avg_post_s),
+                      ("vllm.kv_transfer.avg_bytes", ev.avg_bytes), ("vllm.kv_transfer.failed", ev.failed),
+                      ("vllm.kv_transfer.expired", ev.expired),
+                      ("vllm.kv_transfer.notifs_after_expiry", ev.notifs_after_expiry))
         fan_out(self.index.in_flight.values(), SpanEvent("vllm.kv_transfer.metrics", record.ts_ns, attrs))
 
 

@@ -1,7 +1,7 @@
 """The assembler of one source (one engine's log): typed events in, finished timelines out.
 
 Lines arrive in file order with their timestamps. `feed` hands each to its handler
-(`table.py` lists them: the request lines in `seedlines.py` and `apilines.py`, the engine-wide
+(`table.toml` lists them: the request lines in `seedlines.py` and `apilines.py`, the engine-wide
 ones in `engine.py`); this module keeps the clock (`tick`: lingering, TTL, idle) and the two
 ways a request's life changes: `end` (it is over, `ending.End` says how) and `close` (its
 timeline goes out, `ending.Close` says why). Which occurrence a line belongs to is `index.py`'s;
@@ -27,6 +27,7 @@ from bridge.assemble.state import RequestState, fan_out
 from bridge.assemble.table import handlers
 from bridge.assemble.timeline import INFERRED, SpanEvent, Timeline
 from bridge.decode.record import CLOCK_ANCHORED, Record
+from bridge.core.counts import counts
 from bridge.core.position import GEN_SHIFT
 from bridge.core.source import Source
 from bridge.parse.events import GpuMemory, NcclHint, QueueState, RuleEvent, Stamped
@@ -53,20 +54,21 @@ class AssembleConfig:
     export_error_text: bool = False
 
 
-@dataclass(slots=True)
-class AssembleStats:
-    requests_opened: int = 0
-    requests_emitted: int = 0
-    requests_evicted: int = 0
-    engine_incidents: int = 0
-    orphan_lines: int = 0  # a line for a request that is no longer known (emitted already)
-    orphan_requests: int = 0  # requests whose start was not seen, rebuilt from later lines
-    stop_errors: int = 0   # error records during a deliberate stop: part of the stop, no incident
-    death_errors: int = 0  # error records after an engine death's incident went out: part of it
-    reused_concurrent: int = 0  # requests received under an id another request held at the time
-    requests_capped: int = 0  # closed early by `evict_oldest` (the open-request limit), ended or not
-    clock_jumps: int = 0  # the stream's clock leapt between neighbouring lines (bridge.assemble.clock)
-    no_action: int = 0  # lines in a phase their table row has no action for (table.py)
+AssembleStats = counts("AssembleStats", __name__, """What the assembler of one source did, by count.
+
+    requests_opened: requests begun (an occurrence opened)
+    requests_emitted: request timelines emitted
+    requests_evicted: requests closed unended by expiry (their TTL, or the open-request limit)
+    engine_incidents: engine incidents emitted (`vllm.engine` spans)
+    orphan_lines: lines for a request that is no longer known (emitted already)
+    orphan_requests: requests whose start was not seen, rebuilt from later lines
+    stop_errors: error records during a deliberate stop: part of the stop, no incident
+    death_errors: error records after an engine death's incident went out: part of it
+    reused_concurrent: requests received under an id another request held at the time
+    requests_capped: requests closed early by `evict_oldest` (the open-request limit), ended or not
+    clock_jumps: times the stream's clock leapt between neighbouring lines (clock.py)
+    no_action: lines in a phase their table row has no action for (table.py)
+""")
 
 
 class Assembler(SeedLines, ApiLines, KvLines):
@@ -250,39 +252,40 @@ class Assembler(SeedLines, ApiLines, KvLines):
     def close(self, r: RequestState, why: Close, seen_ns: int | None = None) -> None:
         """The one way a request goes out: its timeline is emitted and its id released. A
         request no line ended is settled first, by what the engine's state says (`Close`)."""
-        if why is Close.EXPIRED or why is Close.FLUSHED:
-            if r.terminal_ns is not None:
-                why = Close.DONE
-            else:
-                if why is Close.EXPIRED:
-                    self.stats.requests_evicted += 1
-                why = Close.UNENDED
-        if why is Close.UNENDED or why is Close.REUSED:
-            # Seen idle after its last line, it ended as IDLE says; else in flight at a deliberate
-            # stop, it was stopped; followed by a new request under its id, idle; else it stays
-            # `incomplete`. Its end is inferred either way.
-            if r.extra is not None and r.idle_at is not None and r.last_ns <= r.idle_at:
-                why, seen_ns = Close.IDLE, r.idle_at  # the engine said it was idle after its last line
-            elif self.engine.stop_ns is not None and r.first_ns <= self.engine.stop_last_ns:
-                self.end(r, max(self.engine.stop_last_ns, r.last_ns), End.STOPPED, observed=False)
-            elif r.extra is not None and why is Close.REUSED:
-                why = Close.IDLE
-        if why is Close.IDLE:
-            # Over by `seen_ns` (a stats line showed it gone): it ends there, inferred — its own
-            # last line (`Added request`) is only its start.
-            if seen_ns is not None and r.idle_at is not None and r.last_ns <= r.idle_at:
-                seen_ns = min(seen_ns, r.idle_at)  # the first line that showed the engine idle
-            if seen_ns is not None and r.terminal_ns is None and seen_ns > r.last_ns:
-                r.last_ns = seen_ns
-            if seen_ns is not None and r.events:
-                # Over by the idle line: the stats lines after it are not about it. (When the grace
-                # lets it close depends on when a tick comes, on the wall clock too in the agent:
-                # without this, the agent and a replay gave it different stats events.)
-                r.events = [e for e in r.events if e.ts_ns <= seen_ns or e.name != "vllm.engine_stats"]
-            if "vllm.request.internal_id" in r.extra:
-                # V1 with internal ids (≈ 0.14+) logs every abort and failure: an idle engine and
-                # neither line means the request finished (a completion never logs its end).
-                r.outcome = "finished"
+        if why is not Close.DONE:  # (the commonest: over, nothing more to come; none of this applies)
+            if why is Close.EXPIRED or why is Close.FLUSHED:
+                if r.terminal_ns is not None:
+                    why = Close.DONE
+                else:
+                    if why is Close.EXPIRED:
+                        self.stats.requests_evicted += 1
+                    why = Close.UNENDED
+            if why is Close.UNENDED or why is Close.REUSED:
+                # Seen idle after its last line, it ended as IDLE says; else in flight at a deliberate
+                # stop, it was stopped; followed by a new request under its id, idle; else it stays
+                # `incomplete`. Its end is inferred either way.
+                if r.extra is not None and r.idle_at is not None and r.last_ns <= r.idle_at:
+                    why, seen_ns = Close.IDLE, r.idle_at  # the engine said it was idle after its last line
+                elif self.engine.stop_ns is not None and r.first_ns <= self.engine.stop_last_ns:
+                    self.end(r, max(self.engine.stop_last_ns, r.last_ns), End.STOPPED, observed=False)
+                elif r.extra is not None and why is Close.REUSED:
+                    why = Close.IDLE
+            if why is Close.IDLE:
+                # Over by `seen_ns` (a stats line showed it gone): it ends there, inferred — its own
+                # last line (`Added request`) is only its start.
+                if seen_ns is not None and r.idle_at is not None and r.last_ns <= r.idle_at:
+                    seen_ns = min(seen_ns, r.idle_at)  # the first line that showed the engine idle
+                if seen_ns is not None and r.terminal_ns is None and seen_ns > r.last_ns:
+                    r.last_ns = seen_ns
+                if seen_ns is not None and r.events:
+                    # Over by the idle line: the stats lines after it are not about it. (When the grace
+                    # lets it close depends on when a tick comes, on the wall clock too in the agent:
+                    # without this, the agent and a replay gave it different stats events.)
+                    r.events = [e for e in r.events if e.ts_ns <= seen_ns or e.name != "vllm.engine_stats"]
+                if "vllm.request.internal_id" in r.extra:
+                    # V1 with internal ids (≈ 0.14+) logs every abort and failure: an idle engine and
+                    # neither line means the request finished (a completion never logs its end).
+                    r.outcome = "finished"
         if self._signal_ends:
             self._signal_ends.pop(r, None)
         self.index.release(r)

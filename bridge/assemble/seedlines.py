@@ -156,7 +156,13 @@ class SeedLines:
     def _on_allocated(self, record: Record, ev: BlockAllocated) -> None:
         if ev.at_ns is not None:
             record = _exact(record, ev)
-        r = self._start_seq(ev.request_id, record)[0]
+        r = self.index.open.get(ev.request_id)
+        if r is None or r.terminal_ns is not None:
+            r = self._start_seq(ev.request_id, record)[0]
+        else:  # a third of all lines: `_start_seq`'s first case, inlined (index.touch)
+            if record.ts_ns > r.last_ns:
+                r.last_ns = record.ts_ns
+            r.last_offset = record.offset
         r.allocated += 1
         r.held += 1
         r.add_block_event(SpanEvent("vllm.kv_block.allocated", record.ts_ns, {
@@ -165,34 +171,34 @@ class SeedLines:
     def _on_freed(self, record: Record, ev: BlockFreed) -> None:
         if ev.at_ns is not None:
             record = _exact(record, ev)
-        rid = ev.request_id
+        rid, ts, n, reason = ev.request_id, record.ts_ns, ev.count, ev.reason  # (read once: a third of all lines)
         r = self.index.open.get(rid)
         if r is None:
             r = self._touch(self._seed_id(rid), record)
             if r is None:
                 return
         else:
-            if record.ts_ns > r.last_ns:  # index.touch, inlined on the hot path
-                r.last_ns = record.ts_ns
+            if ts > r.last_ns:  # index.touch, inlined on the hot path
+                r.last_ns = ts
             r.last_offset = record.offset
-        r.freed += ev.count
-        r.held -= ev.count
-        attrs = {"vllm.kv_block.id": ev.block} if ev.block else {"vllm.kv_block.count": ev.count}
-        if ev.reason:
-            attrs["vllm.kv_block.reason"] = ev.reason
-        r.add_block_event(SpanEvent("vllm.kv_block.freed", record.ts_ns, attrs))
+        r.freed += n
+        r.held -= n
+        attrs = {"vllm.kv_block.id": ev.block} if ev.block else {"vllm.kv_block.count": n}
+        if reason:
+            attrs["vllm.kv_block.reason"] = reason
+        r.add_block_event(SpanEvent("vllm.kv_block.freed", ts, attrs))
         if r.terminal_ns is not None:
-            r.last_free_ns = record.ts_ns
+            r.last_free_ns = ts
             if r.held <= 0 and r.outcome != "timeout" and not self._awaits_api(r):  # a timeout may still get its API line
                 self.close(r, Close.DONE)
-        elif ev.reason in _RELEASE_REASONS and r.seqs is not None and self._seqs_left(r, ids.child_index(ev.request_id)):
-            pass  # one child of n>1 released; the request goes on with the others
-        elif ev.reason in _RELEASE_REASONS:
+        elif reason in _RELEASE_REASONS:
+            if r.seqs is not None and self._seqs_left(r, ids.child_index(rid)):
+                return  # one child of n>1 released; the request goes on with the others
             # Released before the line that ends the request: V1's engine frees a finished
             # request's blocks at once, and the API server logs its end after the hand-off.
             if r.release_ns is None:
-                r.release_ns = record.ts_ns
-            r.last_free_ns = record.ts_ns
+                r.release_ns = ts
+            r.last_free_ns = ts
 
     def _on_summary(self, record: Record, ev: RequestSummary) -> None:
         if ev.at_ns is not None:

@@ -33,6 +33,11 @@ def fan_out(requests, event: SpanEvent, free_ratio: float | None = None, gpu_rat
             r.max_gpu_ratio = gpu_ratio
 
 
+def given(*pairs: tuple[str, object]) -> dict:
+    """The (attribute, value) pairs a line gave: those whose value is not None, in order."""
+    return {key: value for key, value in pairs if value is not None}
+
+
 class Answer:
     """What the API server's lines said of the engine's ids and the answer of one request
     (upstream requests only: a seed log has none of these lines)."""

@@ -12,21 +12,22 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from bridge.core.counts import counts
 from bridge.export.batch import Batch
 from bridge.export.transport import Transport
 
 
-@dataclass(slots=True)
-class SenderStats:
-    spans_sent: int = 0
-    spans_retried: int = 0
-    spans_dropped: int = 0
-    batches_sent: int = 0
-    send_failures: int = 0
-    queued_spans: int = 0
-    latencies: deque = field(default_factory=lambda: deque(maxlen=4096))  # seconds per acked batch
+SenderStats = counts("SenderStats", __name__, """What the sender delivered, by count; the queue's size and the latencies now.
+
+    spans_sent: spans the receiver acknowledged
+    spans_retried: spans sent again after a failed attempt
+    spans_dropped: spans given up on after `give_up_s` (never silent)
+    batches_sent: batches the receiver acknowledged
+    send_failures: failed attempts
+    queued_spans: spans waiting to be sent (a gauge: it goes down as batches go out)
+""", ("latencies", deque, field(default_factory=lambda: deque(maxlen=4096))))  # seconds per acked batch
 
 
 class Sender:
