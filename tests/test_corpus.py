@@ -37,18 +37,7 @@ FACT_KEYS = {"model": "gen_ai.request.model", "version": "vllm.version"}
 
 #: (excerpt, aspect) → the gap that keeps the bridge from meeting it. Strict: a fixed gap fails
 #: here until its row is removed.
-GAPS: dict[tuple[str, str], str] = {
-    ("ascend/vllm-ascend-6242-triton-compile-failed-start.log", "error"):
-        "a worker failure told only by the command that failed (clang++): nothing read says the engine was starting",
-    ("tpu/tpu-inference-2313-torchax-failed-start.log", "startup"):
-        "tpu-inference's precompile lines (compilation_manager: 'Compilation finished in 3.53 [secs]', "
-        "'Precompile …') are no startup line the bridge reads: the failed start has no startup span",
-    ("tpu/kaggle-tpu-lab-6-insufficient-devices-mesh.log", "error"):
-        "a traceback cut on both sides of its start frames (the TPU runner's _init_mesh, then only the API "
-        "server's entry frames main → run_server): nothing read says the engine was starting",
-    ("ascend/vllm-ascend-644-v1-engine-exception-visual.log", "error"):
-        "a traceback fragment entirely inside the model's forward: nothing read says it was serving",
-}
+GAPS: dict[tuple[str, str], str] = {}
 
 
 @functools.cache
