@@ -37,7 +37,19 @@ FACT_KEYS = {"model": "gen_ai.request.model", "version": "vllm.version"}
 
 #: (excerpt, aspect) → the gap that keeps the bridge from meeting it. Strict: a fixed gap fails
 #: here until its row is removed.
-GAPS: dict[tuple[str, str], str] = {}
+GAPS: dict[tuple[str, str], str] = {
+    ("cuda/dynamo-14281-worker-failed-start.log", "error"):
+        "a worker's RPC failure (get_response: a start's and a batch's RPCs alike) then Dynamo's worker main "
+        "exiting out of uvloop.run(worker()): nothing read says the worker was starting, and a wrapper's main "
+        "may also exit on a death while serving",
+    ("ascend/lmcache-ascend-12-workers-exception.log", "error"):
+        "'WorkerProc hit an exception' is any RPC's failure (a start's or a batch's); the only sign of serving is "
+        "LMCache's own line naming a request, which the bridge does not read as vLLM's",
+    ("cuda/llm-d-191-nixl-expired-kv.log", "requests"):
+        "a lease expiry names a request whose own lines are outside the excerpt: the bridge counts it as an "
+        "orphan line rather than open a root, since a lease expires up to minutes after a request's root was "
+        "exported (a second root for one request)",
+}
 
 
 @functools.cache
@@ -132,8 +144,9 @@ def test_corpus(name, aspect):
 NOT_VLLM: tuple[tuple[str, str], ...] = (
     # the paste, not any log
     (r"(?:\.\.\.|\[\.\.\.\]|--)$", "the user's elision or separator in the paste"),
-    (r"(?:\$ |root@|python |static --|--no-enable|✗ kubectl|'…' (?:vllm serve|export|python|CUDA_VISIBLE))",
-     "the user's shell prompt and command line"),
+    (r"(?:\$ |root@|python |static --|--no-enable|✗ kubectl|'…' (?:vllm serve|export|python|CUDA_VISIBLE)"
+     r"|\([\w<>]+\) '…'$)",
+     "the user's shell prompt (a conda environment's name before it) and command line"),
     (r"tonyaw: ?", "the user's own debug prints added to a fork of vLLM"),
     (r"vllm is running on: ", "the user's script's print before vLLM starts"),
     # tracebacks the paste damaged: vLLM's source lines inside a traceback, no log line
@@ -149,9 +162,13 @@ NOT_VLLM: tuple[tuple[str, str], ...] = (
     (r"(?:src(?:/\S*?\.rs|<path>):<n>: |'…' (?:vLLM route_completion|Using direct URL mode))",
      "vllm-router's (Rust) own lines"),
     (r"- run_vllm_api_server\.py:<n> - ", "Tenstorrent's launcher script's logger"),
+    (r"default_\S+ \S+ '…' -- Encountered failure while handling request ",
+     "Ray Serve's replica logger (deployment, replica, request id) reporting the request the engine failed"),
     (r"controller <n> (?:\S+\.py:<n> -|--) ", "Ray Serve's controller's own logger (its level and full-date stamp "
                                              "read by decode)"),
-    (r"- app\.pipelines\.llm - ", "livepeer's app logger"),
+    (r"(?:Tensor parallel size: <n>|Using BFloat<n> precision)$",
+     "livepeer's app logger (its Python logging frame `- app.pipelines.llm - INFO - ` taken off by decode, as any "
+     "application's that relays vLLM's output)"),
     (r"- runners\.py\[line:<n>\] - ERROR: Exception in callback |handle: <Handle ",
      "asyncio's exception handler, through the app's logger (vLLM's own error lines follow)"),
     (r"vllm<n>\.service: ", "systemd's unit status"),

@@ -43,8 +43,14 @@ _ISO = re.compile(
 # source: a log4j pattern `[%-5p] %t %c - ` (TorchServe: `[INFO ] W-9000-model_1.0-stdout MODEL_LOG - `),
 # Rust tracing's `LEVEL crate::module: ` (NVIDIA Dynamo: `DEBUG dynamo_run::subprocess: `). What
 # follows is the child's line as it wrote it (a traceback's indentation kept).
+# Python logging's `%(asctime)s - %(name)s - %(levelname)s - %(message)s` (an application that logs
+# vLLM's output through its own logger: `- __main__ - INFO - `).
 _RELAY = re.compile(r"\[(?:TRACE|DEBUG|INFO|WARN|ERROR|FATAL) ?\] \S+ \S+ - "
-                    r"|(?:TRACE|DEBUG| ?INFO| ?WARN|ERROR) [A-Za-z_]\w*(?:::\w+)+: ")
+                    r"|(?:TRACE|DEBUG| ?INFO| ?WARN|ERROR) [A-Za-z_]\w*(?:::\w+)+: "
+                    r"|- [\w.<>-]+ - (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) - ")
+# A log viewer's table row (`U | 2025-07-18 11:29:37.824 | worker |   | <message>`): a stamp with cells
+# on both sides; after it, the row's further cells, named or empty, up to the message
+_TABLE = re.compile(r"[\w.-]*(?: +\|)+ ")
 # A viewer's columns before every line, read where a header follows them: one or two names
 # (`kubectl logs --prefix`-like tools, stern's `<pod> <container> `, `kserve-container `)
 _COLUMN = re.compile(r"(?:[A-Za-z][\w.-]* ){1,2}")
@@ -94,10 +100,12 @@ def split_prefix(line: str) -> Split:
     pos = 0
     stamp = ""
     own, own_ns = "", 0
+    viewer = False
     if line.find("| ", 0, 48) >= 0:
         m = _VIEWER.match(line)
         if m is not None:
             pos = m.end()
+            viewer = True
     c = line[pos:pos + 1]
     if c in "DIWEC" and (m := _LEVEL_FIRST.match(line, pos)) is not None:
         pos = m.end()
@@ -136,6 +144,8 @@ def split_prefix(line: str) -> Split:
     if stamp:
         m = _RELAY.match(line, pos)
         if m is not None:
+            pos = m.end()
+        elif viewer and line.endswith("| ", 0, pos) and (m := _TABLE.match(line, pos)) is not None:
             pos = m.end()
     if line.startswith("[", pos) and _BARE_SGR.match(line, pos) is not None:
         line = _strip_bare_sgr(line, pos)

@@ -693,8 +693,9 @@ _CLASSES = (
                      "background task failed", "terminating server process", "died", "fatal error",
                      "killing local vllm worker", "output_handler failed", "engine dead",
                      # the engine core's dump of a step that raised (dump_input.py), before it re-raises:
-                     # one line since 0.9, `Dumping input data` then `V1 LLM engine (v…) with config` before
-                     "dumping input data")),
+                     # one line since 0.9, `Dumping input data` then `V1 LLM engine (v…) with config` before;
+                     # V0's worker dumps the input of a model execution that raised (model_runner_base.py)
+                     "dumping input data", "writing input of failed execution")),
     ("input", ("bad request", "badrequest", "input error", "is too long", "validation error",
                      "maximum context length", "invalid input", "invalid request")),
     ("aborted", ("abort", "cancellederror")),
@@ -703,7 +704,7 @@ _FATAL = ("enginedeaderror", "engine loop is not running", "background loop", "b
           "terminating server process", "died", "fatal error", "killing local vllm worker",
           "output_handler failed", "taking the entire process down", "will be terminated",
           "initialization failed", "failed to start", "engine iteration timed out", "terminate called",
-          "dumping input data", *_SIGNALS)
+          "dumping input data", "writing input of failed execution", *_SIGNALS)
 _EXC = re.compile(r"^(?:\[rank\d+\]: ?)?([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Failure)):? ?(.*)$", re.M)
 _MAX_MESSAGE, _MAX_STACK = 1024, 8 * 1024
 #: A list of what *may* have caused an error (Ray's "There are some potential root causes. (1) …
@@ -740,15 +741,20 @@ _SERVING_FRAMES = (
     "run_busy_loop", "_process_engine_step", "step_with_batch_queue", "in execute_model", "output_handler",
     "get_output_async", "in get_output", "engine_step", "step_async", "run_engine_loop", "_process_request",
     "stream_generator", "in get_response", "in step", "_run_engine",
+    # V0's non-driver workers run each scheduled batch in their execution loop
+    "start_worker_execution_loop", "execute_model_async",
     # the model's forward (torch's Module call): with no start frame around it, a batch being served
     ", in forward\n", "in _call_impl", "forward_call(")
-#: What an error says of a kernel or graph being compiled: a compiler's command that failed
-#: (`subprocess`'s `Command '['/usr/bin/clang++', …]'`, Triton's and inductor's builds), or the
-#: compiler stack's own errors. vLLM compiles its graphs and kernels while it starts (torch.compile,
-#: warm-up, graph capture, XLA precompile): with no serving frame, a failed start.
+#: What an error says or where it was raised of a kernel or graph being compiled: a compiler's
+#: command that failed (`subprocess`'s `Command '['/usr/bin/clang++', …]'`, Triton's and inductor's
+#: builds), the compiler stack's own errors, or frames of vLLM's torch.compile backend and of
+#: dynamo / inductor compiling a frame. vLLM compiles its graphs and kernels while it starts
+#: (torch.compile, warm-up, graph capture, XLA precompile): with no serving frame, a failed start.
 _COMPILING = re.compile(
     r"command '\[[^\]\n]{0,200}?\b(?:clang\+\+|clang|g\+\+|gcc|c\+\+|cc|nvcc|hipcc|icpx|bisheng|ld)'"
-    r"|backendcompilerfailed|inductorerror|compilationerror|compilation failed|\bptxas\b")
+    r"|backendcompilerfailed|inductorerror|compilationerror|compilation failed|\bptxas\b"
+    r"|/compilation/(?:backends|compiler_interface|piecewise_backend)\.py|compiler_manager\.compile"
+    r"|torch/_dynamo/convert_frame\.py|torch/_inductor/compile_fx\.py")
 
 
 #: Source lines that say what was raised: a `raise X("…")` and the continuation of its string
