@@ -757,6 +757,9 @@ _COMPILING = re.compile(
     r"|torch/_dynamo/convert_frame\.py|torch/_inductor/compile_fx\.py")
 
 
+_INTERRUPTED = "keyboardinterrupt"
+
+
 #: Source lines that say what was raised: a `raise X("…")` and the continuation of its string
 #: (the exception line itself may be cut off where the paste ended).
 _RAISED = ("raise ", '"', "'")
@@ -797,6 +800,8 @@ def _classified(text: str, shape: str | None = None) -> tuple[str, str]:
     """`classify`'s type, and what it rests on (`EngineError.basis`)."""
     low = _evidence(text).lower()
     low_shape = None if shape is None else _evidence(shape).lower()
+    if _INTERRUPTED in low:
+        return "other", "said"  # a stop someone asked for (Ctrl-C), wherever it came out: no failure
     for error_type, markers in _CLASSES:
         if error_type == "engine_dead" and low_shape is not None:
             if any(marker in low_shape for marker in markers):
