@@ -148,6 +148,8 @@ NOT_VLLM: tuple[tuple[str, str], ...] = (
      r"|\([\w<>]+\) '…'$)",
      "the user's shell prompt (a conda environment's name before it) and command line"),
     (r"tonyaw: ?", "the user's own debug prints added to a fork of vLLM"),
+    (r"kl '…'$", "the user's alias for `kubectl logs <pod>`"),
+    (r"Defaulted container '…' out of: ", "kubectl's note on the container it shows"),
     (r"vllm is running on: ", "the user's script's print before vLLM starts"),
     # tracebacks the paste damaged: vLLM's source lines inside a traceback, no log line
     (r"raise \w+\($", "a frame's source line whose indentation the paste lost, cut from its traceback before the "
@@ -187,6 +189,9 @@ NOT_VLLM: tuple[tuple[str, str], ...] = (
     (r":<n>:\w+\.cpp :<n> ?: <hex> us: ", "ROCm's HIP runtime debug trace (AMD_LOG_LEVEL)"),
     (r"\[aiter\] ", "AMD AITER's own logger (the ROCm kernel library inside vLLM's workers)"),
     (r"\[ERROR\] <n>-<n>-<n>-<n> \(PID:<n>, Device:-<n>, RankID:-<n>\) ERR<n> ", "Ascend CANN's own error line"),
+    (r"(?:For debugging consider passing (?:CUDA_LAUNCH_BLOCKING|AMD_SERIALIZE_KERNEL)=<n>$|HIP kernel errors might be "
+     r"asynchronously reported)", "the later lines of torch's CUDA / HIP error message (its hints), with no header "
+                                 "after the exception line they belong to"),
     (r"Warning: You are sending unaut", "huggingface_hub's warning about unauthenticated requests to the Hub"),
     (r"(?:Repository Not Found for url|Please make sure you specified the correct|If you are trying to access a "
      r"private or gated repo|Invalid username or password)", "huggingface_hub's error message, its later lines"),

@@ -104,3 +104,15 @@ def test_a_viewer_s_column_read_before_a_header_is_taken_off_the_lines_without_o
                        'kserve-container   File "<frozen runpy>", line 198, in _run_module_as_main')
     assert (a.level, a.message) == ("INFO", "No platform detected")
     assert b.message == 'Traceback (most recent call last):\n  File "<frozen runpy>", line 198, in _run_module_as_main'
+
+
+def test_torch_s_c10_stamp_with_an_unpadded_month_times_the_traceback_before_it():
+    """c10's logger writes `[W505 14:36:29.719…]` for May 5: that stamp, not the wall clock, times
+    the unstamped traceback before it (a file's first stamp anchors what came before)."""
+    from datetime import datetime, timezone
+
+    records = _records("RuntimeError: CUDA error: an illegal memory access was encountered",
+                       "[rank0]:[W505 14:36:29.719250907 ProcessGroupNCCL.cpp:1496] Warning: WARNING: "
+                       "destroy_process_group() was not called before program exit")
+    assert {datetime.fromtimestamp(r.ts_ns // 10**9, timezone.utc).isoformat() for r in records} == \
+        {"2025-05-05T14:36:29+00:00"}

@@ -72,7 +72,8 @@ _RANK = re.compile(r"\[rank(\d+)\]: ")
 # torch C++ (c10 / glog) lines: `[E1022 09:33:49.123456 1234 ProcessGroupNCCL.cpp:1316] …`, also without `[`
 # (torch elastic's `[rank2]:` right before it, no space; torch ≥ 2.4 writes no thread id:
 # `[rank2]:[E1001 16:06:04.537131842 ProcessGroupNCCL.cpp:607]`)
-_TORCH = re.compile(r"(?:\[rank\d+\]:)?\[?[EWIF](\d\d)(\d\d) (\d\d:\d\d:\d\d)\.(\d{1,9})(?: +\d+)? +[^\s\]]+:\d+\]")
+# c10's own logger writes the month unpadded (`[W505 14:36:29.719250907 …]` is May 5), glog pads it
+_TORCH = re.compile(r"(?:\[rank\d+\]:)?\[?[EWIF](\d{1,2})(\d\d) (\d\d:\d\d:\d\d)\.(\d{1,9})(?: +\d+)? +[^\s\]]+:\d+\]")
 
 
 # torch_npu's (Ascend) error report: `[ERROR] 2025-12-05-07:51:07 (PID:585, Device:-1, RankID:-1) ERR99999 …`,
@@ -180,7 +181,7 @@ def split_prefix(line: str) -> Split:
             t = _TORCH.match(line, pos)
             if t is not None:   # a torch C++ line: its own stamp, the message kept whole
                 mm, dd, hms, frac = t.groups()
-                own, own_ns = f"{mm}-{dd} {hms}", int(frac[:9].ljust(9, "0"))
+                own, own_ns = f"{mm:0>2}-{dd} {hms}", int(frac[:9].ljust(9, "0"))
             elif (t := _NPU.match(line, pos)) is not None:
                 own, own_ns = f"{t[1]}-{t[2]} {t[3]}", 0
         return Split(None, pos, process, stamp, own, own_ns, line)
