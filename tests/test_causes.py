@@ -169,3 +169,62 @@ def test_a_worker_that_exited_on_its_own_while_starting_is_a_failed_start(tmp_pa
     """Near miss: exit code 1 is no signal, so the traceback's start frames still tell a failed start."""
     (inc,) = _incidents(tmp_path, _DIED.format(1) + _KILLING + _START_TRACEBACK)
     assert inc.error_type == "model_load"
+
+
+V = '  File "/usr/local/lib/python3.12/dist-packages/'
+
+
+@pytest.mark.parametrize("text, error_type", [
+    # a worker taking its device, a TPU runner building its mesh: only while the engine starts
+    (V + 'vllm/v1/worker/gpu_worker.py", line 436, in init_device\n    torch.cuda.set_device(self.device)\n'
+     "RuntimeError: CUDA error: invalid device ordinal", "model_load"),
+    (V + 'jax/experimental/mesh_utils.py", line 815, in create_device_mesh\n    raise ValueError(\n'
+     "ValueError: Number of devices 4 must equal the product of mesh_shape (1, 8)", "model_load"),
+    # the API server's entry: what leaves run_server is a server that could not be set up
+    (V + 'vllm/entrypoints/cli/serve.py", line 27, in cmd\n    uvloop.run(run_server(args))\n'
+     "OSError: [Errno 98] Address already in use", "model_load"),
+    # ... but Ctrl-C coming out of it is a stop, no failure
+    (V + 'vllm/entrypoints/cli/serve.py", line 27, in cmd\n    uvloop.run(run_server(args))\nKeyboardInterrupt',
+     "other"),
+    # the model's forward with no start frame around it: a batch being served
+    (V + 'vllm/model_executor/models/llama.py", line 400, in forward\n    hidden_states = self.model(input_ids)\n'
+     + V + 'torch/nn/modules/module.py", line 1747, in _call_impl\n    return forward_call(*args, **kwargs)\n'
+     "RuntimeError: The size of tensor a (4) must match the size of tensor b (8)", "engine_dead"),
+    # the same forward under the start's profile run: the start failed
+    (V + 'vllm/v1/worker/gpu_model_runner.py", line 2980, in profile_run\n    hidden_states = self._dummy_run(n)\n'
+     + V + 'vllm/model_executor/models/llama.py", line 400, in forward\n    hidden_states = self.model(input_ids)\n'
+     "RuntimeError: The size of tensor a (4) must match the size of tensor b (8)", "model_load"),
+    # a compile that failed: vLLM compiles while it starts, unless a serving frame says otherwise
+    ("RuntimeError: Worker failed with error 'Command '['/usr/bin/gcc', '/tmp/tmpx/main.c', '-O3', '-shared']' "
+     "returned non-zero exit status 1.', please check the stack trace above for the root cause", "model_load"),
+    (V + 'torch/_dynamo/convert_frame.py", line 1453, in __call__\n    result = self._inner_convert(', "model_load"),
+    (V + 'vllm/v1/worker/gpu_model_runner.py", line 2064, in execute_model\n    model_output = self.model(\n'
+     "torch._inductor.exc.InductorError: LoweringException: AssertionError", "engine_dead"),
+    # V0's dump of a model execution that raised, like V1's `Dumping input data`
+    ("Writing input of failed execution to /tmp/err_execute_model_input_20250417-043638.pkl...", "engine_dead"),
+    (V + 'vllm/worker/model_runner_base.py", line 116, in _wrapper\n    return func(*args, **kwargs)\n'
+     + V + 'vllm/executor/multiproc_worker_utils.py", line 233, in _run_worker_process\n'
+     "    output = run_method(worker, method, args, kwargs)\n"
+     "Exception in worker VllmWorkerProcess while processing method start_worker_execution_loop.", "engine_dead"),
+])
+def test_the_phase_of_an_error_by_where_it_was_raised(text, error_type):
+    """Issue #35: an error that names no cause is typed by the phase its frames (or what it says
+    of a compile) belong to; frames from vLLM's, torch's and the TPU runners' sources."""
+    assert classify(text) == error_type
+
+
+def test_a_ctrl_c_at_the_api_server_s_entry_fails_no_start(tmp_path):
+    from bridge.assemble.timeline import EngineTimeline
+    from bridge.pipeline import ReplayConfig, replay
+
+    log = tmp_path / "stop.log"
+    log.write_text("INFO 05-01 10:00:00 [api_server.py:1000] vLLM API server version 0.9.0\n"
+                   "Traceback (most recent call last):\n"
+                   + V + 'vllm/entrypoints/cli/serve.py", line 27, in cmd\n    uvloop.run(run_server(args))\n'
+                   "KeyboardInterrupt\n")
+    out: list = []
+    replay([str(log)], [out.append], ReplayConfig(year=2025))
+    engines = [t for t in out if isinstance(t, EngineTimeline)]
+    startups = [t for t in engines if t.kind == "startup"]
+    assert len(startups) == 1 and not startups[0].error_type
+    assert "model_load" not in {t.error_type for t in engines}

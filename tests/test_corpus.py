@@ -38,16 +38,17 @@ FACT_KEYS = {"model": "gen_ai.request.model", "version": "vllm.version"}
 #: (excerpt, aspect) → the gap that keeps the bridge from meeting it. Strict: a fixed gap fails
 #: here until its row is removed.
 GAPS: dict[tuple[str, str], str] = {
-    ("ascend/vllm-ascend-6242-triton-compile-failed-start.log", "error"):
-        "a worker failure told only by the command that failed (clang++): nothing read says the engine was starting",
-    ("tpu/tpu-inference-2313-torchax-failed-start.log", "startup"):
-        "tpu-inference's precompile lines (compilation_manager: 'Compilation finished in 3.53 [secs]', "
-        "'Precompile …') are no startup line the bridge reads: the failed start has no startup span",
-    ("tpu/kaggle-tpu-lab-6-insufficient-devices-mesh.log", "error"):
-        "a traceback cut on both sides of its start frames (the TPU runner's _init_mesh, then only the API "
-        "server's entry frames main → run_server): nothing read says the engine was starting",
-    ("ascend/vllm-ascend-644-v1-engine-exception-visual.log", "error"):
-        "a traceback fragment entirely inside the model's forward: nothing read says it was serving",
+    ("cuda/dynamo-14281-worker-failed-start.log", "error"):
+        "a worker's RPC failure (get_response: a start's and a batch's RPCs alike) then Dynamo's worker main "
+        "exiting out of uvloop.run(worker()): nothing read says the worker was starting, and a wrapper's main "
+        "may also exit on a death while serving",
+    ("ascend/lmcache-ascend-12-workers-exception.log", "error"):
+        "'WorkerProc hit an exception' is any RPC's failure (a start's or a batch's); the only sign of serving is "
+        "LMCache's own line naming a request, which the bridge does not read as vLLM's",
+    ("cuda/llm-d-191-nixl-expired-kv.log", "requests"):
+        "a lease expiry names a request whose own lines are outside the excerpt: the bridge counts it as an "
+        "orphan line rather than open a root, since a lease expires up to minutes after a request's root was "
+        "exported (a second root for one request)",
 }
 
 
@@ -143,9 +144,12 @@ def test_corpus(name, aspect):
 NOT_VLLM: tuple[tuple[str, str], ...] = (
     # the paste, not any log
     (r"(?:\.\.\.|\[\.\.\.\]|--)$", "the user's elision or separator in the paste"),
-    (r"(?:\$ |root@|python |static --|--no-enable|✗ kubectl|'…' (?:vllm serve|export|python|CUDA_VISIBLE))",
-     "the user's shell prompt and command line"),
+    (r"(?:\$ |root@|python |static --|--no-enable|✗ kubectl|'…' (?:vllm serve|export|python|CUDA_VISIBLE)"
+     r"|\([\w<>]+\) '…'$)",
+     "the user's shell prompt (a conda environment's name before it) and command line"),
     (r"tonyaw: ?", "the user's own debug prints added to a fork of vLLM"),
+    (r"kl '…'$", "the user's alias for `kubectl logs <pod>`"),
+    (r"Defaulted container '…' out of: ", "kubectl's note on the container it shows"),
     (r"vllm is running on: ", "the user's script's print before vLLM starts"),
     # tracebacks the paste damaged: vLLM's source lines inside a traceback, no log line
     (r"raise \w+\($", "a frame's source line whose indentation the paste lost, cut from its traceback before the "
@@ -160,9 +164,13 @@ NOT_VLLM: tuple[tuple[str, str], ...] = (
     (r"(?:src(?:/\S*?\.rs|<path>):<n>: |'…' (?:vLLM route_completion|Using direct URL mode))",
      "vllm-router's (Rust) own lines"),
     (r"- run_vllm_api_server\.py:<n> - ", "Tenstorrent's launcher script's logger"),
+    (r"default_\S+ \S+ '…' -- Encountered failure while handling request ",
+     "Ray Serve's replica logger (deployment, replica, request id) reporting the request the engine failed"),
     (r"controller <n> (?:\S+\.py:<n> -|--) ", "Ray Serve's controller's own logger (its level and full-date stamp "
                                              "read by decode)"),
-    (r"- app\.pipelines\.llm - ", "livepeer's app logger"),
+    (r"(?:Tensor parallel size: <n>|Using BFloat<n> precision)$",
+     "livepeer's app logger (its Python logging frame `- app.pipelines.llm - INFO - ` taken off by decode, as any "
+     "application's that relays vLLM's output)"),
     (r"- runners\.py\[line:<n>\] - ERROR: Exception in callback |handle: <Handle ",
      "asyncio's exception handler, through the app's logger (vLLM's own error lines follow)"),
     (r"vllm<n>\.service: ", "systemd's unit status"),
@@ -181,6 +189,9 @@ NOT_VLLM: tuple[tuple[str, str], ...] = (
     (r":<n>:\w+\.cpp :<n> ?: <hex> us: ", "ROCm's HIP runtime debug trace (AMD_LOG_LEVEL)"),
     (r"\[aiter\] ", "AMD AITER's own logger (the ROCm kernel library inside vLLM's workers)"),
     (r"\[ERROR\] <n>-<n>-<n>-<n> \(PID:<n>, Device:-<n>, RankID:-<n>\) ERR<n> ", "Ascend CANN's own error line"),
+    (r"(?:For debugging consider passing (?:CUDA_LAUNCH_BLOCKING|AMD_SERIALIZE_KERNEL)=<n>$|HIP kernel errors might be "
+     r"asynchronously reported)", "the later lines of torch's CUDA / HIP error message (its hints), with no header "
+                                 "after the exception line they belong to"),
     (r"Warning: You are sending unaut", "huggingface_hub's warning about unauthenticated requests to the Hub"),
     (r"(?:Repository Not Found for url|Please make sure you specified the correct|If you are trying to access a "
      r"private or gated repo|Invalid username or password)", "huggingface_hub's error message, its later lines"),

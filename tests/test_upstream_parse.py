@@ -119,7 +119,18 @@ CASES = [
     ("INFO:     Uvicorn running on http://0.0.0.0:8000 (Press CTRL+C to quit)", Notice("http_server")),
     # noise: progress bars are understood to carry nothing
     ("Loading safetensors checkpoint shards:  50% Completed | 1/2 [00:01<00:01,  1.23s/it]", Notice("noise")),
-    ("Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): 100%|██████████| 67/67 [00:03<00:00, 19.30it/s]", Notice("noise")),
+    # but a graph capture's own bar is a startup line (capture happens once, while the engine starts)
+    ("Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): 100%|██████████| 67/67 [00:03<00:00, 19.30it/s]",
+     StartupFact(())),
+    # compile / precompile lines of any platform are startup lines; a graph's own compile time is told
+    ("Precompile input_embeddings_merger --> {'num_tokens': 16}", StartupFact(())),
+    ("Compilation of sample finished in 1.25 [secs].",
+     StartupFact((("vllm.startup.precompile_s", 1.25), ("vllm.startup.precompiled_graphs", 1)))),
+    ("Compilation finished in 3.53 [secs].",
+     StartupFact((("vllm.startup.precompile_s", 3.53), ("vllm.startup.precompiled_graphs", 1)))),
+    ("Compiling a graph for dynamic shape takes 20.51 s", StartupFact(())),
+    ("Starting torch.compile", StartupFact(())),
+    ("Initial profiling/warmup run took 0.81 s", StartupFact(())),
 ]
 
 
@@ -131,6 +142,15 @@ def test_upstream_lines(message, expected):
         assert got == expected
     else:
         assert astuple(got) == pytest.approx(astuple(expected))
+
+
+def test_a_compile_word_in_another_line_is_no_startup_line():
+    """Only the compile / capture lines' own starts open a startup span: CUDA's hint under an
+    error (`Compile with …`) and a line that merely mentions compiling stay what they were."""
+    for message in ("Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.",
+                    "Compilation cache directory is not writable", "Capturing is disabled"):
+        for level in ("", "INFO"):
+            assert not isinstance(Parser().parse(message, level, "x.py:1"), StartupFact), (message, level)
 
 
 def test_prompt_and_output_text_never_reach_an_event():

@@ -38,13 +38,22 @@ def test_ray_colour_codes_whose_esc_became_a_space_and_a_serve_replica_prefix():
 
 def test_a_wrapper_relaying_a_child_s_lines_is_taken_off_and_the_cut_traceback_is_one_record():
     for wrap in ("2024-11-18T16:43:45,497 [INFO ] W-9000-model_1.0-stdout MODEL_LOG - ",  # TorchServe (log4j)
-                 "2025-06-06T19:02:34.252Z DEBUG dynamo_run::subprocess: "):             # Dynamo (Rust tracing)
+                 "2025-06-06T19:02:34.252Z DEBUG dynamo_run::subprocess: ",              # Dynamo (Rust tracing)
+                 "2025-06-27 12:57:51,690 - __main__ - INFO - "):                       # an app's Python logging
         (r,) = _records(wrap + '  File "/v/engine.py", line 586, in run_mp_engine',
                         wrap + "    engine = MQLLMEngine.from_vllm_config(",
                         wrap + 'RuntimeError: boom')
         assert r.message == ('  File "/v/engine.py", line 586, in run_mp_engine\n'
                              "    engine = MQLLMEngine.from_vllm_config(\nRuntimeError: boom"), wrap
         assert r.clock == "shipper"
+
+
+def test_a_log_viewer_s_table_row_around_its_stamp_is_taken_off_but_loguru_s_columns_are_not_a_table():
+    (r,) = _records("U | 2025-07-18 11:29:37.824 | worker |   | ray.exceptions.ActorDiedError: The actor died")
+    assert (r.message, r.clock) == ("ray.exceptions.ActorDiedError: The actor died", "shipper")
+    # loguru's own line starts with its stamp (no cell before it): its level cell is its line's
+    (r,) = _records("2025-06-27 09:47:30.997 | INFO     | models.config:__init__:455 - Inferring device name: N150")
+    assert r.message.startswith("INFO     | models.config")
 
 
 def test_records_before_the_first_stamp_take_its_time_not_the_file_s_mtime():
@@ -95,3 +104,15 @@ def test_a_viewer_s_column_read_before_a_header_is_taken_off_the_lines_without_o
                        'kserve-container   File "<frozen runpy>", line 198, in _run_module_as_main')
     assert (a.level, a.message) == ("INFO", "No platform detected")
     assert b.message == 'Traceback (most recent call last):\n  File "<frozen runpy>", line 198, in _run_module_as_main'
+
+
+def test_torch_s_c10_stamp_with_an_unpadded_month_times_the_traceback_before_it():
+    """c10's logger writes `[W505 14:36:29.719…]` for May 5: that stamp, not the wall clock, times
+    the unstamped traceback before it (a file's first stamp anchors what came before)."""
+    from datetime import datetime, timezone
+
+    records = _records("RuntimeError: CUDA error: an illegal memory access was encountered",
+                       "[rank0]:[W505 14:36:29.719250907 ProcessGroupNCCL.cpp:1496] Warning: WARNING: "
+                       "destroy_process_group() was not called before program exit")
+    assert {datetime.fromtimestamp(r.ts_ns // 10**9, timezone.utc).isoformat() for r in records} == \
+        {"2025-05-05T14:36:29+00:00"}

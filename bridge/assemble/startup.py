@@ -19,6 +19,8 @@ _LEAST = frozenset({"vllm.startup.kv_cache_gib", "vllm.startup.kv_cache_tokens",
 #: Facts the first line that names them says best: the API server's logo or args, then the
 #: banner's, before the path a worker loads; but a name stated as served (`SERVED_MODEL`) wins.
 _FIRST = frozenset({"gen_ai.request.model"})
+#: Facts told once per graph a start compiles (tpu-inference's precompile): their sum is the start's.
+_SUMMED = frozenset({"vllm.startup.precompile_s", "vllm.startup.precompiled_graphs"})
 
 
 class Startup:
@@ -42,6 +44,8 @@ class Startup:
                 # every worker prints its own; the engine sizes its cache by the smallest (a
                 # negative one: the model does not fit on that worker)
                 value = min(value, self.attrs[key])
+            elif key in _SUMMED and key in self.attrs:
+                value = round(self.attrs[key] + value, 6)
             elif key in _FIRST and key in self.attrs:
                 continue  # the served name, not a path named later
             elif key == SERVED_MODEL:  # what clients send, over the model the logo named (args.model)

@@ -43,8 +43,14 @@ _ISO = re.compile(
 # source: a log4j pattern `[%-5p] %t %c - ` (TorchServe: `[INFO ] W-9000-model_1.0-stdout MODEL_LOG - `),
 # Rust tracing's `LEVEL crate::module: ` (NVIDIA Dynamo: `DEBUG dynamo_run::subprocess: `). What
 # follows is the child's line as it wrote it (a traceback's indentation kept).
+# Python logging's `%(asctime)s - %(name)s - %(levelname)s - %(message)s` (an application that logs
+# vLLM's output through its own logger: `- __main__ - INFO - `).
 _RELAY = re.compile(r"\[(?:TRACE|DEBUG|INFO|WARN|ERROR|FATAL) ?\] \S+ \S+ - "
-                    r"|(?:TRACE|DEBUG| ?INFO| ?WARN|ERROR) [A-Za-z_]\w*(?:::\w+)+: ")
+                    r"|(?:TRACE|DEBUG| ?INFO| ?WARN|ERROR) [A-Za-z_]\w*(?:::\w+)+: "
+                    r"|- [\w.<>-]+ - (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) - ")
+# A log viewer's table row (`U | 2025-07-18 11:29:37.824 | worker |   | <message>`): a stamp with cells
+# on both sides; after it, the row's further cells, named or empty, up to the message
+_TABLE = re.compile(r"[\w.-]*(?: +\|)+ ")
 # A viewer's columns before every line, read where a header follows them: one or two names
 # (`kubectl logs --prefix`-like tools, stern's `<pod> <container> `, `kserve-container `)
 _COLUMN = re.compile(r"(?:[A-Za-z][\w.-]* ){1,2}")
@@ -66,7 +72,8 @@ _RANK = re.compile(r"\[rank(\d+)\]: ")
 # torch C++ (c10 / glog) lines: `[E1022 09:33:49.123456 1234 ProcessGroupNCCL.cpp:1316] …`, also without `[`
 # (torch elastic's `[rank2]:` right before it, no space; torch ≥ 2.4 writes no thread id:
 # `[rank2]:[E1001 16:06:04.537131842 ProcessGroupNCCL.cpp:607]`)
-_TORCH = re.compile(r"(?:\[rank\d+\]:)?\[?[EWIF](\d\d)(\d\d) (\d\d:\d\d:\d\d)\.(\d{1,9})(?: +\d+)? +[^\s\]]+:\d+\]")
+# c10's own logger writes the month unpadded (`[W505 14:36:29.719250907 …]` is May 5), glog pads it
+_TORCH = re.compile(r"(?:\[rank\d+\]:)?\[?[EWIF](\d{1,2})(\d\d) (\d\d:\d\d:\d\d)\.(\d{1,9})(?: +\d+)? +[^\s\]]+:\d+\]")
 
 
 # torch_npu's (Ascend) error report: `[ERROR] 2025-12-05-07:51:07 (PID:585, Device:-1, RankID:-1) ERR99999 …`,
@@ -94,10 +101,12 @@ def split_prefix(line: str) -> Split:
     pos = 0
     stamp = ""
     own, own_ns = "", 0
+    viewer = False
     if line.find("| ", 0, 48) >= 0:
         m = _VIEWER.match(line)
         if m is not None:
             pos = m.end()
+            viewer = True
     c = line[pos:pos + 1]
     if c in "DIWEC" and (m := _LEVEL_FIRST.match(line, pos)) is not None:
         pos = m.end()
@@ -137,6 +146,8 @@ def split_prefix(line: str) -> Split:
         m = _RELAY.match(line, pos)
         if m is not None:
             pos = m.end()
+        elif viewer and line.endswith("| ", 0, pos) and (m := _TABLE.match(line, pos)) is not None:
+            pos = m.end()
     if line.startswith("[", pos) and _BARE_SGR.match(line, pos) is not None:
         line = _strip_bare_sgr(line, pos)
     elif line.startswith(" [", pos) and _BARE_SGR.match(line, pos + 1) is not None:
@@ -170,7 +181,7 @@ def split_prefix(line: str) -> Split:
             t = _TORCH.match(line, pos)
             if t is not None:   # a torch C++ line: its own stamp, the message kept whole
                 mm, dd, hms, frac = t.groups()
-                own, own_ns = f"{mm}-{dd} {hms}", int(frac[:9].ljust(9, "0"))
+                own, own_ns = f"{mm:0>2}-{dd} {hms}", int(frac[:9].ljust(9, "0"))
             elif (t := _NPU.match(line, pos)) is not None:
                 own, own_ns = f"{t[1]}-{t[2]} {t[3]}", 0
         return Split(None, pos, process, stamp, own, own_ns, line)

@@ -579,6 +579,29 @@ def _graph_profile(msg: str) -> Event | None:
                         ("vllm.startup.cuda_graph_largest", fits(max(int(b) for _, b in modes)))))
 
 
+#: Lines of a model being compiled, warmed up or its graphs captured: vLLM's torch.compile and
+#: CUDA graphs, the XLA precompile of vLLM's TPU runner and of tpu-inference
+#: (`compilation_manager.py`: `Precompile <graph> --> {…}`, `Compilation [of <graph>] finished in
+#: 3.53 [secs].`), Gaudi's warm-up. A start does them once, before it serves: each is a startup
+#: line, whatever the platform. A graph's own compile time is summed (`_SUMMED` in assemble).
+_COMPILING_LINES = (
+    "Precompile ", "Compilation finished in ", "Compilation of ", "Compiling a graph", "Compiling the model",
+    "Compile and warming up", "Capturing CUDA graph", "Capturing cudagraphs", "Capturing the model",
+    "Dynamo bytecode transform", "Directly load", "Cache the graph", "Warm-up call pass finished",
+    "Starting torch.compile", "Initial profiling/warmup run took", "Warmup finished in", "[Warmup]")
+_GRAPH_COMPILED = re.compile(r"Compilation (?:of .{1,300}? )?finished in " + _NUM + r" \[?secs?\]?")
+
+
+def _compiling(msg: str) -> Event | None:
+    m = _GRAPH_COMPILED.match(msg)
+    if m is None:
+        return _COMPILE_LINE
+    return StartupFact((("vllm.startup.precompile_s", _num(m[1])), ("vllm.startup.precompiled_graphs", 1)))
+
+
+_COMPILE_LINE = StartupFact(())
+
+
 def _fact_rule(pattern: re.Pattern[str], names: tuple[str, ...]):
     def rule(msg: str) -> Event | None:
         m = pattern.match(msg)
@@ -670,8 +693,9 @@ _CLASSES = (
                      "background task failed", "terminating server process", "died", "fatal error",
                      "killing local vllm worker", "output_handler failed", "engine dead",
                      # the engine core's dump of a step that raised (dump_input.py), before it re-raises:
-                     # one line since 0.9, `Dumping input data` then `V1 LLM engine (v…) with config` before
-                     "dumping input data")),
+                     # one line since 0.9, `Dumping input data` then `V1 LLM engine (v…) with config` before;
+                     # V0's worker dumps the input of a model execution that raised (model_runner_base.py)
+                     "dumping input data", "writing input of failed execution")),
     ("input", ("bad request", "badrequest", "input error", "is too long", "validation error",
                      "maximum context length", "invalid input", "invalid request")),
     ("aborted", ("abort", "cancellederror")),
@@ -680,7 +704,7 @@ _FATAL = ("enginedeaderror", "engine loop is not running", "background loop", "b
           "terminating server process", "died", "fatal error", "killing local vllm worker",
           "output_handler failed", "taking the entire process down", "will be terminated",
           "initialization failed", "failed to start", "engine iteration timed out", "terminate called",
-          "dumping input data", *_SIGNALS)
+          "dumping input data", "writing input of failed execution", *_SIGNALS)
 _EXC = re.compile(r"^(?:\[rank\d+\]: ?)?([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Failure)):? ?(.*)$", re.M)
 _MAX_MESSAGE, _MAX_STACK = 1024, 8 * 1024
 #: A list of what *may* have caused an error (Ray's "There are some potential root causes. (1) …
@@ -690,8 +714,9 @@ _POSSIBLE_CAUSES = re.compile(
 _CARETS = re.compile(r"[\s^~]+")
 #: Where the error was raised, when what it says names no cause (the exception line cut off, a
 #: wrapper's message): frames of vLLM's model fetch and load, of an engine being built (a failed
-#: start), and of the serving loop (the engine died while serving). Read in that order: a start
-#: also runs the model once (`profile_run`, graph capture) through the serving code.
+#: start), and of the serving loop or the model's forward (the engine died while serving). Read in
+#: that order: a start also runs the model once (`profile_run`, graph capture, precompile) through
+#: the serving code, so a start frame anywhere in the text makes it a start.
 _LOAD_FRAMES = ("model_loader", "load_weights", "safetensors", "huggingface_hub", "hf_raise_for_status")
 _START_FRAMES = (
     "enginecoreproc(", "mqllmengine.from_", "from_engine_args", "from_vllm_config", "_initialize_kv_caches",
@@ -699,13 +724,40 @@ _START_FRAMES = (
     "compile_or_warm_up_model", "capture_model", "warmup_model", "in load_model", "_init_executor", "_init_workers",
     "launch_core_engines", "wait_for_engine_startup", "make_async_mp_client", "make_client",
     "build_async_engine_client", "get_kv_cache_config",
+    # a worker taking its device and joining its group (every platform's worker: init_device; the
+    # TPU runners build their device mesh), done once before any model runs
+    "in init_device", "init_worker_distributed_environment", "init_distributed_environment",
+    "initialize_model_parallel", "ensure_model_parallel_initialized", "_init_mesh", "create_device_mesh",
+    "make_mesh(",
+    # XLA / torch.compile precompilation and warm-up of the shapes a start prepares (TPU, Gaudi, NPU)
+    "precompile", "in warm_up", "_warm_up_", "in warmup",
+    # the API server's entry: an exception that leaves run_server reaches `main` only when the
+    # server could not be set up (serving errors are answered per request, a stop returns)
+    "run_server(", "in run_server", "in setup_server", "in init_app_state",
     # Ray Serve starts a replica (whose constructor builds the engine) in initialize_and_get_metadata;
     # its controller's check_ready is where that start's failure comes out
     "initialize_and_get_metadata", "in check_ready")
 _SERVING_FRAMES = (
     "run_busy_loop", "_process_engine_step", "step_with_batch_queue", "in execute_model", "output_handler",
     "get_output_async", "in get_output", "engine_step", "step_async", "run_engine_loop", "_process_request",
-    "stream_generator", "in get_response", "in step", "_run_engine")
+    "stream_generator", "in get_response", "in step", "_run_engine",
+    # V0's non-driver workers run each scheduled batch in their execution loop
+    "start_worker_execution_loop", "execute_model_async",
+    # the model's forward (torch's Module call): with no start frame around it, a batch being served
+    ", in forward\n", "in _call_impl", "forward_call(")
+#: What an error says or where it was raised of a kernel or graph being compiled: a compiler's
+#: command that failed (`subprocess`'s `Command '['/usr/bin/clang++', …]'`, Triton's and inductor's
+#: builds), the compiler stack's own errors, or frames of vLLM's torch.compile backend and of
+#: dynamo / inductor compiling a frame. vLLM compiles its graphs and kernels while it starts
+#: (torch.compile, warm-up, graph capture, XLA precompile): with no serving frame, a failed start.
+_COMPILING = re.compile(
+    r"command '\[[^\]\n]{0,200}?\b(?:clang\+\+|clang|g\+\+|gcc|c\+\+|cc|nvcc|hipcc|icpx|bisheng|ld)'"
+    r"|backendcompilerfailed|inductorerror|compilationerror|compilation failed|\bptxas\b"
+    r"|/compilation/(?:backends|compiler_interface|piecewise_backend)\.py|compiler_manager\.compile"
+    r"|torch/_dynamo/convert_frame\.py|torch/_inductor/compile_fx\.py")
+
+
+_INTERRUPTED = "keyboardinterrupt"
 
 
 #: Source lines that say what was raised: a `raise X("…")` and the continuation of its string
@@ -729,6 +781,8 @@ def _by_frames(text: str) -> tuple[str, str]:
                                 ("engine_dead", _SERVING_FRAMES)):
         if any(marker in low for marker in markers):
             return error_type, "frames"
+    if _COMPILING.search(low):
+        return "model_load", "said"
     return "other", "said"
 
 
@@ -746,6 +800,8 @@ def _classified(text: str, shape: str | None = None) -> tuple[str, str]:
     """`classify`'s type, and what it rests on (`EngineError.basis`)."""
     low = _evidence(text).lower()
     low_shape = None if shape is None else _evidence(shape).lower()
+    if _INTERRUPTED in low:
+        return "other", "said"  # a stop someone asked for (Ctrl-C), wherever it came out: no failure
     for error_type, markers in _CLASSES:
         if error_type == "engine_dead" and low_shape is not None:
             if any(marker in low_shape for marker in markers):
@@ -871,11 +927,10 @@ _GLOG_BARE = re.compile(r"[EFWI]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [^\s\]]+:\d+\] ")
 _NOTICES = (
     ("startup_info", (
         "Automatically detected platform", "Using ", "Starting to load model", "Resolved architecture",
-        "Chunked prefill is enabled", "Capturing cudagraphs", "Capturing CUDA graph", "Compiling a graph",
-        "Compile and warming up", "Loading weights took", "Supported_tasks", "Supported tasks",
+        "Chunked prefill is enabled", "Loading weights took", "Supported_tasks", "Supported tasks",
         "Default sampling parameters", "non-default args", "This model's", "Starting vLLM API server",
-        "Available routes are", "Route: ", "Waiting for ", "Dynamo bytecode transform", "Directly load",
-        "Cache the graph", "Graph capturing", "Setting max_num_batched_tokens", "Disabling", "Enabling",
+        "Available routes are", "Route: ", "Waiting for ", "Graph capturing", "Setting max_num_batched_tokens",
+        "Disabling", "Enabling",
         "CUDA graph", "Asynchronous scheduling", "AsyncLLM created with", "Started engine process",
         "Multiprocessing frontend",
         "Downcasting", "Casting", "Defaulting", "Overriding", "Possible", "Reducing", "Detected",
@@ -1134,7 +1189,7 @@ PREFILTER = {
     "Runn": _stats,
     # V1 stats lines all start `Engine 000: `; the key's other lines are the core's chatter
     "Engi": _chain(_starting(("Engine ",), _stats), _FACT_GUARDED["Engi"], _ERROR_GUARDED),
-    "Init": _regex_rule(_BANNER, _banner),
+    "Init": _chain(_regex_rule(_BANNER, _banner), _starting(("Initial profiling/warmup run took",), _compiling)),
     "Load": _FACT_GUARDED["Load"],
     "Mode": _FACT_GUARDED["Mode"],
     # that fact's line and more; ROCm's runtime's fatal `Memory access fault by GPU node-…`
@@ -1147,7 +1202,7 @@ PREFILTER = {
     "init": _FACT_GUARDED["init"],
     "torc": _FACT_GUARDED["torc"],
     "vLLM": _FACT_GUARDED["vLLM"],
-    "Star": _FACT_GUARDED["Star"],
+    "Star": _chain(_FACT_GUARDED["Star"], _starting(("Starting torch.compile",), _compiling)),
     "non-": _server_args,
     "args": _server_args,
     " ▄▄ ": _logo,
@@ -1169,6 +1224,8 @@ PREFILTER = {
                    _starting(_NIXL_LEVELS, _nixl_library),
                    _starting(("NIXL transfer failure: ",), _nixl_failure)),
     "Prof": _starting((_GRAPH_PROFILE,), _graph_profile),
+    **{k: _starting(tuple(p for p in _COMPILING_LINES if p.startswith(k)), _compiling)
+       for k in sorted({p[:4] for p in _COMPILING_LINES}) if k not in ("Init", "Star")},
     "Pref": _stats_extra,
     "Spec": _stats_extra,
     "KV T": _kv_transfer_metrics,
