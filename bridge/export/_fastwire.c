@@ -265,6 +265,21 @@ static void b2_final(B2 *c, uint8_t *out) {
         out[c->outlen - 1] = 1;
 }
 
+/* trace_id(key, what, a, b): four fields joined by 0x1f, as ids.trace_id hashes them. */
+static void trace_id4(uint8_t *out, const char *k, Py_ssize_t nk, PyObject *what,
+                      const char *a, Py_ssize_t na, const char *b, Py_ssize_t nb) {
+    B2 c;
+    b2_init(&c, 16);
+    b2_update(&c, k, nk);
+    b2_update(&c, "\x1f", 1);
+    b2_update(&c, PyBytes_AS_STRING(what), PyBytes_GET_SIZE(what));
+    b2_update(&c, "\x1f", 1);
+    b2_update(&c, a, na);
+    b2_update(&c, "\x1f", 1);
+    b2_update(&c, b, nb);
+    b2_final(&c, out);
+}
+
 static PyObject *digest(PyObject *self, PyObject *args) {
     /* digest(data: bytes, size: int) -> bytes: the personalised BLAKE2b (tests compare it
      * with hashlib) */
@@ -595,15 +610,7 @@ static int links(Buf *b, PyObject *evs, const char *k, Py_ssize_t nk, PyObject *
         if (r == 0) {
             B2 c;
             uint8_t ids[2 + 16 + 2 + 8] = {0x0a, 0x10};
-            b2_init(&c, 16); /* trace_id(source.key, ENGINE_IDS, kind, occurrence) */
-            b2_update(&c, k, nk);
-            b2_update(&c, "\x1f", 1);
-            b2_update(&c, PyBytes_AS_STRING(engine_ids), PyBytes_GET_SIZE(engine_ids));
-            b2_update(&c, "\x1f", 1);
-            b2_update(&c, ukind, nkind);
-            b2_update(&c, "\x1f", 1);
-            b2_update(&c, uocc, nocc);
-            b2_final(&c, ids + 2);
+            trace_id4(ids + 2, k, nk, engine_ids, ukind, nkind, uocc, nocc);
             ids[18] = 0x12;
             ids[19] = 0x08;
             b2_init(&c, 8); /* span_id(trace_id, ENGINE_SPAN) */
@@ -870,15 +877,7 @@ static PyObject *spans(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
         o = r ? utf8_attr(t, &s_occurrence, &occ, &no) : NULL;
         if (o == NULL)
             goto done;
-        b2_init(&c, 16); /* trace_id(source.key, REQUEST_IDS, request_id, occurrence) */
-        b2_update(&c, k, nk);
-        b2_update(&c, "\x1f", 1);
-        b2_update(&c, PyBytes_AS_STRING(request_ids), PyBytes_GET_SIZE(request_ids));
-        b2_update(&c, "\x1f", 1);
-        b2_update(&c, r, nr);
-        b2_update(&c, "\x1f", 1);
-        b2_update(&c, o, no);
-        b2_final(&c, d);
+        trace_id4(d, k, nk, request_ids, r, nr, o, no);
         b2_init(&c, 8); /* span_id(trace_id + occurrence, REQUEST_SPAN) */
         b2_update(&c, d, 16);
         b2_update(&c, o, no);
