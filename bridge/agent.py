@@ -116,7 +116,7 @@ class Agent:
             st.delivered = list(s.delivered)
             st.facts = loaded.facts.get(s.key, {})
         self._follower.restore(files, {s.key: s.next_generation for s in sources}, loaded.written_at,
-                               loaded.heads)
+                               loaded.heads, loaded.listings)
 
         self._delivery = Delivery(base_resource(self._env), make_transport(self._dest), cfg, self.log,
                                   self._stop.is_set)

@@ -123,7 +123,7 @@ class Checkpointer:
         # saves what it loaded, byte for byte (and the unchanged save is skipped).
         files.sort(key=lambda f: (f.source_key, f.generation, f.path))
         try:
-            self.store.save(files, checkpoints, facts, follower.known_heads())
+            self.store.save(files, checkpoints, facts, follower.known_heads(), follower.listings())
         except OSError as exc:
             self.failures += 1
             if not self.failing:

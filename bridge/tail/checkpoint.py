@@ -65,6 +65,9 @@ class Loaded:
     # path → (complete, [(length, fingerprint)]): the heads of the files known at each followed
     # path (tail.follow's `known_heads`); empty from a checkpoint written before they were kept
     heads: dict[str, tuple[bool, list[tuple[int, str]]]] = field(default_factory=dict)
+    # directory → the names it held at the follower's last look before the save (tail.follow's
+    # `listings`): a name not among them came while the agent was down; empty from older ones
+    listings: dict[str, list[str]] = field(default_factory=dict)
 
 
 def _file_doc(f: FileCheckpoint) -> dict:
@@ -165,6 +168,15 @@ def _heads(raw) -> dict[str, tuple[bool, list[tuple[int, str]]]]:
     return out
 
 
+def _listings(raw) -> dict[str, list[str]]:
+    """`listings` as saved; a directory of another shape is left out (names there then get the
+    rule of a checkpoint without listings)."""
+    if not isinstance(raw, dict):
+        return {}
+    return {d: names for d, names in raw.items()
+            if isinstance(d, str) and isinstance(names, list) and all(isinstance(n, str) for n in names)}
+
+
 class StateDirInUse(Exception):
     """Another process holds the state directory's lock (`lock_state_dir`)."""
 
@@ -240,27 +252,32 @@ class CheckpointStore:
                 if isinstance(facts, dict) else {}
             if damaged:
                 self.recoveries[name] = self.recoveries.get(name, 0) + 1
-            return Loaded(files, sources, name, damaged, written, facts, _heads(doc.get("known_heads")))
+            return Loaded(files, sources, name, damaged, written, facts, _heads(doc.get("known_heads")),
+                          _listings(doc.get("listings")))
         if damaged:
             self.recoveries["none"] = self.recoveries.get("none", 0) + 1
         return Loaded(None, [], "none", damaged)
 
     def save(self, files: list[FileCheckpoint], sources: list[SourceCheckpoint],
              facts: dict[str, dict] | None = None,
-             heads: dict[str, tuple[bool, list[tuple[int, str]]]] | None = None) -> None:
+             heads: dict[str, tuple[bool, list[tuple[int, str]]]] | None = None,
+             listings: dict[str, list[str]] | None = None) -> None:
         """Write the checkpoint atomically (temporary file, fsync, rename, fsync the directory),
         the one it replaces kept as `.prev`; skipped when it says what the file already says
         (an idle agent then costs no writes and no fsyncs); either way it is current as of now.
         Raises OSError when it cannot be written (the caller retries).
         `facts`: per source, the engine facts (the banner's model and version) in force at its
         saved position, which a resume needs for the requests after it; written when there are.
-        `heads`: the follower's known heads per path (`Loaded.heads`); written when there are."""
+        `heads`: the follower's known heads per path (`Loaded.heads`); written when there are.
+        `listings`: the directories' names at the follower's last look (`Loaded.listings`)."""
         files_json = json.dumps([_file_doc(f) for f in files], separators=(",", ":")).encode()
         parts = self._sources_json(sources)
         extra_json = b',"engine_facts":%s' % json.dumps(facts, separators=(",", ":")).encode() if facts else b""
         if heads:
             doc = {p: {"complete": c, "heads": [[n, fp] for n, fp in h]} for p, (c, h) in heads.items()}
             extra_json += b',"known_heads":%s' % json.dumps(doc, separators=(",", ":")).encode()
+        if listings:
+            extra_json += b',"listings":%s' % json.dumps(listings, separators=(",", ":")).encode()
         # What the file would say: a kept text that is the same object and length has not changed.
         body = (files_json, extra_json, [(head, text, len(text)) for head, text in parts])
         now = time.time()

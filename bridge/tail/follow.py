@@ -48,6 +48,7 @@ LONG_LINE_BYTES = 64 << 10  # lines longer than this are counted: a sign of a st
 RETIRE_AFTER_S = 5.0       # a detached file quiet this long at its end is closed
 _RACY_NS = 2_000_000_000  # a directory changed this recently is listed again at the next look
 _KNOWN_PER_PATH = 1024     # heads kept per path (kubelet keeps 5 files, logrotate `rotate N`)
+_LISTED_NAMES_KEPT = 20_000  # names of listed directories a checkpoint keeps (more: none kept)
 
 
 def _generation(tf: TrackedFile) -> int:
@@ -571,15 +572,22 @@ class Follower:
 
     def restore(self, files: list[FileCheckpoint], next_generation: dict[str, int],
                 saved_at: float | None = None,
-                heads: dict[str, tuple[bool, list[tuple[int, str]]]] | None = None) -> None:
+                heads: dict[str, tuple[bool, list[tuple[int, str]]]] | None = None,
+                listings: dict[str, list[str]] | None = None) -> None:
         """Resume from checkpoints. A file no longer at its path is looked for among its
         rotated siblings (`<path>.*`, `<path>-*`, gzipped too) by fingerprint; the siblings
         rotated after it are read next, oldest first, before the file at the path now: two
         rotations while the agent was down lose nothing. `heads`: the known heads per path
         (`known_heads`), which tell those siblings exactly; a checkpoint from before they were
-        kept falls back to the plain siblings written since `saved_at`, its time."""
+        kept falls back to the plain siblings written since `saved_at`, its time. `listings`:
+        the directories' names at the last look before the save (`listings`): the first look
+        after the restore compares with them as with a look of this run, so a file whose name
+        was not there then (a container that started, rotated and was gzipped while the agent
+        was down) is new, every file rotated from it read, gzipped or not."""
         self._next_gen.update(next_generation)
         self._restored_at = saved_at
+        for d, names in (listings or {}).items():
+            self._listings[d] = (-2, names)  # no mtime matches: listed again, `_previous` gets these
         for path, (complete, known) in (heads or {}).items():
             self._known[path] = dict.fromkeys(known)
             if complete:
@@ -980,6 +988,17 @@ class Follower:
                 self._know(path, (len(head), fingerprint(head)))
         if len(found) < _KNOWN_PER_PATH and path not in self._overflowed:  # room for them and the file at the path
             self._exact.add(path)
+
+    def listings(self) -> dict[str, list[str]]:
+        """The names each listed directory held at the last look (the checkpoint keeps them, for
+        `restore`); none past _LISTED_NAMES_KEPT names, a node's worth, to keep the file small."""
+        out, total = {}, 0
+        for d, (_, names) in self._listings.items():
+            total += len(names)
+            if total > _LISTED_NAMES_KEPT:
+                return {}
+            out[d] = names
+        return out
 
     def known_heads(self) -> dict[str, tuple[bool, list[tuple[int, str]]]]:
         """Per path, whether its known heads are complete, and the heads (the checkpoint keeps them)."""
