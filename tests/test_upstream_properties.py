@@ -56,6 +56,23 @@ def test_decode_and_join_never_raise_and_every_record_is_accounted_for(parts):
     assert all(a.end_offset <= b.offset for a, b in zip(out, out[1:]))  # file order, no overlap
 
 
+def test_an_unwrapped_row_is_counted_as_joined():
+    """Found by the property above (CI, 4 + 0 ≠ 5): a terminal-wrapped row folded into the row it
+    continues was counted in `unwrapped` only, so records in ≠ records out + lines joined (and
+    `check`'s joined count left it out). The rows: an ERROR line as wide as the widest so far,
+    cut inside a word, and its lower-case rest on the next row."""
+    d, j = Decoder(year=2025), Joiner(max_lines=5)
+    rows = ["  █▄\n".encode(), b"\x1b[36m(EngineCore_DP0 pid=7)\x1b[0m ERROR 10-22 09:33:49 core.py:9] # CP\n", b"args\n"]
+    out, offset = [], 0
+    for raw in rows:
+        out.extend(j(d(raw, offset)))
+        offset += len(raw)
+    tail = j.flush()
+    out += [tail] if tail is not None else []
+    assert [r.message for r in out][-1] == "# CPargs" and j.stats.unwrapped == 1
+    assert len(out) + j.stats.lines_joined == len(rows)
+
+
 def _mutate(line: str, rnd: random.Random) -> str:
     op = rnd.randrange(5)
     if op == 0:

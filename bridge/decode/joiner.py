@@ -76,9 +76,9 @@ _CRLF_EVIDENCE = 3  # `\r` lines not followed by their continuation: the file is
 @dataclass(slots=True)
 class JoinStats:
     groups: int = 0        # records made of more than one line
-    lines_joined: int = 0  # continuation lines folded into a group
+    lines_joined: int = 0  # lines folded into the record before them (unwrapped rows too): in = out + this
     cut: int = 0           # groups released early at the size bound
-    unwrapped: int = 0     # terminal-wrapped rows joined to the row they continue
+    unwrapped: int = 0     # of those, terminal-wrapped rows joined to the row they continue
     json: int = 0          # pretty-printed JSON records read
 
 
@@ -213,6 +213,7 @@ class Joiner:
         self._merged = True
         self._squashed = self._ends_in_frame(self._pending, self._parts[-1])
         self.stats.unwrapped += 1
+        self.stats.lines_joined += 1
 
     def _holds(self, rec: Record, cols: int) -> bool:
         """Hold a record that starts no group for what may continue it: a row as wide as a
