@@ -154,8 +154,10 @@ def run_dp(outdir: Path, n: int = 6) -> dict:
 def _workers(session: int) -> dict[str, int]:
     """{process title: pid} of vLLM's worker processes in this session (`start_new_session`):
     vLLM names them with setproctitle (`VLLM::Worker_TP1`, multiproc_executor.py
-    `setup_proc_title_and_log_prefix`), which is what `ps` shows."""
-    out = {}
+    `setup_proc_title_and_log_prefix`), which is what `ps` shows. A worker whose parent is a
+    data-parallel engine core is keyed under it (`EngineCore_DP1/Worker_TP1`): with DP on CPU the
+    workers' own titles do not say their engine."""
+    titles, parents = {}, {}
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
             continue
@@ -163,10 +165,17 @@ def _workers(session: int) -> dict[str, int]:
             if os.getsid(int(d.name)) != session:
                 continue
             title = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace").strip()
-        except (OSError, ProcessLookupError):
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ProcessLookupError, ValueError, IndexError):
             continue
-        if "::Worker" in title:
-            out[title.split("::", 1)[1].split()[0]] = int(d.name)
+        if "::" in title:
+            titles[int(d.name)] = title.split("::", 1)[1].split()[0]
+            parents[int(d.name)] = ppid
+    out = {}
+    for pid, title in titles.items():
+        if title.startswith("Worker"):
+            engine = titles.get(parents[pid], "")
+            out[f"{engine}/{title}" if engine.startswith("EngineCore_DP") else title] = pid
     return out
 
 
@@ -182,7 +191,7 @@ def run_parallel(outdir: Path, kind: str, n: int = 3, victim: str | None = None)
     outdir.mkdir(parents=True, exist_ok=True)
     args = {"tp2": ("--tensor-parallel-size", "2"), "pp2": ("--pipeline-parallel-size", "2"),
             "dp2tp2": ("--data-parallel-size", "2", "--data-parallel-backend", "mp", "--tensor-parallel-size", "2")}[kind]
-    victim = victim or {"tp2": "Worker_TP1", "pp2": "Worker_PP1", "dp2tp2": "Worker_DP1_TP1"}[kind]
+    victim = victim or {"tp2": "Worker_TP1", "pp2": "Worker_PP1", "dp2tp2": "EngineCore_DP1/Worker_TP1"}[kind]
     log = outdir / f"{kind}.log"
     ids = [f"{kind}-{i:03d}" for i in range(n)]
     dying = [f"{kind}-dying-{i}" for i in range(2)]

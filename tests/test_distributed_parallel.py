@@ -70,8 +70,8 @@ def check_worker_prefixes(path: Path, t: dict) -> None:
     """vLLM names each worker by its ranks (`Worker_TP1`, `Worker_PP1`, `Worker_DP1_TP0`): the
     same name as its process title, which the run read from /proc to find the one to kill."""
     seen = {(m[1], int(m[2])) for rec, _ev in records(path) if (m := _PREFIX.match(rec.process))}
-    for title, pid in t["workers"].items():
-        assert (title, pid) in seen, (title, pid)
+    for title, pid in t["workers"].items():  # with DP: `EngineCore_DP1/Worker_TP1`, by its parent
+        assert (title.rsplit("/", 1)[-1], pid) in seen, (title, pid)
     assert len(t["workers"]) == {"tp2": 2, "pp2": 2, "dp2tp2": 4}[t["kind"]]
 
 
@@ -85,6 +85,8 @@ def check_death_line(path: Path, t: dict) -> None:
     assert code == "-9"  # SIGKILL, as the run sent it
     assert rec.ts_ns >= t["killed_at"] * 1e9 - 1e6
     assert type(ev) is EngineError and ev.fatal and ev.worker == name
+    if "/" in t["killed"]:  # logged by the engine core whose child the killed worker was (ps)
+        assert rec.process.startswith(t["killed"].split("/", 1)[0] + " pid=")
     # the executor's rank: the killed worker's own start line under its pid (`world_size=2 rank=1`)
     pid = t["killed_pid"]
     ranks = {m[1] for rec, _ev in recs if rec.process.endswith(f" pid={pid}")
@@ -106,6 +108,10 @@ def check_worker_death(path: Path, t: dict, tmp_path: Path) -> None:
     assert inc.attrs["vllm.worker.died"] == next(_DIED.search(r.message)[1] for r, _e in recs
                                                   if _DIED.search(r.message))
     assert set(inc.affected) == refused
+    if "/" in t["killed"]:  # the incident is of the engine whose worker was killed
+        assert inc.attrs["vllm.dp.rank"] == int(t["killed"].split("/", 1)[0][len("EngineCore_DP"):])
+    else:
+        assert "vllm.dp.rank" not in inc.attrs
     by_id = {tl.request_id: tl for tl in timelines}
     for rid in refused:
         assert (by_id[rid].outcome, by_id[rid].error_type) == ("failed", "engine_dead"), rid
@@ -135,3 +141,23 @@ def test_no_line_of_the_recordings_is_malformed(kind):
     for rec, _ev in records(log(kind)):
         parser.parse(rec.message, rec.level, rec.origin)
     assert parser.snapshot().malformed == {}
+
+
+def test_one_dp_engines_death_fails_the_other_engines_requests_too(tmp_path):
+    """DP=2 x TP=2: the killed worker was engine 1's, the two requests in flight were engine 0's
+    (the engine core's `Scheduling request` lines say so); vLLM's DP client takes the server down
+    with any engine, so both failed (`failed (engine dead)`, HTTP 500). The incident is engine 1's;
+    the requests keep their own engine's rank and fail with it."""
+    if "dp2tp2" not in KINDS:
+        pytest.skip("no DP x TP recording")
+    t = truth("dp2tp2")
+    recs = records(log("dp2tp2"))
+    refused = {f"cmpl-{r['x_request_id']}-0" for r in t["requests"] if r["status"] != 200}
+    scheduled_by = {ev.request_id: m[1] for rec, ev in recs
+                    if type(ev).__name__ == "Scheduled" and (m := re.match(r"EngineCore_DP(\d+)", rec.process))}
+    assert {scheduled_by[rid] for rid in refused} == {"0"} and t["killed"].startswith("EngineCore_DP1/")
+    timelines, (inc,) = replayed(log("dp2tp2"), tmp_path)
+    assert inc.attrs["vllm.dp.rank"] == 1 and set(inc.affected) == refused
+    for tl in timelines:
+        if tl.request_id in refused:
+            assert tl.attrs["vllm.dp.rank"] == 0 and tl.error_type == "engine_dead"
