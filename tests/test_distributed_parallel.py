@@ -161,3 +161,33 @@ def test_one_dp_engines_death_fails_the_other_engines_requests_too(tmp_path):
     for tl in timelines:
         if tl.request_id in refused:
             assert tl.attrs["vllm.dp.rank"] == 0 and tl.error_type == "engine_dead"
+
+
+@pytest.mark.parametrize("line, worker", [
+    # vLLM 0.32 v1/executor/multiproc_executor.py `monitor_workers` (the recordings' line)
+    ("Worker proc VllmWorker-1 died unexpectedly (exit code: -9), shutting down executor.", "VllmWorker-1"),
+    # V0 executor/multiproc_worker_utils.py `_monitor_processes`
+    ("Worker VllmWorkerProcess pid 1159 died, exit code: -6", "VllmWorkerProcess pid=1159"),
+    ("Worker failed with error 'x', please check the stack trace above for the root cause", ""),
+])
+def test_the_death_line_names_the_worker_vllm_named(line, worker):
+    ev = Parser().parse(line, "ERROR", "multiproc_executor.py:315")
+    assert type(ev) is EngineError and ev.worker == worker
+
+
+def test_a_dp_workers_error_is_its_own_engines_incident(tmp_path):
+    """With DP the worker's name says its engine (multiproc_executor.py
+    `setup_proc_title_and_log_prefix`: `_DP<rank>` when the DP group spans engines): engine 0's
+    core and engine 1's worker failing in the same second are two incidents, one per engine."""
+    d = tmp_path / "pod" / "vllm"
+    d.mkdir(parents=True)
+    (d / "0.log").write_text(
+        "(EngineCore_DP0 pid=7) ERROR 12-04 07:00:36 [core.py:1512] EngineCore encountered a fatal error.\n"
+        "(Worker_DP1_TP0 pid=9) ERROR 12-04 07:00:36 [multiproc_executor.py:1063] WorkerProc hit an exception.\n"
+        "(Worker_DP1_TP0 pid=9) ERROR 12-04 07:00:36 [multiproc_executor.py:1063] RuntimeError: boom\n")
+    out: list = []
+    replay([str(d / "0.log")], [out.append])
+    incidents = sorted((t for t in out if not hasattr(t, "phases") and t.kind != "startup"),
+                       key=lambda t: t.attrs.get("vllm.dp.rank", -1))
+    assert [(t.attrs.get("vllm.dp.rank"), t.attrs.get("vllm.worker")) for t in incidents] == \
+        [(0, None), (1, "Worker_DP1_TP0")]
