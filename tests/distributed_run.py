@@ -179,7 +179,7 @@ def _workers(session: int) -> dict[str, int]:
     return out
 
 
-def run_parallel(outdir: Path, kind: str, n: int = 3, victim: str | None = None) -> dict:
+def run_parallel(outdir: Path, kind: str, n: int = 3, victim: str | None = None, settle: float = 5) -> dict:
     """A TP=2, PP=2 or DP=2 x TP=2 server (`kind` "tp2" | "pp2" | "dp2tp2") with the plugin: `n` sequential requests, then
     two long ones at once, and while vLLM serves them one worker process is killed with SIGKILL
     (`victim`, a process title; by default rank 1). Writes <kind>.log and <kind>_truth.json.
@@ -218,7 +218,7 @@ def run_parallel(outdir: Path, kind: str, n: int = 3, victim: str | None = None)
         os.kill(workers[victim], signal.SIGKILL)
         for t in threads:
             t.join(deadline(300))
-        time.sleep(5)  # what vLLM logs after: the monitor's line, the engine's death, the API server's
+        time.sleep(settle)  # what vLLM logs after the clients' 500s: its shutdown
         exited = v.proc.poll()
     records += sorted(late, key=lambda r: r["x_request_id"])
     truth = {"kind": kind, "args": list(args), "workers": workers, "killed": victim,

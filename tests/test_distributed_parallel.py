@@ -29,7 +29,7 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures" / "distributed"
 KINDS = [k for k in ("tp2", "pp2", "dp2tp2") if (FIXTURES / k / f"{k}.log").exists()]
 _PREFIX = re.compile(r"(Worker\w*) pid=(\d+)")
 _FAILED = re.compile(r"Request (\S+) failed \(engine dead\)")
-_DIED = re.compile(r"Worker proc (\S+) died unexpectedly \(exit code: (-?\d+)\)")
+_DIED = re.compile(r"Worker proc (\S+) died unexpectedly \(exit code: (-?\d+|None)\)")
 
 
 def log(kind: str) -> Path:
@@ -82,7 +82,9 @@ def check_death_line(path: Path, t: dict) -> None:
     assert len(deaths) == 1
     rec, ev = deaths[0]
     name, code = _DIED.search(rec.message).groups()
-    assert code == "-9"  # SIGKILL, as the run sent it
+    # SIGKILL, as the run sent it; or None: the monitor wakes on the process's sentinel and may
+    # read `exitcode` before the process is reaped (seen in a real run of the real_vllm test)
+    assert code in ("-9", "None")
     assert rec.ts_ns >= t["killed_at"] * 1e9 - 1e6
     assert type(ev) is EngineError and ev.fatal and ev.worker == name
     if "/" in t["killed"]:  # logged by the engine core whose child the killed worker was (ps)
@@ -166,13 +168,15 @@ def test_one_dp_engines_death_fails_the_other_engines_requests_too(tmp_path):
 @pytest.mark.parametrize("line, worker", [
     # vLLM 0.32 v1/executor/multiproc_executor.py `monitor_workers` (the recordings' line)
     ("Worker proc VllmWorker-1 died unexpectedly (exit code: -9), shutting down executor.", "VllmWorker-1"),
+    # the same, when the monitor read `exitcode` before the killed process was reaped (a real run)
+    ("Worker proc VllmWorker-1 died unexpectedly (exit code: None), shutting down executor.", "VllmWorker-1"),
     # V0 executor/multiproc_worker_utils.py `_monitor_processes`
     ("Worker VllmWorkerProcess pid 1159 died, exit code: -6", "VllmWorkerProcess pid=1159"),
     ("Worker failed with error 'x', please check the stack trace above for the root cause", ""),
 ])
 def test_the_death_line_names_the_worker_vllm_named(line, worker):
     ev = Parser().parse(line, "ERROR", "multiproc_executor.py:315")
-    assert type(ev) is EngineError and ev.worker == worker
+    assert type(ev) is EngineError and ev.worker == worker and ev.fatal == bool(worker)
 
 
 def test_a_dp_workers_error_is_its_own_engines_incident(tmp_path):

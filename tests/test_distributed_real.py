@@ -21,7 +21,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "plugin"))
 
-from distributed_run import OVERLAY, nixl_overlay, run_dp, run_parallel, run_pd  # noqa: E402
+from distributed_run import OVERLAY, nixl_overlay, run_dp, run_pd  # noqa: E402
 from vllm_proc import venv_ready  # noqa: E402
 
 from bridge.decode import Decoder  # noqa: E402
@@ -29,7 +29,6 @@ from bridge.export.otlp import request_spans  # noqa: E402
 from bridge.parse import Parser  # noqa: E402
 from bridge.parse.events import KvReceived, KvReleased, RequestReceived, RequestSummary  # noqa: E402
 from bridge.pipeline import replay  # noqa: E402
-from test_distributed_parallel import check_death_line, check_worker_death, check_worker_prefixes  # noqa: E402
 
 pytestmark = [pytest.mark.real_vllm, pytest.mark.skipif(venv_ready() is not None, reason=venv_ready() or "")]
 
@@ -140,12 +139,3 @@ def test_a_data_parallel_server_names_each_requests_engine(tmp_path):
         (_root, attrs, _children), = got[(rid, None)]
         assert str(attrs["vllm.dp.rank"]) == str(rank), rid
 
-
-def test_a_killed_tensor_parallel_worker_is_one_incident_of_its_engine(tmp_path):
-    """TP=2, three requests, then one worker SIGKILLed while two are decoding (about 90 s on two
-    busy cores; PP=2 and DP=2 x TP=2 are the fast suite's recordings only: slower to start)."""
-    t = run_parallel(tmp_path, "tp2")
-    assert [r["status"] for r in t["requests"]][:3] == [200, 200, 200]
-    check_worker_prefixes(tmp_path / "tp2.log", t)
-    check_death_line(tmp_path / "tp2.log", t)
-    check_worker_death(tmp_path / "tp2.log", t, tmp_path)
