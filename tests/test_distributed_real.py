@@ -138,4 +138,3 @@ def test_a_data_parallel_server_names_each_requests_engine(tmp_path):
     for rid, rank in roots.items():
         (_root, attrs, _children), = got[(rid, None)]
         assert str(attrs["vllm.dp.rank"]) == str(rank), rid
-
