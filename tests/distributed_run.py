@@ -151,6 +151,83 @@ def run_dp(outdir: Path, n: int = 6) -> dict:
     return truth
 
 
+def _workers(session: int) -> dict[str, int]:
+    """{process title: pid} of vLLM's worker processes in this session (`start_new_session`):
+    vLLM names them with setproctitle (`VLLM::Worker_TP1`, multiproc_executor.py
+    `setup_proc_title_and_log_prefix`), which is what `ps` shows. A worker whose parent is a
+    data-parallel engine core is keyed under it (`EngineCore_DP1/Worker_TP1`): with DP on CPU the
+    workers' own titles do not say their engine."""
+    titles, parents = {}, {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if os.getsid(int(d.name)) != session:
+                continue
+            title = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ProcessLookupError, ValueError, IndexError):
+            continue
+        if "::" in title:
+            titles[int(d.name)] = title.split("::", 1)[1].split()[0]
+            parents[int(d.name)] = ppid
+    out = {}
+    for pid, title in titles.items():
+        if title.startswith("Worker"):
+            engine = titles.get(parents[pid], "")
+            out[f"{engine}/{title}" if engine.startswith("EngineCore_DP") else title] = pid
+    return out
+
+
+def run_parallel(outdir: Path, kind: str, n: int = 3, victim: str | None = None, settle: float = 5) -> dict:
+    """A TP=2, PP=2 or DP=2 x TP=2 server (`kind` "tp2" | "pp2" | "dp2tp2") with the plugin: `n` sequential requests, then
+    two long ones at once, and while vLLM serves them one worker process is killed with SIGKILL
+    (`victim`, a process title; by default rank 1). Writes <kind>.log and <kind>_truth.json.
+    PP runs without --enforce-eager: vLLM's CPU runner then skips the warm-up that allocates the
+    second stage's tensors, and every request fails."""
+    import signal
+    import threading
+
+    outdir.mkdir(parents=True, exist_ok=True)
+    args = {"tp2": ("--tensor-parallel-size", "2"), "pp2": ("--pipeline-parallel-size", "2"),
+            "dp2tp2": ("--data-parallel-size", "2", "--data-parallel-backend", "mp", "--tensor-parallel-size", "2")}[kind]
+    victim = victim or {"tp2": "Worker_TP1", "pp2": "Worker_PP1", "dp2tp2": "EngineCore_DP1/Worker_TP1"}[kind]
+    log = outdir / f"{kind}.log"
+    ids = [f"{kind}-{i:03d}" for i in range(n)]
+    dying = [f"{kind}-dying-{i}" for i in range(2)]
+    # vLLM's CPU workers bind their OpenMP threads one NUMA node each by default ("auto"), and
+    # refuse two workers on one node: one core each, given by hand
+    # (DP x TP: one list per worker, engine after engine)
+    env = {"VLLM_TRACE_BRIDGE_PLUGIN_ENGINE": "1", "VLLM_CPU_OMP_THREADS_BIND": "0|1|0|1" if kind == "dp2tp2" else "0|1"}
+    with Vllm(log, extra_env=env, eager=kind != "pp2",
+              extra_args=("--max-num-seqs", "4", *args)) as v:
+        base = f"http://127.0.0.1:{v.port}"
+        records = _client(base, v.model, ids, [3 + 2 * i for i in range(n)])
+        workers = _workers(v.proc.pid)
+        late: list[dict] = []
+        threads = [threading.Thread(target=lambda x=x: late.extend(_client(base, v.model, [x], [900])))
+                   for x in dying]
+        for t in threads:
+            t.start()
+        until = time.monotonic() + deadline(120)
+        # both in flight: the engine core's plugin line names each as it is scheduled
+        while time.monotonic() < until and not all(f"Scheduling request cmpl-{x}-0" in log.read_text()
+                                                   for x in dying):
+            time.sleep(0.05)
+        killed_at = time.time()
+        os.kill(workers[victim], signal.SIGKILL)
+        for t in threads:
+            t.join(deadline(300))
+        time.sleep(settle)  # what vLLM logs after the clients' 500s: its shutdown
+        exited = v.proc.poll()
+    records += sorted(late, key=lambda r: r["x_request_id"])
+    truth = {"kind": kind, "args": list(args), "workers": workers, "killed": victim,
+             "killed_pid": workers[victim], "killed_at": round(killed_at, 6),
+             "server_exited_by_itself": exited, "requests": records}
+    (outdir / f"{kind}_truth.json").write_text(json.dumps(truth, indent=1) + "\n")
+    return truth
+
+
 if __name__ == "__main__":
     out = Path(sys.argv[1])
     which = sys.argv[2:] or ["pd", "dp"]
@@ -158,3 +235,6 @@ if __name__ == "__main__":
         print(json.dumps(run_pd(out), indent=1))
     if "dp" in which:
         print(json.dumps(run_dp(out), indent=1))
+    for kind in ("tp2", "pp2", "dp2tp2"):
+        if kind in which:
+            print(json.dumps(run_parallel(out, kind), indent=1))

@@ -57,23 +57,39 @@ def _incident_event(kind: str, error_type: str, ts_ns: int, occurrence: str) -> 
                          IncidentRef(kind, occurrence))
 
 
-_DP_ENGINE = re.compile(r"EngineCore_(?:DP)?(\d+)\b")
+#: The engine a process belongs to: an engine core (`EngineCore_DP1 pid=7`) or one of its workers.
+#: vLLM names a worker by its ranks (multiproc_executor.py `setup_proc_title_and_log_prefix`:
+#: `Worker_DP1_PP0_TP1`), the DP rank whenever there is more than one engine: `Worker_DP1_TP0`
+#: is engine 1's; `Worker_TP1`, `Worker_PP1`, `Worker` (before its groups exist) and older
+#: releases' `VllmWorker TP0` / `VllmWorker rank=0` are the one engine's of their source.
+_DP_ENGINE = re.compile(r"(?:EngineCore_(?:DP)?|Worker_DP)(\d+)(?!\d)")
+_WORKER = re.compile(r"(?:Vllm|Ray)?Worker")
 
 
 def _dp_engine(process: str) -> str:
-    """The data-parallel engine a process prefix names (`EngineCore_DP1 pid=7` → "1"), or ""."""
+    """The data-parallel engine a process prefix names (`EngineCore_DP1 pid=7`,
+    `Worker_DP1_TP0 pid=9` → "1"), or "" (the source's one engine, or not said)."""
     m = _DP_ENGINE.match(process) if process else None
     return m[1] if m else ""
+
+
+def _worker(process: str) -> str:
+    """The worker a process prefix names (`Worker_TP1 pid=9` → "Worker_TP1", `VllmWorker TP0 pid=5`
+    → "VllmWorker TP0"), or ""."""
+    return process.split(" pid=", 1)[0] if process and _WORKER.match(process) else ""
 
 
 class _Incident:
     """Error records of one engine incident, gathered until none comes for `INCIDENT_WINDOW_NS`."""
 
     __slots__ = ("first", "last_ns", "last_offset", "error_type", "lead", "fatal", "lines", "affected",
-                 "failed", "event", "occurrence")
+                 "failed", "event", "occurrence", "worker", "died", "engine")
 
     def __init__(self, record: Record, ev: EngineError) -> None:
         self.first = record
+        self.worker = ""  # the first of the engine's workers that logged a line of it
+        self.died = ""    # the worker a line says died (the executor's monitor)
+        self.engine = ""  # the data-parallel engine whose process (core or worker) logged first
         self.last_ns, self.last_offset = record.ts_ns, record.end_offset
         self.error_type, self.lead, self.fatal = ev.error_type, (record, ev), ev.fatal
         self.lines = 0
@@ -85,6 +101,12 @@ class _Incident:
     def add(self, record: Record, ev: EngineError) -> bool:
         """Take one more record; True when the incident's type became more specific."""
         self.lines += 1
+        if not self.worker:
+            self.worker = _worker(record.process)
+        if not self.engine:
+            self.engine = _dp_engine(record.process)
+        if ev.worker and not self.died:
+            self.died = ev.worker
         if record.ts_ns > self.last_ns:
             self.last_ns = record.ts_ns
         self.last_offset = max(self.last_offset, record.end_offset)
@@ -311,7 +333,7 @@ class EngineLife:
                 return
             inc = self.incident = _Incident(record, ev)
             inc.occurrence = where(record)  # reserved now: the link its event carries names its span
-        engine, first_engine = _dp_engine(record.process), _dp_engine(inc.first.process)
+        engine, first_engine = _dp_engine(record.process), inc.engine or _dp_engine(inc.first.process)
         if engine and first_engine and engine != first_engine:
             # another data-parallel engine failing at the same time: its own incident
             sibling = self._siblings.get(engine)
@@ -373,6 +395,13 @@ class EngineLife:
         # server), each wrapper logging after the one it wraps, so the first is nearest the cause
         if first.process or record.process:
             attrs["vllm.process"] = first.process or record.process
+        # the engine it is of: a worker's lines are its engine's (`_dp_engine`), so is its death
+        if inc.engine:
+            attrs["vllm.dp.rank"] = int(inc.engine)
+        if inc.worker:
+            attrs["vllm.worker"] = inc.worker
+        if inc.died:
+            attrs["vllm.worker.died"] = inc.died
         self._incident(first, inc.error_type, inc.error_type, first.ts_ns, ev.message, attrs,
                        affected=inc.affected, end_ns=inc.last_ns, end_offset=inc.last_offset,
                        occurrence=inc.occurrence)

@@ -388,6 +388,9 @@ class EngineError:
     #: what the type rests on: `said` (the error's own words), `signal` (a death by a signal:
     #: a negative exit code, SIG…, a fatal signal), `frames` (only where its traceback was raised)
     basis: str = "said"
+    #: the worker process the line says died, as vLLM names it (the executor's monitor:
+    #: `Worker proc VllmWorker-1 died …` → "VllmWorker-1"; V0: `VllmWorkerProcess pid=1159`)
+    worker: str = ""
 
 
 #: What vLLM's API server logs when its engine core process died under it (core_client.py:818):

@@ -847,8 +847,16 @@ def engine_error(msg: str) -> EngineError:
     fatal = any(f in low for f in _FATAL)
     stack = msg if "\n" in msg else ""
     error_type, basis = _classified(msg, shape)
+    w = _WORKER_DIED.match(msg) if msg.startswith("Worker ") else None
+    worker = "" if w is None else f"{w[1]} pid={w[2]}" if w[2] else w[1]
     return EngineError(error_type, exc_type.rsplit(".", 1)[-1], message[:_MAX_MESSAGE], fatal,
-                       stack[:_MAX_STACK], basis=basis)
+                       stack[:_MAX_STACK], basis=basis, worker=worker)
+
+
+#: The executor's monitor names the worker that died (multiproc_executor.py `monitor_workers`:
+#: `Worker proc VllmWorker-1 died unexpectedly (exit code: -9)`, its multiprocessing name, the
+#: executor's rank; V0's multiproc_worker_utils: `Worker VllmWorkerProcess pid 1159 died`).
+_WORKER_DIED = re.compile(r"Worker (?:proc )?([\w.-]+)(?: pid (\d+))? died\b")
 
 
 #: Error lines of vLLM's own loggers, as (literal start, regex for the rest): the starts are also

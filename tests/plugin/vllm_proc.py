@@ -56,7 +56,8 @@ class Vllm:
 
     def __init__(self, log_path: Path, *, plugin: bool = True, plugin_blocks: bool = False,
                  gpu_blocks: int = 64, otlp_endpoint: str | None = None, extra_env: dict | None = None,
-                 max_num_seqs: int = 32, plain: bool = False, extra_args: tuple[str, ...] = ()) -> None:
+                 max_num_seqs: int = 32, plain: bool = False, extra_args: tuple[str, ...] = (),
+                 eager: bool = True) -> None:
         self.log_path = Path(log_path)
         self.plain = plain  # the log as a plain file: vLLM's lines only, no runtime stamp to help
         self.port = free_port()
@@ -76,7 +77,7 @@ class Vllm:
         # from this checkout, found through PYTHONPATH; never a copy in the venv.
         env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), plugin_path() if plugin else None) if p)
         self.cmd = [str(VENV / "bin" / "vllm"), "serve", self.model, "--port", str(self.port),
-                    "--host", "127.0.0.1", "--enforce-eager", "--enable-log-requests",
+                    "--host", "127.0.0.1", *(("--enforce-eager",) if eager else ()), "--enable-log-requests",
                     "--kv-cache-memory-bytes", "100000000", "--num-gpu-blocks-override", str(gpu_blocks),
                     "--max-model-len", "1024", "--max-num-seqs", str(max_num_seqs), "--seed", "0"]
         if otlp_endpoint:
