@@ -112,10 +112,14 @@ TABLE: tuple[Row, ...] = (
     Row(ev.KvLeaseExpired, "requests", "_on_kv_lease_expired", {
         N: "orphan line", F: "touch; an event (the lease ran out)", O: "touch; an event (the lease ran out)"}),
     Row(ev.KvBlocksInvalid, "requests", "_on_kv_blocks_invalid", {
-        N: "orphan line", F: "touch; an event", O: "touch; an event"}),
+        N: "the prefill is emitted: a kv_transfer incident in its trace (ids from the engine request id)",
+        F: "touch; an event", O: "touch; an event; an expired prefill lingering for this line lingers no more"}),
     Row(ev.KvTransferFailed, "requests", "_on_kv_transfer_failed", {
         N: "orphan line", F: "touch; an exception event (failed: error.type distributed), never an incident",
         O: "touch; an exception event", _ALL: "no request named: counted (no_action)"}),
+    Row(ev.KvLoadFailed, "requests", "_on_kv_load_failed", {
+        N: "orphan line (each id)", F: "touch; end FAILED (distributed, KV load failure), never an incident",
+        O: "touch"}),
     Row(ev.KvTransferMetrics, "requests", "_on_kv_metrics", {_ALL: "an event on every request in flight (aggregate)"}),
     # -- engine-wide lines (engine.py) --
     Row(ev.EngineStats, "engine", "on_stats", {
