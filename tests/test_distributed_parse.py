@@ -188,7 +188,8 @@ def test_the_kv_transfer_metrics_line_is_an_event_counting_the_transfers():
 
 def test_no_line_of_either_half_is_malformed():
     for name in ("prefill.log", "decode.log", "pd_fail_prefill.log", "pd_fail_decode.log", "pd_expiry_prefill.log",
-                 "pd_expiry_decode.log", "dp.log", "pd_kill/prefill.log", "pd_kill/decode.log"):
+                 "pd_expiry_decode.log", "dp.log", "pd_kill/prefill.log", "pd_kill/decode.log", "pd_lease/prefill.log",
+                 "pd_lease/decode.log"):
         parser = Parser()
         for rec in decoded(name):
             parser.parse(rec.message, rec.level, rec.origin)
@@ -320,7 +321,8 @@ _NIXL_KEYS = {
 }
 
 
-@pytest.mark.parametrize("name", ["decode.log", "pd_expiry_prefill.log", "pd_expiry_decode.log"])
+@pytest.mark.parametrize("name", ["decode.log", "pd_expiry_prefill.log", "pd_expiry_decode.log", "pd_kill/decode.log",
+                                  "pd_lease/prefill.log", "pd_lease/decode.log"])
 def test_every_field_of_vllms_kv_transfer_metrics_line_is_in_its_event(name):
     text = (FIXTURES / name).read_text()
     lines = re.findall(r"KV Transfer metrics: (.*)$", text, re.M)

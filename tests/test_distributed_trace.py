@@ -283,6 +283,43 @@ def test_invalid_blocks_after_the_release_are_an_event_on_the_prefills_own_root(
         assert got == ([int(invalid[eid].timestamp() * 1e6)] if eid in invalid else [])
 
 
+def test_the_short_lease_run_puts_each_late_read_on_the_prefill_it_names(tmp_path):
+    """tests/fixtures/distributed/pd_lease (its README): a 6 s lease, a proxy that held `pd-late`
+    14 s. Each `Potentially invalid` line comes after that request's expiry and release, at the
+    prefill's next request (19 s and 5 s after the release here): within `kv_hold_s` of the
+    release, so on the prefill's own root with its expiry; the prefills read in time have
+    neither, and no incident is made."""
+    d = FIXTURES / "pd_lease"
+    t = json.loads((d / "truth.json").read_text())
+    assert t["kv_lease_duration"] == 6 and all(r["status"] == 200 for r in t["requests"])
+    (late,) = [r for r in t["requests"] if r["x_request_id"] == "pd-late"]
+    held_s = late["proxy_held"][1] - late["proxy_held"][0]
+    assert held_s > t["kv_lease_duration"]
+    text = (d / "prefill.log").read_text()
+
+    def stamps(pattern):
+        return {eid: datetime.fromisoformat(ts[:26] + "+00:00").timestamp() for ts, eid in
+                re.findall(r"^(\S+)Z .*" + pattern, text, re.M)}
+    expired = stamps(r"Releasing expired KV blocks for request (\S+) which")
+    released = stamps(r"KV blocks released for request \S+ engine_request_id=([^,]+),")
+    invalid = stamps(r"Potentially invalid KV blocks for unrecognized request (\S+) were")
+    assert late["remote_request_id"] in invalid and set(invalid) == set(expired)
+    for eid, at in invalid.items():
+        assert expired[eid] <= released[eid] < at < released[eid] + 60  # AssembleConfig's kv_hold_s
+    out = _emitted([d / "prefill.log"], tmp_path)
+    assert [x for x in out if not hasattr(x, "phases") and x.kind != "startup"] == []
+    prefills = {x.attrs["vllm.request.internal_id"]: x for x in out if hasattr(x, "phases")}
+    assert set(prefills) == {r["remote_request_id"] for r in t["requests"]}
+    for eid, x in prefills.items():
+        names = {e.name: e.ts_ns for e in x.events if e.name.startswith("vllm.kv.")}
+        if eid in invalid:
+            assert names["vllm.kv.lease_expired"] // 1000 == round(expired[eid] * 1e6)
+            assert names["vllm.kv.blocks_invalid"] // 1000 == round(invalid[eid] * 1e6)
+            assert _phases(x)["kv_hold"].attrs["vllm.kv_hold.expired"] is True
+        else:
+            assert names == {} and _phases(x)["kv_hold"].attrs["vllm.kv_hold.expired"] is False
+
+
 def test_invalid_blocks_after_the_prefill_went_out_are_a_kv_transfer_span_in_its_trace(tmp_path):
     """With `kv_hold_s` shorter than the lease (10 s; NIXL's is 30 s), each prefill of the
     recording is emitted before its release, so NIXL's late `Potentially invalid` lines find it
