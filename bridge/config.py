@@ -127,7 +127,7 @@ DOC = {
     "year": "Year of the first line (vLLM headers have none); empty: from the file's modification time.",
     "ttl": "Seconds an open request may go without a new line before it is evicted, marked incomplete.",
     "linger": "Seconds a finished request waits for its last KV block frees.",
-    "kv_hold": "Seconds a disaggregated (P/D) prefill waits after its end for the line saying its KV blocks were released (the end of its `kv_hold` span); past this it is sent without a `kv_hold` span. Keep it above the connector's lease (NIXL's `kv_lease_duration`, 30 s by default).",
+    "kv_hold": "Seconds a disaggregated (P/D) prefill waits after its end for the line saying its KV blocks were released (the end of its `kv_hold` span); past this it is sent without a `kv_hold` span. Keep it above the connector's lease (NIXL's `kv_lease_duration`, 30 s by default). After a release at the lease's end, also how long it waits for NIXL's `Potentially invalid KV blocks` line (a decode that read them late); a later one becomes a `kv_transfer` span in its trace.",
     "otlp_endpoint": "OTLP receiver; empty: `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` / `OTEL_EXPORTER_OTLP_ENDPOINT`.",
     "otlp_protocol": "`grpc` or `http/protobuf`; empty: `OTEL_EXPORTER_OTLP_PROTOCOL`, else gRPC.",
     "listen": "HOST:PORT of `/healthz`, `/readyz` and `/metrics` (port 0 picks a free one).",

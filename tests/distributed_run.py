@@ -131,6 +131,145 @@ def run_pd(outdir: Path, n: int = 4) -> dict:
     return truth
 
 
+def run_pd_kill(outdir: Path) -> dict:
+    """A NIXL pair whose prefill dies between its answer and the decode's read: after a warm-up
+    that went through (the handshake done), the proxy gets the prefill's answer for `pd-kill`,
+    kills the prefill's whole process group (SIGKILL) and forwards to the decode, which posts its
+    read to a peer that is gone. Writes pd_kill_prefill.log, pd_kill_decode.log and
+    pd_kill_truth.json (the client's record: the HTTP status of each request)."""
+    import signal
+
+    overlay = nixl_overlay()
+    if overlay is None:
+        raise RuntimeError(f"no nixl overlay at {OVERLAY}")
+    outdir.mkdir(parents=True, exist_ok=True)
+    common = ("--max-num-seqs", "4")
+    env_p = {"PYTHONPATH": overlay, "VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.1",
+             "VLLM_NIXL_SIDE_CHANNEL_PORT": str(free_port())}
+    env_d = {**env_p, "VLLM_NIXL_SIDE_CHANNEL_PORT": str(free_port())}
+    killed: dict = {}
+    with Vllm(outdir / "pd_kill_prefill.log", extra_env=env_p,
+              extra_args=(*common, "--kv-transfer-config", _kv_config("prefill-engine-0"))) as p, \
+            Vllm(outdir / "pd_kill_decode.log", extra_env=env_d,
+                 extra_args=(*common, "--kv-transfer-config", _kv_config("decode-engine-0"))) as d, \
+            PdProxy(f"http://127.0.0.1:{p.port}", f"http://127.0.0.1:{d.port}", deadline(600)) as proxy:
+        records = []
+        for k in range(4):
+            records += _client(proxy.base, p.model, [f"pd-warm-{k}"], [2])
+            if records[-1]["status"] == 200:
+                break
+        forward = proxy.forward
+
+        def forward_killing(path: str, body: dict, rid: str):
+            from pd_proxy import _post, prefill_body
+            code, first = _post(proxy.prefill + path, prefill_body(body), rid, proxy.timeout)
+            if code != 200:
+                return code, first
+            params = first.get("kv_transfer_params")
+            proxy.seen.append({"x_request_id": rid, "prefill_id": first.get("id"), "kv_transfer_params": params})
+            os.killpg(p.proc.pid, signal.SIGKILL)
+            p.proc.wait(deadline(30))
+            killed["at"] = round(time.time(), 6)
+            second = dict(body)
+            second["kv_transfer_params"] = params
+            return _post(proxy.decode + path, second, rid, proxy.timeout)
+
+        proxy.forward = forward_killing
+        records += _client(proxy.base, p.model, ["pd-kill"], [4])
+        proxy.forward = forward
+        # the decode's aggregate `KV Transfer metrics` line comes at its next stats interval
+        time.sleep(15)
+    seen_by_id = {s["x_request_id"]: s for s in proxy.seen}
+    for rec in records:
+        seen = seen_by_id.get(rec["x_request_id"], {})
+        params = seen.get("kv_transfer_params") or {}
+        rec["prefill_response_id"] = seen.get("prefill_id")
+        rec["remote_request_id"] = params.get("remote_request_id")
+        rec["remote_engine_id"] = params.get("remote_engine_id")
+    truth = {"kind": "nixl-pd-prefill-killed", "prefill_engine_id": "prefill-engine-0",
+             "decode_engine_id": "decode-engine-0", "prefill_killed_at": killed.get("at"),
+             "note": "the proxy SIGKILLed the prefill's process group after its answer for pd-kill, "
+                     "before forwarding to the decode (tests/distributed_run.py run_pd_kill)",
+             "requests": records}
+    (outdir / "pd_kill_truth.json").write_text(json.dumps(truth, indent=1) + "\n")
+    return truth
+
+
+def run_pd_lease(outdir: Path, lease_s: int = 6, delay_s: float = 14.0) -> dict:
+    """A NIXL pair whose prefill lends its blocks for `lease_s` (`kv_connector_extra_config:
+    {kv_lease_duration}`, 30 by default) and a proxy that holds `pd-late` for `delay_s` between
+    the prefill's answer and the decode: the lease runs out (`Releasing expired KV blocks`), the
+    decode reads the released blocks anyway and the prefill logs `Potentially invalid KV blocks`
+    when it reads the read's notification: while its engine steps, so at `pd-after`, the next
+    request. `pd-ok`, forwarded at once, is read in time. Writes
+    pd_lease_prefill.log, pd_lease_decode.log, pd_lease_truth.json."""
+    overlay = nixl_overlay()
+    if overlay is None:
+        raise RuntimeError(f"no nixl overlay at {OVERLAY}")
+    outdir.mkdir(parents=True, exist_ok=True)
+    common = ("--max-num-seqs", "4")
+    env_p = {"PYTHONPATH": overlay, "VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.1",
+             "VLLM_NIXL_SIDE_CHANNEL_PORT": str(free_port())}
+    env_d = {**env_p, "VLLM_NIXL_SIDE_CHANNEL_PORT": str(free_port())}
+
+    def config(engine_id: str) -> str:
+        c = json.loads(_kv_config(engine_id))
+        c["kv_connector_extra_config"] = {"kv_lease_duration": lease_s}
+        return json.dumps(c)
+
+    held: dict = {}
+    with Vllm(outdir / "pd_lease_prefill.log", extra_env=env_p,
+              extra_args=(*common, "--kv-transfer-config", config("prefill-engine-0"))) as p, \
+            Vllm(outdir / "pd_lease_decode.log", extra_env=env_d,
+                 extra_args=(*common, "--kv-transfer-config", config("decode-engine-0"))) as d, \
+            PdProxy(f"http://127.0.0.1:{p.port}", f"http://127.0.0.1:{d.port}", deadline(600)) as proxy:
+        records = []
+        for k in range(4):
+            records += _client(proxy.base, p.model, [f"pd-warm-{k}"], [2])
+            if records[-1]["status"] == 200:
+                break
+        records += _client(proxy.base, p.model, ["pd-ok"], [3])
+        forward = proxy.forward
+
+        def forward_late(path: str, body: dict, rid: str):
+            from pd_proxy import _post, prefill_body
+            code, first = _post(proxy.prefill + path, prefill_body(body), rid, proxy.timeout)
+            if code != 200:
+                return code, first
+            params = first.get("kv_transfer_params")
+            proxy.seen.append({"x_request_id": rid, "prefill_id": first.get("id"), "kv_transfer_params": params})
+            held[rid] = [round(time.time(), 6)]
+            time.sleep(delay_s)  # the client's request waits here: the proxy is slow
+            held[rid].append(round(time.time(), 6))
+            second = dict(body)
+            second["kv_transfer_params"] = params
+            return _post(proxy.decode + path, second, rid, proxy.timeout)
+
+        proxy.forward = forward_late
+        records += _client(proxy.base, p.model, ["pd-late"], [3])
+        proxy.forward = forward
+        # NIXL's prefill worker reads the decode's notifications only while its engine steps:
+        # an idle prefill logs `Potentially invalid` at its next request
+        records += _client(proxy.base, p.model, ["pd-after"], [3])
+        time.sleep(15)  # both instances' next `KV Transfer metrics` lines
+    seen_by_id = {s["x_request_id"]: s for s in proxy.seen}
+    for rec in records:
+        seen = seen_by_id.get(rec["x_request_id"], {})
+        params = seen.get("kv_transfer_params") or {}
+        rec["prefill_response_id"] = seen.get("prefill_id")
+        rec["remote_request_id"] = params.get("remote_request_id")
+        rec["remote_engine_id"] = params.get("remote_engine_id")
+        if rec["x_request_id"] in held:
+            rec["proxy_held"] = held[rec["x_request_id"]]
+    truth = {"kind": "nixl-pd-short-lease", "prefill_engine_id": "prefill-engine-0",
+             "decode_engine_id": "decode-engine-0", "kv_lease_duration": lease_s, "proxy_delay_s": delay_s,
+             "note": "pd-late: the proxy held the request between the prefill's answer and the decode for "
+                     "proxy_delay_s, longer than the lease (tests/distributed_run.py run_pd_lease)",
+             "requests": records}
+    (outdir / "pd_lease_truth.json").write_text(json.dumps(truth, indent=1) + "\n")
+    return truth
+
+
 def run_dp(outdir: Path, n: int = 6) -> dict:
     """A DP=2 server (`--data-parallel-size 2 --data-parallel-backend mp`) with the plugin; `n`
     sequential requests. Writes dp.log and dp_truth.json."""
@@ -238,3 +377,7 @@ if __name__ == "__main__":
     for kind in ("tp2", "pp2", "dp2tp2"):
         if kind in which:
             print(json.dumps(run_parallel(out, kind), indent=1))
+    if "pd_kill" in which:
+        print(json.dumps(run_pd_kill(out), indent=1))
+    if "pd_lease" in which:
+        print(json.dumps(run_pd_lease(out), indent=1))

@@ -23,6 +23,7 @@ from bridge.parse.events import (
     EngineError,
     KvBlocksInvalid,
     KvLeaseExpired,
+    KvLoadFailed,
     KvReceived,
     KvReleased,
     KvTransferFailed,
@@ -30,6 +31,7 @@ from bridge.parse.events import (
     RequestEnded,
     RequestReceived,
     RequestSummary,
+    EngineStats,
 )
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "distributed"
@@ -186,7 +188,8 @@ def test_the_kv_transfer_metrics_line_is_an_event_counting_the_transfers():
 
 def test_no_line_of_either_half_is_malformed():
     for name in ("prefill.log", "decode.log", "pd_fail_prefill.log", "pd_fail_decode.log", "pd_expiry_prefill.log",
-                 "pd_expiry_decode.log", "dp.log"):
+                 "pd_expiry_decode.log", "dp.log", "pd_kill/prefill.log", "pd_kill/decode.log", "pd_lease/prefill.log",
+                 "pd_lease/decode.log"):
         parser = Parser()
         for rec in decoded(name):
             parser.parse(rec.message, rec.level, rec.origin)
@@ -261,6 +264,95 @@ def test_a_failed_nixl_handshake_is_a_failure_of_that_request_not_of_the_engine(
     assert [ev.engine_request_id for _r, ev in pre if type(ev) is KvLeaseExpired] == [received.remote_request_id]
 
 
+def joined(name: str):
+    """(Record, event) for each record of a fixture log as the pipeline reads it: decoded, then
+    multi-line messages joined (a traceback is one record with the line it belongs to)."""
+    from bridge.decode.stream import RecordStream
+
+    def lines():
+        offset = 0
+        with open(FIXTURES / name, "rb") as f:
+            for raw in f:
+                yield offset, raw
+                offset += len(raw)
+    parser = Parser()
+    return [(rec, parser.parse(rec.message, rec.level, rec.origin)) for rec in RecordStream(Decoder()).over(lines())]
+
+
+def test_a_nixl_failures_traceback_is_one_record_with_its_failure_line_and_no_engine_error():
+    """vLLM logs each failure with `exc_info` (base_worker.py `_log_failure`): the failure line,
+    the traceback, and its last line `zmq.error.Again: Resource temporarily unavailable`, every
+    line under the same header. All of it is the failure's one record, whose cause is that last
+    line's class; none of it is an engine error."""
+    text = (FIXTURES / "pd_fail_decode.log").read_text()
+    # each failure's traceback ends in the class vLLM's own lines name (read with a plain regex)
+    causes = re.findall(r"\[base_worker\.py:\d+\] (\w[\w.]*): Resource temporarily unavailable$", text, re.M)
+    assert causes == ["zmq.error.Again", "zmq.error.Again"]
+    dec = joined("pd_fail_decode.log")
+    failures = [ev for _r, ev in dec if type(ev) is KvTransferFailed]
+    assert [f.cause for f in failures] == causes
+    worker = [(rec, ev) for rec, ev in dec if rec.process.startswith("Worker") and rec.level == "ERROR"]
+    assert [type(ev) for _rec, ev in worker] == [KvTransferFailed, KvTransferFailed]
+    assert all(rec.message.rstrip().endswith("zmq.error.Again: Resource temporarily unavailable") for rec, _ev in worker)
+
+
+def test_failing_requests_due_to_kv_load_failure_names_them_and_is_no_engine_error():
+    """scheduler.py `_handle_invalid_blocks` (0.32): `Failing %d request(s) due to KV load failure
+    (failure_policy=fail, %d tokens affected). Request IDs: %s` — a set of engine request ids."""
+    text = (FIXTURES / "pd_fail_decode.log").read_text()
+    (n, tokens, ids), = re.findall(r"Failing (\d+) request\(s\) due to KV load failure \(failure_policy=fail, "
+                                  r"(\d+) tokens affected\)\. Request IDs: \{([^}]*)\}", text)
+    named = tuple(x.strip().strip("'") for x in ids.split(","))
+    assert len(named) == int(n) == 1 and named[0] in engine_ids_added("pd_fail_decode.log")
+    dec = records("pd_fail_decode.log")
+    assert [ev for _r, ev in dec if type(ev) is KvLoadFailed] == [KvLoadFailed(named, int(tokens))]
+    assert not [rec for rec, ev in dec if type(ev) is EngineError and rec.message.startswith("Failing ")]
+
+
+#: vLLM 0.32's NIXL aggregate (nixl/stats.py `reduce`), key → (field, the unit the key says → the
+#: event's: ms → s, MiB → bytes; vLLM's MB is bytes / 2**20)
+_NIXL_KEYS = {
+    "Num successful transfers": ("transfers", 1), "Avg xfer time (ms)": ("avg_xfer_s", 1e-3),
+    "P90 xfer time (ms)": ("p90_xfer_s", 1e-3), "Avg post time (ms)": ("avg_post_s", 1e-3),
+    "P90 post time (ms)": ("p90_post_s", 1e-3), "Avg MB per transfer": ("avg_bytes", 2**20),
+    "Throughput (MB/s)": ("throughput_bps", 2**20), "Avg number of descriptors": ("avg_descriptors", 1),
+    "Num failed transfers": ("failed", 1), "Num KV expired reqs": ("expired", 1),
+    "Num notifs after expiry": ("notifs_after_expiry", 1),
+}
+
+
+@pytest.mark.parametrize("name", ["decode.log", "pd_expiry_prefill.log", "pd_expiry_decode.log", "pd_kill/decode.log",
+                                  "pd_lease/prefill.log", "pd_lease/decode.log"])
+def test_every_field_of_vllms_kv_transfer_metrics_line_is_in_its_event(name):
+    text = (FIXTURES / name).read_text()
+    lines = re.findall(r"KV Transfer metrics: (.*)$", text, re.M)
+    assert lines
+    got = [ev for _r, ev in records(name) if type(ev) is KvTransferMetrics]
+    assert len(got) == len(lines)
+    for line, ev in zip(lines, got):
+        pairs = dict(kv.split("=") for kv in line.split(", "))
+        assert set(pairs) == set(_NIXL_KEYS)  # vLLM 0.32 prints these, each line
+        for key, value in pairs.items():
+            field, scale = _NIXL_KEYS[key]
+            want = float(value) * scale
+            assert getattr(ev, field) == pytest.approx(want, rel=1e-9, abs=0.5 if field == "avg_bytes" else 1e-12)
+
+
+def test_the_stats_lines_kv_fetch_stages_are_in_the_engine_stats_event():
+    """v1/metrics/loggers.py: `KV fetch: %d waiting to start, %d in progress, %d completed
+    waiting` (when any is non-zero), inside the engine's stats line."""
+    text = (FIXTURES / "decode.log").read_text()
+    want = [tuple(map(int, m)) for m in
+            re.findall(r"KV fetch: (\d+) waiting to start, (\d+) in progress, (\d+) completed waiting", text)]
+    assert want
+    stats = [ev for _r, ev in records("decode.log") if type(ev) is EngineStats]
+    got = [(s.kv_fetch_waiting, s.kv_fetch_in_progress, s.kv_fetch_completed) for s in stats
+           if s.kv_fetch_waiting is not None]
+    assert got == want
+    # a line without the field says nothing of it
+    assert len(stats) - len(got) == len(re.findall(r"Running: \d+ reqs", text)) - len(want)
+
+
 # -- leases that ran out before the decode read (the real_vllm test's run, kept) ---------------
 
 
@@ -290,7 +382,7 @@ def test_blocks_read_after_their_lease_are_named_on_the_prefill_and_counted_by_v
     assert sum(m.expired for m in metrics) == 0 < len(expired)
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.glob("*.log")))
+@pytest.mark.parametrize("name", sorted(str(p.relative_to(FIXTURES)) for p in FIXTURES.rglob("*.log")))
 def test_the_c_parser_and_the_python_rules_agree_on_every_line(name):
     """The parse stage alone (test_native.py compares the whole pipeline): the C fast path and the Python reference give equal events and counts."""
     from bridge.parse import FAST_PARSE

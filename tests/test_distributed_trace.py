@@ -35,9 +35,9 @@ def ok(t: dict) -> list[dict]:
     return [r for r in t["requests"] if r["status"] == 200]
 
 
-def _timelines(paths, tmp_path) -> list:
-    """The request timelines of a replay of these logs, each copied into its own pod-like
-    directory (two sources, as two agents see them)."""
+def _emitted(paths, tmp_path, config=None) -> list:
+    """Every timeline (requests and engine incidents) of a replay of these logs, each copied into
+    its own pod-like directory (two sources, as two agents see them)."""
     files = []
     for p in paths:
         d = tmp_path / p.stem
@@ -45,8 +45,16 @@ def _timelines(paths, tmp_path) -> list:
         shutil.copy(p, d / "0.log")
         files.append(str(d / "0.log"))
     out = []
-    replay(files, [out.append])
-    return [t for t in out if hasattr(t, "phases")]
+    if config is None:
+        replay(files, [out.append])
+    else:
+        replay(files, [out.append], config)
+    return out
+
+
+def _timelines(paths, tmp_path) -> list:
+    """The request timelines of a replay of these logs (`_emitted`)."""
+    return [t for t in _emitted(paths, tmp_path) if hasattr(t, "phases")]
 
 
 def roots(paths, tmp_path) -> dict:
@@ -192,6 +200,157 @@ def test_a_failed_kv_load_is_the_decodes_error_with_nixls_failure_type(tmp_path)
     assert "kv_transfer" not in _phases(x)
 
 
+def test_a_failed_kv_load_ends_the_decode_at_vllms_failing_line_and_makes_no_engine_incident(tmp_path):
+    """What vLLM logged for the one failed request: the handshake's failure with its traceback
+    (ending `zmq.error.Again`), then the scheduler's `Failing 1 request(s) due to KV load failure
+    … Request IDs: {<the decode's engine id>}` (scheduler.py `_handle_invalid_blocks`), and the
+    engine went on serving (no death: its next line is the NIXL handshake that then passed). The
+    request's root ends there, failed with the KV load failure; the traceback is the failure's,
+    on the request, and no engine incident is made of any of it."""
+    log = FIXTURES / "pd_fail_decode.log"
+    text = log.read_text()
+    (stamp, tokens, eid), = re.findall(r"^(\S+)Z .*Failing 1 request\(s\) due to KV load failure "
+                                      r"\(failure_policy=fail, (\d+) tokens affected\)\. Request IDs: \{'([^']+)'\}",
+                                      text, re.M)
+    cause = re.findall(r"\[base_worker\.py:\d+\] (\w[\w.]*): Resource temporarily unavailable$", text, re.M)
+    out = _emitted([log], tmp_path)
+    incidents = [t for t in out if not hasattr(t, "phases") and t.kind != "startup"]
+    assert incidents == []
+    (x,) = [t for t in out if hasattr(t, "phases") and t.attrs.get("vllm.request.internal_id") == eid]
+    assert x.outcome == "failed" and x.error_type == "distributed"
+    assert x.error_message.startswith("KV load failure") and f"{tokens} tokens" in x.error_message
+    ended = datetime.fromisoformat(stamp[:26] + "+00:00")
+    load = [e for e in x.events if e.name == "exception" and e.attrs["exception.type"] == "KvLoadFailed"]
+    assert [e.ts_ns // 1000 for e in load] == [int(ended.timestamp() * 1e6)]
+    (failed,) = [e for e in x.events if e.attrs.get("exception.type") == "KvTransferFailed"]
+    assert failed.attrs["vllm.kv_transfer.cause"] == cause[-1] == "zmq.error.Again"
+
+
+def test_a_prefill_killed_before_the_read_fails_the_decode_with_the_typed_failure_and_one_incident(tmp_path):
+    """tests/fixtures/distributed/pd_kill (its README says how it was made): the proxy killed
+    the prefill after its answer; the decode's read of a gone peer failed. vLLM's lines: the NIXL
+    library's C++ `E… nixl_agent.cpp … postXferReq: remote agent … was disconnected`, vLLM's
+    `NIXL transfer failure: transfer_setup_failed …` with a traceback ending in the class of the
+    NIXL error, `Failing 1 request(s) due to KV load failure`, then a `notification_failed`
+    naming an id that is no request of this log. The client got HTTP 500."""
+    d = FIXTURES / "pd_kill"
+    t = json.loads((d / "truth.json").read_text())
+    (kill,) = [r for r in t["requests"] if r["x_request_id"] == "pd-kill"]
+    assert kill["status"] == 500
+    text = (d / "decode.log").read_text()
+    (failure, eid, remote), = re.findall(r"NIXL transfer failure: (\w+)\. Deferring[^|]*\| Context: \{'failure_type': "
+                                        r"'\w+', 'request_id': '([^']+)',.*'remote_request_id': '([^']+)'", text)
+    assert remote == kill["remote_request_id"]
+    (cause,) = re.findall(r"\[pull_worker\.py:562\] (\w[\w.]*): NIXL_ERR_REMOTE_DISCONNECT$", text, re.M)
+    (failing,) = re.findall(r"Failing 1 request\(s\) due to KV load failure .*Request IDs: \{'([^']+)'\}", text)
+    assert failing == eid
+    out = _emitted([d / "decode.log"], tmp_path)
+    requests = [x for x in out if hasattr(x, "phases")]
+    (x,) = [r for r in requests if r.attrs.get("vllm.request.internal_id") == eid]
+    assert x.request_id == "cmpl-pd-kill-0" and x.attrs["vllm.pd.remote_request_id"] == remote
+    assert x.outcome == "failed" and x.error_type == "distributed" and x.error_message.startswith("KV load failure")
+    (kv,) = [e for e in x.events if e.attrs.get("exception.type") == "KvTransferFailed"]
+    assert kv.attrs["exception.message"] == f"NIXL transfer failure: {failure}"
+    assert kv.attrs["vllm.kv_transfer.cause"] == cause
+    # the library's C++ lines: one incident, typed, hitting the one request in flight; the
+    # notification that names no request of this log goes on none
+    incidents = [i for i in out if not hasattr(i, "phases") and i.kind != "startup"]
+    assert [(i.kind, i.affected) for i in incidents] == [("distributed", ["cmpl-pd-kill-0"])]
+    assert incidents[0].message.split("] ", 1)[1].startswith("postXferReq: remote agent")
+    assert [e.attrs["vllm.incident.kind"] for e in x.events if e.name == "vllm.engine.incident"] == ["distributed"]
+    others = [r for r in requests if r is not x]
+    assert others and not [e for r in others for e in r.events if e.name in ("exception", "vllm.engine.incident")]
+
+
+def test_invalid_blocks_after_the_release_are_an_event_on_the_prefills_own_root(tmp_path):
+    """NIXL's `Potentially invalid KV blocks for unrecognized request <eid>` comes only after it
+    reaped that request's lease (pull_worker.py `_get_new_notifs`: the decode's read notification
+    for a request no longer held), so after the plugin's release line: 28 s and 8 s after it in
+    the recording. A prefill whose lease expired lingers for it (`kv_hold_s` from the release),
+    so the event is on its own root; the prefills read in time have none and are not held."""
+    log = FIXTURES / "pd_expiry_prefill.log"
+    text = log.read_text()
+    invalid = {eid: datetime.fromisoformat(ts[:26] + "+00:00") for ts, eid in re.findall(
+        r"^(\S+)Z .*Potentially invalid KV blocks for unrecognized request (\S+) were", text, re.M)}
+    released = {eid: datetime.fromisoformat(ts[:26] + "+00:00") for ts, eid in re.findall(
+        r"^(\S+)Z .*KV blocks released for request \S+ engine_request_id=([^,]+),", text, re.M)}
+    assert len(invalid) == 2 and all(invalid[e] > released[e] for e in invalid)
+    prefills = {x.attrs["vllm.request.internal_id"]: x for x in _timelines([log], tmp_path)
+                if x.attrs.get("vllm.pd.role") == "prefill"}
+    assert set(invalid) < set(prefills)
+    for eid, x in prefills.items():
+        got = [e.ts_ns // 1000 for e in x.events if e.name == "vllm.kv.blocks_invalid"]
+        assert got == ([int(invalid[eid].timestamp() * 1e6)] if eid in invalid else [])
+
+
+def test_the_short_lease_run_puts_each_late_read_on_the_prefill_it_names(tmp_path):
+    """tests/fixtures/distributed/pd_lease (its README): a 6 s lease, a proxy that held `pd-late`
+    14 s. Each `Potentially invalid` line comes after that request's expiry and release, at the
+    prefill's next request (19 s and 5 s after the release here): within `kv_hold_s` of the
+    release, so on the prefill's own root with its expiry; the prefills read in time have
+    neither, and no incident is made."""
+    d = FIXTURES / "pd_lease"
+    t = json.loads((d / "truth.json").read_text())
+    assert t["kv_lease_duration"] == 6 and all(r["status"] == 200 for r in t["requests"])
+    (late,) = [r for r in t["requests"] if r["x_request_id"] == "pd-late"]
+    held_s = late["proxy_held"][1] - late["proxy_held"][0]
+    assert held_s > t["kv_lease_duration"]
+    text = (d / "prefill.log").read_text()
+
+    def stamps(pattern):
+        return {eid: datetime.fromisoformat(ts[:26] + "+00:00").timestamp() for ts, eid in
+                re.findall(r"^(\S+)Z .*" + pattern, text, re.M)}
+    expired = stamps(r"Releasing expired KV blocks for request (\S+) which")
+    released = stamps(r"KV blocks released for request \S+ engine_request_id=([^,]+),")
+    invalid = stamps(r"Potentially invalid KV blocks for unrecognized request (\S+) were")
+    assert late["remote_request_id"] in invalid and set(invalid) == set(expired)
+    for eid, at in invalid.items():
+        assert expired[eid] <= released[eid] < at < released[eid] + 60  # AssembleConfig's kv_hold_s
+    out = _emitted([d / "prefill.log"], tmp_path)
+    assert [x for x in out if not hasattr(x, "phases") and x.kind != "startup"] == []
+    prefills = {x.attrs["vllm.request.internal_id"]: x for x in out if hasattr(x, "phases")}
+    assert set(prefills) == {r["remote_request_id"] for r in t["requests"]}
+    for eid, x in prefills.items():
+        names = {e.name: e.ts_ns for e in x.events if e.name.startswith("vllm.kv.")}
+        if eid in invalid:
+            assert names["vllm.kv.lease_expired"] // 1000 == round(expired[eid] * 1e6)
+            assert names["vllm.kv.blocks_invalid"] // 1000 == round(invalid[eid] * 1e6)
+            assert _phases(x)["kv_hold"].attrs["vllm.kv_hold.expired"] is True
+        else:
+            assert names == {} and _phases(x)["kv_hold"].attrs["vllm.kv_hold.expired"] is False
+
+
+def test_invalid_blocks_after_the_prefill_went_out_are_a_kv_transfer_span_in_its_trace(tmp_path):
+    """With `kv_hold_s` shorter than the lease (10 s; NIXL's is 30 s), each prefill of the
+    recording is emitted before its release, so NIXL's late `Potentially invalid` lines find it
+    gone: each becomes a `kv_transfer` incident naming it, whose span is in that prefill's trace,
+    under its root (both ids derive from the engine request id the line names, as the root's
+    did), and no request in flight gets its event."""
+    from bridge.assemble.requests import AssembleConfig
+    from bridge.export.mapping import request_spans, spans
+    from bridge.pipeline import ReplayConfig
+
+    log = FIXTURES / "pd_expiry_prefill.log"
+    text = log.read_text()
+    invalid = {eid: datetime.fromisoformat(ts[:26] + "+00:00") for ts, eid in re.findall(
+        r"^(\S+)Z .*Potentially invalid KV blocks for unrecognized request (\S+) were", text, re.M)}
+    assert set(invalid) < {r["remote_request_id"] for r in ok(truth("pd_expiry_truth.json"))}
+    out = _emitted([log], tmp_path, ReplayConfig(assemble=AssembleConfig(kv_hold_s=10.0)))
+    prefills = {x.attrs["vllm.request.internal_id"]: x for x in out
+                if hasattr(x, "phases") and x.attrs.get("vllm.pd.role") == "prefill"}
+    roots = {eid: request_spans(x)[0] for eid, x in prefills.items()}
+    incidents = [x for x in out if not hasattr(x, "phases") and x.kind == "kv_transfer"]
+    assert sorted(x.attrs["vllm.request.internal_id"] for x in incidents) == sorted(invalid)
+    for inc in incidents:
+        eid = inc.attrs["vllm.request.internal_id"]
+        assert inc.error_type == "distributed" and inc.affected == []
+        assert inc.start_ns // 1000 == int(invalid[eid].timestamp() * 1e6)
+        (span,) = spans(inc)
+        assert (span.trace_id, span.parent_span_id) == (roots[eid].trace_id, roots[eid].span_id)
+        assert span.span_id not in {r.span_id for r in roots.values()}
+    assert not [e for x in prefills.values() for e in x.events if e.name == "vllm.kv.blocks_invalid"]
+
+
 def test_vllms_kv_transfer_metrics_are_events_on_the_decodes_in_flight(tmp_path):
     """Each `KV Transfer metrics` line (the aggregate) is an event on the requests in flight then,
     with vLLM's figures in seconds: the first line of the recording, 594.429 ms, 1 transfer."""
@@ -216,6 +375,10 @@ def test_vllms_kv_transfer_metrics_are_events_on_the_decodes_in_flight(tmp_path)
         for e in x.events:
             if e.name == "vllm.kv_transfer.metrics":
                 seen[e.ts_ns] = (e.attrs["vllm.kv_transfer.count"], e.attrs["vllm.kv_transfer.avg_s"])
+                # every field vLLM 0.32's NIXL line has (nixl/stats.py `reduce`), none left out
+                assert set(e.attrs) == {f"vllm.kv_transfer.{k}" for k in (
+                    "count", "avg_s", "p90_s", "avg_post_s", "p90_post_s", "avg_bytes", "throughput_bytes_per_s",
+                    "avg_descriptors", "failed", "expired", "notifs_after_expiry")}
     assert sorted(seen.values()) == sorted((int(n), float(ms) / 1000) for n, ms in lines)
 
 
@@ -251,6 +414,51 @@ def test_a_prefill_lingers_for_its_release_line_but_no_longer_than_kv_hold_s():
     assert held and len(out) == 1 and "kv_hold" not in _phases(out[0])
     held, out = run(release_at=None, kv_hold_s=3.0)
     assert not held  # a bound shorter than linger_s: linger_s rules
+
+
+def test_an_expired_prefill_lingers_after_its_release_for_the_invalid_line_but_no_longer_than_kv_hold_s():
+    """After `Releasing expired KV blocks` and the release, the prefill waits (kv_hold_s from the
+    release) for NIXL's `Potentially invalid` line: it goes at the next tick after that line, or
+    at the bound without one; a prefill read in time goes at its release."""
+    from bridge.assemble import Assembler
+    from bridge.assemble.requests import AssembleConfig
+    from bridge.decode.record import CLOCK_EXACT, Record
+    from bridge.parse import events as ev
+    from bridge.tail.source import source_for
+
+    s = 1_000_000_000
+    eid = "cmpl-a-0-12345678"
+
+    def rec(t, off):
+        return Record(t * s, CLOCK_EXACT, "INFO", "x.py:1", "", off, off + 1)
+
+    def run(expired, invalid_at):
+        out, when = [], None
+        a = Assembler(source_for("x.log"), out.append, AssembleConfig(kv_hold_s=60.0))
+        a.feed(rec(100, 0), ev.RequestReceived("cmpl-a-0", 1, None, None, None, None, pd_role="prefill"))
+        a.feed(rec(100, 10), ev.RequestAdded(eid))
+        a.feed(rec(101, 20), ev.RequestSummary("cmpl-a-0", 5, 1, 0.5, 0.0, 1.0, 101 * s,
+                                               ev.PluginTimes(arrival_ns=100 * s)))
+        if expired:
+            a.feed(rec(131, 30), ev.KvLeaseExpired(eid, 0))
+        a.feed(rec(131, 40), ev.KvReleased("cmpl-a-0", eid, 1, 101 * s, 131 * s))
+        closed_at_release = bool(out)
+        for t in range(132, 260):
+            if t == invalid_at:
+                a.feed(rec(t, 50), ev.KvBlocksInvalid(eid))
+            a.tick(t * s)
+            if out and when is None:
+                when = t
+        return out, closed_at_release, when
+
+    out, at_release, _when = run(expired=False, invalid_at=None)
+    assert at_release and len(out) == 1
+    out, at_release, when = run(expired=True, invalid_at=180)  # 49 s after the release: within kv_hold_s
+    assert not at_release and when == 180
+    assert [e.ts_ns for e in out[0].events if e.name == "vllm.kv.blocks_invalid"] == [180 * s]
+    out, at_release, when = run(expired=True, invalid_at=None)
+    assert not at_release and when == 191 and len(out) == 1  # the release + kv_hold_s (60 s)
+    assert not [e for e in out[0].events if e.name == "vllm.kv.blocks_invalid"]
 
 
 def test_the_wire_encoder_sends_both_halves_ids_and_the_link_as_the_mapping_says(tmp_path):

@@ -192,7 +192,10 @@ class EngineLife:
                           ("gpu_kv_usage", "vllm.kv_cache.gpu_usage"), ("cpu_kv_usage", "vllm.kv_cache.cpu_usage"),
                           ("prefix_cache_hit_rate", "vllm.prefix_cache.hit_rate"),
                           ("external_prefix_cache_hit_rate", "vllm.prefix_cache.external_hit_rate"),
-                          ("mm_cache_hit_rate", "vllm.mm_cache.hit_rate"))),
+                          ("mm_cache_hit_rate", "vllm.mm_cache.hit_rate"),
+                          ("kv_fetch_waiting", "vllm.kv_fetch.waiting_to_start"),
+                          ("kv_fetch_in_progress", "vllm.kv_fetch.in_progress"),
+                          ("kv_fetch_completed", "vllm.kv_fetch.completed_waiting"))),
                       ("vllm.engine.index", ev.engine))
         event = SpanEvent("vllm.engine_stats", record.ts_ns, attrs)
         free = 1.0 - ev.gpu_kv_usage if ev.gpu_kv_usage is not None else None
@@ -456,6 +459,14 @@ class EngineLife:
             self._source_at(record.offset), kind, occurrence, start_ns, record.ts_ns if end_ns is None else end_ns,
             error_type, self._text(message), attrs, list(hit), record.offset,
             record.end_offset if end_offset is None else end_offset))
+
+    def late_kv_incident(self, record: Record, engine_request_id: str, message: str) -> None:
+        """A KV line about a disaggregated prefill already emitted (NIXL's `Potentially invalid
+        KV blocks` past `kv_hold_s`): a `kv_transfer` incident naming it, which the export puts
+        in that prefill's trace under its root (both ids derive from `engine_request_id`); no
+        request in flight is hit by it."""
+        attrs = {"vllm.pd.role": "prefill", "vllm.request.internal_id": engine_request_id}
+        self._incident(record, "kv_transfer", "distributed", record.ts_ns, message, attrs, affected={})
 
     def on_clock_jump(self, record: Record, ev: ClockJump) -> None:
         """The stream's clock jumped between two lines (`clock.py`): counted, and an event on every

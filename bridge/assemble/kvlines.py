@@ -13,12 +13,12 @@ blocks until the decode has read them or the lease ran out.
 from __future__ import annotations
 
 from bridge.assemble import ids
-from bridge.assemble.ending import Close
+from bridge.assemble.ending import Close, End
 from bridge.assemble.state import RequestState, fan_out, given
 from bridge.assemble.timeline import INFERRED, OBSERVED, Phase, RequestTimeline, SpanEvent
 from bridge.decode.record import Record
-from bridge.parse.events import (KvBlocksInvalid, KvLeaseExpired, KvReceived, KvReleased, KvTransferFailed,
-                                 KvTransferMetrics)
+from bridge.parse.events import (KvBlocksInvalid, KvLeaseExpired, KvLoadFailed, KvReceived, KvReleased,
+                                 KvTransferFailed, KvTransferMetrics)
 
 _NS = 1_000_000_000
 PREFILL, DECODE = "prefill", "decode"
@@ -28,7 +28,8 @@ class KvState:
     """What the KV lines said of one request (`RequestState.kv`; None for most requests)."""
 
     __slots__ = ("role", "waiting_since_ns", "arrived_ns", "received_ns", "ok", "blocks", "remote_request_id",
-                 "remote_engine_id", "held_since_ns", "released_ns", "released_blocks", "expired", "failure")
+                 "remote_engine_id", "held_since_ns", "released_ns", "released_blocks", "expired", "invalid",
+                 "failure")
 
     def __init__(self, role: str | None) -> None:
         self.role = role
@@ -40,12 +41,26 @@ class KvState:
         self.held_since_ns = self.released_ns = None  # prefill: `KV blocks released`
         self.released_blocks: int | None = None
         self.expired = False       # NIXL reaped the blocks at the lease's end
+        self.invalid = False       # ... and a decode read them after (`Potentially invalid KV blocks`)
         self.failure: str | None = None  # NIXL's failure type word, on the decode
 
     def awaits_release(self, r: RequestState) -> bool:
         """A prefill the plugin's summary ended (so the plugin, whose `KV blocks released` line
-        ends `kv_hold`, is there) whose release line has not come yet."""
-        return self.role == PREFILL and self.released_ns is None and r.times is not None
+        ends `kv_hold`, is there) whose release line has not come yet; or whose lease ran out
+        with no reader, released, and whose decode may still read the freed blocks: NIXL says
+        so (`Potentially invalid KV blocks …`, when the decode's read notification arrives) only
+        after the release, and only this way is that line an event of the request's own root."""
+        if self.role != PREFILL or r.times is None:
+            return False
+        return self.released_ns is None or (self.expired and not self.invalid)
+
+    def linger_from(self, r: RequestState) -> int:
+        """Where `AssembleConfig.kv_hold_s` counts from: the request's end, or for an expired
+        lease the release (the decode can come any time after: the recording's came 8 and 28 s
+        after)."""
+        if self.expired and self.released_ns is not None:
+            return self.released_ns
+        return r.terminal_ns
 
 
 def kv_of(r: RequestState, role: str | None = None) -> KvState:
@@ -70,10 +85,17 @@ def awaits_release(r: RequestState) -> bool:
     return kv is not None and kv.awaits_release(r)
 
 
+def kv_due(r: RequestState, kv_deadline: int) -> bool:
+    """A request over and past `linger_s` may go: nothing awaited, or awaited past `kv_hold_s`."""
+    kv = r.kv
+    return kv is None or not kv.awaits_release(r) or kv.linger_from(r) <= kv_deadline
+
+
 class KvLines:
     """Handlers of the KV lines (table.py's `Kv*` rows)."""
 
-    def _kv_request(self, rid: str | None, engine_rid: str | None, record: Record) -> RequestState | None:
+    def _kv_request(self, rid: str | None, engine_rid: str | None, record: Record,
+                    count: bool = True) -> RequestState | None:
         """The open request a KV line names: by its API id (the plugin's lines) or its engine
         request id (NIXL's), the one `Added request` named when it was added. None: not open
         (counted as an orphan line: the request went out already, or its start was not read)."""
@@ -90,7 +112,8 @@ class KvLines:
                 r = cand
                 break
         if r is None:
-            self.stats.orphan_lines += 1
+            if count:
+                self.stats.orphan_lines += 1
             return None
         return index.touch(r, record)
 
@@ -125,7 +148,7 @@ class KvLines:
         if r.extra is None or "vllm.pd.role" not in r.extra:
             r.set("vllm.pd.role", PREFILL)
         if r.terminal_ns is not None and r.held <= 0 and not self._awaits_api(r):
-            self.close(r, Close.DONE)
+            self.close(r, Close.DONE)  # not after an expiry: it lingers for `Potentially invalid`
 
     def _on_kv_lease_expired(self, record: Record, ev: KvLeaseExpired) -> None:
         r = self._kv_request(None, ev.engine_request_id, record)
@@ -135,9 +158,19 @@ class KvLines:
         r.add_event(SpanEvent("vllm.kv.lease_expired", record.ts_ns, {"vllm.kv.readers": ev.readers}), False)
 
     def _on_kv_blocks_invalid(self, record: Record, ev: KvBlocksInvalid) -> None:
-        r = self._kv_request(None, ev.engine_request_id, record)
+        """A decode read the blocks of this prefill after NIXL reaped them (vLLM's ERROR: its
+        output may rest on reused blocks). On the prefill's root while it lingers for this
+        (`KvState.awaits_release`), then it goes; past that, the prefill is emitted: a
+        `kv_transfer` incident in the prefill's own trace (export/mapping.py: its ids derive
+        from the engine request id the line names, as the root's did), not an orphan."""
+        r = self._kv_request(None, ev.engine_request_id, record, count=False)
         if r is None:
+            self.engine.late_kv_incident(record, ev.engine_request_id,
+                                         "a decode read KV blocks this prefill had released at its lease's end "
+                                         "(Potentially invalid KV blocks)")
             return
+        kv_of(r, PREFILL).invalid = True  # lingers no more: the next tick sends it (not at once: with
+        # several decode workers reading, each one's notification makes a line of its own)
         r.add_event(SpanEvent("vllm.kv.blocks_invalid", record.ts_ns, {}), False)
 
     def _on_kv_transfer_failed(self, record: Record, ev: KvTransferFailed) -> None:
@@ -152,16 +185,37 @@ class KvLines:
             return
         kv = kv_of(r, DECODE)
         kv.failure = ev.failure
-        r.add_event(SpanEvent("exception", record.ts_ns, {"exception.type": "KvTransferFailed",
-                                                          "exception.message": f"NIXL transfer failure: {ev.failure}"}),
-                    False)
+        attrs = {"exception.type": "KvTransferFailed", "exception.message": f"NIXL transfer failure: {ev.failure}"}
+        if ev.cause is not None:  # the class of the exception its traceback ends in
+            attrs["vllm.kv_transfer.cause"] = ev.cause
+        r.add_event(SpanEvent("exception", record.ts_ns, attrs), False)
+
+    def _on_kv_load_failed(self, record: Record, ev: KvLoadFailed) -> None:
+        """vLLM's scheduler fails these requests (their KV load failed; `failure_policy=fail`):
+        each ends FAILED here, `distributed`, saying so; the engine goes on (no incident). The
+        plugin's `ended: finish=error` and the API server's `failed with an internal error`
+        that follow find it over."""
+        message = "KV load failure: the KV cache did not arrive from the prefill"
+        if ev.tokens is not None:
+            message += f" ({ev.tokens} tokens affected)"
+        for eid in ev.engine_request_ids:
+            r = self._kv_request(None, eid, record)
+            if r is None:
+                continue
+            kv = kv_of(r, DECODE)
+            kv.failure = kv.failure or "load_failed"
+            if r.terminal_ns is None:
+                self.end(r, record.ts_ns, End.FAILED, "distributed", message, exception="KvLoadFailed")
 
     def _on_kv_metrics(self, record: Record, ev: KvTransferMetrics) -> None:
         """The connector's aggregate over a stats interval: no request's own figure, so an event
         on every request in flight (as the engine's stats lines)."""
         attrs = given(("vllm.kv_transfer.count", ev.transfers), ("vllm.kv_transfer.avg_s", ev.avg_xfer_s),
                       ("vllm.kv_transfer.p90_s", ev.p90_xfer_s), ("vllm.kv_transfer.avg_post_s", ev.avg_post_s),
-                      ("vllm.kv_transfer.avg_bytes", ev.avg_bytes), ("vllm.kv_transfer.failed", ev.failed),
+                      ("vllm.kv_transfer.p90_post_s", ev.p90_post_s), ("vllm.kv_transfer.avg_bytes", ev.avg_bytes),
+                      ("vllm.kv_transfer.throughput_bytes_per_s", ev.throughput_bps),
+                      ("vllm.kv_transfer.avg_descriptors", ev.avg_descriptors),
+                      ("vllm.kv_transfer.failed", ev.failed), ("vllm.kv_transfer.failed_recvs", ev.failed_recvs),
                       ("vllm.kv_transfer.expired", ev.expired),
                       ("vllm.kv_transfer.notifs_after_expiry", ev.notifs_after_expiry))
         fan_out(self.index.in_flight.values(), SpanEvent("vllm.kv_transfer.metrics", record.ts_ns, attrs))

@@ -21,7 +21,7 @@ from bridge.assemble.diagnosis import Thresholds
 from bridge.assemble.ending import STOPPED_MESSAGE, Close, End, engine_failed
 from bridge.assemble.engine import IDLE_GRACE_NS, EngineLife
 from bridge.assemble.index import Occurrences
-from bridge.assemble.kvlines import KvLines, awaits_release, kv_phases
+from bridge.assemble.kvlines import KvLines, kv_due, kv_phases
 from bridge.assemble.seedlines import SeedLines
 from bridge.assemble.state import RequestState, fan_out
 from bridge.assemble.table import handlers
@@ -143,7 +143,7 @@ class Assembler(SeedLines, ApiLines, KvLines):
         due = [
             r for r in self.index.open.values()
             if (r.terminal_ns is not None and r.terminal_ns <= linger_deadline
-                and (r.kv is None or r.terminal_ns <= kv_deadline or not awaits_release(r)))
+                and kv_due(r, kv_deadline))
             or r.last_ns <= ttl_deadline
         ]
         due += self.clock.stale(self.index.open.values(), now_ns, due)  # stamped before a jump back, TTL over

@@ -64,6 +64,11 @@ _MIN_WRAP = 64  # no terminal is narrower: shorter rows are never taken for wrap
 # line held for the frame that may follow it
 _TRACE, _JSON, _WRAP, _LEAD = 0, 1, 2, 3
 _EXC_LINE = re.compile(r"[A-Za-z_][\w.:]*(?:Error|Exception|Exit|Interrupt|Failure|Warning)\b")
+# A traceback's last line as Python writes it (`traceback.format_exception_only`: `module.Qualname:
+# message`, or the name alone), whatever the class is called (`zmq.error.Again: Resource
+# temporarily unavailable` ends NIXL's failed handshake): taken only right after a frame's
+# indented line of the same headed message.
+_EXC_TAIL = re.compile(r"[A-Za-z_][\w.]*(?:: |$)")
 _INSIDE = ("  ", "\t", "Traceback (most recent call last)", "The above exception", "During handling of",
            "frame #", "Exception raised from", "^")
 _MEMORY_PROFILE = ("Memory profiling takes", "the current vLLM instance", "model weights take")
@@ -258,7 +263,8 @@ class Joiner:
             # NewLineFormatter formats the header once: every line of a message has the same stamp
             if rec.level != p.level or rec.origin != p.origin or abs(rec.ts_ns - self._last.ts_ns) >= _SECOND:
                 return False
-            return (self._last.continued and self._cr_marks) or _inside(rec.message)
+            return (self._last.continued and self._cr_marks) or _inside(rec.message) or \
+                (self._parts[-1][:1] == " " and _EXC_TAIL.match(rec.message) is not None)
         if rec.level:
             return False
         msg = _strip_rank(rec.message)

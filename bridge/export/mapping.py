@@ -18,7 +18,9 @@ The rules:
   was in flight for (`vllm.incident.kind` on the link) and status ERROR when it failed;
 - an engine timeline is one INTERNAL span: `vllm.startup` for a startup, `vllm.engine` for an
   incident; when an error ended it, an `exception` event at its end and status ERROR, the
-  stack trace moved from the attributes onto that event.
+  stack trace moved from the attributes onto that event. A `kv_transfer` incident about a
+  disaggregated prefill emitted before (`vllm.pd.role` = prefill, its engine request id) goes
+  in that prefill's trace, a child of its root: both ids derive from that id (`pd_ids`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ SCOPE_NAME, SCOPE_VERSION = "vllm-trace-bridge", __version__  # the Instrumentat
 
 REQUEST_SPAN, ENGINE_SPAN, STARTUP_SPAN = "vllm.request", "vllm.engine", "vllm.startup"
 STARTUP_KIND = "startup"  # EngineTimeline.kind of an engine's startup
+KV_KIND = "kv_transfer"  # EngineTimeline.kind of a KV line about an emitted disaggregated prefill
 REQUEST_IDS, ENGINE_IDS = "request", "engine"  # the kind word of `ids.trace_id`
 PD_IDS = "pd"  # a disaggregated request's: both halves' ids from the prefill's engine request id
 PD_ROLE, PD_REMOTE_REQUEST, INTERNAL_ID = "vllm.pd.role", "vllm.pd.remote_request_id", "vllm.request.internal_id"
@@ -125,7 +128,7 @@ def _phase_timing(start: str, end: str) -> tuple[tuple[str, str], ...]:
     return (TIMING, phase_timing(start, end)), (TIMING_START, start), (TIMING_END, end)
 
 
-def pd_key(t: RequestTimeline) -> tuple[str, str] | None:
+def pd_key(t: RequestTimeline | EngineTimeline) -> tuple[str, str] | None:
     """(role, the prefill's engine request id) of one half of a disaggregated request, or None:
     the key both halves have from their own lines (docs/distributed.md), never a source's."""
     attrs = t.attrs
@@ -181,6 +184,10 @@ def engine_spans(t: EngineTimeline) -> list[SpanRecord]:
     """`vllm.engine` for an incident (status ERROR), `vllm.startup` for a startup (ERROR only
     when an error ended it)."""
     tid = trace_id(t.source.key, ENGINE_IDS, t.kind, t.occurrence)
+    parent = b""
+    pd = pd_key(t) if t.kind == KV_KIND else None
+    if pd is not None:  # about a disaggregated prefill emitted before: in its trace, under its root
+        tid, parent = pd_ids(pd[1], pd[0])
     name = STARTUP_SPAN if t.kind == STARTUP_KIND else ENGINE_SPAN
     events: tuple[SpanEvent, ...] = ()
     error = None
@@ -191,7 +198,8 @@ def engine_spans(t: EngineTimeline) -> list[SpanRecord]:
         events = (SpanEvent(EXCEPTION, t.end_ns, exc),)
         error = t.message
     attrs = {k: v for k, v in t.attrs.items() if k != EXC_STACKTRACE}
-    return [SpanRecord(tid, span_id(tid, name), b"", name, KIND_INTERNAL, t.start_ns, t.end_ns,
+    sid = span_id(tid, name) if not parent else span_id(parent, name, int(t.start_ns // 1000))
+    return [SpanRecord(tid, sid, parent, name, KIND_INTERNAL, t.start_ns, t.end_ns,
                        attrs, (), events, 0, (), error)]
 
 

@@ -221,12 +221,27 @@ class KvTransferFailed:
     `_log_failure`): a failed handshake, read or notification. A connector's failure, not the
     engine's: on the request it names (`engine_request_id`, the decode's; `remote_request_id`
     the prefill's), or on none (`handshake_setup_failed`: the requests waiting on it fail next,
-    each with its own line). `failure` is the type word only, never the free text after it."""
+    each with its own line). `failure` is the type word only, never the free text after it;
+    `cause` the class of the exception whose traceback the line carries (`zmq.error.Again`), not
+    its message."""
 
     failure: str
     engine_request_id: str | None = None
     remote_request_id: str | None = None
     remote_engine_id: str | None = None
+    cause: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KvLoadFailed:
+    """The scheduler (ERROR) fails the requests whose KV load failed (scheduler.py
+    `_handle_invalid_blocks`, `kv_load_failure_policy=fail`, the default): `Failing <n> request(s)
+    due to KV load failure (failure_policy=fail, <t> tokens affected). Request IDs: {…}` — their
+    engine request ids; each then finishes with `FINISHED_ERROR`. A failure of those requests,
+    not of the engine."""
+
+    engine_request_ids: tuple[str, ...]
+    tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,8 +254,12 @@ class KvTransferMetrics:
     avg_xfer_s: float | None = None
     p90_xfer_s: float | None = None
     avg_post_s: float | None = None
+    p90_post_s: float | None = None
     avg_bytes: int | None = None
+    throughput_bps: float | None = None    # bytes per second (vLLM's `Throughput (MB/s)`, MiB)
+    avg_descriptors: float | None = None
     failed: int | None = None
+    failed_recvs: int | None = None        # mooncake's
     expired: int | None = None
     notifs_after_expiry: int | None = None
 
@@ -351,6 +370,11 @@ class EngineStats:
     prefix_cache_hit_rate: float | None
     external_prefix_cache_hit_rate: float | None
     mm_cache_hit_rate: float | None
+    # `KV fetch: <a> waiting to start, <b> in progress, <c> completed waiting` (0.32+, a KV
+    # connector's requests by stage of their remote load; printed only when one is non-zero)
+    kv_fetch_waiting: int | None = None
+    kv_fetch_in_progress: int | None = None
+    kv_fetch_completed: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -470,6 +494,7 @@ Event = (
     | KvLeaseExpired
     | KvBlocksInvalid
     | KvTransferFailed
+    | KvLoadFailed
     | KvTransferMetrics
     | RequestReceived
     | RequestDetails
@@ -512,6 +537,7 @@ KIND = {
     KvLeaseExpired: "kv_lease_expired",
     KvBlocksInvalid: "kv_blocks_invalid",
     KvTransferFailed: "kv_transfer_failed",
+    KvLoadFailed: "kv_load_failed",
     KvTransferMetrics: "kv_transfer_metrics",
     RequestReceived: "request_received",
     RequestDetails: "request_details",

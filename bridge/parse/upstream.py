@@ -19,6 +19,7 @@ from bridge.parse.events import (
     Event,
     KvBlocksInvalid,
     KvLeaseExpired,
+    KvLoadFailed,
     KvTransferFailed,
     KvTransferMetrics,
     Notice,
@@ -260,10 +261,23 @@ def _sequence(msg: str) -> Event | None:
 _FAILING_V0 = re.compile(r"Failing the request (\S+) because (.*?)\.?$")
 
 
+#: v1/core/sched/scheduler.py `_handle_invalid_blocks` (0.11+): the requests a failed KV load
+#: fails, as a Python set's repr of their engine request ids
+_FAILING_KV = re.compile(r"Failing (\d{1,9}) request\(s\) due to KV load failure \(failure_policy=\w+, "
+                         r"(\d{1,12}) tokens affected\)\. Request IDs: \{")
+_SET_ITEM = re.compile(r"'([^'\s]{1,400})'")
+
+
 def _failing(msg: str) -> Event | None:
     m = _FAILING_V0.match(msg)
     if m:
         return RequestFailed(m[1], "oom", m[2])
+    m = _FAILING_KV.match(msg)
+    if m is not None:
+        end = msg.find("}", m.end())
+        ids = tuple(_SET_ITEM.findall(msg, m.end(), end if end >= 0 else len(msg)))
+        if ids:
+            return KvLoadFailed(ids, count(m[2]))
     if msg.startswith("Failing ") and "request(s)" in msg[:40]:
         return EngineError("other", "KVLoadFailure", msg[:500], False, "")
     return None
@@ -300,14 +314,19 @@ def _connector_finished(msg: str) -> Event | None:
 
 
 #: kv_connector/v1/metrics.py `KV Transfer metrics: %s`, the connector's stats dict as `k=v, …`
-#: (nixl/stats.py `reduce`; mooncake's has the same keys). Keys this bridge knows → (field, scale).
+#: (nixl/stats.py `reduce`, 0.32: every key below but `Num failed recvs`; mooncake/stats.py: no
+#: post times, no notifications, `Num failed recvs`). Keys this bridge knows → (field, scale).
 _KV_METRIC_KEYS = {
     "Num successful transfers": ("transfers", None),
     "Avg xfer time (ms)": ("avg_xfer_s", 1e3),
     "P90 xfer time (ms)": ("p90_xfer_s", 1e3),
     "Avg post time (ms)": ("avg_post_s", 1e3),
+    "P90 post time (ms)": ("p90_post_s", 1e3),
     "Avg MB per transfer": ("avg_bytes", 2**-20),  # vLLM's MB is MiB (bytes / 2**20)
-    "Num failed transfers": ("failed", None),
+    "Throughput (MB/s)": ("throughput_bps", 2**-20),
+    "Avg number of descriptors": ("avg_descriptors", 1.0),
+    "Num failed transfers": ("failed", None),  # NIXL: failed transfers + handshakes + notifications
+    "Num failed recvs": ("failed_recvs", None),
     "Num KV expired reqs": ("expired", None),
     "Num notifs after expiry": ("notifs_after_expiry", None),
 }
@@ -328,6 +347,8 @@ def _kv_transfer_metrics(msg: str) -> Event | None:
             name, scale = known
             if scale is None:
                 found[name] = count(m[2]) if "." not in m[2] else int(float(m[2]))
+            elif scale == 1.0:
+                found[name] = float(m[2])
             elif name == "avg_bytes":
                 found[name] = fits(round(float(m[2]) / scale))
             else:
@@ -367,6 +388,7 @@ def _nixl_library(msg: str) -> Event | None:
 
 
 _NIXL_FAILURE = re.compile(r"NIXL transfer failure: ([a-z_]{1,48})\b[^|]*\| Context: \{")
+_EXC_CLASS = re.compile(r"([A-Za-z_][\w.]{0,120})(?:: |$)")
 #: an id in the context dict's repr: vLLM's own ids, quoted by repr; anything else is left out
 _CONTEXT_ID = {k: re.compile(r"'" + k + r"': '([^'\s]{1,400})'") for k in
                ("request_id", "remote_request_id", "remote_engine_id")}
@@ -380,7 +402,11 @@ def _nixl_failure(msg: str) -> Event | None:
     for key in ("request_id", "remote_request_id", "remote_engine_id"):
         found = _CONTEXT_ID[key].search(msg, m.end(), m.end() + 2000)
         ids.append(found[1] if found else None)
-    return KvTransferFailed(m[1], *ids)
+    cause = None
+    if "\nTraceback (most recent call last):" in msg:  # `exc_info`: the joined traceback's last line
+        last = _EXC_CLASS.match(msg, msg.rfind("\n") + 1)
+        cause = last[1] if last else None
+    return KvTransferFailed(m[1], *ids, cause=cause)
 
 
 #: scheduler.py (V1, DEBUG, every step): a request whose KV cache a remote prefill still sends
@@ -457,6 +483,7 @@ _PCT_FIELDS = {"GPU KV cache usage": "gpu_kv_usage", "CPU KV cache usage": "cpu_
                "External prefix cache hit rate": "external_prefix_cache_hit_rate",
                "MM cache hit rate": "mm_cache_hit_rate"}
 _STATS_FIELDS = EngineStats.__slots__
+_KV_FETCH = re.compile(r"(\d{1,9}) waiting to start, (\d{1,9}) in progress, (\d{1,9}) completed waiting")
 
 
 def _stats(msg: str) -> Event | None:
@@ -472,11 +499,18 @@ def _stats(msg: str) -> Event | None:
     values: dict[str, float | int | str | None] = dict.fromkeys(_STATS_FIELDS)
     values["engine"] = engine
     seen = 0
-    for part in body.split(", "):
+    parts = body.split(", ")
+    for i, part in enumerate(parts):
         key, sep, value = part.partition(": ")
         if not sep:
             continue
         key = key.strip()
+        if key == "KV fetch":  # three fields in one (v1/metrics/loggers.py `KV_FETCH_STAGES`)
+            m = _KV_FETCH.match(", ".join(parts[i:i + 3]), len("KV fetch: "))
+            if m is not None:
+                values["kv_fetch_waiting"], values["kv_fetch_in_progress"], values["kv_fetch_completed"] = (
+                    fits(int(m[1])), fits(int(m[2])), fits(int(m[3])))
+            continue
         v = _VALUE.match(value)
         if v is None:
             continue
@@ -680,7 +714,11 @@ _CLASSES = (
              "error_out_of_resources")),
     ("distributed", ("nccl", "processgroup", "watchdog", "heartbeat monitor", "collective operation",
                      "distbackenderror", "shared memory broadcast", "no available block found", "gloo",
-                     "actordiederror", "actor died", "actor is dead")),
+                     "actordiederror", "actor died", "actor is dead",
+                     # a KV connector's transport (disaggregated serving): the NIXL library's own
+                     # C++ lines (`nixl_agent.cpp:1198] postXferReq: remote agent … was
+                     # disconnected`, status `NIXL_ERR_REMOTE_DISCONNECT`) and UCX's under it
+                     "nixl_agent", "nixl_err", "ucx error")),
     ("engine_dead", _SIGNALS),
     ("timeout", ("timed out", "timeouterror", "timeout")),
     ("model_load", ("failed to load model", "safetensors", "huggingface_hub", "repository not found",
