@@ -25,7 +25,7 @@ from bridge.assemble.kvlines import KvLines, awaits_release, kv_phases
 from bridge.assemble.seedlines import SeedLines
 from bridge.assemble.state import RequestState, fan_out
 from bridge.assemble.table import handlers
-from bridge.assemble.timeline import INFERRED, SpanEvent, Timeline
+from bridge.assemble.timeline import INFERRED, SpanEvent, Timeline, pd_key_id
 from bridge.decode.record import CLOCK_ANCHORED, Record
 from bridge.core.position import GEN_SHIFT
 from bridge.core.source import Source
@@ -299,6 +299,10 @@ class Assembler(SeedLines, ApiLines, KvLines):
         t = self._timeline(r, self.source_at(r.generation << GEN_SHIFT), self._config.thresholds, parent)
         if r.kv is not None:
             kv_phases(t, r)  # after the build, C or pure: both agree on them
+        if self._config.client_context:
+            key_id = pd_key_id(t.attrs)
+            if key_id is not None:  # either half reads the same context from the same id
+                t.pd_context = self._config.context_rule(key_id)
         if r.extra is not None and ("vllm.start_unknown" in r.extra or "vllm.end_inferred" in r.extra):
             # A bound no line proves: the first line seen is no arrival; a stop's time no end.
             if "vllm.start_unknown" in r.extra:

@@ -23,12 +23,16 @@ The rules:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import NamedTuple
 
 from bridge import __version__
-from bridge.assemble.timeline import INFERRED, OBSERVED, EngineTimeline, IncidentEvent, RequestTimeline, SpanEvent, Timeline
+from bridge.assemble.timeline import (
+    INFERRED, OBSERVED, PD_DECODE, PD_PREFILL, PD_ROLE, EngineTimeline, IncidentEvent, RequestTimeline, SpanEvent,
+    Timeline, pd_engine_id, pd_key_id,
+)
 from bridge.export.ids import span_id, trace_id
 
 SCOPE_NAME, SCOPE_VERSION = "vllm-trace-bridge", __version__  # the InstrumentationScope of every span
@@ -36,8 +40,8 @@ SCOPE_NAME, SCOPE_VERSION = "vllm-trace-bridge", __version__  # the Instrumentat
 REQUEST_SPAN, ENGINE_SPAN, STARTUP_SPAN = "vllm.request", "vllm.engine", "vllm.startup"
 STARTUP_KIND = "startup"  # EngineTimeline.kind of an engine's startup
 REQUEST_IDS, ENGINE_IDS = "request", "engine"  # the kind word of `ids.trace_id`
-PD_IDS = "pd"  # a disaggregated request's: both halves' ids from the prefill's engine request id
-PD_ROLE, PD_REMOTE_REQUEST, INTERNAL_ID = "vllm.pd.role", "vllm.pd.remote_request_id", "vllm.request.internal_id"
+PD_IDS = "pd"  # a disaggregated request's: both halves' ids from the P/D key (`pd_key`)
+TRACE_CONTEXT = "vllm.trace_context"  # where a caller's context came from (on the root, on a link to it)
 TIMING, TIMING_START, TIMING_END = "vllm.timing", "vllm.timing.start", "vllm.timing.end"
 INCIDENT_KIND = "vllm.incident.kind"  # the attribute of a link to an incident
 EXCEPTION = "exception"  # the event name of OpenTelemetry's exception convention
@@ -122,25 +126,59 @@ def _phase_timing(start: str, end: str) -> tuple[tuple[str, str], ...]:
     return (TIMING, phase_timing(start, end)), (TIMING_START, start), (TIMING_END, end)
 
 
+# vLLM's random suffix on an engine request id (`InputProcessor.assign_request_id`: 8 chars of a
+# uuid4's hex); absent with VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1
+_RANDOM_SUFFIX = re.compile(r"-[0-9a-f]{8}\Z")
+
+
 def pd_key(t: RequestTimeline) -> tuple[str, str] | None:
-    """(role, the prefill's engine request id) of one half of a disaggregated request, or None:
-    the key both halves have from their own lines (docs/distributed.md), never a source's."""
-    attrs = t.attrs
-    role = attrs.get(PD_ROLE)
-    if role == "prefill":
-        key = attrs.get(INTERNAL_ID)
-    elif role == "decode":
-        key = attrs.get(PD_REMOTE_REQUEST)
-    else:
+    """(role, key) of one half of a disaggregated request, or None: the key both halves have
+    from their own lines (docs/distributed.md), never a source's. The key is the prefill's
+    engine request id; when it lacks vLLM's random suffix (request id randomization off: ids
+    repeat across instances and restarts) the prefill's engine id goes before it, when known.
+    The choice depends on the id alone, which both halves read alike."""
+    key = pd_key_id(t.attrs)
+    if key is None:
         return None
-    return (role, key) if isinstance(key, str) and key else None
+    if _RANDOM_SUFFIX.search(key) is None:
+        engine = pd_engine_id(t.attrs)
+        if engine is not None:
+            key = f"{engine}\x1f{key}"
+    return t.attrs[PD_ROLE], key
 
 
 def pd_ids(key: str, role: str) -> tuple[bytes, bytes]:
-    """(trace id, root span id) of the `role` half of the disaggregated request whose prefill's
-    engine request id is `key`: the same on any agent, whichever files it reads."""
+    """(trace id, root span id) of the `role` half of the disaggregated request of P/D key
+    `key`: the same on any agent, whichever files it reads."""
     tid = trace_id("", PD_IDS, key, "")
-    return tid, span_id(tid, REQUEST_SPAN, 1 if role == "prefill" else 2)
+    return tid, span_id(tid, REQUEST_SPAN, 1 if role == PD_PREFILL else 2)
+
+
+def pd_trace(t: RequestTimeline, role: str, key: str) -> tuple[bytes, bytes, bytes, tuple[Link, ...]]:
+    """(trace id, root span id, parent span id, links) of a half of a disaggregated request.
+
+    Both halves must land in one trace though neither sees the other's lines, so the trace
+    comes from what both have: the caller's context read from the prefill's engine request id
+    (`t.pd_context`: an X-Request-Id carrying W3C context reaches both halves inside it), else
+    the bridge's own trace of the key. The half's own caller context (the plugin's
+    `traceparent`, a gateway's access log, its own id) may have reached this half only: in that
+    trace it is the root's parent (the more precise span), in another a link. The decode links
+    to the prefill's root."""
+    tid, root_id = pd_ids(key, role)
+    parent_id = b""
+    ctx = t.pd_context
+    if ctx is not None:
+        tid, parent_id = ctx.trace_id, ctx.span_id or b""
+    links: tuple[Link, ...] = ()
+    caller = t.parent
+    if caller is not None and caller.span_id is not None:
+        if caller.trace_id == tid:
+            parent_id = caller.span_id
+        else:
+            links = (Link(caller.trace_id, caller.span_id, {TRACE_CONTEXT: caller.source}),)
+    if role == PD_DECODE:
+        links = (Link(tid, pd_ids(key, PD_PREFILL)[1], {}), *links)
+    return tid, root_id, parent_id, links
 
 
 def request_spans(t: RequestTimeline) -> list[SpanRecord]:
@@ -152,15 +190,14 @@ def request_spans(t: RequestTimeline) -> list[SpanRecord]:
     links = incident_links(t)
     pd = pd_key(t)
     if pd is None:
-        own = trace_id(t.source.key, REQUEST_IDS, t.request_id, t.occurrence)
-        root_id = span_id(own + t.occurrence.encode(), REQUEST_SPAN)
+        tid = trace_id(t.source.key, REQUEST_IDS, t.request_id, t.occurrence)
+        root_id = span_id(tid + t.occurrence.encode(), REQUEST_SPAN)
+        parent_id = b""
+        if t.parent is not None:
+            tid, parent_id = t.parent.trace_id, t.parent.span_id or b""
     else:
-        own, root_id = pd_ids(pd[1], pd[0])
-    tid, parent_id = own, b""
-    if t.parent is not None:
-        tid, parent_id = t.parent.trace_id, t.parent.span_id or b""
-    if pd is not None and pd[0] == "decode":
-        links = (Link(tid, pd_ids(pd[1], "prefill")[1], {}), *links)
+        tid, root_id, parent_id, pd_links = pd_trace(t, *pd)
+        links = (*pd_links, *links)
     out = [_record(SpanRecord, (
         tid, root_id, parent_id, REQUEST_SPAN, KIND_SERVER, t.start_ns, t.end_ns,
         t.attrs, _root_timing(t.start_timing, t.end_timing),
