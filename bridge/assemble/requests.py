@@ -300,7 +300,7 @@ class Assembler(SeedLines, ApiLines, KvLines):
         if r.kv is not None:
             kv_phases(t, r)  # after the build, C or pure: both agree on them
         if self._config.client_context:
-            key_id = pd_key_id(t.attrs)
+            key_id = pd_key_id(t.attrs, t.request_id)
             if key_id is not None:  # either half reads the same context from the same id
                 t.pd_context = self._config.context_rule(key_id)
         if r.extra is not None and ("vllm.start_unknown" in r.extra or "vllm.end_inferred" in r.extra):

@@ -28,10 +28,17 @@ PD_REMOTE_REQUEST, PD_REMOTE_ENGINE, PD_ENGINE = "vllm.pd.remote_request_id", "v
 INTERNAL_ID = "vllm.request.internal_id"
 
 
-def pd_key_id(attrs: Attrs) -> str | None:
-    """The prefill's engine request id as this half knows it, or None (not a P/D half)."""
+def pd_key_id(attrs: Attrs, request_id: str) -> str | None:
+    """The prefill's engine request id as this half knows it, or None (not a P/D half). A
+    prefill without an internal id has its API id as engine id (request id randomization off:
+    vLLM added it under that id)."""
     role = attrs.get(PD_ROLE)
-    key = attrs.get(INTERNAL_ID if role == PD_PREFILL else PD_REMOTE_REQUEST if role == PD_DECODE else "")
+    if role == PD_PREFILL:
+        key = attrs.get(INTERNAL_ID, request_id)
+    elif role == PD_DECODE:
+        key = attrs.get(PD_REMOTE_REQUEST)
+    else:
+        return None
     return key if isinstance(key, str) and key else None
 
 

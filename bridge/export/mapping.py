@@ -137,7 +137,7 @@ def pd_key(t: RequestTimeline) -> tuple[str, str] | None:
     engine request id; when it lacks vLLM's random suffix (request id randomization off: ids
     repeat across instances and restarts) the prefill's engine id goes before it, when known.
     The choice depends on the id alone, which both halves read alike."""
-    key = pd_key_id(t.attrs)
+    key = pd_key_id(t.attrs, t.request_id)
     if key is None:
         return None
     if _RANDOM_SUFFIX.search(key) is None:
