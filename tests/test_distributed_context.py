@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from hashlib import blake2b
 from pathlib import Path
 
