@@ -160,7 +160,7 @@ def run_dp(outdir: Path, n: int = 6) -> dict:
 def run_api2(outdir: Path, n: int = 8) -> dict:
     """Two API servers (`--api-server-count 2`) in front of DP=2 engines, with the plugin; `n`
     sequential requests, then the first X-Request-Id again (ids repeat: the two sends are two
-    requests), a few with a caller's traceparent; then a burst of four at once, one X-Request-Id
+    requests), a few with a caller's traceparent; then a burst of six at once, one X-Request-Id
     twice among them. Writes api2.log and api2_truth.json. Which
     API server took a request the client cannot see (the kernel balances the shared socket)."""
     outdir.mkdir(parents=True, exist_ok=True)
@@ -175,9 +175,10 @@ def run_api2(outdir: Path, n: int = 8) -> dict:
         records = _client(base, v.model, ids, max_tokens, traceparents)
         for k, rec in enumerate(records):
             rec["order"], rec["burst"] = k, False
-        # then at once, one thread each: the two API servers' lines interleave, and one
-        # X-Request-Id is in flight twice (told apart by the tokens asked for)
-        burst = [("api2-b00", 5), ("api2-b01", 6), ("api2-dup", 7), ("api2-dup", 9)]
+        # then at once, one thread each, long enough to overlap: the two API servers' lines
+        # interleave, and one X-Request-Id is in flight twice (told apart by the tokens asked for)
+        burst = [("api2-b00", 24), ("api2-b01", 28), ("api2-dup", 32), ("api2-dup", 36), ("api2-b02", 40),
+                 ("api2-b03", 44)]
         with ThreadPoolExecutor(len(burst)) as pool:
             got = list(pool.map(lambda b: _client(base, v.model, [b[0]], [b[1]], traceparents)[0], burst))
         for k, rec in enumerate(got, len(records)):

@@ -228,3 +228,21 @@ def test_a_randomised_id_keeps_the_key_it_had(tmp_path):
     for r in DONE:
         tid, sid, _parent, _links = got[(f"cmpl-{r['x_request_id']}-0", "prefill")]
         assert (tid, sid) == (pd_trace_id(r["remote_request_id"]), pd_root_span(pd_trace_id(r["remote_request_id"]), "prefill"))
+
+
+def test_a_gateway_join_on_one_half_is_a_link_too(tmp_path):
+    """The agent's gateway join (an access log beside one half's pod) sets the half's caller
+    context after assembly; it reached that half only, so it is a link as a header would be."""
+    from bridge.parse.context import TraceContext
+
+    out: list = []
+    replay([str(write(tmp_path, "decode", (FIXTURES / "decode.log").read_text()))], [out.append])
+    r = DONE[0]
+    (t,) = [t for t in out if hasattr(t, "phases") and t.request_id == f"cmpl-{r['x_request_id']}-0"]
+    t.parent = TraceContext(bytes.fromhex(CALLER_TRACE), bytes.fromhex(DECODE_LEG), "access_log")
+    root = request_spans(t)[0]
+    trace = pd_trace_id(r["remote_request_id"])
+    assert (root.trace_id, root.parent_span_id) == (trace, b"")
+    assert [(lk.trace_id, lk.span_id, {kv.key: kv.value.string_value for kv in lk.attributes}) for lk in root.links] == [
+        (trace, pd_root_span(trace, "prefill"), {}),
+        (bytes.fromhex(CALLER_TRACE), bytes.fromhex(DECODE_LEG), {"vllm.trace_context": "access_log"})]
