@@ -119,3 +119,39 @@ def test_each_root_names_the_engine_that_served_it_as_vllms_counter_does(roots):
     assert len({root.span_id for root, _a, _c in roots}) == len(roots)
     assert len({root.trace_id for root, a, _c in roots if "vllm.trace_context" not in a}) == \
         len([a for _r, a, _c in roots if "vllm.trace_context" not in a])
+
+
+def test_one_id_in_flight_on_both_api_servers_at_once_is_two_roots(tmp_path):
+    """The recording's two sends of one X-Request-Id, as they come when both are in flight at
+    once on the two API servers: the second's `Received` / `Added` (on the other API server)
+    moved to just after the first's `Added`, before its engine lines and its end. Each API server
+    logs its own requests' ends (the plugin's summary, under its `ApiServer_<i>` prefix): two
+    roots, each with the tokens its own API server's summary reported and the engine id that
+    API server added it under, as the lines state."""
+    lines = (HERE / "api2.log").read_text().splitlines(True)
+    dup = [i for i, line in enumerate(lines) if "cmpl-api2-dup-0" in line]
+    received = [i for i in dup if "Received request" in lines[i]]
+    added = [i for i in dup if "Added request" in lines[i]]
+    assert len(received) == len(added) == 2
+    second = [lines[received[1]], lines[added[1]]]
+    rest = [line for i, line in enumerate(lines) if i not in (received[1], added[1])]
+    at = rest.index(lines[added[0]]) + 1
+    assert "Added request cmpl-api2-dup-0" not in "".join(rest[at:at + 3])  # the first is not over yet
+    rest[at:at] = second
+    # what vLLM said: per API server process, the engine id it added and the tokens it reported
+    said = {}
+    for line in rest:
+        m = re.search(r"\((ApiServer_\d pid=\d+)\) .*(?:Added request (cmpl-api2-dup-0-\w+)\.|"
+                      r"Request cmpl-api2-dup-0: prompt_tokens=\d+, generated_tokens=(\d+))", line)
+        if m:
+            said.setdefault(m[1], {}).update({k: v for k, v in (("eid", m[2]), ("tokens", m[3])) if v})
+    assert len(said) == 2 and sorted(int(s["tokens"]) for s in said.values()) == sorted(
+        r["completion_tokens"] for r in TRUTH["requests"] if r["x_request_id"] == "api2-dup")
+    d = tmp_path / "pod"
+    d.mkdir()
+    (d / "0.log").write_text("".join(rest))
+    out: list = []
+    replay([str(d / "0.log")], [out.append])
+    got = sorted((t.attrs.get("vllm.request.internal_id"), t.attrs.get("gen_ai.usage.output_tokens"))
+                 for t in out if hasattr(t, "phases") and t.request_id == "cmpl-api2-dup-0")
+    assert got == sorted((s["eid"], int(s["tokens"])) for s in said.values())

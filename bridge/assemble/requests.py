@@ -89,6 +89,9 @@ class Assembler(SeedLines, ApiLines, KvLines):
         self._linger_ns = int(config.linger_s * _NS)
         self._kv_hold_ns = int(config.kv_hold_s * _NS)
         self.index = Occurrences()  # the requests not yet emitted: open, in flight, twins, and those gone
+        # The vLLM plugin's end lines were seen: every request's end is logged, so one not ended
+        # is in flight (two API servers can then hold one X-Request-Id at once: apilines)
+        self.ends_logged = False
         self._queue: QueueState | None = None
         self._gpu: GpuMemory | None = None
         # Where the gauges a new request snapshots were read: a request depends on those

@@ -91,6 +91,8 @@ class SeedLines:
         """`_start` for a plugin line, and which n>1 child of its request it names (or None).
         A child the request had not shown yet, after its siblings' summaries ended it (how many
         there are was never logged), continues it: siblings are not a reused id."""
+        if self.index.twins and rid in self.index.twins:
+            return self.index.touch(self.index.occurrence(rid, rid, record.process), record), None
         r = self.index.open.get(rid)
         if r is not None and r.terminal_ns is None:  # the commonest line: one of an open request's
             if record.ts_ns > r.last_ns:  # index.touch, inlined on the hot path
@@ -198,6 +200,7 @@ class SeedLines:
         if ev.at_ns is not None:
             record = _exact(record, ev)
         r, k = self._start_seq(ev.request_id, record)
+        self.ends_logged = True
         end = record.ts_ns
         if ev.times is not None:
             self._plugin_times(r, ev.request_id, ev.times)
