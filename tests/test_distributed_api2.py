@@ -123,35 +123,40 @@ def test_each_root_names_the_engine_that_served_it_as_vllms_counter_does(roots):
 
 def test_one_id_in_flight_on_both_api_servers_at_once_is_two_roots(tmp_path):
     """The recording's two sends of one X-Request-Id, as they come when both are in flight at
-    once on the two API servers: the second's `Received` / `Added` (on the other API server)
-    moved to just after the first's `Added`, before its engine lines and its end. Each API server
-    logs its own requests' ends (the plugin's summary, under its `ApiServer_<i>` prefix): two
-    roots, each with the tokens its own API server's summary reported and the engine id that
-    API server added it under, as the lines state."""
+    once on the two API servers: the second's `Received`, `Added` (on the other API server) and
+    its engine core's `Scheduling` moved to just after the first's `Added`, before the first's
+    `Freed` and end. Each API server logs its own requests' ends (the plugin's summary, under its
+    `ApiServer_<i>` prefix): two roots, each with the tokens its own API server reported, the
+    engine id that API server added it under, its blocks freed when its own `Freed` line says and
+    the rank of the engine core whose `Scheduling` line named it (both read in the recording's
+    original order, where the two did not overlap)."""
     lines = (HERE / "api2.log").read_text().splitlines(True)
     dup = [i for i, line in enumerate(lines) if "cmpl-api2-dup-0" in line]
     received = [i for i in dup if "Received request" in lines[i]]
     added = [i for i in dup if "Added request" in lines[i]]
-    assert len(received) == len(added) == 2
-    second = [lines[received[1]], lines[added[1]]]
-    rest = [line for i, line in enumerate(lines) if i not in (received[1], added[1])]
-    at = rest.index(lines[added[0]]) + 1
-    assert "Added request cmpl-api2-dup-0" not in "".join(rest[at:at + 3])  # the first is not over yet
-    rest[at:at] = second
-    # what vLLM said: per API server process, the engine id it added and the tokens it reported
-    said = {}
-    for line in rest:
-        m = re.search(r"\((ApiServer_\d pid=\d+)\) .*(?:Added request (cmpl-api2-dup-0-\w+)\.|"
-                      r"Request cmpl-api2-dup-0: prompt_tokens=\d+, generated_tokens=(\d+))", line)
-        if m:
-            said.setdefault(m[1], {}).update({k: v for k, v in (("eid", m[2]), ("tokens", m[3])) if v})
-    assert len(said) == 2 and sorted(int(s["tokens"]) for s in said.values()) == sorted(
+    summary = [i for i in dup if "] Request cmpl-api2-dup-0: " in lines[i]]
+    assert len(received) == len(added) == len(summary) == 2 and summary[0] < received[1]  # not overlapping
+    truth = []  # per send, in the recording's order: engine id, tokens, Freed t (µs), DP rank
+    for k in (0, 1):
+        mine = lines[received[k]:summary[k] + 1]
+        eid = next(re.search(r"Added request (\S+)\.$", x)[1] for x in mine if "Added request cmpl-api2-dup" in x)
+        freed = next(re.search(r"t=(\d+\.\d+)", x)[1] for x in mine if "Freed 1 blocks for request cmpl-api2-dup" in x)
+        tokens = int(re.search(r"generated_tokens=(\d+)", lines[summary[k]])[1])
+        rank = next(int(re.search(r"\(EngineCore_DP(\d+) ", x)[1]) for x in mine if "Scheduling request cmpl-api2-dup" in x)
+        truth.append((eid, tokens, round(float(freed) * 1e6), rank))
+    assert sorted(t[1] for t in truth) == sorted(
         r["completion_tokens"] for r in TRUTH["requests"] if r["x_request_id"] == "api2-dup")
+    sched2 = next(i for i in dup if received[1] < i < summary[1] and "Scheduling request" in lines[i])
+    moved = [received[1], added[1], sched2]
+    rest = [line for i, line in enumerate(lines) if i not in moved]
+    at = rest.index(lines[added[0]]) + 1
+    rest[at:at] = [lines[i] for i in moved]
     d = tmp_path / "pod"
     d.mkdir()
     (d / "0.log").write_text("".join(rest))
     out: list = []
     replay([str(d / "0.log")], [out.append])
-    got = sorted((t.attrs.get("vllm.request.internal_id"), t.attrs.get("gen_ai.usage.output_tokens"))
+    got = sorted((t.attrs.get("vllm.request.internal_id"), t.attrs.get("gen_ai.usage.output_tokens"),
+                  round(next(p.end_ns for p in t.phases if p.name == "freed") / 1e3), t.attrs.get("vllm.dp.rank"))
                  for t in out if hasattr(t, "phases") and t.request_id == "cmpl-api2-dup-0")
-    assert got == sorted((s["eid"], int(s["tokens"])) for s in said.values())
+    assert got == sorted(truth)

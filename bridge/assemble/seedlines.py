@@ -87,12 +87,24 @@ class SeedLines:
             return ids.engine_base(rid)
         return key or rid
 
-    def _start_seq(self, rid: str, record: Record) -> tuple[RequestState, int | None]:
+    def _twin(self, rid: str, record: Record, stage: int = 0) -> RequestState:
+        """Which of the requests in flight at once under `rid` an engine line is about: its API
+        server's lines go to the one that API server received (`index.occurrence`); an engine
+        core's first `Scheduling` (`stage` 1) to the oldest not yet scheduled, a `Freed` (2) to
+        the oldest scheduled and not yet freed: the engine serves them in the order added."""
+        if stage:
+            for o in self.index.group(rid):
+                if o.terminal_ns is None and (o.schedules is None if stage == 1 else
+                                              o.schedules is not None and o.last_free_ns is None):
+                    return self.index.touch(o, record)
+        return self.index.touch(self.index.occurrence(rid, rid, record.process), record)
+
+    def _start_seq(self, rid: str, record: Record, stage: int = 0) -> tuple[RequestState, int | None]:
         """`_start` for a plugin line, and which n>1 child of its request it names (or None).
         A child the request had not shown yet, after its siblings' summaries ended it (how many
         there are was never logged), continues it: siblings are not a reused id."""
         if self.index.twins and rid in self.index.twins:
-            return self.index.touch(self.index.occurrence(rid, rid, record.process), record), None
+            return self._twin(rid, record, stage), None
         r = self.index.open.get(rid)
         if r is not None and r.terminal_ns is None:  # the commonest line: one of an open request's
             if record.ts_ns > r.last_ns:  # index.touch, inlined on the hot path
@@ -117,7 +129,7 @@ class SeedLines:
     def _on_scheduled(self, record: Record, ev: Scheduled) -> None:
         if ev.at_ns is not None:
             record = _exact(record, ev)
-        r, k = self._start_seq(ev.request_id, record)
+        r, k = self._start_seq(ev.request_id, record, 1)
         ts = record.ts_ns
         if r.schedules is None:
             r.schedules = []
@@ -169,7 +181,9 @@ class SeedLines:
             record = _exact(record, ev)
         rid = ev.request_id
         r = self.index.open.get(rid)
-        if r is None:
+        if self.index.twins and rid in self.index.twins:
+            r = self._twin(rid, record, 2)
+        elif r is None:
             r = self._touch(self._seed_id(rid), record)
             if r is None:
                 return
