@@ -72,6 +72,34 @@ def test_every_request_the_client_sent_has_exactly_one_root_with_its_own_tokens(
         assert root.status.code != 2  # no error on any
 
 
+def test_one_id_twice_at_once_on_one_api_server_is_two_roots_each_with_its_own_lines(roots):
+    """In the recording the two sends of `api2-dup` were in flight at once on one API server
+    (both `Received` before either ended), served by two engine cores that finished them out of
+    order. No line names which is which by engine id but `Added`: each root must carry its own
+    `Received` line's max_tokens and its own end's token count (the client asked for
+    max_tokens with ignore_eos, so the two agree: its record), and its own engine's rank."""
+    text = (HERE / "api2.log").read_text()
+    lines = [x for x in text.splitlines() if "cmpl-api2-dup-0" in x]
+    kinds = [("R" if "Received request" in x else "E" if "] Request cmpl-api2-dup-0:" in x else "") for x in lines]
+    assert "".join(k for k in kinds if k).startswith("RR")  # the premise: both received, neither ended
+    assert len({re.search(r"\((ApiServer_\d) pid", x)[1] for x in lines if "Received request" in x}) == 1
+    dup = [(r, a) for r, a, _c in roots if a["vllm.request.id"] == "cmpl-api2-dup-0"]
+    assert sorted(a["gen_ai.usage.output_tokens"] for _r, a in dup) == sorted(
+        r["completion_tokens"] for r in TRUTH["requests"] if r["x_request_id"] == "api2-dup")
+    for _root, attrs in roots_attrs(roots):
+        assert attrs["gen_ai.request.max_tokens"] == attrs["gen_ai.usage.output_tokens"], attrs["vllm.request.id"]
+    # each engine core freed one of them just before the API server logged that one's end
+    ends = re.findall(r"\((EngineCore_DP(\d)) pid=\d+\) .*Freed \d+ blocks for request cmpl-api2-dup-0.*\n"
+                      r".*\] Request cmpl-api2-dup-0: prompt_tokens=\d+, generated_tokens=(\d+)", text)
+    assert len(ends) == 2
+    assert sorted((a["gen_ai.usage.output_tokens"], a["vllm.dp.rank"]) for _r, a in dup) == sorted(
+        (int(tokens), int(rank)) for _p, rank, tokens in ends)
+
+
+def roots_attrs(roots):
+    return [(r, a) for r, a, _c in roots]
+
+
 def decode_end(children) -> int:
     return next(c for c in children if c.name == "decode").end_time_unix_nano
 
@@ -130,7 +158,8 @@ def test_one_id_in_flight_on_both_api_servers_at_once_is_two_roots(tmp_path):
     engine id that API server added it under, its blocks freed when its own `Freed` line says and
     the rank of the engine core whose `Scheduling` line named it (both read in the recording's
     original order, where the two did not overlap)."""
-    lines = (HERE / "api2.log").read_text().splitlines(True)
+    lines = (HERE / "serial.log").read_text().splitlines(True)  # a run where they did not overlap
+    serial = json.loads((HERE / "serial_truth.json").read_text())
     dup = [i for i, line in enumerate(lines) if "cmpl-api2-dup-0" in line]
     received = [i for i in dup if "Received request" in lines[i]]
     added = [i for i in dup if "Added request" in lines[i]]
@@ -145,7 +174,7 @@ def test_one_id_in_flight_on_both_api_servers_at_once_is_two_roots(tmp_path):
         rank = next(int(re.search(r"\(EngineCore_DP(\d+) ", x)[1]) for x in mine if "Scheduling request cmpl-api2-dup" in x)
         truth.append((eid, tokens, round(float(freed) * 1e6), rank))
     assert sorted(t[1] for t in truth) == sorted(
-        r["completion_tokens"] for r in TRUTH["requests"] if r["x_request_id"] == "api2-dup")
+        r["completion_tokens"] for r in serial["requests"] if r["x_request_id"] == "api2-dup")
     sched2 = next(i for i in dup if received[1] < i < summary[1] and "Scheduling request" in lines[i])
     moved = [received[1], added[1], sched2]
     rest = [line for i, line in enumerate(lines) if i not in moved]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from bridge.assemble import ids
 from bridge.assemble.ending import Close, End
-from bridge.assemble.index import API_SERVERS, COARSE
+from bridge.assemble.index import COARSE
 from bridge.assemble.kvlines import kv_of
 from bridge.assemble.state import SEEN_DETAILS, SEEN_RECEIVED, RequestState
 from bridge.assemble.timeline import SpanEvent
@@ -63,15 +63,14 @@ class ApiLines:
         self.stats.orphan_requests += 1
         return r
 
-    def _concurrent(self, rid: str, process: str) -> bool:
+    def _concurrent(self, rid: str) -> bool:
         """A request under this id was received and is not yet added: vLLM adds a request right
         after it logs its arrival, so a second arrival now is another request at the same time.
-        So is one still in flight that another API server received (`--api-server-count`),
-        when the plugin logs every request's end: not ended is then in flight."""
-        other = self.ends_logged and process.startswith(API_SERVERS)
+        When the plugin logs every request's end, so is one received and not ended: still in
+        flight (a client's retry before its first try ended, on this or another API server)."""
+        ends_logged = self.ends_logged
         return any(o.terminal_ns is None and o.extra is not None and o.seen & SEEN_RECEIVED and (
-            not o.engine_ids or other and o.extra.get("vllm.process", process) != process)
-            for o in self.index.group(rid))
+            ends_logged or not o.engine_ids) for o in self.index.group(rid))
 
     def _open_twin(self, rid: str, record: Record) -> RequestState:
         r = self.index.open_twin(rid, record, (self._queue_offset, self._gpu_offset))
@@ -97,7 +96,7 @@ class ApiLines:
 
     def _on_received(self, record: Record, ev: RequestReceived) -> None:
         rid = ev.request_id
-        if rid in self.index.open and self._concurrent(rid, record.process):
+        if rid in self.index.open and self._concurrent(rid):
             self.engine.end_startup()
             r = self._open_twin(rid, record)
         else:

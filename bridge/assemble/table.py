@@ -70,7 +70,7 @@ TABLE: tuple[Row, ...] = (
         N: "open; end FAILED (oom)", F: "end FAILED (oom)", O: "close DONE; open; end FAILED (oom)"}, SEED),
     # -- the API server's lines (apilines.py) --
     Row(ev.RequestReceived, "requests", "_on_received", {
-        N: "open (upstream)", F: "a second receipt: close REUSED and open, or a twin while the first is not added (or, ends logged, in flight on another API server)",
+        N: "open (upstream)", F: "a second receipt: close REUSED and open, or a twin while the first is not added (ends logged: not ended)",
         O: "close DONE; open", G: "open (upstream)"}, API),
     Row(ev.RequestDetails, "requests", "_on_details", {
         N: "open (upstream)", F: "shown already: close REUSED and open; else touch", O: "close DONE; open",
