@@ -159,6 +159,7 @@ def test_two_api_servers_give_every_request_exactly_one_root(tmp_path):
     for key, recs in want.items():
         for (root, attrs), r in zip(by[key], recs):
             ranks[str(attrs["vllm.dp.rank"])] = ranks.get(str(attrs["vllm.dp.rank"]), 0) + 1
+            assert attrs["gen_ai.request.max_tokens"] == r["max_tokens"]  # its own Received line's
             if r["traceparent"]:
                 _v, trace, span, _f = r["traceparent"].split("-")
                 assert (root.trace_id.hex(), root.parent_span_id.hex()) == (trace, span)
