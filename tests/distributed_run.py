@@ -17,6 +17,7 @@ import json
 import os
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -46,8 +47,10 @@ def _kv_config(engine_id: str) -> str:
                        "engine_id": engine_id})
 
 
-def _client(base: str, model: str, ids: list[str], max_tokens: list[int]) -> list[dict]:
-    """Sequential completions through `base`; the client's record of each."""
+def _client(base: str, model: str, ids: list[str], max_tokens: list[int],
+            traceparents: dict[str, str] | None = None) -> list[dict]:
+    """Sequential completions through `base`; the client's record of each (`traceparents`: the
+    W3C header sent with the request of that X-Request-Id, recorded as sent)."""
     import urllib.error
     import urllib.request
 
@@ -55,8 +58,11 @@ def _client(base: str, model: str, ids: list[str], max_tokens: list[int]) -> lis
     for i, (xid, mt) in enumerate(zip(ids, max_tokens)):
         prompt = _prompt(i)
         body = {"model": model, "prompt": prompt, "max_tokens": mt, "ignore_eos": True, "temperature": 0}
-        req = urllib.request.Request(f"{base}/v1/completions", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json", "X-Request-Id": xid})
+        headers = {"Content-Type": "application/json", "X-Request-Id": xid}
+        tp = (traceparents or {}).get(xid)
+        if tp:
+            headers["traceparent"] = tp
+        req = urllib.request.Request(f"{base}/v1/completions", data=json.dumps(body).encode(), headers=headers)
         sent = time.time()
         try:
             with urllib.request.urlopen(req, timeout=deadline(600)) as r:
@@ -68,7 +74,7 @@ def _client(base: str, model: str, ids: list[str], max_tokens: list[int]) -> lis
         out.append({"x_request_id": xid, "status": status, "response_id": resp.get("id"), "max_tokens": mt,
                     "prompt_words": len(prompt.split()),
                     "prompt_tokens": usage.get("prompt_tokens"), "completion_tokens": usage.get("completion_tokens"),
-                    "sent": round(sent, 6), "received": round(got, 6)})
+                    "sent": round(sent, 6), "received": round(got, 6), "traceparent": tp})
     return out
 
 
@@ -367,9 +373,43 @@ def run_parallel(outdir: Path, kind: str, n: int = 3, victim: str | None = None,
     return truth
 
 
+def run_api2(outdir: Path, n: int = 8) -> dict:
+    """Two API servers (`--api-server-count 2`) in front of DP=2 engines, with the plugin; `n`
+    sequential requests, then the first X-Request-Id again (ids repeat: the two sends are two
+    requests), a few with a caller's traceparent; then a burst of six at once, one X-Request-Id
+    twice among them. Writes api2.log and api2_truth.json. Which
+    API server took a request the client cannot see (the kernel balances the shared socket)."""
+    outdir.mkdir(parents=True, exist_ok=True)
+    ids = [f"api2-{i:03d}" for i in range(n)] + ["api2-000"]
+    max_tokens = [3 + i % 4 for i in range(n)] + [2]
+    traceparents = {xid: f"00-{(i + 1) * 0x1111:032x}-{(i + 1) * 0x2222:016x}-01"
+                    for i, xid in enumerate(ids[:n]) if i % 3 == 1}
+    with Vllm(outdir / "api2.log", extra_env={"VLLM_TRACE_BRIDGE_PLUGIN_ENGINE": "1"},
+              extra_args=("--max-num-seqs", "4", "--data-parallel-size", "2", "--data-parallel-backend", "mp",
+                          "--api-server-count", "2")) as v:
+        base = f"http://127.0.0.1:{v.port}"
+        records = _client(base, v.model, ids, max_tokens, traceparents)
+        for k, rec in enumerate(records):
+            rec["order"], rec["burst"] = k, False
+        # then at once, one thread each, long enough to overlap: the two API servers' lines
+        # interleave, and one X-Request-Id is in flight twice (told apart by the tokens asked for)
+        burst = [("api2-b00", 24), ("api2-b01", 28), ("api2-dup", 32), ("api2-dup", 36), ("api2-b02", 40),
+                 ("api2-b03", 44)]
+        with ThreadPoolExecutor(len(burst)) as pool:
+            got = list(pool.map(lambda b: _client(base, v.model, [b[0]], [b[1]], traceparents)[0], burst))
+        for k, rec in enumerate(got, len(records)):
+            rec["order"], rec["burst"] = k, True
+        records += got
+        per_engine = _finished_per_engine(base)
+    truth = {"kind": "api2-dp2", "api_server_count": 2, "data_parallel_size": 2, "requests": records,
+             "finished_per_engine": per_engine}
+    (outdir / "api2_truth.json").write_text(json.dumps(truth, indent=1) + "\n")
+    return truth
+
+
 if __name__ == "__main__":
     out = Path(sys.argv[1])
-    which = sys.argv[2:] or ["pd", "dp"]
+    which = sys.argv[2:] or ["pd", "dp", "api2"]
     if "pd" in which:
         print(json.dumps(run_pd(out), indent=1))
     if "dp" in which:
@@ -381,3 +421,5 @@ if __name__ == "__main__":
         print(json.dumps(run_pd_kill(out), indent=1))
     if "pd_lease" in which:
         print(json.dumps(run_pd_lease(out), indent=1))
+    if "api2" in which:
+        print(json.dumps(run_api2(out), indent=1))

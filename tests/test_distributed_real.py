@@ -21,7 +21,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "plugin"))
 
-from distributed_run import OVERLAY, nixl_overlay, run_dp, run_pd  # noqa: E402
+from distributed_run import OVERLAY, nixl_overlay, run_api2, run_dp, run_pd  # noqa: E402
 from vllm_proc import venv_ready  # noqa: E402
 
 from bridge.decode import Decoder  # noqa: E402
@@ -138,3 +138,31 @@ def test_a_data_parallel_server_names_each_requests_engine(tmp_path):
     for rid, rank in roots.items():
         (_root, attrs, _children), = got[(rid, None)]
         assert str(attrs["vllm.dp.rank"]) == str(rank), rid
+
+
+def test_two_api_servers_give_every_request_exactly_one_root(tmp_path):
+    """`--api-server-count 2` (processes `ApiServer_0/1`, stats lines off) over DP=2: every
+    request the client sent, the repeated and the concurrent same ids included, is one root with
+    its own token count, its caller's span as parent when it sent one, and its engine's rank."""
+    t = run_api2(tmp_path)
+    assert {r["status"] for r in t["requests"]} == {200}
+    got = replayed([tmp_path / "api2.log"], tmp_path / "replay")
+    by: dict = {}
+    for (rid, _role), items in got.items():
+        for root, attrs, _children in items:
+            by.setdefault((rid, attrs["gen_ai.usage.output_tokens"]), []).append((root, attrs))
+    want: dict = {}
+    for r in t["requests"]:
+        want.setdefault((f"cmpl-{r['x_request_id']}-0", r["completion_tokens"]), []).append(r)
+    assert {k: len(v) for k, v in by.items()} == {k: len(v) for k, v in want.items()}
+    ranks: dict[str, int] = {}
+    for key, recs in want.items():
+        for (root, attrs), r in zip(by[key], recs):
+            ranks[str(attrs["vllm.dp.rank"])] = ranks.get(str(attrs["vllm.dp.rank"]), 0) + 1
+            assert attrs["gen_ai.request.max_tokens"] == r["max_tokens"]  # its own Received line's
+            if r["traceparent"]:
+                _v, trace, span, _f = r["traceparent"].split("-")
+                assert (root.trace_id.hex(), root.parent_span_id.hex()) == (trace, span)
+            else:
+                assert root.parent_span_id == b""
+    assert ranks == {k: v for k, v in t["finished_per_engine"].items() if v}

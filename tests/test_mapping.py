@@ -90,12 +90,13 @@ from bridge.export import mapping
 renamed = dict(REQUEST_SPAN="x.req", ENGINE_SPAN="x.eng", KIND_SERVER=5, KIND_INTERNAL=4, REQUEST_IDS="rq",
                ENGINE_IDS="en", TIMING="x.t", TIMING_START="x.t0", TIMING_END="x.t1", INCIDENT_KIND="x.ik",
                PD_IDS="x.pd", PD_ROLE="x.role", PD_PREFILL="x.pre", PD_DECODE="x.dec", INTERNAL_ID="x.iid",
-               PD_REMOTE_REQUEST="x.rrid", PD_PREFILL_ROOT=7, PD_DECODE_ROOT=9)
+               PD_REMOTE_REQUEST="x.rrid", PD_ENGINE="x.eid", PD_REMOTE_ENGINE="x.reid", PD_PREFILL_ROOT=7,
+               PD_DECODE_ROOT=9)
 was = {k: getattr(mapping, k) for k in renamed}
 for k, v in renamed.items():
     setattr(mapping, k, v)
 # The P/D attributes as the renamed mapping reads them (the assembler writes its own names)
-keys = {was[k]: renamed[k] for k in ("PD_ROLE", "INTERNAL_ID", "PD_REMOTE_REQUEST")}
+keys = {was[k]: renamed[k] for k in ("PD_ROLE", "INTERNAL_ID", "PD_REMOTE_REQUEST", "PD_ENGINE", "PD_REMOTE_ENGINE")}
 roles = {was[k]: renamed[k] for k in ("PD_PREFILL", "PD_DECODE")}
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from bridge.assemble.timeline import RequestTimeline

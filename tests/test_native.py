@@ -18,6 +18,7 @@ import glob
 import hashlib
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -956,14 +957,17 @@ class _Str(str):
     """A str subclass: Python formats it through its own methods, so the C declines it."""
 
 
-# One half of a disaggregated request (mapping.pd_key): the role, and the prefill's engine
-# request id where that half keeps it; odd roles and ids too (empty, unencodable, not a str).
-PD_KEYS = st.text(max_size=10) | st.sampled_from(["", "\ud800", "cmpl-a-0-1f2e3d4c"]) | st.integers(0, 3) | \
+# One half of a disaggregated request (mapping.pd_key): the role, the prefill's engine request
+# id and engine id where that half keeps them; ids with and without vLLM's random suffix (then
+# the engine id joins the key), odd roles and ids too (empty, unencodable, not a str).
+PD_KEYS = st.text(max_size=10) | st.sampled_from(["", "\ud800", "cmpl-a-0-1f2e3d4c", "cmpl-a-0", "x-1F2E3D4C",
+                                                  "-0123abcd", "é-0123abcg"]) | st.integers(0, 3) | \
     st.builds(_Str, st.text(max_size=4))
 PD_ATTRS = st.fixed_dictionaries(
     {mapping.PD_ROLE: st.sampled_from([mapping.PD_PREFILL, mapping.PD_DECODE, "other"]) | st.integers(0, 1)
      | st.builds(_Str, st.just(mapping.PD_DECODE))},
-    optional={mapping.INTERNAL_ID: PD_KEYS, mapping.PD_REMOTE_REQUEST: PD_KEYS, "vllm.dp.rank": st.integers(0, 3)})
+    optional={mapping.INTERNAL_ID: PD_KEYS, mapping.PD_REMOTE_REQUEST: PD_KEYS, mapping.PD_ENGINE: PD_KEYS,
+              mapping.PD_REMOTE_ENGINE: PD_KEYS, "vllm.dp.rank": st.integers(0, 3)})
 PARENTS = st.none() | st.builds(TraceContext, st.binary(min_size=16, max_size=16),
                                 st.none() | st.just(b"") | st.binary(min_size=8, max_size=8))
 
@@ -991,7 +995,7 @@ def timelines(draw, plain=False):
                    | st.tuples(ATTRS, PD_ATTRS, st.booleans()).map(lambda x: {**x[0], **x[1]} if x[2] else {**x[1], **x[0]})),
         events=draw(st.lists(st.sampled_from(shared), max_size=4)) if shared else [],
         dropped_events=draw(st.integers(0 if plain else -1, 300)), phases=draw(st.lists(phases, max_size=4)),
-        first_offset=0, last_offset=1, parent=draw(PARENTS),
+        first_offset=0, last_offset=1, parent=draw(PARENTS), pd_context=draw(PARENTS),
     )
 
 
@@ -1014,12 +1018,22 @@ def test_request_spans_encode_to_the_same_bytes(ts):
 
 @native
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(timelines(plain=True), st.sampled_from([mapping.PD_PREFILL, mapping.PD_DECODE]), st.text(min_size=1, max_size=12),
-       st.booleans())
-def test_a_half_of_a_disaggregated_request_is_written_by_the_c(t, role, key, key_first):
+@given(timelines(plain=True), st.sampled_from([mapping.PD_PREFILL, mapping.PD_DECODE]),
+       st.text(min_size=1, max_size=12) | st.sampled_from(["cmpl-a-0-1f2e3d4c", "cmpl-a-0"]),
+       st.none() | st.text(max_size=6), st.booleans(), st.booleans())
+def test_a_half_of_a_disaggregated_request_is_written_by_the_c(t, role, key, engine, key_first, own_key):
     """Never declined: both halves' ids and the decode's link come from the C, the bytes the
-    pure encoder writes from mapping's records, in the caller's trace or not."""
-    pd = {mapping.PD_ROLE: role, mapping.INTERNAL_ID if role == mapping.PD_PREFILL else mapping.PD_REMOTE_REQUEST: key}
+    pure encoder writes from mapping's records, in the caller's trace (its own or the one read
+    from the key) or not; with the engine id in the key when the id has no random suffix; a
+    prefill without an internal id keyed on its request id."""
+    prefill = role == mapping.PD_PREFILL
+    pd = {mapping.PD_ROLE: role}
+    if own_key or not prefill:
+        pd[mapping.INTERNAL_ID if prefill else mapping.PD_REMOTE_REQUEST] = key
+    else:
+        t.request_id = key
+    if engine is not None:
+        pd[mapping.PD_ENGINE if prefill else mapping.PD_REMOTE_ENGINE] = engine
     t.attrs = {**pd, **t.attrs} if key_first else {**t.attrs, **pd}
     assert FAST_REQUEST(t, {}) is not None
     pure = WireEncoder({"service.name": "vllm"}, fast=None)
@@ -1028,6 +1042,9 @@ def test_a_half_of_a_disaggregated_request_is_written_by_the_c(t, role, key, key
     fast.add(t)
     assert fast.take().payload == pure.take().payload
     records = mapping.request_spans(t)
+    if engine and re.search(r"-[0-9a-f]{8}\Z", key) is None:
+        key = f"{engine}\x1f{key}"
+    assert mapping.pd_key(t) == (role, key)
     assert records[0].span_id == mapping.pd_ids(key, role)[1]
     to_prefill = [link.span_id for link in records[0].links[:1]] == [mapping.pd_ids(key, mapping.PD_PREFILL)[1]]
     assert to_prefill == (role == mapping.PD_DECODE)

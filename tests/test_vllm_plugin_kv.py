@@ -147,6 +147,26 @@ def test_the_prefill_line_comes_when_the_held_blocks_are_freed(log):
     assert isinstance(ev, KvReleased)
     assert (ev.request_id, ev.engine_request_id, ev.blocks) == ("cmpl-p-0", "cmpl-p-0-9e27b547", 2)
     assert ev.held_since_ns <= ev.at_ns
+    assert ev.engine_id is None  # a scheduler without vLLM's config: no engine id to name
+
+
+def test_the_prefill_line_names_its_engine_as_the_decode_will_know_it(log):
+    """vLLM's `Scheduler.vllm_config.kv_transfer_config.engine_id` (with the `_dp<n>` the engine
+    core adds under DP) is what NIXL returns to the proxy as `remote_engine_id`."""
+    from types import SimpleNamespace
+
+    sched = make_scheduler()(Connector(delay_free=True))
+    sched.vllm_config = SimpleNamespace(kv_transfer_config=SimpleNamespace(engine_id="prefill engine,0_dp1"))
+    kv.attach(sched, log, hooks._Hooks(log).api_id)
+    req = Req("cmpl-p-0", {"do_remote_decode": True})  # randomisation off: no suffix
+    sched.requests[req.request_id] = req
+    sched.kv_cache_manager.blocks[req.request_id] = [1]
+    sched.connector.request_finished(req, [[1]])
+    sched._update_from_kv_xfer_finished(Output(sending=[req.request_id]))
+    (ev,) = parsed(log.lines)
+    assert isinstance(ev, KvReleased)
+    assert (ev.engine_request_id, ev.engine_id) == ("cmpl-p-0", "prefill_engine_0_dp1")  # one field, no separator
+    assert ev.held_since_ns <= ev.at_ns
 
 
 def test_a_plugin_error_is_said_once_switches_the_kv_lines_off_and_vllm_runs_on(log):

@@ -750,14 +750,14 @@ static PyObject *request_timeline(PyObject *self, PyObject *const *args, Py_ssiz
         }
         PyList_SET_ITEM(phases, i, obj);
     }
-    PyObject *v[17] = {
+    PyObject *v[18] = {
         Py_NewRef(source), GET(r, A_request_id), GET(r, A_occurrence), PyLong_FromLongLong(start),
         PyLong_FromLongLong(stop), Py_NewRef(start_inferred ? INFERRED : has_arrival && arrival <= first_ns ? REPORTED : OBSERVED),
         Py_NewRef(end_timing), Py_NewRef(outcome), GET(r, A_error_type), GET(r, A_error_message),
         Py_NewRef(attrs), Py_NewRef(root_events), PyLong_FromLongLong(dropped), phases,
-        GET(r, A_first_offset), GET(r, A_last_offset), Py_NewRef(parent),
+        GET(r, A_first_offset), GET(r, A_last_offset), Py_NewRef(parent), Py_NewRef(Py_None),
     };
-    result = timeline_cls.n == 17 ? cls_make(&timeline_cls, v) : NULL;
+    result = timeline_cls.n == 18 ? cls_make(&timeline_cls, v) : NULL;
     if (result == NULL && !PyErr_Occurred())
         PyErr_SetString(PyExc_TypeError, "RequestTimeline changed shape");
     rc = result == NULL ? -1 : 0;
@@ -809,7 +809,7 @@ static PyObject *init(PyObject *self, PyObject *args) {
     EVENT_CAP = event_cap;
     if (cls_load(&phase_cls, phase) < 0 || cls_load(&timeline_cls, timeline) < 0)
         return NULL;
-    if (phase_cls.n != 9 || timeline_cls.n != 17) {
+    if (phase_cls.n != 9 || timeline_cls.n != 18) {
         PyErr_SetString(PyExc_TypeError, "Phase or RequestTimeline changed shape: update _fastbuild.c");
         return NULL;
     }

@@ -48,7 +48,7 @@ class ApiLines:
         key = ids.resolve(rid, self.index.open)
         if key is not None:
             if self.index.twins and key in self.index.twins:
-                return self.index.touch(self.index.occurrence(key, rid), record)
+                return self.index.touch(self.index.occurrence(key, rid, record.process), record)
             return self._touch(key, record)
         if ids.resolve(rid, self.index.gone) is not None:
             self.stats.orphan_lines += 1
@@ -65,9 +65,12 @@ class ApiLines:
 
     def _concurrent(self, rid: str) -> bool:
         """A request under this id was received and is not yet added: vLLM adds a request right
-        after it logs its arrival, so a second arrival now is another request at the same time."""
-        return any(o.terminal_ns is None and o.extra is not None and o.seen & SEEN_RECEIVED and not o.engine_ids
-                   for o in self.index.group(rid))
+        after it logs its arrival, so a second arrival now is another request at the same time.
+        When the plugin logs every request's end, so is one received and not ended: still in
+        flight (a client's retry before its first try ended, on this or another API server)."""
+        ends_logged = self.ends_logged
+        return any(o.terminal_ns is None and o.extra is not None and o.seen & SEEN_RECEIVED and (
+            ends_logged or not o.engine_ids) for o in self.index.group(rid))
 
     def _open_twin(self, rid: str, record: Record) -> RequestState:
         r = self.index.open_twin(rid, record, (self._queue_offset, self._gpu_offset))

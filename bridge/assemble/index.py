@@ -33,6 +33,9 @@ def where(record: Record) -> str:
     return f"{record.ts_ns}:{record.offset & _IN_FILE}"
 
 
+API_SERVERS = "ApiServer_"  # the process prefix of each of vLLM's API servers with --api-server-count > 1
+
+
 def twin_key(r: RequestState) -> str:
     return f"{r.request_id}\x00{r.occurrence}"
 
@@ -129,15 +132,20 @@ class Occurrences:
         twins = self.twins.get(key, ())
         return sorted([r, *twins] if r is not None else list(twins), key=lambda o: o.first_offset)
 
-    def occurrence(self, key: str, rid: str) -> RequestState:
+    def occurrence(self, key: str, rid: str, process: str = "") -> RequestState:
         """Which of the requests open under `key` a line naming `rid` belongs to: the one vLLM
-        added under that engine id, else the oldest still in flight."""
+        added under that engine id, else the oldest still in flight that the line's API server
+        received (each of several API servers logs its own requests), else the oldest in flight."""
         group = self.group(key)
         if rid != key:
             base = ids.engine_base(rid)
             for o in group:
                 added = o.engine_ids
                 if added and (rid in added or base in {ids.engine_base(a) for a in added}):
+                    return o
+        if process.startswith(API_SERVERS):
+            for o in group:
+                if o.terminal_ns is None and o.extra is not None and o.extra.get("vllm.process") == process:
                     return o
         for o in group:
             if o.terminal_ns is None:

@@ -147,6 +147,10 @@ class KvLines:
         kv.released_blocks = ev.blocks
         if r.extra is None or "vllm.pd.role" not in r.extra:
             r.set("vllm.pd.role", PREFILL)
+        if ev.engine_request_id != r.request_id and (r.extra is None or "vllm.request.internal_id" not in r.extra):
+            r.set("vllm.request.internal_id", ev.engine_request_id)  # the P/D key, when `Added` was not read
+        if ev.engine_id is not None:  # part of the P/D key when ids are not randomised (export.mapping)
+            r.set("vllm.pd.engine_id", ev.engine_id)
         if r.terminal_ns is not None and r.held <= 0 and not self._awaits_api(r):
             self.close(r, Close.DONE)  # not after an expiry: it lingers for `Potentially invalid`
 

@@ -25,7 +25,7 @@ from bridge.assemble.kvlines import KvLines, kv_due, kv_phases
 from bridge.assemble.seedlines import SeedLines
 from bridge.assemble.state import RequestState, fan_out
 from bridge.assemble.table import handlers
-from bridge.assemble.timeline import INFERRED, SpanEvent, Timeline
+from bridge.assemble.timeline import INFERRED, SpanEvent, Timeline, pd_key_id
 from bridge.decode.record import CLOCK_ANCHORED, Record
 from bridge.core.counts import counts
 from bridge.core.position import GEN_SHIFT
@@ -91,6 +91,9 @@ class Assembler(SeedLines, ApiLines, KvLines):
         self._linger_ns = int(config.linger_s * _NS)
         self._kv_hold_ns = int(config.kv_hold_s * _NS)
         self.index = Occurrences()  # the requests not yet emitted: open, in flight, twins, and those gone
+        # The vLLM plugin's end lines were seen: every request's end is logged, so one not ended
+        # is in flight (two API servers can then hold one X-Request-Id at once: apilines)
+        self.ends_logged = False
         self._queue: QueueState | None = None
         self._gpu: GpuMemory | None = None
         # Where the gauges a new request snapshots were read: a request depends on those
@@ -302,6 +305,10 @@ class Assembler(SeedLines, ApiLines, KvLines):
         t = self._timeline(r, self.source_at(r.generation << GEN_SHIFT), self._config.thresholds, parent)
         if r.kv is not None:
             kv_phases(t, r)  # after the build, C or pure: both agree on them
+        if self._config.client_context:
+            key_id = pd_key_id(t.attrs, t.request_id)
+            if key_id is not None:  # either half reads the same context from the same id
+                t.pd_context = self._config.context_rule(key_id)
         if r.extra is not None and ("vllm.start_unknown" in r.extra or "vllm.end_inferred" in r.extra):
             # A bound no line proves: the first line seen is no arrival; a stop's time no end.
             if "vllm.start_unknown" in r.extra:

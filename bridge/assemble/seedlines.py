@@ -62,15 +62,21 @@ def _combined(rid: str, seqs: dict) -> tuple[RequestSummary, int]:
     return summary, end
 
 
+def _rank(process: str) -> int | None:
+    """n of an `EngineCore_DP<n> pid=…` process prefix, else None."""
+    word = process.split(" ", 1)[0]
+    return int(word[13:]) if word.startswith("EngineCore_DP") and word[13:].isdigit() else None
+
+
 def _dp_rank(r: RequestState, process: str) -> None:
     """`vllm.dp.rank` from the engine core that scheduled the request (`EngineCore_DP<n> pid=…`):
     with data parallel only the engine core's own lines say which engine served it (the API
     server's output processor keeps no engine index). The first schedule's engine wins."""
     if r.extra is not None and "vllm.dp.rank" in r.extra:
         return
-    word = process.split(" ", 1)[0][len("EngineCore_DP"):]
-    if word.isdigit():
-        r.set("vllm.dp.rank", int(word))
+    rank = _rank(process)
+    if rank is not None:
+        r.set("vllm.dp.rank", rank)
 
 
 class SeedLines:
@@ -87,10 +93,37 @@ class SeedLines:
             return ids.engine_base(rid)
         return key or rid
 
-    def _start_seq(self, rid: str, record: Record) -> tuple[RequestState, int | None]:
+    def _twin(self, rid: str, record: Record, stage: int = 0) -> RequestState:
+        """Which of the requests in flight at once under `rid` a plugin line is about (none of
+        them names the engine request id). An engine core's first `Scheduling` (`stage` 1): the
+        oldest not yet scheduled (the engines take them in the order added); its `Freed` (2):
+        the oldest that engine core scheduled and did not free yet; the API server's end (3): of
+        those the line's API server received, the first freed (the engine frees a finished
+        request's blocks before the API server logs its end). Else the one this line's API
+        server received, or the oldest (`index.occurrence`)."""
+        group = [o for o in self.index.group(rid) if o.terminal_ns is None]
+        pick = None
+        if stage == 1:
+            pick = next((o for o in group if o.schedules is None), None)
+        elif stage == 2:
+            rank = _rank(record.process)
+            free = [o for o in group if o.schedules is not None and o.last_free_ns is None]
+            pick = next((o for o in free if o.extra is not None and o.extra.get("vllm.dp.rank") == rank), None) \
+                or next(iter(free), None)
+        elif stage == 3:
+            done = [o for o in group if o.last_free_ns is not None]
+            mine = [o for o in done if o.extra is not None and o.extra.get("vllm.process") == record.process]
+            pick = min(mine or done, key=lambda o: o.last_free_ns, default=None)
+        if pick is None:
+            pick = self.index.occurrence(rid, rid, record.process)
+        return self.index.touch(pick, record)
+
+    def _start_seq(self, rid: str, record: Record, stage: int = 0) -> tuple[RequestState, int | None]:
         """`_start` for a plugin line, and which n>1 child of its request it names (or None).
         A child the request had not shown yet, after its siblings' summaries ended it (how many
         there are was never logged), continues it: siblings are not a reused id."""
+        if self.index.twins and rid in self.index.twins:
+            return self._twin(rid, record, stage), None
         r = self.index.open.get(rid)
         if r is not None and r.terminal_ns is None:  # the commonest line: one of an open request's
             if record.ts_ns > r.last_ns:  # index.touch, inlined on the hot path
@@ -115,7 +148,7 @@ class SeedLines:
     def _on_scheduled(self, record: Record, ev: Scheduled) -> None:
         if ev.at_ns is not None:
             record = _exact(record, ev)
-        r, k = self._start_seq(ev.request_id, record)
+        r, k = self._start_seq(ev.request_id, record, 1)
         ts = record.ts_ns
         if r.schedules is None:
             r.schedules = []
@@ -173,7 +206,9 @@ class SeedLines:
             record = _exact(record, ev)
         rid, ts, n, reason = ev.request_id, record.ts_ns, ev.count, ev.reason  # (read once: a third of all lines)
         r = self.index.open.get(rid)
-        if r is None:
+        if self.index.twins and rid in self.index.twins:
+            r = self._twin(rid, record, 2)
+        elif r is None:
             r = self._touch(self._seed_id(rid), record)
             if r is None:
                 return
@@ -203,7 +238,8 @@ class SeedLines:
     def _on_summary(self, record: Record, ev: RequestSummary) -> None:
         if ev.at_ns is not None:
             record = _exact(record, ev)
-        r, k = self._start_seq(ev.request_id, record)
+        r, k = self._start_seq(ev.request_id, record, 3)
+        self.ends_logged = True
         end = record.ts_ns
         if ev.times is not None:
             self._plugin_times(r, ev.request_id, ev.times)

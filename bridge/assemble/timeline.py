@@ -18,6 +18,36 @@ REPORTED, OBSERVED, INFERRED = "reported", "observed", "inferred"
 
 Attrs = dict[str, "str | int | float | bool | list[str]"]
 
+# A half of a disaggregated request (docs/distributed.md): its role, and the ids both halves
+# have from their own lines. The prefill's engine request id is `vllm.request.internal_id` on
+# the prefill and `vllm.pd.remote_request_id` on the decode; the prefill's engine id is
+# `vllm.pd.engine_id` on the prefill (the plugin's release line) and `vllm.pd.remote_engine_id`
+# on the decode.
+PD_ROLE, PD_PREFILL, PD_DECODE = "vllm.pd.role", "prefill", "decode"
+PD_REMOTE_REQUEST, PD_REMOTE_ENGINE, PD_ENGINE = "vllm.pd.remote_request_id", "vllm.pd.remote_engine_id", "vllm.pd.engine_id"
+INTERNAL_ID = "vllm.request.internal_id"
+
+
+def pd_key_id(attrs: Attrs, request_id: str) -> str | None:
+    """The prefill's engine request id as this half knows it, or None (not a P/D half). A
+    prefill without an internal id has its API id as engine id (request id randomization off:
+    vLLM added it under that id)."""
+    role = attrs.get(PD_ROLE)
+    if role == PD_PREFILL:
+        key = attrs.get(INTERNAL_ID, request_id)
+    elif role == PD_DECODE:
+        key = attrs.get(PD_REMOTE_REQUEST)
+    else:
+        return None
+    return key if isinstance(key, str) and key else None
+
+
+def pd_engine_id(attrs: Attrs) -> str | None:
+    """The prefill's engine id (`kv_transfer_config.engine_id`, `_dp<n>` added under DP) as this
+    half knows it, or None."""
+    eng = attrs.get(PD_ENGINE if attrs.get(PD_ROLE) == PD_PREFILL else PD_REMOTE_ENGINE)
+    return eng if isinstance(eng, str) and eng else None
+
 
 @dataclass(slots=True)
 class SpanEvent:
@@ -77,6 +107,9 @@ class RequestTimeline:
     first_offset: int        # earliest byte of the source that this request depends on
     last_offset: int
     parent: TraceContext | None = None  # the caller's trace context, when the request carried it
+    # A half of a disaggregated request: the caller's context read from the prefill's engine
+    # request id (the P/D key), the one context both halves can read (docs/distributed.md)
+    pd_context: TraceContext | None = None
 
 
 @dataclass(slots=True)

@@ -418,7 +418,7 @@ static int attributes(Buf *b, unsigned char tag, PyObject *attrs, PyObject **ove
 /* -- timelines ------------------------------------------------------------------------------------ */
 
 /* The dataclasses of bridge/assemble/timeline.py are slotted: attr_get reads their slots. */
-static Attr s_phases, s_parent, s_trace_id, s_span_id, s_start_ns, s_end_ns, s_attrs, s_events, s_dropped_events, s_error_type, s_error_message, s_start_timing, s_end_timing, s_name, s_ts_ns;
+static Attr s_phases, s_parent, s_pd_context, s_trace_id, s_span_id, s_start_ns, s_end_ns, s_attrs, s_events, s_dropped_events, s_error_type, s_error_message, s_start_timing, s_end_timing, s_name, s_ts_ns;
 static PyObject *s_incident; /* IncidentEvent's slot */
 static Attr s_kind = {NULL}, s_incident_occurrence = {NULL};
 
@@ -720,11 +720,17 @@ static int span(Buf *b, PyObject *obj, PyObject *tid, PyObject *sid, PyObject *p
     return r;
 }
 
+/* `pd`: a half of a disaggregated request, whose trace is, without a caller's context of its
+ * own (`parent`), the one read from the P/D key (`pd_context`): mapping.pd_trace. */
 static PyObject *encode(PyObject *t, PyObject *tid, PyObject *root_id, PyObject *phase_ids, PyObject *cache,
-                        const char *key, Py_ssize_t nkey, const uint8_t *pd_link) {
+                        const char *key, Py_ssize_t nkey, int pd, const uint8_t *pd_link) {
     if (!id_bytes(root_id, 8) || !PyList_CheckExact(phase_ids))
         Py_RETURN_NONE;
     PyObject *parent = attr_get(t, &s_parent);
+    if (pd && parent == Py_None) {
+        Py_DECREF(parent);
+        parent = attr_get(t, &s_pd_context);
+    }
     PyObject *phases = parent ? attr_get(t, &s_phases) : NULL;
     PyObject *ptid = NULL, *psid = NULL;
     /* One buffer kept between calls (it grows to the largest request once); a nested call,
@@ -804,15 +810,28 @@ static const char *utf8_attr(PyObject *obj, Attr *a, PyObject **hold, Py_ssize_t
 
 /* mapping.pd_key: which half of a disaggregated request a root's attributes say it is (its role
  * and where that half keeps the prefill's engine request id are configure's), the id in *key
- * (a new reference, an exact str); PD_NONE when they name none. Anything but exact strs where
- * the pipeline puts them: DECLINE (Python compares and formats whatever it is). */
+ * (a new reference, an exact str; a prefill without one: its request id `rid`) and, when the id
+ * lacks vLLM's random suffix, the prefill's engine id in *engine (a new reference or NULL);
+ * PD_NONE when they name none. Anything but exact strs where the pipeline puts them: DECLINE
+ * (Python compares and formats whatever it is). */
 enum { PD_NONE = 0, PD_PREFILL = 2, PD_DECODE = 3 };
 static PyObject *k_pd_role, *v_pd_prefill, *v_pd_decode, *k_pd_prefill_key, *k_pd_decode_key;
+static PyObject *k_pd_prefill_engine, *k_pd_decode_engine;
 static PyObject *pd_ids_kind;                          /* mapping.PD_IDS as UTF-8 bytes */
 static char pd_prefill_suffix[32], pd_decode_suffix[32]; /* "\x1f<index>" of each half's root span id */
 static int pd_prefill_suffix_len, pd_decode_suffix_len;
 
-static int pd_half(PyObject *attrs, PyObject **key) {
+/* mapping._RANDOM_SUFFIX: `-` and 8 lowercase hex digits at the end (ASCII: the UTF-8's last 9 bytes) */
+static int random_suffix(const char *u, Py_ssize_t n) {
+    if (n < 9 || u[n - 9] != '-')
+        return 0;
+    for (Py_ssize_t i = n - 8; i < n; i++)
+        if (!((u[i] >= '0' && u[i] <= '9') || (u[i] >= 'a' && u[i] <= 'f')))
+            return 0;
+    return 1;
+}
+
+static int pd_half(PyObject *attrs, PyObject *rid, PyObject **key, PyObject **engine) {
     if (!PyDict_CheckExact(attrs))
         return DECLINE;
     PyObject *role = PyDict_GetItemWithError(attrs, k_pd_role); /* borrowed */
@@ -825,12 +844,31 @@ static int pd_half(PyObject *attrs, PyObject **key) {
     if (half == PD_NONE)
         return PD_NONE;
     PyObject *k = PyDict_GetItemWithError(attrs, half == PD_PREFILL ? k_pd_prefill_key : k_pd_decode_key);
+    if (k == NULL && PyErr_Occurred())
+        return -1;
+    if (k == NULL && half == PD_PREFILL) /* `attrs.get(INTERNAL_ID, request_id)` */
+        k = rid;
     if (k == NULL)
-        return PyErr_Occurred() ? -1 : PD_NONE;
+        return PD_NONE;
     if (PyUnicode_Check(k) && !PyUnicode_CheckExact(k))
         return DECLINE;
     if (!PyUnicode_Check(k) || PyUnicode_GET_LENGTH(k) == 0) /* `isinstance(key, str) and key` */
         return PD_NONE;
+    Py_ssize_t n;
+    const char *u = PyUnicode_AsUTF8AndSize(k, &n);
+    if (u == NULL) {
+        PyErr_Clear(); /* not encodable: the Python encoder raises its own error */
+        return DECLINE;
+    }
+    if (!random_suffix(u, n)) { /* ids not randomised: the prefill's engine id goes first, when known */
+        PyObject *e = PyDict_GetItemWithError(attrs, half == PD_PREFILL ? k_pd_prefill_engine : k_pd_decode_engine);
+        if (e == NULL && PyErr_Occurred())
+            return -1;
+        if (e != NULL && PyUnicode_Check(e) && !PyUnicode_CheckExact(e))
+            return DECLINE;
+        if (e != NULL && PyUnicode_Check(e) && PyUnicode_GET_LENGTH(e) > 0)
+            *engine = Py_NewRef(e);
+    }
     *key = Py_NewRef(k);
     return half;
 }
@@ -857,9 +895,9 @@ static PyObject *spans(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
         return NULL;
     }
     PyObject *t = args[0], *src = NULL, *key = NULL, *rid = NULL, *occ = NULL, *phases = NULL, *ids = NULL;
-    PyObject *tid = NULL, *root = NULL, *out = NULL, *attrs = NULL, *pd_key = NULL;
-    Py_ssize_t nk, nr, no, npd;
-    const char *k, *r, *o, *pd;
+    PyObject *tid = NULL, *root = NULL, *out = NULL, *attrs = NULL, *pd_key = NULL, *pd_engine = NULL;
+    Py_ssize_t nk, nr, no, npd, npe = 0;
+    const char *k, *r, *o, *pd, *pe = NULL;
     B2 c;
     uint8_t d[16], rootd[8], linkd[8];
     src = attr_get(t, &s_source);
@@ -869,7 +907,11 @@ static PyObject *spans(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     attrs = k ? attr_get(t, &s_attrs) : NULL;
     if (attrs == NULL)
         goto done;
-    int half = pd_half(attrs, &pd_key);
+    rid = attr_get(t, &s_request_id);
+    if (rid == NULL)
+        goto done;
+    int half = pd_half(attrs, rid, &pd_key, &pd_engine);
+    Py_CLEAR(rid);
     if (half == DECLINE || half < 0)
         goto done;
     if (half == PD_NONE) {
@@ -885,14 +927,19 @@ static PyObject *spans(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
         b2_update(&c, "\x1f" "0", 2);
         b2_final(&c, rootd);
     } else { /* pd_ids(key, role): no source, no request id, so another agent agrees */
-        if ((pd = PyUnicode_AsUTF8AndSize(pd_key, &npd)) == NULL) {
+        if ((pd = PyUnicode_AsUTF8AndSize(pd_key, &npd)) == NULL ||
+            (pd_engine != NULL && (pe = PyUnicode_AsUTF8AndSize(pd_engine, &npe)) == NULL)) {
             PyErr_Clear(); /* not encodable: the Python encoder raises its own error */
             goto done;
         }
-        b2_init(&c, 16); /* trace_id("", PD_IDS, key, "") */
+        b2_init(&c, 16); /* trace_id("", PD_IDS, key, ""), the key `engine\x1fid` or `id` */
         b2_update(&c, "\x1f", 1);
         b2_update(&c, PyBytes_AS_STRING(pd_ids_kind), PyBytes_GET_SIZE(pd_ids_kind));
         b2_update(&c, "\x1f", 1);
+        if (pe != NULL) {
+            b2_update(&c, pe, npe);
+            b2_update(&c, "\x1f", 1);
+        }
         b2_update(&c, pd, npd);
         b2_update(&c, "\x1f", 1);
         b2_final(&c, d);
@@ -944,12 +991,13 @@ static PyObject *spans(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
         if (!ok)
             goto done;
     }
-    out = encode(t, tid, root, ids, args[1], k, nk, half == PD_DECODE ? linkd : NULL);
+    out = encode(t, tid, root, ids, args[1], k, nk, half != PD_NONE, half == PD_DECODE ? linkd : NULL);
 done:
     Py_XDECREF(src);
     Py_XDECREF(key);
     Py_XDECREF(attrs);
     Py_XDECREF(pd_key);
+    Py_XDECREF(pd_engine);
     Py_XDECREF(rid);
     Py_XDECREF(occ);
     Py_XDECREF(phases);
@@ -1042,6 +1090,8 @@ static PyObject *configure(PyObject *self, PyObject *d) {
         config_str(d, "pd_role", &k_pd_role) < 0 || config_str(d, "pd_prefill", &v_pd_prefill) < 0 ||
         config_str(d, "pd_decode", &v_pd_decode) < 0 || config_str(d, "pd_prefill_key", &k_pd_prefill_key) < 0 ||
         config_str(d, "pd_decode_key", &k_pd_decode_key) < 0 || config_utf8(d, "pd_ids", &pd_ids_kind) < 0 ||
+        config_str(d, "pd_prefill_engine", &k_pd_prefill_engine) < 0 ||
+        config_str(d, "pd_decode_engine", &k_pd_decode_engine) < 0 ||
         config_int(d, "pd_prefill_index", LLONG_MIN, LLONG_MAX, &pd_prefill_index) < 0 ||
         config_int(d, "pd_decode_index", LLONG_MIN, LLONG_MAX, &pd_decode_index) < 0)
         goto fail;
@@ -1094,6 +1144,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastwire", NULL, -1
 PyMODINIT_FUNC PyInit__fastwire(void) {
     INTERN(s_phases.name, "phases");
     INTERN(s_parent.name, "parent");
+    INTERN(s_pd_context.name, "pd_context");
     INTERN(s_trace_id.name, "trace_id");
     INTERN(s_span_id.name, "span_id");
     INTERN(s_start_ns.name, "start_ns");

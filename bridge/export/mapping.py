@@ -25,13 +25,16 @@ The rules:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import NamedTuple
 
 from bridge import __version__
-from bridge.assemble.kvlines import DECODE, PREFILL
-from bridge.assemble.timeline import INFERRED, OBSERVED, EngineTimeline, IncidentEvent, RequestTimeline, SpanEvent, Timeline
+from bridge.assemble.timeline import (
+    INFERRED, INTERNAL_ID, OBSERVED, PD_DECODE, PD_ENGINE, PD_PREFILL, PD_REMOTE_ENGINE, PD_REMOTE_REQUEST, PD_ROLE,
+    EngineTimeline, IncidentEvent, RequestTimeline, SpanEvent, Timeline,
+)
 from bridge.export.ids import span_id, trace_id
 
 SCOPE_NAME, SCOPE_VERSION = "vllm-trace-bridge", __version__  # the InstrumentationScope of every span
@@ -40,9 +43,7 @@ REQUEST_SPAN, ENGINE_SPAN, STARTUP_SPAN = "vllm.request", "vllm.engine", "vllm.s
 STARTUP_KIND = "startup"  # EngineTimeline.kind of an engine's startup
 KV_KIND = "kv_transfer"  # EngineTimeline.kind of a KV line about an emitted disaggregated prefill
 REQUEST_IDS, ENGINE_IDS = "request", "engine"  # the kind word of `ids.trace_id`
-PD_IDS = "pd"  # a disaggregated request's: both halves' ids from the prefill's engine request id
-PD_ROLE, PD_REMOTE_REQUEST, INTERNAL_ID = "vllm.pd.role", "vllm.pd.remote_request_id", "vllm.request.internal_id"
-PD_PREFILL, PD_DECODE = PREFILL, DECODE  # the values of PD_ROLE (the assembler's)
+PD_IDS = "pd"  # a disaggregated request's: both halves' ids from the P/D key (`pd_key`)
 PD_PREFILL_ROOT, PD_DECODE_ROOT = 1, 2  # the index of each half's root in `ids.span_id`
 TIMING, TIMING_START, TIMING_END = "vllm.timing", "vllm.timing.start", "vllm.timing.end"
 INCIDENT_KIND = "vllm.incident.kind"  # the attribute of a link to an incident
@@ -128,25 +129,64 @@ def _phase_timing(start: str, end: str) -> tuple[tuple[str, str], ...]:
     return (TIMING, phase_timing(start, end)), (TIMING_START, start), (TIMING_END, end)
 
 
+# vLLM's random suffix on an engine request id (`InputProcessor.assign_request_id`: 8 chars of a
+# uuid4's hex); absent with VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1
+_RANDOM_SUFFIX = re.compile(r"-[0-9a-f]{8}\Z")
+
+
 def pd_key(t: RequestTimeline | EngineTimeline) -> tuple[str, str] | None:
-    """(role, the prefill's engine request id) of one half of a disaggregated request, or None:
-    the key both halves have from their own lines (docs/distributed.md), never a source's."""
+    """(role, key) of one half of a disaggregated request, or None: the key both halves have
+    from their own lines (docs/distributed.md), never a source's. The key is the prefill's
+    engine request id; when it lacks vLLM's random suffix (request id randomization off: ids
+    repeat across instances and restarts) the prefill's engine id goes before it, when known.
+    The choice depends on the id alone, which both halves read alike. A prefill without an
+    internal id has its API id as engine id (randomization off: vLLM added it under that id);
+    an EngineTimeline (a late KV line about a prefill) names the id as an attribute. The
+    assembler reads the id alike (timeline.pd_key_id); these names are the module's, which the
+    C encoder is handed (wire._load_fast)."""
     attrs = t.attrs
     role = attrs.get(PD_ROLE)
     if role == PD_PREFILL:
-        key = attrs.get(INTERNAL_ID)
+        key, engine = attrs.get(INTERNAL_ID, getattr(t, "request_id", None)), attrs.get(PD_ENGINE)
     elif role == PD_DECODE:
-        key = attrs.get(PD_REMOTE_REQUEST)
+        key, engine = attrs.get(PD_REMOTE_REQUEST), attrs.get(PD_REMOTE_ENGINE)
     else:
         return None
-    return (role, key) if isinstance(key, str) and key else None
+    if not isinstance(key, str) or not key:
+        return None
+    if _RANDOM_SUFFIX.search(key) is None and isinstance(engine, str) and engine:
+        key = f"{engine}\x1f{key}"
+    return role, key
 
 
 def pd_ids(key: str, role: str) -> tuple[bytes, bytes]:
-    """(trace id, root span id) of the `role` half of the disaggregated request whose prefill's
-    engine request id is `key`: the same on any agent, whichever files it reads."""
+    """(trace id, root span id) of the `role` half of the disaggregated request of P/D key
+    `key`: the same on any agent, whichever files it reads."""
     tid = trace_id("", PD_IDS, key, "")
     return tid, span_id(tid, REQUEST_SPAN, PD_PREFILL_ROOT if role == PD_PREFILL else PD_DECODE_ROOT)
+
+
+def pd_trace(t: RequestTimeline, role: str, key: str) -> tuple[bytes, bytes, bytes, tuple[Link, ...]]:
+    """(trace id, root span id, parent span id, links) of a half of a disaggregated request.
+
+    The trace: the caller's, when this half carried the caller's context (`t.parent`: the
+    plugin's `traceparent`, a gateway's access log, its own X-Request-Id): a request sits inside
+    the trace of the gateway that sent it. Else the caller's context read from the prefill's
+    engine request id (`t.pd_context`: an X-Request-Id carrying W3C context reaches both halves
+    inside it). Else the key's own trace (`pd_ids`), which two agents derive alike. The root
+    span ids always come from the key, and the decode's root links to the prefill's root in
+    its own trace: right whenever both halves got the same context or none (a proxy forwards
+    the same headers to both); a context that reached one half only splits the two halves into
+    two traces (docs/distributed.md)."""
+    tid, root_id = pd_ids(key, role)
+    parent_id = b""
+    ctx = t.parent if t.parent is not None else t.pd_context
+    if ctx is not None:
+        tid, parent_id = ctx.trace_id, ctx.span_id or b""
+    links: tuple[Link, ...] = ()
+    if role == PD_DECODE:
+        links = (Link(tid, pd_ids(key, PD_PREFILL)[1], {}),)
+    return tid, root_id, parent_id, links
 
 
 def request_spans(t: RequestTimeline) -> list[SpanRecord]:
@@ -158,15 +198,14 @@ def request_spans(t: RequestTimeline) -> list[SpanRecord]:
     links = incident_links(t)
     pd = pd_key(t)
     if pd is None:
-        own = trace_id(t.source.key, REQUEST_IDS, t.request_id, t.occurrence)
-        root_id = span_id(own + t.occurrence.encode(), REQUEST_SPAN)
+        tid = trace_id(t.source.key, REQUEST_IDS, t.request_id, t.occurrence)
+        root_id = span_id(tid + t.occurrence.encode(), REQUEST_SPAN)
+        parent_id = b""
+        if t.parent is not None:
+            tid, parent_id = t.parent.trace_id, t.parent.span_id or b""
     else:
-        own, root_id = pd_ids(pd[1], pd[0])
-    tid, parent_id = own, b""
-    if t.parent is not None:
-        tid, parent_id = t.parent.trace_id, t.parent.span_id or b""
-    if pd is not None and pd[0] == PD_DECODE:
-        links = (Link(tid, pd_ids(pd[1], PD_PREFILL)[1], {}), *links)
+        tid, root_id, parent_id, pd_links = pd_trace(t, *pd)
+        links = (*pd_links, *links)
     out = [_record(SpanRecord, (
         tid, root_id, parent_id, REQUEST_SPAN, KIND_SERVER, t.start_ns, t.end_ns,
         t.attrs, _root_timing(t.start_timing, t.end_timing),

@@ -54,6 +54,7 @@ def _load_fast():
         "incident_event": IncidentEvent, "person": PERSON, "cache_limit": _CACHE_LIMIT,
         "pd_role": mapping.PD_ROLE, "pd_prefill": mapping.PD_PREFILL, "pd_decode": mapping.PD_DECODE,
         "pd_prefill_key": mapping.INTERNAL_ID, "pd_decode_key": mapping.PD_REMOTE_REQUEST, "pd_ids": mapping.PD_IDS,
+        "pd_prefill_engine": mapping.PD_ENGINE, "pd_decode_engine": mapping.PD_REMOTE_ENGINE,
         "pd_prefill_index": mapping.PD_PREFILL_ROOT, "pd_decode_index": mapping.PD_DECODE_ROOT,
     })
     return _fastwire.spans

@@ -189,13 +189,15 @@ class KvReceived:
 class KvReleased:
     """The prefill freed the blocks it held for the decode (`KV blocks released for request …`):
     read by the decode, or the lease expired (then `KvLeaseExpired` names the same engine id).
-    `held_since_ns`: the prefill's request ended and its connector kept the blocks."""
+    `held_since_ns`: the prefill's request ended and its connector kept the blocks. `engine_id`:
+    the prefill engine's KV engine id (the decode's `remote_engine_id`), from plugins that write it."""
 
     request_id: str
     engine_request_id: str
     blocks: int
     held_since_ns: int | None = None
     at_ns: int | None = None
+    engine_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -306,7 +306,7 @@ _KV_RECEIVED = re.compile(
     + _OPT_STAMP.format("waiting_since") + _OPT_STAMP.format("arrived_at") + _AT)
 _KV_RELEASED = re.compile(
     r"KV blocks released for request " + _KV_ID + r": engine_request_id=" + _KV_ID + r", blocks=(\d+)"
-    + _OPT_STAMP.format("held_since") + _AT)
+    + r"(?:, engine_id=" + _KV_ID + r")?" + _OPT_STAMP.format("held_since") + _AT)
 
 
 def _kv_received(msg: str) -> Event | None:
@@ -322,8 +322,9 @@ def _kv_released(msg: str) -> Event | None:
     m = _KV_RELEASED.match(msg)
     if m is None:
         return None
-    rid, eid, blocks, h_s, h_f, at_s, at_f = m.groups()
-    return KvReleased(rid, eid, count(blocks), _at_ns(h_s, h_f), _at_ns(at_s, at_f))
+    rid, eid, blocks, engine, h_s, h_f, at_s, at_f = m.groups()
+    return KvReleased(rid, eid, count(blocks), _at_ns(h_s, h_f), _at_ns(at_s, at_f),
+                      None if engine in (None, "-") else engine)
 
 
 #: First four characters of a message → the rule that may match it.

@@ -20,10 +20,12 @@ shows per request at INFO.
   `finished_sending`, read before vLLM frees them.
 
       KV blocks released for request <id>: engine_request_id=<eid>, blocks=<n>
-          [, held_since=<T>], t=<T>
+          [, engine_id=<engine>] [, held_since=<T>], t=<T>
 
-  `held_since`: when the connector's `request_finished` said to keep the blocks (the request's
-  end on the prefill). Whether the decode read them or the lease expired the scheduler cannot
+  `engine_id`: this engine's `kv_transfer_config.engine_id` (with the `_dp<n>` vLLM adds under
+  data parallelism), what the decode gets as `remote_engine_id`: with request id randomization
+  off it is part of the key that joins the two halves. `held_since`: when the connector's
+  `request_finished` said to keep the blocks (the request's end on the prefill). Whether the decode read them or the lease expired the scheduler cannot
   tell: the NIXL worker's own WARNING `Releasing expired KV blocks for request <eid> …` says it,
   with the same engine request id.
 
@@ -64,16 +66,18 @@ KV_HOOK_POINTS = (
 
 _RECEIVED = "KV received for request %s: engine_request_id=%s, remote_request_id=%s, remote_engine_id=%s, " \
             "blocks=%d, status=%s%s, t=%.6f"
-_RELEASED = "KV blocks released for request %s: engine_request_id=%s, blocks=%d%s, t=%.6f"
+_RELEASED = "KV blocks released for request %s: engine_request_id=%s, blocks=%d%s%s, t=%.6f"
 _CAP = 65536  # entries of requests that never reached the moment that drops them
 
 
 class KvLines:
     """One scheduler's KV state: monotonic stamps by engine request id, bounded."""
 
-    def __init__(self, log, api_id) -> None:
+    def __init__(self, log, api_id, engine_id: str | None = None) -> None:
         self.log = log
         self.api_id = api_id  # engine id → the id the API server logged
+        # this engine's KV engine id, as the decode's `remote_engine_id` names it
+        self.engine = "" if not engine_id else f", engine_id={_field(engine_id)}"
         self.on = True
         self.wall = time.time() - time.monotonic()
         self.waiting_since: dict[str, float] = {}
@@ -123,7 +127,7 @@ class KvLines:
         now = time.time()
         for eid, blocks in freed:
             since = self.held_since.pop(eid, None)
-            self.log.info(_RELEASED, self.api_id(eid), eid, blocks,
+            self.log.info(_RELEASED, self.api_id(eid), eid, blocks, self.engine,
                           "" if since is None else f", held_since={since + self.wall:.6f}", now)
 
     def before_received(self, sched, request) -> tuple:
@@ -179,7 +183,8 @@ def attach(sched, log, api_id, signature_gap=lambda fn, params: None) -> bool:
     if lacking:
         log.warning("vllm-trace-bridge plugin: no KV transfer lines: this vLLM has no %s", ", ".join(lacking))
         return False
-    kv = KvLines(log, api_id)
+    kv_config = getattr(getattr(sched, "vllm_config", None), "kv_transfer_config", None)
+    kv = KvLines(log, api_id, getattr(kv_config, "engine_id", None))
     cls = type(sched)
     orig_wait = getattr(cls, "_update_waiting_for_remote_kv")
     orig_xfer = getattr(cls, "_update_from_kv_xfer_finished")
