@@ -224,6 +224,11 @@ def test_a_failed_kv_load_ends_the_decode_at_vllms_failing_line_and_makes_no_eng
     assert [e.ts_ns // 1000 for e in load] == [int(ended.timestamp() * 1e6)]
     (failed,) = [e for e in x.events if e.attrs.get("exception.type") == "KvTransferFailed"]
     assert failed.attrs["vllm.kv_transfer.cause"] == cause[-1] == "zmq.error.Again"
+    # the plugin's end line, after the request ended there, still gives its counts
+    (counts,) = re.findall(r"ended: finish=error, prompt_tokens=(\d+), generated_tokens=(\d+), total_latency=([\d.]+)s",
+                           text)
+    assert (x.attrs["gen_ai.usage.input_tokens"], x.attrs["gen_ai.usage.output_tokens"], x.attrs["vllm.e2e_s"]) == (
+        int(counts[0]), int(counts[1]), float(counts[2]))
 
 
 def test_a_prefill_killed_before_the_read_fails_the_decode_with_the_typed_failure_and_one_incident(tmp_path):

@@ -293,6 +293,11 @@ class SeedLines:
             self.index.touch(r, record)
             if ev.times is not None and r.times is None:
                 self._plugin_times(r, ev.request_id, ev.times)
+            if k is None:  # its counts, unless a line gave them (a KV load failure ends it first)
+                for key, value in (("gen_ai.usage.input_tokens", ev.prompt_tokens),
+                                   ("gen_ai.usage.output_tokens", ev.generated_tokens), ("vllm.e2e_s", ev.e2e_s)):
+                    if r.extra is None or key not in r.extra:
+                        r.set(key, value)
             if k is not None and r.seqs is not None:  # n>1: this child is over too
                 r.seqs[k] = (record.ts_ns, None)
                 if r.held <= 0 and not self._seqs_left(r) and self.index.open.get(r.request_id) is r:
