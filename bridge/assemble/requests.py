@@ -25,7 +25,7 @@ from bridge.assemble.kvlines import KvLines, kv_due, kv_phases
 from bridge.assemble.seedlines import SeedLines
 from bridge.assemble.state import RequestState, fan_out
 from bridge.assemble.table import handlers
-from bridge.assemble.timeline import INFERRED, SpanEvent, Timeline, pd_key_id
+from bridge.assemble.timeline import INFERRED, PD_ROLE, SpanEvent, Timeline, pd_key_id
 from bridge.decode.record import CLOCK_ANCHORED, Record
 from bridge.core.counts import counts
 from bridge.core.position import GEN_SHIFT
@@ -146,7 +146,7 @@ class Assembler(SeedLines, ApiLines, KvLines):
         due = [
             r for r in self.index.open.values()
             if (r.terminal_ns is not None and r.terminal_ns <= linger_deadline
-                and kv_due(r, kv_deadline))
+                and (r.kv is None or kv_due(r, kv_deadline)))
             or r.last_ns <= ttl_deadline
         ]
         due += self.clock.stale(self.index.open.values(), now_ns, due)  # stamped before a jump back, TTL over
@@ -305,7 +305,7 @@ class Assembler(SeedLines, ApiLines, KvLines):
         t = self._timeline(r, self.source_at(r.generation << GEN_SHIFT), self._config.thresholds, parent)
         if r.kv is not None:
             kv_phases(t, r)  # after the build, C or pure: both agree on them
-        if self._config.client_context:
+        if PD_ROLE in t.attrs and self._config.client_context:
             key_id = pd_key_id(t.attrs, t.request_id)
             if key_id is not None:  # either half reads the same context from the same id
                 t.pd_context = self._config.context_rule(key_id)
