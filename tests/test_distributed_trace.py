@@ -280,12 +280,18 @@ def test_invalid_blocks_after_the_release_are_an_event_on_the_prefills_own_root(
     released = {eid: datetime.fromisoformat(ts[:26] + "+00:00") for ts, eid in re.findall(
         r"^(\S+)Z .*KV blocks released for request \S+ engine_request_id=([^,]+),", text, re.M)}
     assert len(invalid) == 2 and all(invalid[e] > released[e] for e in invalid)
+    freed = {eid: float(t) for eid, t in re.findall(  # the plugin's own stamp of the free (`t=`)
+        r"KV blocks released for request \S+ engine_request_id=([^,]+),.* t=([0-9.]+)", text)}
     prefills = {x.attrs["vllm.request.internal_id"]: x for x in _timelines([log], tmp_path)
                 if x.attrs.get("vllm.pd.role") == "prefill"}
     assert set(invalid) < set(prefills)
     for eid, x in prefills.items():
         got = [e.ts_ns // 1000 for e in x.events if e.name == "vllm.kv.blocks_invalid"]
         assert got == ([int(invalid[eid].timestamp() * 1e6)] if eid in invalid else [])
+        if eid in invalid:  # the root reaches its last line, the late one; kv_hold stays the release
+            assert x.end_ns // 1000 == int(invalid[eid].timestamp() * 1e6)
+            (hold,) = [p for p in x.phases if p.name == "kv_hold"]
+            assert hold.end_ns // 1000 == round(freed[eid] * 1e6)
 
 
 def test_the_short_lease_run_puts_each_late_read_on_the_prefill_it_names(tmp_path):
