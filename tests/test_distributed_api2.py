@@ -189,3 +189,22 @@ def test_one_id_in_flight_on_both_api_servers_at_once_is_two_roots(tmp_path):
                   round(next(p.end_ns for p in t.phases if p.name == "freed") / 1e3), t.attrs.get("vllm.dp.rank"))
                  for t in out if hasattr(t, "phases") and t.request_id == "cmpl-api2-dup-0")
     assert got == sorted(truth)
+
+
+def test_twins_on_two_api_servers_finishing_in_another_order_than_scheduled_keep_their_own_ends(tmp_path):
+    """race.log (the real_vllm test's run of 2026-12-04, kept when it failed): the two sends of
+    one X-Request-Id in flight at once on ApiServer_0 and ApiServer_1, both served by engine 0,
+    which scheduled ApiServer_0's first (its `Scheduling` line before ApiServer_1's `Received`)
+    but finished ApiServer_1's first (fewer tokens asked for). Each API server logs its own
+    request's end: every root's max_tokens (its own `Received` line) goes with the token count
+    the client got for that max_tokens, as the client's record pairs them."""
+    truth = json.loads((HERE / "race_truth.json").read_text())
+    d = tmp_path / "pod"
+    d.mkdir()
+    shutil.copy(HERE / "race.log", d / "0.log")
+    out: list = []
+    replay([str(d / "0.log")], [out.append])
+    got = Counter((t.request_id, t.attrs.get("gen_ai.request.max_tokens"), t.attrs.get("gen_ai.usage.output_tokens"))
+                  for t in out if hasattr(t, "phases"))
+    want = Counter((f"cmpl-{r['x_request_id']}-0", r["max_tokens"], r["completion_tokens"]) for r in truth["requests"])
+    assert [k for k in want if k[0] == "cmpl-api2-dup-0"] and got == want

@@ -97,9 +97,9 @@ class SeedLines:
         """Which of the requests in flight at once under `rid` a plugin line is about (none of
         them names the engine request id). An engine core's first `Scheduling` (`stage` 1): the
         oldest not yet scheduled (the engines take them in the order added); its `Freed` (2):
-        the oldest that engine core scheduled and did not free yet; the API server's end (3): of
-        those the line's API server received, the first freed (the engine frees a finished
-        request's blocks before the API server logs its end). Else the one this line's API
+        the oldest that engine core scheduled and did not free yet; the API server's end (3): the
+        one twin the line's API server received, else of those it received the first freed (the
+        engine frees a finished request's blocks before the API server logs its end). Else the one this line's API
         server received, or the oldest (`index.occurrence`)."""
         group = [o for o in self.index.group(rid) if o.terminal_ns is None]
         pick = None
@@ -111,9 +111,12 @@ class SeedLines:
             pick = next((o for o in free if o.extra is not None and o.extra.get("vllm.dp.rank") == rank), None) \
                 or next(iter(free), None)
         elif stage == 3:
-            done = [o for o in group if o.last_free_ns is not None]
-            mine = [o for o in done if o.extra is not None and o.extra.get("vllm.process") == record.process]
-            pick = min(mine or done, key=lambda o: o.last_free_ns, default=None)
+            mine = [o for o in group if o.extra is not None and o.extra.get("vllm.process") == record.process]
+            if len(mine) == 1:  # each API server logs its own requests' ends: no guess needed
+                pick = mine[0]
+            else:
+                done = [o for o in (mine or group) if o.last_free_ns is not None]
+                pick = min(done, key=lambda o: o.last_free_ns, default=None)
         if pick is None:
             pick = self.index.occurrence(rid, rid, record.process)
         return self.index.touch(pick, record)
