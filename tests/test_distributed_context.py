@@ -56,6 +56,13 @@ def with_traceparent(text: str, leg: str) -> str:
                   flags=re.M)
 
 
+def with_legs(case: str, pre: str, dec: str) -> tuple[str, str]:
+    """The two logs with the caller's traceparent on the halves `case` names (`CASES`)."""
+    on_prefill, on_decode = CASES[case]
+    return (with_traceparent(pre, PREFILL_LEG) if on_prefill else pre,
+            with_traceparent(dec, DECODE_LEG) if on_decode else dec)
+
+
 def write(where: Path, name: str, text: str) -> Path:
     d = where / name
     d.mkdir(parents=True, exist_ok=True)
@@ -101,12 +108,7 @@ def test_a_half_that_carried_the_callers_traceparent_is_in_the_callers_trace(cas
     the decode's link then names the prefill's root there; a header on one half only puts that
     half in the gateway's trace and the other in the key's (documented in distributed.md)."""
     on_prefill, on_decode = CASES[case]
-    pre = (FIXTURES / "prefill.log").read_text()
-    dec = (FIXTURES / "decode.log").read_text()
-    if on_prefill:
-        pre = with_traceparent(pre, PREFILL_LEG)
-    if on_decode:
-        dec = with_traceparent(dec, DECODE_LEG)
+    pre, dec = with_legs(case, (FIXTURES / "prefill.log").read_text(), (FIXTURES / "decode.log").read_text())
     caller = bytes.fromhex(CALLER_TRACE)
     for got in readings(pre, dec, tmp_path):
         for r in DONE:
@@ -143,12 +145,8 @@ def test_the_callers_context_in_the_shared_request_id_puts_both_halves_in_the_ca
     both derive the caller's trace and span from it; a traceparent header in the same trace is
     the more precise parent of the half that got it."""
     on_prefill, on_decode = CASES[case]
-    pre = with_context_in_ids((FIXTURES / "prefill.log").read_text())
-    dec = with_context_in_ids((FIXTURES / "decode.log").read_text())
-    if on_prefill:
-        pre = with_traceparent(pre, PREFILL_LEG)
-    if on_decode:
-        dec = with_traceparent(dec, DECODE_LEG)
+    pre, dec = with_legs(case, with_context_in_ids((FIXTURES / "prefill.log").read_text()),
+                         with_context_in_ids((FIXTURES / "decode.log").read_text()))
     caller = bytes.fromhex(CALLER_TRACE)
     for got in readings(pre, dec, tmp_path):
         for r in DONE:

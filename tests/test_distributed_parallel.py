@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from bridge.decode import Decoder
 from bridge.parse import Parser
 from bridge.parse.events import EngineError
 from bridge.pipeline import replay
+from logread import parsed
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "distributed"
 KINDS = [k for k in ("tp2", "pp2", "dp2tp2") if (FIXTURES / k / f"{k}.log").exists()]
@@ -42,17 +42,7 @@ def truth(kind: str) -> dict:
 
 def records(path: Path) -> list:
     """(Record, event or None) for each logical line, through decode and parse."""
-    dec, parser, out, offset = Decoder(), Parser(), [], 0
-    with open(path, "rb") as f:
-        for raw in f:
-            rec = dec(raw, offset)
-            offset += len(raw)
-            if rec is not None:
-                out.append(rec)
-    last = dec.flush()
-    if last is not None:
-        out.append(last)
-    return [(rec, parser.parse(rec.message, rec.level, rec.origin)) for rec in out]
+    return parsed(path)
 
 
 def replayed(path: Path, tmp_path: Path) -> tuple[list, list]:

@@ -34,6 +34,8 @@ from bridge.parse.events import (
     EngineStats,
 )
 
+from logread import parsed  # noqa: E402
+
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "distributed"
 _ADDED = re.compile(r"Added request (\S+?)\.?$")
 
@@ -51,8 +53,7 @@ def decoded(name: str):
 
 def records(name: str):
     """(Record, event or None) for each logical line of a fixture log, through decode and parse."""
-    parser = Parser()
-    return [(rec, parser.parse(rec.message, rec.level, rec.origin)) for rec in decoded(name)]
+    return parsed(FIXTURES / name)
 
 
 def truth(name: str) -> dict:
