@@ -66,7 +66,7 @@ _DP_ENGINE = re.compile(r"(?:EngineCore_(?:DP)?|Worker_DP)(\d+)(?!\d)")
 _WORKER = re.compile(r"(?:Vllm|Ray)?Worker")
 
 
-def _dp_engine(process: str) -> str:
+def dp_engine(process: str) -> str:
     """The data-parallel engine a process prefix names (`EngineCore_DP1 pid=7`,
     `Worker_DP1_TP0 pid=9` → "1"), or "" (the source's one engine, or not said)."""
     m = _DP_ENGINE.match(process) if process else None
@@ -104,7 +104,7 @@ class _Incident:
         if not self.worker:
             self.worker = _worker(record.process)
         if not self.engine:
-            self.engine = _dp_engine(record.process)
+            self.engine = dp_engine(record.process)
         if ev.worker and not self.died:
             self.died = ev.worker
         if record.ts_ns > self.last_ns:
@@ -336,7 +336,7 @@ class EngineLife:
                 return
             inc = self.incident = _Incident(record, ev)
             inc.occurrence = where(record)  # reserved now: the link its event carries names its span
-        engine, first_engine = _dp_engine(record.process), inc.engine or _dp_engine(inc.first.process)
+        engine, first_engine = dp_engine(record.process), inc.engine or dp_engine(inc.first.process)
         if engine and first_engine and engine != first_engine:
             # another data-parallel engine failing at the same time: its own incident
             sibling = self._siblings.get(engine)
@@ -398,7 +398,7 @@ class EngineLife:
         # server), each wrapper logging after the one it wraps, so the first is nearest the cause
         if first.process or record.process:
             attrs["vllm.process"] = first.process or record.process
-        # the engine it is of: a worker's lines are its engine's (`_dp_engine`), so is its death
+        # the engine it is of: a worker's lines are its engine's (`dp_engine`), so is its death
         if inc.engine:
             attrs["vllm.dp.rank"] = int(inc.engine)
         if inc.worker:

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from bridge.assemble import ids
 from bridge.assemble.ending import Close, End
+from bridge.assemble.engine import dp_engine
 from bridge.assemble.kvlines import awaits_release
 from bridge.assemble.state import RequestState
 from bridge.assemble.timeline import SpanEvent
@@ -63,9 +64,10 @@ def _combined(rid: str, seqs: dict) -> tuple[RequestSummary, int]:
 
 
 def _rank(process: str) -> int | None:
-    """n of an `EngineCore_DP<n> pid=…` process prefix, else None."""
-    word = process.split(" ", 1)[0]
-    return int(word[13:]) if word.startswith("EngineCore_DP") and word[13:].isdigit() else None
+    """The data-parallel engine a process prefix names (`engine.dp_engine`, the one rule an
+    incident's rank comes from too), as a rank, else None."""
+    engine = dp_engine(process)
+    return int(engine) if engine else None
 
 
 def _dp_rank(r: RequestState, process: str) -> None:
