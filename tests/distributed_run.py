@@ -13,6 +13,7 @@ tests/fixtures/distributed/ were made so, under `flock /tmp/vllm.lock`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -93,9 +94,11 @@ def _finished_per_engine(base: str) -> dict[str, int]:
     return out
 
 
-def run_pd(outdir: Path, n: int = 4) -> dict:
-    """A NIXL prefill/decode pair with the plugin behind the proxy; `n` sequential requests.
-    Writes prefill.log, decode.log (CRI-framed, as the kubelet would) and pd_truth.json."""
+@contextlib.contextmanager
+def _nixl_pair(outdir: Path, prefill_log: str, decode_log: str, kv_extra: dict | None = None):
+    """A NIXL prefill/decode pair with the plugin (engine ids `prefill-engine-0`,
+    `decode-engine-0`, each its own side-channel port) behind the proxy: (prefill, decode, proxy).
+    `kv_extra`: the connector's `kv_connector_extra_config` (a lease, say)."""
     overlay = nixl_overlay()
     if overlay is None:
         raise RuntimeError(f"no nixl overlay at {OVERLAY}")
@@ -104,25 +107,55 @@ def run_pd(outdir: Path, n: int = 4) -> dict:
     env_p = {"PYTHONPATH": overlay, "VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.1",
              "VLLM_NIXL_SIDE_CHANNEL_PORT": str(free_port())}
     env_d = {**env_p, "VLLM_NIXL_SIDE_CHANNEL_PORT": str(free_port())}
-    ids = [f"pd-{i:03d}" for i in range(n)]
-    max_tokens = [4 + 3 * i for i in range(n)]
-    with Vllm(outdir / "prefill.log", extra_env=env_p,
-              extra_args=(*common, "--kv-transfer-config", _kv_config("prefill-engine-0"))) as p, \
-            Vllm(outdir / "decode.log", extra_env=env_d,
-                 extra_args=(*common, "--kv-transfer-config", _kv_config("decode-engine-0"))) as d, \
+
+    def config(engine_id: str) -> str:
+        c = json.loads(_kv_config(engine_id))
+        if kv_extra:
+            c["kv_connector_extra_config"] = kv_extra
+        return json.dumps(c)
+
+    with Vllm(outdir / prefill_log, extra_env=env_p,
+              extra_args=(*common, "--kv-transfer-config", config("prefill-engine-0"))) as p, \
+            Vllm(outdir / decode_log, extra_env=env_d,
+                 extra_args=(*common, "--kv-transfer-config", config("decode-engine-0"))) as d, \
             PdProxy(f"http://127.0.0.1:{p.port}", f"http://127.0.0.1:{d.port}", deadline(600)) as proxy:
-        # NIXL's first decode does the handshake with the prefill's side channel, which vLLM gives
-        # 5 s (base_worker.py `_nixl_handshake`): on two loaded cores it can miss, and that request
-        # fails (its prefill blocks then wait out the lease: `Releasing expired KV blocks`). Warm up
-        # until one goes through; the tries stay in the record (they are in the logs too).
-        records = []
-        for k in range(4):
-            records += _client(proxy.base, p.model, [f"pd-warm-{k}"], [2])
-            if records[-1]["status"] == 200:
-                break
-        records += _client(proxy.base, p.model, ids, max_tokens)
-        # the prefill's aggregate `KV Transfer metrics` line comes at its next stats interval
-        time.sleep(12)
+        yield p, d, proxy
+
+
+def _warm_up(proxy: PdProxy, model: str) -> list[dict]:
+    """NIXL's first decode does the handshake with the prefill's side channel, which vLLM gives
+    5 s (base_worker.py `_nixl_handshake`): on two loaded cores it can miss, and that request
+    fails (its prefill blocks then wait out the lease: `Releasing expired KV blocks`). Warm up
+    until one goes through; the tries stay in the record (they are in the logs too)."""
+    records: list[dict] = []
+    for k in range(4):
+        records += _client(proxy.base, model, [f"pd-warm-{k}"], [2])
+        if records[-1]["status"] == 200:
+            break
+    return records
+
+
+def _forward_with(proxy: PdProxy, between):
+    """The proxy's forward with `between(rid)` called after the prefill's answer and before the
+    decode gets the request (a kill, a delay), the prefill's answer kept in `proxy.seen`."""
+    from pd_proxy import _post, prefill_body
+
+    def forward(path: str, body: dict, rid: str):
+        code, first = _post(proxy.prefill + path, prefill_body(body), rid, proxy.timeout)
+        if code != 200:
+            return code, first
+        params = first.get("kv_transfer_params")
+        proxy.seen.append({"x_request_id": rid, "prefill_id": first.get("id"), "kv_transfer_params": params})
+        between(rid)
+        second = dict(body)
+        second["kv_transfer_params"] = params
+        return _post(proxy.decode + path, second, rid, proxy.timeout)
+    return forward
+
+
+def _as_the_proxy_saw(records: list[dict], proxy: PdProxy) -> None:
+    """Each record with what the proxy saw of it: the prefill's response id and the KV transfer
+    params it handed the decode (the remote engine's request id and engine id)."""
     seen_by_id = {s["x_request_id"]: s for s in proxy.seen}
     for rec in records:
         seen = seen_by_id.get(rec["x_request_id"], {})
@@ -131,6 +164,19 @@ def run_pd(outdir: Path, n: int = 4) -> dict:
         rec["remote_request_id"] = params.get("remote_request_id")
         rec["remote_engine_id"] = params.get("remote_engine_id")
         rec["remote_block_ids"] = params.get("remote_block_ids")
+
+
+def run_pd(outdir: Path, n: int = 4) -> dict:
+    """A NIXL prefill/decode pair with the plugin behind the proxy; `n` sequential requests.
+    Writes prefill.log, decode.log (CRI-framed, as the kubelet would) and pd_truth.json."""
+    ids = [f"pd-{i:03d}" for i in range(n)]
+    max_tokens = [4 + 3 * i for i in range(n)]
+    with _nixl_pair(outdir, "prefill.log", "decode.log") as (p, _d, proxy):
+        records = _warm_up(proxy, p.model)
+        records += _client(proxy.base, p.model, ids, max_tokens)
+        # the prefill's aggregate `KV Transfer metrics` line comes at its next stats interval
+        time.sleep(12)
+    _as_the_proxy_saw(records, proxy)
     truth = {"kind": "nixl-pd", "prefill_engine_id": "prefill-engine-0", "decode_engine_id": "decode-engine-0",
              "requests": records}
     (outdir / "pd_truth.json").write_text(json.dumps(truth, indent=1) + "\n")
@@ -145,53 +191,21 @@ def run_pd_kill(outdir: Path) -> dict:
     pd_kill_truth.json (the client's record: the HTTP status of each request)."""
     import signal
 
-    overlay = nixl_overlay()
-    if overlay is None:
-        raise RuntimeError(f"no nixl overlay at {OVERLAY}")
-    outdir.mkdir(parents=True, exist_ok=True)
-    common = ("--max-num-seqs", "4")
-    env_p = {"PYTHONPATH": overlay, "VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.1",
-             "VLLM_NIXL_SIDE_CHANNEL_PORT": str(free_port())}
-    env_d = {**env_p, "VLLM_NIXL_SIDE_CHANNEL_PORT": str(free_port())}
     killed: dict = {}
-    with Vllm(outdir / "pd_kill_prefill.log", extra_env=env_p,
-              extra_args=(*common, "--kv-transfer-config", _kv_config("prefill-engine-0"))) as p, \
-            Vllm(outdir / "pd_kill_decode.log", extra_env=env_d,
-                 extra_args=(*common, "--kv-transfer-config", _kv_config("decode-engine-0"))) as d, \
-            PdProxy(f"http://127.0.0.1:{p.port}", f"http://127.0.0.1:{d.port}", deadline(600)) as proxy:
-        records = []
-        for k in range(4):
-            records += _client(proxy.base, p.model, [f"pd-warm-{k}"], [2])
-            if records[-1]["status"] == 200:
-                break
-        forward = proxy.forward
+    with _nixl_pair(outdir, "pd_kill_prefill.log", "pd_kill_decode.log") as (p, _d, proxy):
+        records = _warm_up(proxy, p.model)
 
-        def forward_killing(path: str, body: dict, rid: str):
-            from pd_proxy import _post, prefill_body
-            code, first = _post(proxy.prefill + path, prefill_body(body), rid, proxy.timeout)
-            if code != 200:
-                return code, first
-            params = first.get("kv_transfer_params")
-            proxy.seen.append({"x_request_id": rid, "prefill_id": first.get("id"), "kv_transfer_params": params})
+        def kill_prefill(_rid: str) -> None:
             os.killpg(p.proc.pid, signal.SIGKILL)
             p.proc.wait(deadline(30))
             killed["at"] = round(time.time(), 6)
-            second = dict(body)
-            second["kv_transfer_params"] = params
-            return _post(proxy.decode + path, second, rid, proxy.timeout)
 
-        proxy.forward = forward_killing
+        forward, proxy.forward = proxy.forward, _forward_with(proxy, kill_prefill)
         records += _client(proxy.base, p.model, ["pd-kill"], [4])
         proxy.forward = forward
         # the decode's aggregate `KV Transfer metrics` line comes at its next stats interval
         time.sleep(15)
-    seen_by_id = {s["x_request_id"]: s for s in proxy.seen}
-    for rec in records:
-        seen = seen_by_id.get(rec["x_request_id"], {})
-        params = seen.get("kv_transfer_params") or {}
-        rec["prefill_response_id"] = seen.get("prefill_id")
-        rec["remote_request_id"] = params.get("remote_request_id")
-        rec["remote_engine_id"] = params.get("remote_engine_id")
+    _as_the_proxy_saw(records, proxy)
     truth = {"kind": "nixl-pd-prefill-killed", "prefill_engine_id": "prefill-engine-0",
              "decode_engine_id": "decode-engine-0", "prefill_killed_at": killed.get("at"),
              "note": "the proxy SIGKILLed the prefill's process group after its answer for pd-kill, "
@@ -209,62 +223,26 @@ def run_pd_lease(outdir: Path, lease_s: int = 6, delay_s: float = 14.0) -> dict:
     when it reads the read's notification: while its engine steps, so at `pd-after`, the next
     request. `pd-ok`, forwarded at once, is read in time. Writes
     pd_lease_prefill.log, pd_lease_decode.log, pd_lease_truth.json."""
-    overlay = nixl_overlay()
-    if overlay is None:
-        raise RuntimeError(f"no nixl overlay at {OVERLAY}")
-    outdir.mkdir(parents=True, exist_ok=True)
-    common = ("--max-num-seqs", "4")
-    env_p = {"PYTHONPATH": overlay, "VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.1",
-             "VLLM_NIXL_SIDE_CHANNEL_PORT": str(free_port())}
-    env_d = {**env_p, "VLLM_NIXL_SIDE_CHANNEL_PORT": str(free_port())}
-
-    def config(engine_id: str) -> str:
-        c = json.loads(_kv_config(engine_id))
-        c["kv_connector_extra_config"] = {"kv_lease_duration": lease_s}
-        return json.dumps(c)
-
     held: dict = {}
-    with Vllm(outdir / "pd_lease_prefill.log", extra_env=env_p,
-              extra_args=(*common, "--kv-transfer-config", config("prefill-engine-0"))) as p, \
-            Vllm(outdir / "pd_lease_decode.log", extra_env=env_d,
-                 extra_args=(*common, "--kv-transfer-config", config("decode-engine-0"))) as d, \
-            PdProxy(f"http://127.0.0.1:{p.port}", f"http://127.0.0.1:{d.port}", deadline(600)) as proxy:
-        records = []
-        for k in range(4):
-            records += _client(proxy.base, p.model, [f"pd-warm-{k}"], [2])
-            if records[-1]["status"] == 200:
-                break
+    with _nixl_pair(outdir, "pd_lease_prefill.log", "pd_lease_decode.log",
+                    {"kv_lease_duration": lease_s}) as (p, _d, proxy):
+        records = _warm_up(proxy, p.model)
         records += _client(proxy.base, p.model, ["pd-ok"], [3])
-        forward = proxy.forward
 
-        def forward_late(path: str, body: dict, rid: str):
-            from pd_proxy import _post, prefill_body
-            code, first = _post(proxy.prefill + path, prefill_body(body), rid, proxy.timeout)
-            if code != 200:
-                return code, first
-            params = first.get("kv_transfer_params")
-            proxy.seen.append({"x_request_id": rid, "prefill_id": first.get("id"), "kv_transfer_params": params})
+        def hold(rid: str) -> None:
             held[rid] = [round(time.time(), 6)]
             time.sleep(delay_s)  # the client's request waits here: the proxy is slow
             held[rid].append(round(time.time(), 6))
-            second = dict(body)
-            second["kv_transfer_params"] = params
-            return _post(proxy.decode + path, second, rid, proxy.timeout)
 
-        proxy.forward = forward_late
+        forward, proxy.forward = proxy.forward, _forward_with(proxy, hold)
         records += _client(proxy.base, p.model, ["pd-late"], [3])
         proxy.forward = forward
         # NIXL's prefill worker reads the decode's notifications only while its engine steps:
         # an idle prefill logs `Potentially invalid` at its next request
         records += _client(proxy.base, p.model, ["pd-after"], [3])
         time.sleep(15)  # both instances' next `KV Transfer metrics` lines
-    seen_by_id = {s["x_request_id"]: s for s in proxy.seen}
+    _as_the_proxy_saw(records, proxy)
     for rec in records:
-        seen = seen_by_id.get(rec["x_request_id"], {})
-        params = seen.get("kv_transfer_params") or {}
-        rec["prefill_response_id"] = seen.get("prefill_id")
-        rec["remote_request_id"] = params.get("remote_request_id")
-        rec["remote_engine_id"] = params.get("remote_engine_id")
         if rec["x_request_id"] in held:
             rec["proxy_held"] = held[rec["x_request_id"]]
     truth = {"kind": "nixl-pd-short-lease", "prefill_engine_id": "prefill-engine-0",

@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "plugin"))
 
 from distributed_run import OVERLAY, nixl_overlay, run_api2, run_dp, run_pd  # noqa: E402
 from vllm_proc import venv_ready  # noqa: E402
+import logread  # noqa: E402
 
-from bridge.decode import Decoder  # noqa: E402
 from bridge.export.otlp import request_spans  # noqa: E402
 from bridge.parse import Parser  # noqa: E402
 from bridge.parse.events import KvReceived, KvReleased, RequestReceived, RequestSummary  # noqa: E402
@@ -34,13 +34,8 @@ pytestmark = [pytest.mark.real_vllm, pytest.mark.skipif(venv_ready() is not None
 
 
 def parsed(path: Path) -> list:
-    dec, parser, out, offset = Decoder(), Parser(), [], 0
-    with open(path, "rb") as f:
-        for raw in f:
-            rec = dec(raw, offset)
-            offset += len(raw)
-            if rec is not None:
-                out.append((rec, parser.parse(rec.message, rec.level, rec.origin)))
+    parser = Parser()
+    out = logread.parsed(path, parser)
     assert parser.snapshot().malformed == {}, path
     return out
 
