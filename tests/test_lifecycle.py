@@ -291,6 +291,35 @@ def test_nccl_watchdog_then_worker_died_is_one_distributed_incident(tmp_path):
     assert (f6.outcome, f6.error_type) == ("failed", "distributed")
 
 
+def _hang_warning(hms: str) -> str:  # distributed/device_communicators/shm_broadcast.py:750 (INFO in 0.32)
+    return core(hms, "shm_broadcast.py:750", "No available shared memory broadcast block found in 60 seconds. This "
+                "typically happens when some processes are hanging or doing some time-consuming work (e.g. "
+                "compilation, weight/kv cache quantization).")
+
+
+def test_a_hang_warned_each_minute_then_the_watchdog_is_one_incident(tmp_path):
+    """shm_broadcast warns again at each 60 s it goes on waiting; torch's watchdog gives up on
+    the collective that `ran for` the whole hang: one failure, from the first warning to the
+    watchdog, on the request in flight throughout."""
+    minutes = [f"08:{m:02d}:00" for m in range(1, 10)]
+    lines = [received("08:00:00", "chatcmpl-00000000000000h1"), added("08:00:00", "chatcmpl-00000000000000h1-01020304"),
+             *(_hang_warning(t) for t in minutes),
+             "(Worker_TP1 pid=301) [rank1]:[E1201 08:10:00.123456789 ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog "
+             "caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+             "Timeout(ms)=600000) ran for 600010 milliseconds before timing out."]
+    out = both(lines, tmp_path)
+    (inc,) = incidents(out)
+    assert (inc.error_type, inc.start_ns, inc.end_ns // NS) == ("distributed", at("08:01:00"), at("08:10:00") // NS)
+    (h1,) = roots(out)
+    assert [e.name for e in h1.events] == ["vllm.engine.incident"]
+
+
+def test_hang_warnings_further_apart_than_their_interval_are_two_hangs(tmp_path):
+    """A warning that did not come again after its 60 s: that wait ended; a later one is another."""
+    lines = [_hang_warning("08:01:00"), _hang_warning("08:04:00")]
+    assert [i.start_ns for i in incidents(both(lines, tmp_path))] == [at("08:01:00"), at("08:04:00")]
+
+
 def test_evidence_after_the_death_line_still_classifies_it(tmp_path):
     """The worker's death is logged first, its CUDA OOM traceback a moment later: `oom`."""
     w = "(Worker pid=301) ERROR 12-01 08:00:10 [multiproc_executor.py:1063] "

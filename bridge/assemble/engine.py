@@ -83,7 +83,7 @@ class _Incident:
     """Error records of one engine incident, gathered until none comes for `INCIDENT_WINDOW_NS`."""
 
     __slots__ = ("first", "last_ns", "last_offset", "error_type", "lead", "fatal", "lines", "affected",
-                 "failed", "event", "occurrence", "worker", "died", "engine")
+                 "failed", "event", "occurrence", "worker", "died", "engine", "window_ns")
 
     def __init__(self, record: Record, ev: EngineError) -> None:
         self.first = record
@@ -97,6 +97,9 @@ class _Incident:
         self.failed: list[RequestState] = []          # ended by it
         self.event: SpanEvent | None = None
         self.occurrence = ""  # set by the assembler when the incident begins: where its first line is
+        #: the quiet that ends it: longer while its latest line is one its writer repeats while
+        #: the condition lasts (a hang warned at each interval is one hang, not one per warning)
+        self.window_ns = INCIDENT_WINDOW_NS + int(ev.repeats_s * _NS)
 
     def add(self, record: Record, ev: EngineError) -> bool:
         """Take one more record; True when the incident's type became more specific."""
@@ -107,8 +110,9 @@ class _Incident:
             self.engine = dp_engine(record.process)
         if ev.worker and not self.died:
             self.died = ev.worker
-        if record.ts_ns > self.last_ns:
+        if record.ts_ns >= self.last_ns:
             self.last_ns = record.ts_ns
+            self.window_ns = INCIDENT_WINDOW_NS + int(ev.repeats_s * _NS)
         self.last_offset = max(self.last_offset, record.end_offset)
         rank = _SPECIFICITY.get(ev.error_type, len(_SPECIFICITY))
         # a signal killed it: where a later traceback was raised tells no other cause
@@ -159,7 +163,7 @@ class EngineLife:
         startup past the TTL."""
         if self.pending_nccl is not None and now_ns - self.pending_nccl[0].ts_ns >= _NS:
             self.flush_nccl(None)
-        if self.incident is not None and now_ns - self.incident.last_ns >= INCIDENT_WINDOW_NS:
+        if self.incident is not None and now_ns - self.incident.last_ns >= self.incident.window_ns:
             self.close_incident()
         if self.startup is not None and self.startup.end_ns <= ttl_deadline:
             self.end_startup()
@@ -324,7 +328,10 @@ class EngineLife:
                     self._requests.end(r, ts, End.STOPPED)
             return
         inc = self.incident
-        if inc is not None and self.death is None and ts - inc.last_ns > INCIDENT_WINDOW_NS:
+        if inc is not None and self.death is None and ts - inc.last_ns > inc.window_ns \
+                and ts - int(ev.lasted_s * _NS) > inc.last_ns + INCIDENT_WINDOW_NS:
+            # quiet for its window, and this line's condition did not begin while it was open
+            # (a watchdog's collective that `ran for` the whole hang is that hang's end)
             self.close_incident()
             inc = None
         if inc is None:
