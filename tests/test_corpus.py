@@ -45,10 +45,6 @@ GAPS: dict[tuple[str, str], str] = {
     ("ascend/lmcache-ascend-12-workers-exception.log", "error"):
         "'WorkerProc hit an exception' is any RPC's failure (a start's or a batch's); the only sign of serving is "
         "LMCache's own line naming a request, which the bridge does not read as vLLM's",
-    ("cuda/llm-d-191-nixl-expired-kv.log", "requests"):
-        "a lease expiry names a request whose own lines are outside the excerpt: the bridge counts it as an "
-        "orphan line rather than open a root, since a lease expires up to minutes after a request's root was "
-        "exported (a second root for one request)",
 }
 
 

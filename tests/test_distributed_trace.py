@@ -472,6 +472,44 @@ def test_an_expired_prefill_lingers_after_its_release_for_the_invalid_line_but_n
     assert not [e for e in out[0].events if e.name == "vllm.kv.blocks_invalid"]
 
 
+def test_a_lease_expiry_is_the_only_line_of_a_prefill_it_opens_one_root_never_a_second():
+    """Stock vLLM names no request: NIXL's `Releasing expired KV blocks for request <eid>` may be
+    all a log shows of a prefill (a lease is given only to a prefill that finished). One root,
+    its start unknown and its end inferred; an expiry for a prefill emitted already opens none."""
+    from bridge.assemble import Assembler
+    from bridge.assemble.requests import AssembleConfig
+    from bridge.decode.record import CLOCK_EXACT, Record
+    from bridge.parse import events as ev
+    from bridge.tail.source import source_for
+
+    s = 1_000_000_000
+
+    def rec(t, off):
+        return Record(t * s, CLOCK_EXACT, "WARNING", "nixl_connector.py:1049", "", off, off + 1)
+
+    out = []
+    a = Assembler(source_for("x.log"), out.append, AssembleConfig(kv_hold_s=60.0))
+    a.feed(rec(100, 0), ev.KvLeaseExpired("cmpl-unseen-0-12345678", 0))
+    # a prefill the log showed, emitted well before its lease ran out (kv_hold_s shorter)
+    a.feed(rec(200, 10), ev.RequestReceived("cmpl-b-0", 1, None, None, None, None, pd_role="prefill"))
+    a.feed(rec(200, 20), ev.RequestAdded("cmpl-b-0-87654321"))
+    a.feed(rec(201, 30), ev.RequestSummary("cmpl-b-0", 5, 1, 0.5, 0.0, 1.0, 201 * s, ev.PluginTimes(arrival_ns=200 * s)))
+    for t in range(202, 400):
+        a.tick(t * s)
+    assert sorted(r.request_id for r in out) == ["cmpl-b-0", "cmpl-unseen-0"]
+    a.feed(rec(400, 40), ev.KvLeaseExpired("cmpl-b-0-87654321", 0))
+    a.flush()
+    (unseen,) = [r for r in out if r.request_id == "cmpl-unseen-0"]
+    assert (unseen.outcome, unseen.start_ns, unseen.end_ns) == ("finished", 100 * s, 100 * s)
+    assert {k: unseen.attrs[k] for k in ("vllm.start_unknown", "vllm.end_inferred", "vllm.pd.role",
+                                          "vllm.request.internal_id")} == {
+        "vllm.start_unknown": True, "vllm.end_inferred": True, "vllm.pd.role": "prefill",
+        "vllm.request.internal_id": "cmpl-unseen-0-12345678"}
+    assert [e.name for e in unseen.events] == ["vllm.kv.lease_expired"]
+    assert sorted(r.request_id for r in out) == ["cmpl-b-0", "cmpl-unseen-0"]  # no second root for b
+    assert a.stats.orphan_lines == 1
+
+
 def test_the_wire_encoder_sends_both_halves_ids_and_the_link_as_the_mapping_says(tmp_path):
     """What a backend receives (the wire encoder's bytes, decoded by protobuf): the same trace
     for both halves and the decode's link to the prefill's root, C built or not (the C encoder

@@ -155,9 +155,19 @@ class KvLines:
             self.close(r, Close.DONE)  # not after an expiry: it lingers for `Potentially invalid`
 
     def _on_kv_lease_expired(self, record: Record, ev: KvLeaseExpired) -> None:
-        r = self._kv_request(None, ev.engine_request_id, record)
+        """NIXL reaped a prefill's blocks no decode read within the lease. A lease is only
+        given to a prefill that finished (its connector's `request_finished`), so a request
+        this log showed no line of before (stock vLLM names none; an excerpt; an agent started
+        after it) is opened here, finished at a time no line states; one emitted already
+        (`index.gone`) is not opened twice."""
+        r = self._kv_request(None, ev.engine_request_id, record, count=False)
         if r is None:
-            return
+            if ids.resolve(ev.engine_request_id, self.index.gone) is not None:
+                self.stats.orphan_lines += 1
+                return
+            r = self._orphan(ev.engine_request_id, record)
+            r.set("vllm.pd.role", PREFILL)
+            self.end(r, record.ts_ns, End.FINISHED, observed=False)
         kv_of(r, PREFILL).expired = True
         r.add_event(SpanEvent("vllm.kv.lease_expired", record.ts_ns, {"vllm.kv.readers": ev.readers}), False)
 

@@ -359,9 +359,10 @@ def _kv_transfer_metrics(msg: str) -> Event | None:
     return KvTransferMetrics(**found)
 
 
-#: NIXL worker (base_worker.py `_reap_expired_send_leases`, WARNING) and pull_worker.py (ERROR).
+#: NIXL worker (base_worker.py `_reap_expired_send_leases`, WARNING) and pull_worker.py (ERROR);
+#: before the worker split (nixl_connector.py, 0.10 – 0.1x) its readers were `decode worker(s)`.
 _LEASE_EXPIRED = re.compile(r"Releasing expired KV blocks for request (\S+?) which were retrieved by (\d+) "
-                            r"remote worker")
+                            r"(?:remote|decode) worker")
 _BLOCKS_INVALID = re.compile(r"Potentially invalid KV blocks for unrecognized request (\S+?) were retrieved")
 
 
