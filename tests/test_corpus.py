@@ -43,8 +43,10 @@ GAPS: dict[tuple[str, str], str] = {
         "exiting out of uvloop.run(worker()): nothing read says the worker was starting, and a wrapper's main "
         "may also exit on a death while serving",
     ("ascend/lmcache-ascend-12-workers-exception.log", "error"):
-        "'WorkerProc hit an exception' is any RPC's failure (a start's or a batch's); the only sign of serving is "
-        "LMCache's own line naming a request, which the bridge does not read as vLLM's",
+        "'WorkerProc hit an exception' is a worker's RPC failing (a start's or a batch's, or a utility call's): the "
+        "worker goes on, and whether the engine died is said by the engine core's next line (`EngineCore encountered "
+        "a fatal error`, `failed to start`), which the excerpt cuts off; the operator infers the death from "
+        "LMCache's line naming a request",
 }
 
 
