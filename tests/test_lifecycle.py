@@ -320,6 +320,14 @@ def test_hang_warnings_further_apart_than_their_interval_are_two_hangs(tmp_path)
     assert [i.start_ns for i in incidents(both(lines, tmp_path))] == [at("08:01:00"), at("08:04:00")]
 
 
+def test_a_hang_warned_for_longer_than_the_ttl_is_held_no_longer_than_a_request(tmp_path):
+    """An hour of warnings (an idle server's wait warned each minute, a hang nobody ended): an
+    incident is held at most the TTL (600 s), then goes out and the next warning opens another."""
+    lines = [_hang_warning(f"{8 + m // 60:02d}:{m % 60:02d}:00") for m in range(1, 61)]
+    got = incidents(both(lines, tmp_path))
+    assert [i.start_ns for i in got] == [at(f"08:{m:02d}:00") for m in (1, 11, 21, 31, 41, 51)]
+
+
 def test_evidence_after_the_death_line_still_classifies_it(tmp_path):
     """The worker's death is logged first, its CUDA OOM traceback a moment later: `oom`."""
     w = "(Worker pid=301) ERROR 12-01 08:00:10 [multiproc_executor.py:1063] "

@@ -163,7 +163,10 @@ class EngineLife:
         startup past the TTL."""
         if self.pending_nccl is not None and now_ns - self.pending_nccl[0].ts_ns >= _NS:
             self.flush_nccl(None)
-        if self.incident is not None and now_ns - self.incident.last_ns >= self.incident.window_ns:
+        if self.incident is not None and (now_ns - self.incident.last_ns >= self.incident.window_ns
+                                          or self.incident.first.ts_ns <= ttl_deadline):
+            # quiet for its window; or older than the TTL (a hang warned for hours, an idle
+            # server's repeated warning): held no longer than a request would be
             self.close_incident()
         if self.startup is not None and self.startup.end_ns <= ttl_deadline:
             self.end_startup()
