@@ -228,3 +228,37 @@ def test_a_ctrl_c_at_the_api_server_s_entry_fails_no_start(tmp_path):
     startups = [t for t in engines if t.kind == "startup"]
     assert len(startups) == 1 and not startups[0].error_type
     assert "model_load" not in {t.error_type for t in engines}
+
+
+def test_the_engine_core_the_client_saw_die_is_the_incident_s(tmp_path):
+    """The API server's monitor names the data-parallel engine that died, with no prefix to say
+    who wrote the line: the incident is that engine's. Near miss: a prefixed writer stays the
+    process named, the engine still the one the line says died."""
+    line = "ERROR 01-29 08:37:48 [core_client.py:564] Engine core proc EngineCore_DP1 died unexpectedly, " \
+           "shutting down client.\n"
+    (inc,) = _incidents(tmp_path, line)
+    assert (inc.error_type, inc.attrs["vllm.process"], inc.attrs["vllm.dp.rank"]) == ("engine_dead", "EngineCore_DP1", 1)
+    (inc,) = _incidents(tmp_path, "(APIServer pid=7) " + line)
+    assert (inc.attrs["vllm.process"], inc.attrs["vllm.dp.rank"]) == ("APIServer pid=7", 1)
+
+
+def test_a_second_api_server_listening_after_requests_opens_no_second_start(tmp_path):
+    """The API server's `Starting vLLM server on …` ends a start (and opens one where the lines begin
+    with it); a second API server's, after the start went out with the first request, is no new start."""
+    log = tmp_path / "vllm.log"
+    log.write_text(
+        "(APIServer pid=1) INFO 12-03 16:22:40 [api_server.py:1] vLLM API server version 0.32.0\n"
+        "(ApiServer_0 pid=2) INFO 12-03 16:22:55 [entry.py:140] Starting vLLM server on http://127.0.0.1:8000\n"
+        "(ApiServer_0 pid=2) INFO 12-03 16:22:56 [logger.py:49] Received request chatcmpl-a: params: "
+        "SamplingParams(n=1), lora_request: None.\n"
+        "(ApiServer_1 pid=3) INFO 12-03 16:22:57 [entry.py:140] Starting vLLM server on http://127.0.0.1:8000\n",
+        encoding="utf-8")
+    out: list = []
+    replay([str(log)], [out.append], ReplayConfig(year=2026))
+    starts = [t for t in out if isinstance(t, EngineTimeline) and t.kind == "startup"]
+    assert len(starts) == 1 and starts[0].end_ns > starts[0].start_ns  # it ends as the first server listens
+    log.write_text("(APIServer pid=1) INFO 04-08 20:32:02 [api_server.py:573] Starting vLLM server on "
+                   "http://0.0.0.0:8080\n", encoding="utf-8")
+    out.clear()
+    replay([str(log)], [out.append], ReplayConfig(year=2026))
+    assert [t.kind for t in out if isinstance(t, EngineTimeline)] == ["startup"]

@@ -143,7 +143,7 @@ NOT_VLLM: tuple[tuple[str, str], ...] = (
     # the paste, not any log
     (r"(?:\.\.\.|\[\.\.\.\]|--)$", "the user's elision or separator in the paste"),
     (r"(?:\$ |root@|python |static --|--no-enable|✗ kubectl|'…' (?:vllm serve|export|python|CUDA_VISIBLE)"
-     r"|\([\w<>]+\) '…'$)",
+     r"|\([\w<>]+\) '…'$|\([\w-]+\) root@|'…' kubectl logs |vllm serve '…'$)",
      "the user's shell prompt (a conda environment's name before it) and command line"),
     (r"tonyaw: ?", "the user's own debug prints added to a fork of vLLM"),
     (r"kl '…'$", "the user's alias for `kubectl logs <pod>`"),
@@ -172,6 +172,10 @@ NOT_VLLM: tuple[tuple[str, str], ...] = (
     (r"- runners\.py\[line:<n>\] - ERROR: Exception in callback |handle: <Handle ",
      "asyncio's exception handler, through the app's logger (vLLM's own error lines follow)"),
     (r"vllm<n>\.service: ", "systemd's unit status"),
+    (r"\[ERROR:swift\] ", "ms-swift's own logger (its rollout worker reporting the call that failed)"),
+    (r"I <n>-<n> <n> log_lib\.py:<n>\] ", "SkyPilot's own logger (glog-like `I MM-DD HH:MM:SS file:line]`)"),
+    (r"(?:`torch_dtype` is deprecated|Using a slow image processor as `use_fast`)",
+     "transformers' warnings (a deprecated config key, the slow image processor) inside vLLM's processes"),
     (r"авг <n> <n> llm python<n>\[<n>\]: (?:SM<n>|tokens=)", "a fork's (1cat-vllm) kernel debug print, through journald"),
     # libraries and runtimes inside vLLM's processes
     (r"(?:The actor is dead because|Set the environment variable HYDRA_FULL_ERROR)",

@@ -319,3 +319,16 @@ def test_parser_counts_notices_by_their_kind():
     p("nothing", "INFO")
     s = p.snapshot()
     assert s.by_kind == {"noise": 1, "request_added": 1} and s.unrecognised == 1
+
+
+def test_the_api_server_listening_ends_a_start_and_its_routes_do_not():
+    for message in ("Starting vLLM API server on http://0.0.0.0:8000", "Starting vLLM server on http://0.0.0.0:8080",
+                    "Starting vLLM API server 0 on http://0.0.0.0:8000"):
+        assert parse_line(message, "INFO") == StartupFact((), listening=True), message
+    for message in ("Available routes are:", "Route: /health, Methods: GET"):
+        assert not isinstance(parse_line(message, "INFO"), StartupFact), message
+
+
+def test_the_engine_client_names_the_engine_core_that_died():
+    ev = parse_line("Engine core proc EngineCore_DP1 died unexpectedly, shutting down client.", "ERROR")
+    assert isinstance(ev, EngineError) and (ev.error_type, ev.core, ev.worker) == ("engine_dead", "EngineCore_DP1", "")

@@ -73,6 +73,13 @@ def dp_engine(process: str) -> str:
     return m[1] if m else ""
 
 
+def _engine_of(record: Record, ev: EngineError) -> str:
+    """The data-parallel engine an error record is of: its process prefix's, else the engine
+    core its line says died (the client's monitor, `Engine core proc EngineCore_DP1 died …`,
+    written by the API server)."""
+    return dp_engine(record.process) or dp_engine(ev.core)
+
+
 def _worker(process: str) -> str:
     """The worker a process prefix names (`Worker_TP1 pid=9` → "Worker_TP1", `VllmWorker TP0 pid=5`
     → "VllmWorker TP0"), or ""."""
@@ -83,13 +90,14 @@ class _Incident:
     """Error records of one engine incident, gathered until none comes for `INCIDENT_WINDOW_NS`."""
 
     __slots__ = ("first", "last_ns", "last_offset", "error_type", "lead", "fatal", "lines", "affected",
-                 "failed", "event", "occurrence", "worker", "died", "engine", "window_ns")
+                 "failed", "event", "occurrence", "worker", "died", "engine", "window_ns", "core")
 
     def __init__(self, record: Record, ev: EngineError) -> None:
         self.first = record
         self.worker = ""  # the first of the engine's workers that logged a line of it
         self.died = ""    # the worker a line says died (the executor's monitor)
         self.engine = ""  # the data-parallel engine whose process (core or worker) logged first
+        self.core = ""    # the engine core process a line says died (the client's monitor)
         self.last_ns, self.last_offset = record.ts_ns, record.end_offset
         self.error_type, self.lead, self.fatal = ev.error_type, (record, ev), ev.fatal
         self.lines = 0
@@ -107,7 +115,9 @@ class _Incident:
         if not self.worker:
             self.worker = _worker(record.process)
         if not self.engine:
-            self.engine = dp_engine(record.process)
+            self.engine = _engine_of(record, ev)
+        if ev.core and not self.core:
+            self.core = ev.core
         if ev.worker and not self.died:
             self.died = ev.worker
         if record.ts_ns >= self.last_ns:
@@ -298,6 +308,8 @@ class EngineLife:
 
     def on_startup_fact(self, record: Record, ev: StartupFact) -> None:
         if self.startup is None:
+            if ev.listening and self.facts:
+                return  # the start was read and went out: another API server of it begins to listen
             self.startup = Startup(record)
         self.startup.add(record, ev.facts)
         for key, value in ev.facts:
@@ -346,7 +358,7 @@ class EngineLife:
                 return
             inc = self.incident = _Incident(record, ev)
             inc.occurrence = where(record)  # reserved now: the link its event carries names its span
-        engine, first_engine = dp_engine(record.process), inc.engine or dp_engine(inc.first.process)
+        engine, first_engine = _engine_of(record, ev), inc.engine or dp_engine(inc.first.process)
         if engine and first_engine and engine != first_engine:
             # another data-parallel engine failing at the same time: its own incident
             sibling = self._siblings.get(engine)
@@ -406,8 +418,9 @@ class EngineLife:
         first = inc.first
         # the process that logged first: an error travels outward (worker → engine core → API
         # server), each wrapper logging after the one it wraps, so the first is nearest the cause
-        if first.process or record.process:
-            attrs["vllm.process"] = first.process or record.process
+        # (no prefix says who wrote it: the engine core the client saw die is the one it is of)
+        if first.process or record.process or inc.core:
+            attrs["vllm.process"] = first.process or record.process or inc.core
         # the engine it is of: a worker's lines are its engine's (`dp_engine`), so is its death
         if inc.engine:
             attrs["vllm.dp.rank"] = int(inc.engine)

@@ -394,6 +394,9 @@ class StartupFact:
     """A startup line's numbers, as attribute names of the `vllm.startup` span."""
 
     facts: tuple[tuple[str, str | int | float], ...]
+    #: the API server's line as it begins to listen: the end of a start, which opens a span only
+    #: where no start was read before it (a second API server's, after requests came, opens none)
+    listening: bool = False
 
 
 #: The fact that names the model as clients send it (`--served-model-name`, the API server's
@@ -425,6 +428,10 @@ class EngineError:
     #: the writer repeats the line every this many seconds while the condition lasts (vLLM's
     #: shm_broadcast warns again at each interval of a hang): no quiet of that length ends it.
     repeats_s: float = 0.0
+    #: the engine core process the line says died, as vLLM names it (the client's monitor,
+    #: core_client.py: `Engine core proc EngineCore_DP1 died unexpectedly, shutting down client.`
+    #: → "EngineCore_DP1"): the API server writes it, often with no prefix to say so
+    core: str = ""
 
 
 #: What vLLM's API server logs when its engine core process died under it (core_client.py:818):

@@ -636,6 +636,17 @@ def _compiling(msg: str) -> Event | None:
 
 _COMPILE_LINE = StartupFact(())
 
+#: The API server's line as its start ends and it begins to listen (api_server.py: `Starting vLLM
+#: API server on http://…`, later `Starting vLLM server on http://…`, `Starting vLLM API server 0
+#: on …` with several): the last line of a start, so a startup line (it ends the span, or opens
+#: one where the lines begin there). The route listing after it is not: a list of paths.
+_LISTENING_LINES = ("Starting vLLM API server", "Starting vLLM server")
+_LISTENING = StartupFact((), listening=True)
+
+
+def _listening(msg: str) -> Event | None:
+    return _LISTENING
+
 
 def _fact_rule(pattern: re.Pattern[str], names: tuple[str, ...]):
     def rule(msg: str) -> Event | None:
@@ -896,8 +907,10 @@ def engine_error(msg: str) -> EngineError:
         m = _WATCHDOG_RAN.search(msg)
         if m is not None:
             lasted_s = max(lasted_s, int(m[1]) / 1000)
+    c = _CORE_DIED.match(msg) if msg.startswith("Engine core proc ") else None
     return EngineError(error_type, exc_type.rsplit(".", 1)[-1], message[:_MAX_MESSAGE], fatal,
-                       stack[:_MAX_STACK], basis=basis, worker=worker, lasted_s=lasted_s, repeats_s=repeats_s)
+                       stack[:_MAX_STACK], basis=basis, worker=worker, lasted_s=lasted_s, repeats_s=repeats_s,
+                       core="" if c is None else c[1])
 
 
 #: vLLM's shm_broadcast while a reader or writer waits for a block (a hang, or a long compile):
@@ -912,6 +925,9 @@ _WATCHDOG_RAN = re.compile(r"\) ran for (\d{1,12}) milliseconds before timing ou
 #: `Worker proc VllmWorker-1 died unexpectedly (exit code: -9)`, its multiprocessing name, the
 #: executor's rank; V0's multiproc_worker_utils: `Worker VllmWorkerProcess pid 1159 died`).
 _WORKER_DIED = re.compile(r"Worker (?:proc )?([\w.-]+)(?: pid (\d+))? died\b")
+#: The engine client's monitor names the engine core process that died (core_client.py
+#: `Engine core proc EngineCore_DP1 died unexpectedly, shutting down client.`).
+_CORE_DIED = re.compile(r"Engine core proc ([\w.-]+) died\b")
 
 
 #: Error lines of vLLM's own loggers, as (literal start, regex for the rest): the starts are also
@@ -991,7 +1007,7 @@ _NOTICES = (
     ("startup_info", (
         "Automatically detected platform", "Using ", "Starting to load model", "Resolved architecture",
         "Chunked prefill is enabled", "Loading weights took", "Supported_tasks", "Supported tasks",
-        "Default sampling parameters", "non-default args", "This model's", "Starting vLLM API server",
+        "Default sampling parameters", "non-default args", "This model's",
         "Available routes are", "Route: ", "Waiting for ", "Graph capturing", "Setting max_num_batched_tokens",
         "Disabling", "Enabling",
         "CUDA graph", "Asynchronous scheduling", "AsyncLLM created with", "Started engine process",
@@ -1001,7 +1017,7 @@ _NOTICES = (
         "vLLM is using", "Ray", "Connected", "Sleep mode", "Prefix caching", "Custom allreduce",
         "NCCL", "pynccl", "Attention", "FlashInfer", "flashinfer", "Registering", "V1 LLM engine",
         "Initialized", "Local ", "Loaded ", "Dumping ", "Gracefully", "Stopping",
-        "Killing local vLLM worker", "Worker ready", "vLLM server version", "Starting vLLM server",
+        "Killing local vLLM worker", "Worker ready", "vLLM server version",
         "Scale-out endpoints", "`--enable-log-requests` is set",
     )),
     ("engine_loop", (  # the engine's own DEBUG heartbeat and IPC set-up and shutdown
@@ -1265,7 +1281,8 @@ PREFILTER = {
     "init": _FACT_GUARDED["init"],
     "torc": _FACT_GUARDED["torc"],
     "vLLM": _FACT_GUARDED["vLLM"],
-    "Star": _chain(_FACT_GUARDED["Star"], _starting(("Starting torch.compile",), _compiling)),
+    "Star": _chain(_FACT_GUARDED["Star"], _starting(("Starting torch.compile",), _compiling),
+                   _starting(_LISTENING_LINES, _listening)),
     "non-": _server_args,
     "args": _server_args,
     " ▄▄ ": _logo,
