@@ -45,6 +45,9 @@ GAPS: dict[tuple[str, str], str] = {
     ("ascend/lmcache-ascend-12-workers-exception.log", "error"):
         "'WorkerProc hit an exception' is any RPC's failure (a start's or a batch's); the only sign of serving is "
         "LMCache's own line naming a request, which the bridge does not read as vLLM's",
+    ("tpu/tpu-inference-2453-moe-weights-failed-start.log", "startup"):
+        "tpu-inference's MoE weight-padding lines (`w13_weight_w1 shape after padding: …`, each named by its "
+        "weight) are not read as startup lines: nothing else before the failure says the engine was starting",
     ("cuda/llm-d-191-nixl-expired-kv.log", "requests"):
         "a lease expiry names a request whose own lines are outside the excerpt: the bridge counts it as an "
         "orphan line rather than open a root, since a lease expires up to minutes after a request's root was "

@@ -45,6 +45,9 @@ INCIDENT_WINDOW_NS = 5 * _NS
 #: EngineDeadError stays `oom`, NCCL/watchdog evidence makes a "Worker died" `distributed`.
 _SPECIFICITY = {t: i for i, t in enumerate(
     ("oom", "distributed", "timeout", "model_load", "engine_dead", "input", "overloaded", "aborted", "other"))}
+#: A wait report (shm_broadcast's, every 60 s while one wait lasts) this soon after the same
+#: process's last one continues the hang that report began: one incident however long it lasts.
+WAIT_REPEAT_NS = 2 * 60 * _NS
 #: Errors while the server is being stopped on purpose are part of the stop, not a death, unless
 #: they show a failure of their own.
 _REAL_FAILURES = frozenset({"oom", "distributed"})
@@ -153,6 +156,7 @@ class EngineLife:
         self.stop_last_ns = 0            # the stop's latest line
         self._stop_mode = ""             # abort | drain, when vLLM said
         self._held: tuple[int, int] | None = None  # (ts, running + waiting) of the last stats line
+        self._waits: dict[str, int] = {}  # process → time of its last wait report (a hang reported)
 
     def tick(self, now_ns: int, ttl_deadline: int) -> None:
         """What is due at `now_ns`: a held NCCL timeout, an incident quiet for its window, a
@@ -276,6 +280,7 @@ class EngineLife:
         for r in list(self._in_flight.values()):  # the engine that held them is gone
             self._requests.close(r, Close.UNENDED)
         self.death = self.stop_ns = self._held = None  # a new engine life
+        self._waits.clear()
         self._data_parallel = max(1, ev.data_parallel)
         self._stop_mode = ""
         self.startup.has_banner = True
@@ -323,6 +328,13 @@ class EngineLife:
                 for r in list(self._in_flight.values()):
                     self._requests.end(r, ts, End.STOPPED)
             return
+        if ev.waiting:
+            last = self._waits.get(record.process)
+            self._waits[record.process] = ts
+            if last is not None and ts - last <= WAIT_REPEAT_NS and (
+                    self.incident is None or ts - self.incident.last_ns > INCIDENT_WINDOW_NS):
+                self.stats.wait_repeats += 1  # the same hang, still going: its incident went out
+                return
         inc = self.incident
         if inc is not None and self.death is None and ts - inc.last_ns > INCIDENT_WINDOW_NS:
             self.close_incident()

@@ -64,6 +64,7 @@ AssembleStats = counts("AssembleStats", __name__, """What the assembler of one s
     orphan_requests: requests whose start was not seen, rebuilt from later lines
     stop_errors: error records during a deliberate stop: part of the stop, no incident
     death_errors: error records after an engine death's incident went out: part of it
+    wait_repeats: wait reports repeating a hang whose incident went out (shm_broadcast's, each minute)
     reused_concurrent: requests received under an id another request held at the time
     requests_capped: requests closed early by `evict_oldest` (the open-request limit), ended or not
     clock_jumps: times the stream's clock leapt between neighbouring lines (clock.py)

@@ -417,6 +417,9 @@ class EngineError:
     #: the worker process the line says died, as vLLM names it (the executor's monitor:
     #: `Worker proc VllmWorker-1 died …` → "VllmWorker-1"; V0: `VllmWorkerProcess pid=1159`)
     worker: str = ""
+    #: a report of a wait still going, repeated while it lasts (shm_broadcast's): a repeat
+    #: continues the hang its first report began, no new failure
+    waiting: bool = False
 
 
 #: What vLLM's API server logs when its engine core process died under it (core_client.py:818):
