@@ -269,3 +269,11 @@ def test_a_hang_reported_every_minute_is_one_incident(tmp_path):
 def test_a_hang_reported_again_after_a_long_quiet_is_a_new_incident(tmp_path):
     """Near miss: reports more than two intervals apart are two hangs."""
     assert len(_incidents(tmp_path, _WAIT.format(25) + _WAIT.format(28))) == 2
+
+
+def test_two_engines_hanging_the_same_minutes_are_two_incidents(tmp_path):
+    """Data-parallel engines report their own waits, interleaved: one hang each, however many reports."""
+    dp1 = _WAIT.replace("EngineCore_DP0 pid=7", "EngineCore_DP1 pid=8").replace(":53 ", ":54 ")
+    text = "".join(dp1.format(25) + _WAIT.format(26) + dp1.format(26) + _WAIT.format(27) for _ in (0,))
+    incidents = _incidents(tmp_path, text)
+    assert sorted(i.attrs["vllm.process"] for i in incidents) == ["EngineCore_DP0 pid=7", "EngineCore_DP1 pid=8"]

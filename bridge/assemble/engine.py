@@ -331,9 +331,10 @@ class EngineLife:
         if ev.waiting:
             last = self._waits.get(record.process)
             self._waits[record.process] = ts
-            if last is not None and ts - last <= WAIT_REPEAT_NS and (
-                    self.incident is None or ts - self.incident.last_ns > INCIDENT_WINDOW_NS):
-                self.stats.wait_repeats += 1  # the same hang, still going: its incident went out
+            if last is not None and ts - last <= WAIT_REPEAT_NS:
+                # the same process's hang, still going: whatever else is open now (another
+                # data-parallel engine's hang reported the same minute) is not this one
+                self.stats.wait_repeats += 1
                 return
         inc = self.incident
         if inc is not None and self.death is None and ts - inc.last_ns > INCIDENT_WINDOW_NS:
