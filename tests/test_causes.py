@@ -62,7 +62,7 @@ def test_a_prompt_that_could_not_be_processed_is_the_client_s():
 
 from bridge.parse import Parser  # noqa: E402
 from bridge.parse.events import (  # noqa: E402
-    EngineError, Notice, RequestFailed, RequestFinished, RequestsAborted, RequestWaiting, SequencePreempted,
+    AccessLog, EngineError, Notice, RequestFailed, RequestFinished, RequestsAborted, RequestWaiting, SequencePreempted,
     StartupFact)
 
 _LINES = [
@@ -95,6 +95,18 @@ _LINES = [
      "", "", EngineError),
     # an empty line a V1 worker wrote: its prefix, nothing after it
     ("(VllmWorker TP1 pid=5311)", "", "", Notice("noise")),
+    # lines a start prints once while it loads its model and builds its workers: startup lines
+    # parallel_state.py: "rank %d in world size %d is assigned as DP rank %d, PP rank %d, …"
+    ("rank 0 in world size 1 is assigned as DP rank 0, PP rank 0, PCP rank 0, TP rank 0, EP rank 0", "INFO",
+     "parallel_state.py:1425", StartupFact(())),
+    ("Loading weights took 24.84 seconds", "INFO", "default_loader.py:384", StartupFact(())),
+    ("Loading weights from /dev/shm/m/model-00017-of-000017.safetensors", "INFO", "weight_utils.py:122", StartupFact(())),
+    # tpu-inference's runner and worker, vllm-gaudi's sampler warm-up
+    ("Init model | hbm=[(16.43, 31.25), (16.43, 31.25)]GiB", "INFO", "tpu_jax_runner.py:310", StartupFact(())),
+    ("Init mesh | mesh=Mesh('data': 1, 'model': 4)", "INFO", "tpu_jax_runner.py:287", StartupFact(())),
+    ("Starting sampler warmup...", "INFO", "hpu_model_runner.py:4675", StartupFact(())),
+    # uvicorn's access line whose `INFO:     ` a paste lost
+    ('127.0.0.1:57122 - "POST /v1/chat/completions HTTP/1.1" 200 OK', "", "", AccessLog("POST", "/v1/chat/completions", 200)),
 ]
 
 
@@ -109,6 +121,12 @@ def test_a_serving_path_line_is_read_by_what_it_means(message, level, origin, wa
     else:
         assert got == want
     assert parser.snapshot().unrecognised == 0
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["c", "python"])
+def test_a_rank_line_that_is_no_rank_assignment_is_no_startup_line(fast):
+    parser = Parser() if fast else Parser(fast=None)
+    assert not isinstance(parser.parse("rank 3 is slow to answer", "INFO", "parallel_state.py:1"), StartupFact)
 
 
 def test_an_unknown_line_of_an_engine_module_is_still_unknown_in_both_paths():
@@ -200,6 +218,13 @@ V = '  File "/usr/local/lib/python3.12/dist-packages/'
     (V + 'torch/_dynamo/convert_frame.py", line 1453, in __call__\n    result = self._inner_convert(', "model_load"),
     (V + 'vllm/v1/worker/gpu_model_runner.py", line 2064, in execute_model\n    model_output = self.model(\n'
      "torch._inductor.exc.InductorError: LoweringException: AssertionError", "engine_dead"),
+    # a worker building its process groups (parallel_state's GroupCoordinator), the exception cut off
+    ("Traceback (most recent call last):\n" + V + 'vllm/distributed/parallel_state.py", line 908, in '
+     "init_model_parallel_group\n    return GroupCoordinator(\n" + V + 'vllm/distributed/device_communicators/'
+     'pynccl.py", line 99, in __init__\n    self.comm: ncclComm_t = self.nccl.ncclCommInitRank(', "model_load"),
+    # a worker process being built (multiproc_executor's worker_main), the exception cut off
+    ("Traceback (most recent call last):\n" + V + 'vllm/v1/executor/multiproc_executor.py", line 485, in '
+     "worker_main\n    worker = WorkerProc(*args, **kwargs)", "model_load"),
     # V0's dump of a model execution that raised, like V1's `Dumping input data`
     ("Writing input of failed execution to /tmp/err_execute_model_input_20250417-043638.pkl...", "engine_dead"),
     (V + 'vllm/worker/model_runner_base.py", line 116, in _wrapper\n    return func(*args, **kwargs)\n'
@@ -262,3 +287,27 @@ def test_a_second_api_server_listening_after_requests_opens_no_second_start(tmp_
     out.clear()
     replay([str(log)], [out.append], ReplayConfig(year=2026))
     assert [t.kind for t in out if isinstance(t, EngineTimeline)] == ["startup"]
+
+
+_WAIT = ("(EngineCore_DP0 pid=7) INFO 12-09 11:{:02d}:53 [shm_broadcast.py:466] No available shared memory broadcast "
+         "block found in 60 seconds. This typically happens when some processes are hanging or doing some "
+         "time-consuming work (e.g. compilation).\n")
+
+
+def test_a_hang_reported_every_minute_is_one_incident(tmp_path):
+    """shm_broadcast repeats its report every 60 s while one wait lasts: one hang, one incident."""
+    (inc,) = _incidents(tmp_path, "".join(_WAIT.format(m) for m in range(25, 29)))
+    assert inc.error_type == "timeout" and not inc.attrs["vllm.incident.fatal"]
+
+
+def test_a_hang_reported_again_after_a_long_quiet_is_a_new_incident(tmp_path):
+    """Near miss: reports more than two intervals apart are two hangs."""
+    assert len(_incidents(tmp_path, _WAIT.format(25) + _WAIT.format(28))) == 2
+
+
+def test_two_engines_hanging_the_same_minutes_are_two_incidents(tmp_path):
+    """Data-parallel engines report their own waits, interleaved: one hang each, however many reports."""
+    dp1 = _WAIT.replace("EngineCore_DP0 pid=7", "EngineCore_DP1 pid=8").replace(":53 ", ":54 ")
+    text = "".join(dp1.format(25) + _WAIT.format(26) + dp1.format(26) + _WAIT.format(27) for _ in (0,))
+    incidents = _incidents(tmp_path, text)
+    assert sorted(i.attrs["vllm.process"] for i in incidents) == ["EngineCore_DP0 pid=7", "EngineCore_DP1 pid=8"]

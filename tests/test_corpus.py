@@ -47,6 +47,19 @@ GAPS: dict[tuple[str, str], str] = {
         "worker goes on, and whether the engine died is said by the engine core's next line (`EngineCore encountered "
         "a fatal error`, `failed to start`), which the excerpt cuts off; the operator infers the death from "
         "LMCache's line naming a request",
+    ("tpu/tpu-inference-2453-moe-weights-failed-start.log", "startup"):
+        "tpu-inference's MoE weight-padding lines (`w13_weight_w1 shape after padding: …`, each named by its "
+        "weight) are not read as startup lines: nothing else before the failure says the engine was starting",
+    ("cuda/vllm-16841-compile-kv-cache-per-worker.log", "startup"):
+        "each TP worker prints its own torch.compile time; the span carries one per start, the slowest "
+        "worker's (17.65 s: the engine waits for all), not rank 0's 15.67 s the operator read",
+    ("cuda/vllm-18577-workerproc-failed-to-start-load-model.log", "startup"):
+        "start-only set-up lines that carry no fact (the weights' progress bar, the compile backend chosen) "
+        "are recognised as startup chatter (`startup_info`, noise) but open no startup span: that notice "
+        "kind mixes start, sleep-mode and shutdown lines",
+    ("cuda/vllm-17756-worker-mq-handles-nccl.log", "startup"):
+        "the same gap: a worker's message queue handle, `Found nccl from library`, `vLLM is using nccl==` "
+        "are startup chatter that opens no startup span",
 }
 
 

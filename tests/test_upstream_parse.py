@@ -175,8 +175,12 @@ ERRORS = [
     ("Worker VllmWorkerProcess pid 1159 died, exit code: -6", "ERROR", "engine_dead", "", True),
     ("Worker proc VllmWorker-1 died unexpectedly, shutting down executor.", "ERROR", "engine_dead", "", True),
     ("AsyncLLMEngine has failed, terminating server process", "CRITICAL", "engine_dead", "", True),
+    # shm_broadcast's wait for a reader: a process hangs (vLLM #25566), not a failed communication
     ("No available shared memory broadcast block found in 60 seconds. This typically happens when some processes are "
-     "hanging or doing some time-consuming work (e.g. compilation, weight/kv cache quantization).", "INFO", "distributed", "", False),
+     "hanging or doing some time-consuming work (e.g. compilation, weight/kv cache quantization).", "INFO", "timeout", "", False),
+    # multiproc_executor.py worker_main's logger.exception while it builds the worker
+    ("WorkerProc failed to start.\nTraceback (most recent call last):\n  File \"multiproc_executor.py\", line 485, in "
+     "worker_main", "ERROR", "model_load", "", True),
     ("[rank0]:[E ProcessGroupNCCL.cpp:563] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=2, "
      "OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600059 milliseconds before timing out.\n"
      "[rank0]:[E ProcessGroupNCCL.cpp:577] [Rank 0] To avoid data inconsistency, we are taking the entire process down.",

@@ -16,6 +16,9 @@ from bridge.parse.events import SERVED_MODEL
 STARTUP = "startup"  # EngineTimeline.kind of a startup span (exported as `vllm.startup`)
 #: Facts each worker prints for itself, of which the engine's is the smallest.
 _LEAST = frozenset({"vllm.startup.kv_cache_gib", "vllm.startup.kv_cache_tokens", "vllm.startup.max_concurrency"})
+#: Facts each worker prints for itself, of which the start's is the largest: the workers compile
+#: at once and the engine waits for the slowest (`torch.compile takes … s in total`, per rank).
+_MOST = frozenset({"vllm.startup.compile_s"})
 #: Facts the first line that names them says best: the API server's logo or args, then the
 #: banner's, before the path a worker loads; but a name stated as served (`SERVED_MODEL`) wins.
 _FIRST = frozenset({"gen_ai.request.model"})
@@ -44,6 +47,8 @@ class Startup:
                 # every worker prints its own; the engine sizes its cache by the smallest (a
                 # negative one: the model does not fit on that worker)
                 value = min(value, self.attrs[key])
+            elif key in _MOST and key in self.attrs:
+                value = max(value, self.attrs[key])
             elif key in _SUMMED and key in self.attrs:
                 value = round(self.attrs[key] + value, 6)
             elif key in _FIRST and key in self.attrs:

@@ -624,6 +624,14 @@ _COMPILING_LINES = (
     "Compile and warming up", "Capturing CUDA graph", "Capturing cudagraphs", "Capturing the model",
     "Dynamo bytecode transform", "Directly load", "Cache the graph", "Warm-up call pass finished",
     "Starting torch.compile", "Initial profiling/warmup run took", "Warmup finished in", "[Warmup]")
+#: Lines a start prints once while it loads its model and builds its workers, on any platform:
+#: the weights read (`Loading weights from …`, V1's `Loading weights took 24.84 seconds`), a worker
+#: given its ranks (parallel_state: `rank 0 in world size 1 is assigned as DP rank 0, …`),
+#: tpu-inference's runner and worker built (`Init mesh | …`, `Init worker | …`, `Init model | hbm=…`),
+#: vllm-gaudi's sampler warm-up. Startup lines, like the compile lines above.
+_LOADING_LINES = ("Loading weights from ", "Loading weights took ", "Init mesh | ", "Init worker | ",
+                  "Init model | ", "Starting sampler warmup")
+_RANK_ASSIGNED = re.compile(r"rank \d+ in world size \d+ is assigned as ")
 _GRAPH_COMPILED = re.compile(r"Compilation (?:of .{1,300}? )?finished in " + _NUM + r" \[?secs?\]?")
 
 
@@ -646,6 +654,14 @@ _LISTENING = StartupFact((), listening=True)
 
 def _listening(msg: str) -> Event | None:
     return _LISTENING
+
+
+def _loading(msg: str) -> Event | None:
+    return _COMPILE_LINE
+
+
+def _rank_assigned(msg: str) -> Event | None:
+    return _COMPILE_LINE if _RANK_ASSIGNED.match(msg) else None
 
 
 def _fact_rule(pattern: re.Pattern[str], names: tuple[str, ...]):
@@ -725,14 +741,16 @@ _CLASSES = (
              # the device runtime's own: Level Zero's (XPU) UR_RESULT_…, ROCm's HSA_STATUS_…
              "error_out_of_resources")),
     ("distributed", ("nccl", "processgroup", "watchdog", "heartbeat monitor", "collective operation",
-                     "distbackenderror", "shared memory broadcast", "no available block found", "gloo",
+                     "distbackenderror", "gloo",
                      "actordiederror", "actor died", "actor is dead",
                      # a KV connector's transport (disaggregated serving): the NIXL library's own
                      # C++ lines (`nixl_agent.cpp:1198] postXferReq: remote agent … was
                      # disconnected`, status `NIXL_ERR_REMOTE_DISCONNECT`) and UCX's under it
                      "nixl_agent", "nixl_err", "ucx error")),
     ("engine_dead", _SIGNALS),
-    ("timeout", ("timed out", "timeouterror", "timeout")),
+    # shm_broadcast's wait for a reader: the engine or a worker hangs (vLLM says so since #25566:
+    # "processes are hanging or doing some time-consuming work"), its message queue is sound
+    ("timeout", ("timed out", "timeouterror", "timeout", "shared memory broadcast", "no available block found")),
     ("model_load", ("failed to load model", "safetensors", "huggingface_hub", "repository not found",
                     "no such file or directory", "does not appear to have a file", "load_weights",
                     "model_loader", "gated repo", "is not a valid model", "model architectures",
@@ -779,6 +797,9 @@ _START_FRAMES = (
     "in init_device", "init_worker_distributed_environment", "init_distributed_environment",
     "initialize_model_parallel", "ensure_model_parallel_initialized", "_init_mesh", "create_device_mesh",
     "make_mesh(",
+    # a worker built (multiproc_executor's worker_main constructs WorkerProc, then serves) and its
+    # process groups created (parallel_state: one GroupCoordinator per group, at start only)
+    "workerproc(", "groupcoordinator(", "init_model_parallel_group", "init_world_group",
     # XLA / torch.compile precompilation and warm-up of the shapes a start prepares (TPU, Gaudi, NPU)
     "precompile", "in warm_up", "_warm_up_", "in warmup",
     # the API server's entry: an exception that leaves run_server reaches `main` only when the
@@ -900,7 +921,7 @@ def engine_error(msg: str) -> EngineError:
     w = _WORKER_DIED.match(msg) if msg.startswith("Worker ") else None
     worker = "" if w is None else f"{w[1]} pid={w[2]}" if w[2] else w[1]
     lasted_s = repeats_s = 0.0
-    if error_type == "distributed" and ("found in" in msg or "ran for" in msg):
+    if error_type in ("distributed", "timeout") and ("found in" in msg or "ran for" in msg):
         m = _HANG.search(msg)
         if m is not None:
             repeats_s = lasted_s = float(m[1])
@@ -936,6 +957,9 @@ _ERROR_STARTS = (
     ("Engine background task failed", ""), ("Engine iteration timed out", ""),
     ("Engine core initialization failed", ""), ("EngineCore failed to start", ""), ("EngineCore encountered", ""),
     ("Worker ", ".*died"), ("WorkerProc initialization failed", ""), ("RayWorkerProc ", ".*died"),
+    # multiproc_executor.py worker_main: `WorkerProc failed to start.` (building the worker) or
+    # `WorkerProc failed.` (its busy loop), its traceback following
+    ("WorkerProc failed", ""),
     ("AsyncLLMEngine ", "(?:has failed|is already dead)"), ("AsyncLLM output_handler failed", ""),
     ("No available ", "(?:shared memory broadcast )?block found"), ("Process ", r"[\w-]+:\n"),
     ("Traceback (most recent", ""), ("Error in ", ""), ("Exception in ", ""), ("TimeoutError: RPC call", ""),
@@ -1006,7 +1030,7 @@ _GLOG_BARE = re.compile(r"[EFWI]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [^\s\]]+:\d+\] ")
 _NOTICES = (
     ("startup_info", (
         "Automatically detected platform", "Using ", "Starting to load model", "Resolved architecture",
-        "Chunked prefill is enabled", "Loading weights took", "Supported_tasks", "Supported tasks",
+        "Chunked prefill is enabled", "Supported_tasks", "Supported tasks",
         "Default sampling parameters", "non-default args", "This model's",
         "Available routes are", "Route: ", "Waiting for ", "Graph capturing", "Setting max_num_batched_tokens",
         "Disabling", "Enabling",
@@ -1168,6 +1192,9 @@ def fallback(msg: str, level: str, origin: str = "") -> Event | None:
             return _NOISE
         if c.isdigit() and " Engines Aggregated: " in msg[:24]:
             return _stats(msg)
+        if (c.isdigit() or c == "[") and (m := _UVICORN_JSON_ACCESS.match(msg)) is not None:
+            # uvicorn's access line whose `INFO:` a paste lost: its format alone says what it is
+            return AccessLog(m[1], m[2].split("?", 1)[0], int(m[3]))
         e = _EXC.match(msg)
         if e is not None and e.start() == 0 and e[0] == msg.split("\n", 1)[0]:
             return engine_error(msg)
@@ -1268,8 +1295,11 @@ PREFILTER = {
     "Runn": _stats,
     # V1 stats lines all start `Engine 000: `; the key's other lines are the core's chatter
     "Engi": _chain(_starting(("Engine ",), _stats), _FACT_GUARDED["Engi"], _ERROR_GUARDED),
-    "Init": _chain(_regex_rule(_BANNER, _banner), _starting(("Initial profiling/warmup run took",), _compiling)),
-    "Load": _FACT_GUARDED["Load"],
+    "Init": _chain(_regex_rule(_BANNER, _banner), _starting(("Initial profiling/warmup run took",), _compiling),
+                   _starting(tuple(p for p in _LOADING_LINES if p.startswith("Init")), _loading)),
+    "Load": _chain(_FACT_GUARDED["Load"], _starting(tuple(p for p in _LOADING_LINES if p.startswith("Load")),
+                                                    _loading)),
+    "rank": _starting(("rank ",), _rank_assigned),
     "Mode": _FACT_GUARDED["Mode"],
     # that fact's line and more; ROCm's runtime's fatal `Memory access fault by GPU node-…`
     "Memo": _chain(_starting(_FACT_GUARDED["Memo"].prefixes, _memory_profile), _ERROR_GUARDED),
@@ -1282,7 +1312,7 @@ PREFILTER = {
     "torc": _FACT_GUARDED["torc"],
     "vLLM": _FACT_GUARDED["vLLM"],
     "Star": _chain(_FACT_GUARDED["Star"], _starting(("Starting torch.compile",), _compiling),
-                   _starting(_LISTENING_LINES, _listening)),
+                   _starting(_LISTENING_LINES, _listening), _starting(("Starting sampler warmup",), _loading)),
     "non-": _server_args,
     "args": _server_args,
     " ▄▄ ": _logo,
