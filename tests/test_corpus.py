@@ -53,13 +53,6 @@ GAPS: dict[tuple[str, str], str] = {
     ("cuda/vllm-16841-compile-kv-cache-per-worker.log", "startup"):
         "each TP worker prints its own torch.compile time; the span carries one per start, the slowest "
         "worker's (17.65 s: the engine waits for all), not rank 0's 15.67 s the operator read",
-    ("cuda/vllm-18577-workerproc-failed-to-start-load-model.log", "startup"):
-        "start-only set-up lines that carry no fact (the weights' progress bar, the compile backend chosen) "
-        "are recognised as startup chatter (`startup_info`, noise) but open no startup span: that notice "
-        "kind mixes start, sleep-mode and shutdown lines",
-    ("cuda/vllm-17756-worker-mq-handles-nccl.log", "startup"):
-        "the same gap: a worker's message queue handle, `Found nccl from library`, `vLLM is using nccl==` "
-        "are startup chatter that opens no startup span",
 }
 
 

@@ -117,8 +117,10 @@ CASES = [
     ('INFO:     10.80.23.18:51408 - "POST /v1/chat/completions HTTP/1.1" 200 OK', AccessLog("POST", "/v1/chat/completions", 200)),
     ('INFO:     10.0.0.7:40112 - "POST /v1/completions?x=1 HTTP/1.1" 500 Internal Server Error', AccessLog("POST", "/v1/completions", 500)),
     ("INFO:     Uvicorn running on http://0.0.0.0:8000 (Press CTRL+C to quit)", Notice("http_server")),
-    # noise: progress bars are understood to carry nothing
-    ("Loading safetensors checkpoint shards:  50% Completed | 1/2 [00:01<00:01,  1.23s/it]", Notice("noise")),
+    # noise: progress bars are understood to carry nothing (the checkpoint's shards' bar is a
+    # startup line: only a start reads them)
+    ("Loading pt checkpoint shards:  50% Completed | 1/2 [00:01<00:01,  1.23s/it]", Notice("noise")),
+    ("Processed prompts: 100%|██████████| 67/67 [00:16<00:00,  4.02it/s]", Notice("noise")),
     # but a graph capture's own bar is a startup line (capture happens once, while the engine starts)
     ("Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): 100%|██████████| 67/67 [00:03<00:00, 19.30it/s]",
      StartupFact(())),
@@ -318,7 +320,7 @@ def test_seed_lines_still_win_on_shared_keys():
 
 def test_parser_counts_notices_by_their_kind():
     p = Parser()
-    p("Loading safetensors checkpoint shards:  50% Completed | 1/2 [00:01<00:01,  1.23s/it]")
+    p("Processed prompts:  50%|█████     | 1/2 [00:01<00:01,  1.23s/it]")
     p("Added request x.", "INFO")
     p("nothing", "INFO")
     s = p.snapshot()

@@ -628,9 +628,16 @@ _COMPILING_LINES = (
 #: the weights read (`Loading weights from …`, V1's `Loading weights took 24.84 seconds`), a worker
 #: given its ranks (parallel_state: `rank 0 in world size 1 is assigned as DP rank 0, …`),
 #: tpu-inference's runner and worker built (`Init mesh | …`, `Init worker | …`, `Init model | hbm=…`),
-#: vllm-gaudi's sampler warm-up. Startup lines, like the compile lines above.
+#: vllm-gaudi's sampler warm-up; and what a start sets up once, whose lines carry no number: the
+#: checkpoint's shards read (`Loading safetensors checkpoint shards:`, its progress bar), the
+#: executor's message queues (shm_broadcast: `vLLM message queue communication handle: …`), a
+#: worker's NCCL library found and loaded (`Found nccl from library …`, pynccl's `vLLM is using
+#: nccl==…`), the compile backend's adaptor chosen (`Using InductorAdaptor`). Startup lines, like
+#: the compile lines above.
 _LOADING_LINES = ("Loading weights from ", "Loading weights took ", "Init mesh | ", "Init worker | ",
-                  "Init model | ", "Starting sampler warmup")
+                  "Init model | ", "Starting sampler warmup", "Loading safetensors checkpoint shards",
+                  "vLLM message queue communication handle", "Found nccl from library ", "vLLM is using nccl==",
+                  "Using InductorAdaptor", "Using StandaloneInductorAdaptor")
 _RANK_ASSIGNED = re.compile(r"rank \d+ in world size \d+ is assigned as ")
 _GRAPH_COMPILED = re.compile(r"Compilation (?:of .{1,300}? )?finished in " + _NUM + r" \[?secs?\]?")
 
@@ -1310,7 +1317,10 @@ PREFILTER = {
     "Grap": _FACT_GUARDED["Grap"],
     "init": _FACT_GUARDED["init"],
     "torc": _FACT_GUARDED["torc"],
-    "vLLM": _FACT_GUARDED["vLLM"],
+    "vLLM": _chain(_FACT_GUARDED["vLLM"], _starting(tuple(p for p in _LOADING_LINES if p.startswith("vLLM")),
+                                                    _loading)),
+    "Foun": _starting(tuple(p for p in _LOADING_LINES if p.startswith("Foun")), _loading),
+    "Usin": _starting(tuple(p for p in _LOADING_LINES if p.startswith("Usin")), _loading),
     "Star": _chain(_FACT_GUARDED["Star"], _starting(("Starting torch.compile",), _compiling),
                    _starting(_LISTENING_LINES, _listening), _starting(("Starting sampler warmup",), _loading)),
     "non-": _server_args,
