@@ -1131,8 +1131,11 @@ def unwrap(msg: str) -> tuple[str, str, str] | None:
 
 #: A label someone put before a pasted exception line: a bracketed word (`【BUG】：`, `[Error] `,
 #: `〔错误〕`; no digits, so no stamp or `[rank0]`), or a short text closed by a full-width colon
-#: (`报错：`), which no log format writes. What follows is read as the exception line it is.
-_LABEL = re.compile(r"(?:【[^】\n]{1,16}】|\[[^\]\n\d]{1,16}\]|〔[^〕\n]{1,16}〕)\s?[:：]?\s?|[^\s:：]{1,16}：\s?")
+#: (`报错：`), which no log format writes; or a process's name in parentheses without the pid
+#: vLLM's own prefix holds (`(APIServer) `: a launcher relaying the server's last lines).
+#: What follows is read as the exception line it is.
+_LABEL = re.compile(r"(?:【[^】\n]{1,16}】|\[[^\]\n\d]{1,16}\]|〔[^〕\n]{1,16}〕|\([A-Za-z_][\w.:-]{0,31}\))\s?[:：]?\s?"
+                    r"|[^\s:：]{1,16}：\s?")
 
 
 def fallback(msg: str, level: str, origin: str = "") -> Event | None:
