@@ -141,7 +141,7 @@ def test_corpus(name, aspect):
 #: matches any more fails it too.
 NOT_VLLM: tuple[tuple[str, str], ...] = (
     # the paste, not any log
-    (r"(?:\.\.\.|\[\.\.\.\]|--)$", "the user's elision or separator in the paste"),
+    (r"(?:\.\.\.|\[\.\.\.\]|--|\(skipped traceback\) \.+)$", "the user's elision or separator in the paste"),
     (r"(?:\$ |root@|python |static --|--no-enable|✗ kubectl|'…' (?:vllm serve|export|python|CUDA_VISIBLE)"
      r"|\([\w<>]+\) '…'$|\([\w-]+\) root@|'…' kubectl logs |vllm serve '…'$)",
      "the user's shell prompt (a conda environment's name before it) and command line"),
