@@ -356,6 +356,13 @@ def test_a_start_that_stops_logging_while_the_engine_waits_is_a_hang(tmp_path):
     assert (inc.error_type, inc.start_ns) == ("distributed", at("08:02:00"))
     (start,) = [t for t in both(stalled, tmp_path) if isinstance(t, EngineTimeline) and t.kind == "startup"]
     assert start.attrs["vllm.startup.waits"] == 1
+    # the engine restarted after the hang (its banner): the new start's lines are no progress of it
+    restarted = [*(_hang_warning(f"08:0{m}:00") for m in range(1, 4)),
+                 core("08:03:10", "core.py:93", "Initializing a V1 LLM engine (v0.10.0) with config: model='m', "
+                                                "speculative_config=None, tokenizer='m'"),
+                 _worker_start("08:03:20", "backends.py:1128", "Dynamo bytecode transform time: 14.14 s")]
+    (inc,) = incidents(both(restarted, tmp_path))
+    assert inc.start_ns == at("08:01:00")
 
 
 def test_a_hang_warned_for_longer_than_the_ttl_is_held_no_longer_than_a_request(tmp_path):

@@ -300,7 +300,7 @@ class EngineLife:
             self.close_incident()
         for r in list(self._in_flight.values()):  # the engine that held them is gone
             self._requests.close(r, Close.UNENDED)
-        self.death = self.stop_ns = self._held = None  # a new engine life
+        self.death = self.stop_ns = self._held = self._wait = None  # a new engine life
         self._data_parallel = max(1, ev.data_parallel)
         self._stop_mode = ""
         self.startup.has_banner = True
@@ -339,8 +339,9 @@ class EngineLife:
         line, and the warnings that go on at their interval with startup lines between them are
         absorbed too (`on_engine_error`); counted on the startup span (`vllm.startup.waits`)."""
         inc = self.incident
-        if inc is not None and inc.waits_only and not inc.affected and not self._siblings \
-                and self.death is None and record.ts_ns >= inc.first.ts_ns:
+        if inc is not None and inc.waits_only and not inc.affected and not self._siblings and self.death is None \
+                and inc.first.ts_ns <= record.ts_ns:
+            # (a restart is no progress of the start it waited in: its banner closed the wait first)
             self.incident = None
             self._wait = [inc.last_ns, inc.window_ns, True, None]
             return (("vllm.startup.waits", inc.lines),)
