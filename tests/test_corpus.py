@@ -147,7 +147,7 @@ def test_corpus(name, aspect):
 #: matches any more fails it too.
 NOT_VLLM: tuple[tuple[str, str], ...] = (
     # the paste, not any log
-    (r"(?:\.\.\.|\[\.\.\.\]|--)$", "the user's elision or separator in the paste"),
+    (r"(?:\.\.\.|\[\.\.\.\]|--|\(skipped traceback\) \.+)$", "the user's elision or separator in the paste"),
     (r"(?:\$ |root@|python |static --|--no-enable|✗ kubectl|'…' (?:vllm serve|export|python|CUDA_VISIBLE)"
      r"|\([\w<>]+\) '…'$|\([\w-]+\) root@|'…' kubectl logs |vllm serve '…'$)",
      "the user's shell prompt (a conda environment's name before it) and command line"),
@@ -180,6 +180,10 @@ NOT_VLLM: tuple[tuple[str, str], ...] = (
     (r"vllm<n>\.service: ", "systemd's unit status"),
     (r"\[ERROR:swift\] ", "ms-swift's own logger (its rollout worker reporting the call that failed)"),
     (r"I <n>-<n> <n> log_lib\.py:<n>\] ", "SkyPilot's own logger (glog-like `I MM-DD HH:MM:SS file:line]`)"),
+    (r"xinference\.\S+ <n> (?:INFO|WARNING|ERROR) ", "Xinference's own logger (`<asctime> <module> <pid> <level>`) beside "
+                                                   "the vLLM engine it embeds (its `Generate finished, request_id: …`)"),
+    (r"Dequeued prefill request: ", "NVIDIA Dynamo's prefill worker's own print (its NATS prefill queue)"),
+    (r"\[PHASE \w+ \{", "kaggle-tpu-lab's launcher's own phase marker"),
     (r"(?:`torch_dtype` is deprecated|Using a slow image processor as `use_fast`)",
      "transformers' warnings (a deprecated config key, the slow image processor) inside vLLM's processes"),
     (r"авг <n> <n> llm python<n>\[<n>\]: (?:SM<n>|tokens=)", "a fork's (1cat-vllm) kernel debug print, through journald"),
@@ -194,6 +198,12 @@ NOT_VLLM: tuple[tuple[str, str], ...] = (
     (r"cuda<n> \[<n>\] NCCL INFO ", "NCCL's own INFO lines"),
     (r"\[Gloo\] Rank ", "Gloo's own line"),
     (r"<n>-<n>-<n> <n> NIXL INFO _api\.py", "the NIXL library's own logger"),
+    (r"(?:Backend UCX was instantiated$|error handling callback was invoked with status )",
+     "the NIXL library's own prints (its agent creating the UCX backend, its UCX error callback)"),
+    (r"\[<hex>\.<n>\] \[[\w<>]+ ?:<n>(?: ?:<n>)?\] +[\w<>]+\.c:<n> +UCX +(?:ERROR|WARN|INFO|DIAG) ",
+     "UCX's own logger (`[<epoch>] [host:pid:thread] file.c:line UCX LEVEL`), the transport under NIXL"),
+    (r"python<n>: '…'$", "the C library's assertion message (`python3: <file>:<line>: <function>: Assertion … failed.`, "
+                        "here Mooncake's transfer engine), cut by the store's window before its message"),
     (r":<n>:\w+\.cpp :<n> ?: <hex> us: ", "ROCm's HIP runtime debug trace (AMD_LOG_LEVEL)"),
     (r"\[aiter\] ", "AMD AITER's own logger (the ROCm kernel library inside vLLM's workers)"),
     (r"\[ERROR\] <n>-<n>-<n>-<n> \(PID:<n>, Device:-<n>, RankID:-<n>\) ERR<n> ", "Ascend CANN's own error line"),

@@ -320,6 +320,51 @@ def test_hang_warnings_further_apart_than_their_interval_are_two_hangs(tmp_path)
     assert [i.start_ns for i in incidents(both(lines, tmp_path))] == [at("08:01:00"), at("08:04:00")]
 
 
+def _worker_start(hms: str, origin: str, msg: str) -> str:  # a worker's startup line (compile, warm-up)
+    return f"(Worker_TP0 pid=210) INFO 12-01 {hms} [{origin}] {msg}"
+
+
+def test_broadcast_waits_while_the_workers_log_their_start_are_the_start_s_work(tmp_path):
+    """While the engine starts its workers are busy in its RPC (compiling, warming up) and the
+    engine core's writer warns each minute it waits on them; their startup lines between the
+    warnings say they work: no incident, the waits counted on the startup span."""
+    lines = [_worker_start("08:00:10", "backends.py:1128", "Dynamo bytecode transform time: 14.14 s"),
+             _hang_warning("08:01:00"),
+             _worker_start("08:01:20", "monitor.py:53", "torch.compile took 82.29 s in total"),
+             _hang_warning("08:02:00"),
+             _worker_start("08:02:40", "monitor.py:81", "Initial profiling/warmup run took 76.71 s"),
+             _hang_warning("08:03:00")]
+    out = both(lines, tmp_path)
+    assert incidents(out) == []
+    (start,) = [t for t in out if isinstance(t, EngineTimeline) and t.kind == "startup"]
+    assert start.attrs["vllm.startup.waits"] == 3 and start.attrs["vllm.startup.compile_s"] == 82.29
+
+
+def test_a_start_that_stops_logging_while_the_engine_waits_is_a_hang(tmp_path):
+    """The same warnings with no startup line after them (a worker hung while the engine
+    starts), or going on after the start's last line: one hang, from the first warning no
+    progress followed."""
+    hung = [_worker_start("08:00:10", "backends.py:1128", "Dynamo bytecode transform time: 14.14 s"),
+            *(_hang_warning(f"08:0{m}:00") for m in range(1, 5))]
+    (inc,) = incidents(both(hung, tmp_path))
+    assert (inc.error_type, inc.start_ns) == ("timeout", at("08:01:00"))
+    stalled = [_worker_start("08:00:10", "backends.py:1128", "Dynamo bytecode transform time: 14.14 s"),
+               _hang_warning("08:01:00"),
+               _worker_start("08:01:20", "monitor.py:53", "torch.compile took 82.29 s in total"),
+               *(_hang_warning(f"08:0{m}:00") for m in range(2, 6))]
+    (inc,) = incidents(both(stalled, tmp_path))
+    assert (inc.error_type, inc.start_ns) == ("timeout", at("08:02:00"))
+    (start,) = [t for t in both(stalled, tmp_path) if isinstance(t, EngineTimeline) and t.kind == "startup"]
+    assert start.attrs["vllm.startup.waits"] == 1
+    # the engine restarted after the hang (its banner): the new start's lines are no progress of it
+    restarted = [*(_hang_warning(f"08:0{m}:00") for m in range(1, 4)),
+                 core("08:03:10", "core.py:93", "Initializing a V1 LLM engine (v0.10.0) with config: model='m', "
+                                                "speculative_config=None, tokenizer='m'"),
+                 _worker_start("08:03:20", "backends.py:1128", "Dynamo bytecode transform time: 14.14 s")]
+    (inc,) = incidents(both(restarted, tmp_path))
+    assert inc.start_ns == at("08:01:00")
+
+
 def test_a_hang_warned_for_longer_than_the_ttl_is_held_no_longer_than_a_request(tmp_path):
     """An hour of warnings (an idle server's wait warned each minute, a hang nobody ended): an
     incident is held at most the TTL (600 s), then goes out and the next warning opens another."""

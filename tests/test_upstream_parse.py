@@ -212,12 +212,15 @@ def test_errors_are_classified(message, level, error_type, exc_type, fatal):
     ("[Error] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", "oom", "OutOfMemoryError"),
     ("报错：ValueError: Cannot find any model weights with `/data/qwen`", "other", "ValueError"),
     ("〔问题〕 OSError: We couldn't connect to 'https://huggingface.co' to load this file.", "other", "OSError"),
+    # a launcher relaying the API server's last line behind its process name, without vLLM's pid
+    ("(APIServer) RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",
+     "model_load", "RuntimeError"),
 ])
 def test_an_exception_line_behind_a_users_label_is_read(message, error_type, exc_type):
     ev = parse_line(message)
     assert isinstance(ev, EngineError), ev
     assert (ev.error_type, ev.exception_type) == (error_type, exc_type)
-    assert not ev.message.startswith(("[", "报", "〔"))
+    assert not ev.message.startswith(("[", "报", "〔", "("))
 
 
 @pytest.mark.parametrize("message", [

@@ -90,7 +90,7 @@ class _Incident:
     """Error records of one engine incident, gathered until none comes for `INCIDENT_WINDOW_NS`."""
 
     __slots__ = ("first", "last_ns", "last_offset", "error_type", "lead", "fatal", "lines", "affected",
-                 "failed", "event", "occurrence", "worker", "died", "engine", "window_ns", "core")
+                 "failed", "event", "occurrence", "worker", "died", "engine", "window_ns", "core", "waits_only")
 
     def __init__(self, record: Record, ev: EngineError) -> None:
         self.first = record
@@ -108,10 +108,14 @@ class _Incident:
         #: the quiet that ends it: longer while its latest line is one its writer repeats while
         #: the condition lasts (a hang warned at each interval is one hang, not one per warning)
         self.window_ns = INCIDENT_WINDOW_NS + int(ev.repeats_s * _NS)
+        #: every line of it so far a wait its writer repeats (shm_broadcast's), nothing failed
+        self.waits_only = True
 
     def add(self, record: Record, ev: EngineError) -> bool:
         """Take one more record; True when the incident's type became more specific."""
         self.lines += 1
+        if not ev.repeats_s or ev.fatal:
+            self.waits_only = False
         if not self.worker:
             self.worker = _worker(record.process)
         if not self.engine:
@@ -167,6 +171,10 @@ class EngineLife:
         self.stop_last_ns = 0            # the stop's latest line
         self._stop_mode = ""             # abort | drain, when vLLM said
         self._held: tuple[int, int] | None = None  # (ts, running + waiting) of the last stats line
+        #: a broadcast wait the start's own lines showed to be its work (`_start_worked`): [its
+        #: latest warning's ts, the interval it repeats at (+ the window), a startup line since it,
+        #: that warning's (record, event) when it was absorbed into the start]
+        self._wait: list | None = None
 
     def tick(self, now_ns: int, ttl_deadline: int) -> None:
         """What is due at `now_ns`: a held NCCL timeout, an incident quiet for its window, a
@@ -292,7 +300,7 @@ class EngineLife:
             self.close_incident()
         for r in list(self._in_flight.values()):  # the engine that held them is gone
             self._requests.close(r, Close.UNENDED)
-        self.death = self.stop_ns = self._held = None  # a new engine life
+        self.death = self.stop_ns = self._held = self._wait = None  # a new engine life
         self._data_parallel = max(1, ev.data_parallel)
         self._stop_mode = ""
         self.startup.has_banner = True
@@ -311,7 +319,7 @@ class EngineLife:
             if ev.listening and self.facts:
                 return  # the start was read and went out: another API server of it begins to listen
             self.startup = Startup(record)
-        self.startup.add(record, ev.facts)
+        self.startup.add(record, tuple(ev.facts) + self._start_worked(record))
         for key, value in ev.facts:
             if key == SERVED_MODEL:  # the name clients send, over a model the logo named first
                 key = "gen_ai.request.model"
@@ -320,6 +328,26 @@ class EngineLife:
             if self.facts.get(key) != value:
                 self.facts[key] = value
                 self._facts_changed(record)
+
+    def _start_worked(self, record: Record) -> tuple:
+        """A startup line while the engine waits on a shared-memory broadcast block: the wait is
+        the start's work, no hang. vLLM's writer warns each interval its readers have not taken
+        the last block (`No available shared memory broadcast block found in 60 seconds`), and
+        while the engine starts they are busy in its RPC (compiling, profiling, warming up,
+        capturing graphs) and log that progress; a hung reader logs nothing. So a wait incident
+        of nothing but such warnings, no request in flight, ends unreported at the start's next
+        line, and the warnings that go on at their interval with startup lines between them are
+        absorbed too (`on_engine_error`); counted on the startup span (`vllm.startup.waits`)."""
+        inc = self.incident
+        if inc is not None and inc.waits_only and not inc.affected and not self._siblings and self.death is None \
+                and inc.first.ts_ns <= record.ts_ns:
+            # (a restart is no progress of the start it waited in: its banner closed the wait first)
+            self.incident = None
+            self._wait = [inc.last_ns, inc.window_ns, True, None]
+            return (("vllm.startup.waits", inc.lines),)
+        if self._wait is not None:
+            self._wait[2] = True
+        return ()
 
     def end_startup(self, error_type: str = "", message: str = "") -> None:
         if self.startup is not None:
@@ -335,6 +363,22 @@ class EngineLife:
             self.startup.add(record, ())
             self.end_startup(ev.error_type, ev.message)
         ts = record.ts_ns
+        if self._wait is not None and ev.repeats_s and not ev.fatal and self.incident is None:
+            last_ns, window_ns, worked, last = self._wait
+            self._wait = None
+            if ts - last_ns <= window_ns and self.startup is not None and not self._in_flight:
+                if worked:
+                    # the same wait warned again, and the start logged progress since its last warning
+                    self._wait = [ts, INCIDENT_WINDOW_NS + int(ev.repeats_s * _NS), False, (record, ev)]
+                    self.startup.add(record, (("vllm.startup.waits", 1),))
+                    return
+                if last is not None:
+                    # nothing of the start since its last warning: the wait that one told of is a
+                    # hang, from that warning (no longer counted as the start's)
+                    waits = self.startup.attrs.pop("vllm.startup.waits", 1) - 1
+                    if waits:
+                        self.startup.attrs["vllm.startup.waits"] = waits
+                    self.on_engine_error(*last)
         if self.stop_ns is not None and self.death is None and ev.error_type not in _REAL_FAILURES and not ev.exited:
             # vLLM raises EngineDeadError, cancels and kills its workers while it stops on purpose.
             self.stats.stop_errors += 1

@@ -23,7 +23,8 @@ _MOST = frozenset({"vllm.startup.compile_s"})
 #: banner's, before the path a worker loads; but a name stated as served (`SERVED_MODEL`) wins.
 _FIRST = frozenset({"gen_ai.request.model"})
 #: Facts told once per graph a start compiles (tpu-inference's precompile): their sum is the start's.
-_SUMMED = frozenset({"vllm.startup.precompile_s", "vllm.startup.precompiled_graphs"})
+#: So are the broadcast waits its workers' work made the engine warn of (`EngineLife._start_worked`).
+_SUMMED = frozenset({"vllm.startup.precompile_s", "vllm.startup.precompiled_graphs", "vllm.startup.waits"})
 
 
 class Startup:

@@ -630,14 +630,14 @@ _COMPILING_LINES = (
 #: tpu-inference's runner and worker built (`Init mesh | …`, `Init worker | …`, `Init model | hbm=…`),
 #: vllm-gaudi's sampler warm-up; and what a start sets up once, whose lines carry no number: the
 #: checkpoint's shards read (`Loading safetensors checkpoint shards:`, its progress bar), the
-#: executor's message queues (shm_broadcast: `vLLM message queue communication handle: …`), a
-#: worker's NCCL library found and loaded (`Found nccl from library …`, pynccl's `vLLM is using
-#: nccl==…`), the compile backend's adaptor chosen (`Using InductorAdaptor`). Startup lines, like
-#: the compile lines above.
+#: executor's message queues (shm_broadcast: `vLLM message queue communication handle: …`), the
+#: compile backend's adaptor chosen (`Using InductorAdaptor`). Startup lines, like the compile
+#: lines above. Not pynccl's `Found nccl from library` / `vLLM is using nccl==`: a trainer's weight
+#: sync (TRL, verl) builds an NCCL communicator in a serving engine and prints them again.
 _LOADING_LINES = ("Loading weights from ", "Loading weights took ", "Init mesh | ", "Init worker | ",
                   "Init model | ", "Starting sampler warmup", "Loading safetensors checkpoint shards",
-                  "vLLM message queue communication handle", "Found nccl from library ", "vLLM is using nccl==",
-                  "Using InductorAdaptor", "Using StandaloneInductorAdaptor")
+                  "vLLM message queue communication handle", "Using InductorAdaptor",
+                  "Using StandaloneInductorAdaptor")
 _RANK_ASSIGNED = re.compile(r"rank \d+ in world size \d+ is assigned as ")
 _GRAPH_COMPILED = re.compile(r"Compilation (?:of .{1,300}? )?finished in " + _NUM + r" \[?secs?\]?")
 
@@ -1162,8 +1162,11 @@ def unwrap(msg: str) -> tuple[str, str, str] | None:
 
 #: A label someone put before a pasted exception line: a bracketed word (`【BUG】：`, `[Error] `,
 #: `〔错误〕`; no digits, so no stamp or `[rank0]`), or a short text closed by a full-width colon
-#: (`报错：`), which no log format writes. What follows is read as the exception line it is.
-_LABEL = re.compile(r"(?:【[^】\n]{1,16}】|\[[^\]\n\d]{1,16}\]|〔[^〕\n]{1,16}〕)\s?[:：]?\s?|[^\s:：]{1,16}：\s?")
+#: (`报错：`), which no log format writes; or a process's name in parentheses without the pid
+#: vLLM's own prefix holds (`(APIServer) `: a launcher relaying the server's last lines).
+#: What follows is read as the exception line it is.
+_LABEL = re.compile(r"(?:【[^】\n]{1,16}】|\[[^\]\n\d]{1,16}\]|〔[^〕\n]{1,16}〕|\([A-Za-z_][\w.:-]{0,31}\))\s?[:：]?\s?"
+                    r"|[^\s:：]{1,16}：\s?")
 
 
 def fallback(msg: str, level: str, origin: str = "") -> Event | None:
@@ -1319,7 +1322,6 @@ PREFILTER = {
     "torc": _FACT_GUARDED["torc"],
     "vLLM": _chain(_FACT_GUARDED["vLLM"], _starting(tuple(p for p in _LOADING_LINES if p.startswith("vLLM")),
                                                     _loading)),
-    "Foun": _starting(tuple(p for p in _LOADING_LINES if p.startswith("Foun")), _loading),
     "Usin": _starting(tuple(p for p in _LOADING_LINES if p.startswith("Usin")), _loading),
     "Star": _chain(_FACT_GUARDED["Star"], _starting(("Starting torch.compile",), _compiling),
                    _starting(_LISTENING_LINES, _listening), _starting(("Starting sampler warmup",), _loading)),
