@@ -630,14 +630,13 @@ _COMPILING_LINES = (
 #: tpu-inference's runner and worker built (`Init mesh | …`, `Init worker | …`, `Init model | hbm=…`),
 #: vllm-gaudi's sampler warm-up; and what a start sets up once, whose lines carry no number: the
 #: checkpoint's shards read (`Loading safetensors checkpoint shards:`, its progress bar), the
-#: executor's message queues (shm_broadcast: `vLLM message queue communication handle: …`), the
-#: compile backend's adaptor chosen (`Using InductorAdaptor`). Startup lines, like the compile
-#: lines above. Not pynccl's `Found nccl from library` / `vLLM is using nccl==`: a trainer's weight
+#: executor's message queues (shm_broadcast: `vLLM message queue communication handle: …`).
+#: Startup lines, like the compile lines above (under keys that hold no other rule: a new
+#: prefilter key would make every other line under it a near miss, `MALFORMED`). Not pynccl's `Found nccl from library` / `vLLM is using nccl==`: a trainer's weight
 #: sync (TRL, verl) builds an NCCL communicator in a serving engine and prints them again.
 _LOADING_LINES = ("Loading weights from ", "Loading weights took ", "Init mesh | ", "Init worker | ",
                   "Init model | ", "Starting sampler warmup", "Loading safetensors checkpoint shards",
-                  "vLLM message queue communication handle", "Using InductorAdaptor",
-                  "Using StandaloneInductorAdaptor")
+                  "vLLM message queue communication handle")
 _RANK_ASSIGNED = re.compile(r"rank \d+ in world size \d+ is assigned as ")
 _GRAPH_COMPILED = re.compile(r"Compilation (?:of .{1,300}? )?finished in " + _NUM + r" \[?secs?\]?")
 
@@ -1322,7 +1321,6 @@ PREFILTER = {
     "torc": _FACT_GUARDED["torc"],
     "vLLM": _chain(_FACT_GUARDED["vLLM"], _starting(tuple(p for p in _LOADING_LINES if p.startswith("vLLM")),
                                                     _loading)),
-    "Usin": _starting(tuple(p for p in _LOADING_LINES if p.startswith("Usin")), _loading),
     "Star": _chain(_FACT_GUARDED["Star"], _starting(("Starting torch.compile",), _compiling),
                    _starting(_LISTENING_LINES, _listening), _starting(("Starting sampler warmup",), _loading)),
     "non-": _server_args,
