@@ -208,3 +208,43 @@ def test_twins_on_two_api_servers_finishing_in_another_order_than_scheduled_keep
                   for t in out if hasattr(t, "phases"))
     want = Counter((f"cmpl-{r['x_request_id']}-0", r["max_tokens"], r["completion_tokens"]) for r in truth["requests"])
     assert [k for k in want if k[0] == "cmpl-api2-dup-0"] and got == want
+
+
+_ADDED = re.compile(r"\((ApiServer_\d) pid=\d+\) .*\] Added request ((\S+)-[0-9a-f]{8})\.$", re.M)
+_SCHEDULED = re.compile(r"\(EngineCore_DP(\d) pid=\d+\) .*\] Scheduling request \S+: .*, t=([\d.]+), "
+                        r"internal_id=(\S+)$", re.M)
+
+
+def test_twins_on_one_api_server_scheduled_out_of_added_order_keep_their_own_lines(tmp_path):
+    """twins.log (tests/distributed_run.py `run_api2` with `API2_TWINS_BURST`, 2026-12-04, the
+    plugin stating `internal_id=`): three X-Request-Ids sent twice at once; ApiServer_0 had
+    `api2-dupc` in flight twice, and the two engine cores scheduled the twin added second first.
+    Each plugin line states the engine id vLLM's `Added request` gave its twin, so every root has
+    its own `Received` line's max_tokens with the token count the client got for that
+    max_tokens, and the rank of the engine core whose `Scheduling` line states its engine id.
+    (The order rule — the oldest twin not yet scheduled — swapped this pair's ends and ranks.)"""
+    text = (HERE / "twins.log").read_text()
+    truth = json.loads((HERE / "twins_truth.json").read_text())
+    # the premise, from vLLM's own lines: one API server added both, two engines took them in the other order
+    added: dict = {}
+    for server, eid, rid in _ADDED.findall(text):
+        added.setdefault((server, rid), []).append(eid)
+    sched = {eid: (float(t), int(rank)) for rank, t, eid in _SCHEDULED.findall(text)}
+    swapped = [eids for eids in added.values() if len(eids) == 2 and sched[eids[0]][0] > sched[eids[1]][0]
+               and sched[eids[0]][1] != sched[eids[1]][1]]
+    assert swapped == [["cmpl-api2-dupc-0-9a1b2c11", "cmpl-api2-dupc-0-a4c443ca"]]
+    d = tmp_path / "pod"
+    d.mkdir()
+    shutil.copy(HERE / "twins.log", d / "0.log")
+    out: list = []
+    replay([str(d / "0.log")], [out.append])
+    traces = [t for t in out if hasattr(t, "phases")]
+    got = Counter((t.request_id, t.attrs.get("gen_ai.request.max_tokens"), t.attrs.get("gen_ai.usage.output_tokens"))
+                  for t in traces)
+    want = Counter((f"cmpl-{r['x_request_id']}-0", r["max_tokens"], r["completion_tokens"]) for r in truth["requests"])
+    assert {r["status"] for r in truth["requests"]} == {200} and got == want
+    for t in traces:  # each root's rank: the engine whose Scheduling line states its engine id
+        eid = t.attrs.get("vllm.request.internal_id")
+        assert t.attrs.get("vllm.dp.rank") == sched[eid][1], eid
+    assert Counter(str(t.attrs["vllm.dp.rank"]) for t in traces) == Counter(
+        {k: v for k, v in truth["finished_per_engine"].items() if v})
