@@ -233,9 +233,34 @@ def test_twins_on_one_api_server_scheduled_out_of_added_order_keep_their_own_lin
     swapped = [eids for eids in added.values() if len(eids) == 2 and sched[eids[0]][0] > sched[eids[1]][0]
                and sched[eids[0]][1] != sched[eids[1]][1]]
     assert swapped == [["cmpl-api2-dupc-0-9a1b2c11", "cmpl-api2-dupc-0-a4c443ca"]]
+    _each_twin_its_own(text, truth, sched, tmp_path)
+
+
+def test_an_engine_line_before_its_twins_added_line_goes_to_the_twin_not_added_yet(tmp_path):
+    """twins.log with `Added request …-a4c443ca` moved to just after engine 0's `Scheduling`
+    line that states that id (the engine core's line can reach the stream before its API
+    server's `Added`, written after the hand-off): the other twin was added under `…-9a1b2c11`,
+    so the id is the one twin's not added yet, and every root still has its own lines."""
+    text = (HERE / "twins.log").read_text()
+    truth = json.loads((HERE / "twins_truth.json").read_text())
+    lines = text.splitlines(True)
+    added = next(i for i, x in enumerate(lines) if "Added request cmpl-api2-dupc-0-a4c443ca." in x)
+    first = next(i for i, x in enumerate(lines) if "Added request cmpl-api2-dupc-0-9a1b2c11." in x)
+    sched_at = next(i for i, x in enumerate(lines) if "Scheduling request" in x
+                    and x.rstrip().endswith("internal_id=cmpl-api2-dupc-0-a4c443ca"))
+    assert first < added < sched_at  # as recorded: both added, then scheduled
+    moved = lines[:added] + lines[added + 1:sched_at + 1] + [lines[added]] + lines[sched_at + 1:]
+    text = "".join(moved)
+    sched = {eid: (float(t), int(rank)) for rank, t, eid in _SCHEDULED.findall(text)}
+    _each_twin_its_own(text, truth, sched, tmp_path)
+
+
+def _each_twin_its_own(text: str, truth: dict, sched: dict, tmp_path) -> None:
+    """Replayed, every root has its own max_tokens with the tokens the client got for it, and
+    the rank of the engine core whose `Scheduling` line states its engine id."""
     d = tmp_path / "pod"
     d.mkdir()
-    shutil.copy(HERE / "twins.log", d / "0.log")
+    (d / "0.log").write_text(text)
     out: list = []
     replay([str(d / "0.log")], [out.append])
     traces = [t for t in out if hasattr(t, "phases")]

@@ -96,14 +96,19 @@ class SeedLines:
         return key or rid
 
     def _named(self, rid: str, internal: str | None) -> RequestState | None:
-        """The one request open under `rid` that vLLM added under the engine id a plugin line
-        states (`internal_id=`, the `Added request <engine id>` line's): None when the line
-        states none, or no single twin was added under it (ids kept as given are alike)."""
+        """The request open under `rid` whose engine id a plugin line states (`internal_id=`):
+        the one vLLM added under it (`Added request <engine id>`), else, the id being none of
+        theirs, the one twin not added yet (an engine core's line can come before its API
+        server's `Added`, written after the hand-off). None when the line states none, or that
+        does not settle it (ids kept as given are alike)."""
         if internal is None:
             return None
         base = ids.engine_base(internal)
-        named = [o for o in self.index.group(rid) if o.engine_ids and (
+        group = self.index.group(rid)
+        named = [o for o in group if o.engine_ids and (
             internal in o.engine_ids or base in {ids.engine_base(a) for a in o.engine_ids})]
+        if not named:
+            named = [o for o in group if not o.engine_ids and o.terminal_ns is None]
         return named[0] if len(named) == 1 else None
 
     def _twin(self, rid: str, record: Record, stage: int = 0, internal: str | None = None) -> RequestState:
