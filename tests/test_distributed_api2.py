@@ -255,6 +255,20 @@ def test_an_engine_line_before_its_twins_added_line_goes_to_the_twin_not_added_y
     _each_twin_its_own(text, truth, sched, tmp_path)
 
 
+def test_twins_on_two_api_servers_added_in_another_order_than_received_keep_their_own_lines(tmp_path):
+    """twins_servers.log (a second `API2_TWINS_BURST` run, 2026-12-04): `api2-dupb` received by
+    ApiServer_0 then ApiServer_1, whose `Added` came first (and engine 1 scheduled ApiServer_0's
+    before its `Added` was written). Each API server writes its own `Received` and `Added`: the
+    engine id goes to the twin that API server received, and every root keeps its own lines."""
+    text = (HERE / "twins_servers.log").read_text()
+    truth = json.loads((HERE / "twins_servers_truth.json").read_text())
+    order = re.findall(r"\((ApiServer_\d) pid=\d+\) .*\] (Received|Added) request cmpl-api2-dupb-0\b", text)
+    assert [p for p, kind in order if kind == "Received"] == ["ApiServer_0", "ApiServer_1"]
+    assert [p for p, kind in order if kind == "Added"] == ["ApiServer_1", "ApiServer_0"]
+    sched = {eid: (float(t), int(rank)) for rank, t, eid in _SCHEDULED.findall(text)}
+    _each_twin_its_own(text, truth, sched, tmp_path)
+
+
 def _each_twin_its_own(text: str, truth: dict, sched: dict, tmp_path) -> None:
     """Replayed, every root has its own max_tokens with the tokens the client got for it, and
     the rank of the engine core whose `Scheduling` line states its engine id."""
