@@ -313,7 +313,9 @@ class SeedLines:
         record = _exact(record, ev)
         rid = self._seed_id(ev.request_id)
         internal = ev.times.internal_id if ev.times is not None else None
-        r = (self.index.twins and rid in self.index.twins and self._named(rid, internal)) or self.index.open.get(rid)
+        r = self._named(rid, internal) if self.index.twins and rid in self.index.twins else None
+        if r is None:
+            r = self.index.open.get(rid)
         k = ids.child_index(ev.request_id) if rid != ev.request_id else None
         if r is not None and r.terminal_ns is not None:  # vLLM's own line (or a sibling's) ended it first
             # Still a line of the request: its last offset is what a resumed agent skips up to
