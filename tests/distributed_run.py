@@ -351,11 +351,21 @@ def run_parallel(outdir: Path, kind: str, n: int = 3, victim: str | None = None,
     return truth
 
 
-def run_api2(outdir: Path, n: int = 8) -> dict:
+#: The burst `run_api2` sends at once: (X-Request-Id, max_tokens), one id twice.
+API2_BURST = (("api2-b00", 24), ("api2-b01", 28), ("api2-dup", 32), ("api2-dup", 36), ("api2-b02", 40),
+              ("api2-b03", 44))
+#: A burst with three ids twice each: more chances that one API server holds both sends of one
+#: id and the two engine cores schedule them in another order than added (each pair: 50% on one
+#: API server, as the kernel hands out connections).
+API2_TWINS_BURST = (("api2-dup", 32), ("api2-dup", 36), ("api2-dupb", 26), ("api2-dupb", 40),
+                    ("api2-dupc", 30), ("api2-dupc", 44), ("api2-b00", 24), ("api2-b01", 28))
+
+
+def run_api2(outdir: Path, n: int = 8, burst=API2_BURST) -> dict:
     """Two API servers (`--api-server-count 2`) in front of DP=2 engines, with the plugin; `n`
     sequential requests, then the first X-Request-Id again (ids repeat: the two sends are two
-    requests), a few with a caller's traceparent; then a burst of six at once, one X-Request-Id
-    twice among them. Writes api2.log and api2_truth.json. Which
+    requests), a few with a caller's traceparent; then a burst at once (`burst`: by default six,
+    one X-Request-Id twice among them). Writes api2.log and api2_truth.json. Which
     API server took a request the client cannot see (the kernel balances the shared socket)."""
     outdir.mkdir(parents=True, exist_ok=True)
     ids = [f"api2-{i:03d}" for i in range(n)] + ["api2-000"]
@@ -371,8 +381,6 @@ def run_api2(outdir: Path, n: int = 8) -> dict:
             rec["order"], rec["burst"] = k, False
         # then at once, one thread each, long enough to overlap: the two API servers' lines
         # interleave, and one X-Request-Id is in flight twice (told apart by the tokens asked for)
-        burst = [("api2-b00", 24), ("api2-b01", 28), ("api2-dup", 32), ("api2-dup", 36), ("api2-b02", 40),
-                 ("api2-b03", 44)]
         with ThreadPoolExecutor(len(burst)) as pool:
             got = list(pool.map(lambda b: _client(base, v.model, [b[0]], [b[1]], traceparents)[0], burst))
         for k, rec in enumerate(got, len(records)):

@@ -208,3 +208,82 @@ def test_twins_on_two_api_servers_finishing_in_another_order_than_scheduled_keep
                   for t in out if hasattr(t, "phases"))
     want = Counter((f"cmpl-{r['x_request_id']}-0", r["max_tokens"], r["completion_tokens"]) for r in truth["requests"])
     assert [k for k in want if k[0] == "cmpl-api2-dup-0"] and got == want
+
+
+_ADDED = re.compile(r"\((ApiServer_\d) pid=\d+\) .*\] Added request ((\S+)-[0-9a-f]{8})\.$", re.M)
+_SCHEDULED = re.compile(r"\(EngineCore_DP(\d) pid=\d+\) .*\] Scheduling request \S+: .*, t=([\d.]+), "
+                        r"internal_id=(\S+)$", re.M)
+
+
+def test_twins_on_one_api_server_scheduled_out_of_added_order_keep_their_own_lines(tmp_path):
+    """twins.log (tests/distributed_run.py `run_api2` with `API2_TWINS_BURST`, 2026-12-04, the
+    plugin stating `internal_id=`): three X-Request-Ids sent twice at once; ApiServer_0 had
+    `api2-dupc` in flight twice, and the two engine cores scheduled the twin added second first.
+    Each plugin line states the engine id vLLM's `Added request` gave its twin, so every root has
+    its own `Received` line's max_tokens with the token count the client got for that
+    max_tokens, and the rank of the engine core whose `Scheduling` line states its engine id.
+    (The order rule — the oldest twin not yet scheduled — swapped this pair's ends and ranks.)"""
+    text = (HERE / "twins.log").read_text()
+    truth = json.loads((HERE / "twins_truth.json").read_text())
+    # the premise, from vLLM's own lines: one API server added both, two engines took them in the other order
+    added: dict = {}
+    for server, eid, rid in _ADDED.findall(text):
+        added.setdefault((server, rid), []).append(eid)
+    sched = {eid: (float(t), int(rank)) for rank, t, eid in _SCHEDULED.findall(text)}
+    swapped = [eids for eids in added.values() if len(eids) == 2 and sched[eids[0]][0] > sched[eids[1]][0]
+               and sched[eids[0]][1] != sched[eids[1]][1]]
+    assert swapped == [["cmpl-api2-dupc-0-9a1b2c11", "cmpl-api2-dupc-0-a4c443ca"]]
+    _each_twin_its_own(text, truth, sched, tmp_path)
+
+
+def test_an_engine_line_before_its_twins_added_line_goes_to_the_twin_not_added_yet(tmp_path):
+    """twins.log with `Added request …-a4c443ca` moved to just after engine 0's `Scheduling`
+    line that states that id (the engine core's line can reach the stream before its API
+    server's `Added`, written after the hand-off): the other twin was added under `…-9a1b2c11`,
+    so the id is the one twin's not added yet, and every root still has its own lines."""
+    text = (HERE / "twins.log").read_text()
+    truth = json.loads((HERE / "twins_truth.json").read_text())
+    lines = text.splitlines(True)
+    added = next(i for i, x in enumerate(lines) if "Added request cmpl-api2-dupc-0-a4c443ca." in x)
+    first = next(i for i, x in enumerate(lines) if "Added request cmpl-api2-dupc-0-9a1b2c11." in x)
+    sched_at = next(i for i, x in enumerate(lines) if "Scheduling request" in x
+                    and x.rstrip().endswith("internal_id=cmpl-api2-dupc-0-a4c443ca"))
+    assert first < added < sched_at  # as recorded: both added, then scheduled
+    moved = lines[:added] + lines[added + 1:sched_at + 1] + [lines[added]] + lines[sched_at + 1:]
+    text = "".join(moved)
+    sched = {eid: (float(t), int(rank)) for rank, t, eid in _SCHEDULED.findall(text)}
+    _each_twin_its_own(text, truth, sched, tmp_path)
+
+
+def test_twins_on_two_api_servers_added_in_another_order_than_received_keep_their_own_lines(tmp_path):
+    """twins_servers.log (a second `API2_TWINS_BURST` run, 2026-12-04): `api2-dupb` received by
+    ApiServer_0 then ApiServer_1, whose `Added` came first (and engine 1 scheduled ApiServer_0's
+    before its `Added` was written). Each API server writes its own `Received` and `Added`: the
+    engine id goes to the twin that API server received, and every root keeps its own lines."""
+    text = (HERE / "twins_servers.log").read_text()
+    truth = json.loads((HERE / "twins_servers_truth.json").read_text())
+    order = re.findall(r"\((ApiServer_\d) pid=\d+\) .*\] (Received|Added) request cmpl-api2-dupb-0\b", text)
+    assert [p for p, kind in order if kind == "Received"] == ["ApiServer_0", "ApiServer_1"]
+    assert [p for p, kind in order if kind == "Added"] == ["ApiServer_1", "ApiServer_0"]
+    sched = {eid: (float(t), int(rank)) for rank, t, eid in _SCHEDULED.findall(text)}
+    _each_twin_its_own(text, truth, sched, tmp_path)
+
+
+def _each_twin_its_own(text: str, truth: dict, sched: dict, tmp_path) -> None:
+    """Replayed, every root has its own max_tokens with the tokens the client got for it, and
+    the rank of the engine core whose `Scheduling` line states its engine id."""
+    d = tmp_path / "pod"
+    d.mkdir()
+    (d / "0.log").write_text(text)
+    out: list = []
+    replay([str(d / "0.log")], [out.append])
+    traces = [t for t in out if hasattr(t, "phases")]
+    got = Counter((t.request_id, t.attrs.get("gen_ai.request.max_tokens"), t.attrs.get("gen_ai.usage.output_tokens"))
+                  for t in traces)
+    want = Counter((f"cmpl-{r['x_request_id']}-0", r["max_tokens"], r["completion_tokens"]) for r in truth["requests"])
+    assert {r["status"] for r in truth["requests"]} == {200} and got == want
+    for t in traces:  # each root's rank: the engine whose Scheduling line states its engine id
+        eid = t.attrs.get("vllm.request.internal_id")
+        assert t.attrs.get("vllm.dp.rank") == sched[eid][1], eid
+    assert Counter(str(t.attrs["vllm.dp.rank"]) for t in traces) == Counter(
+        {k: v for k, v in truth["finished_per_engine"].items() if v})

@@ -200,6 +200,8 @@ def test_hooks_write_the_seed_lines_the_bridge_parses(log, monkeypatch):
     summary = events[-1]
     assert isinstance(summary, RequestSummary) and summary.generated_tokens == 5
     assert 0.5 <= summary.e2e_s < 5 and summary.ttft_s <= summary.e2e_s
+    # the engine's own id, stated beside the API server's: what tells twins under one id apart
+    assert sched.internal_id == events[4].internal_id == summary.times.internal_id == "cmpl-abc-0-1a2b3c4d"
     t = s.__dict__[hooks._ATTR]
     assert not t.ids and not t.first_token and not t.queued_at and not t.pending_first  # nothing kept
 
@@ -222,7 +224,29 @@ def test_no_summary_unless_completed_and_block_lines_are_off_by_default(log, end
                                                   "BlockFreed"], log.lines
     freed = events[-1]
     assert (freed.block, freed.count, freed.request_id) == ("", 2, "chatcmpl-x")
+    assert all(e.internal_id is None for e in events if hasattr(e, "internal_id"))  # ids kept as given: none
+    assert not any("internal_id=" in x for x in log.lines)
     assert freed.reason == ("aborted" if end == "FINISHED_ABORTED" else "completed")
+
+
+def test_engine_lines_state_the_engine_id_when_vllm_made_it_unique(log):
+    """vLLM ≥ 0.14 adds `-<8 hex>` to each request's engine id: the lines name the API server's
+    id (their join with vLLM's own lines) and state the engine's (`internal_id=`), which is what
+    `Added request` names and what tells two requests under one X-Request-Id apart."""
+    cls = make_scheduler_class()
+    install(cls, log)
+    s = cls()
+    reqs = [Req("cmpl-q-0-0a0b0c0d", arrival=0.0), Req("cmpl-q-0-1a1b1c1d", arrival=0.0)]
+    for r in reqs:
+        s.add_request(r)
+    s.schedule()
+    for r in reversed(reqs):
+        r.status = Status("FINISHED_STOPPED")
+        s._free_request(r)
+    got = [(type(e).__name__, e.request_id, e.internal_id) for e in map(parse_message, log.lines)
+           if hasattr(e, "internal_id")]
+    assert got == [("Scheduled", "cmpl-q-0", "cmpl-q-0-0a0b0c0d"), ("Scheduled", "cmpl-q-0", "cmpl-q-0-1a1b1c1d"),
+                   ("BlockFreed", "cmpl-q-0", "cmpl-q-0-1a1b1c1d"), ("BlockFreed", "cmpl-q-0", "cmpl-q-0-0a0b0c0d")]
 
 
 class Stats:
@@ -291,6 +315,7 @@ def test_the_api_server_line_carries_vllms_own_numbers_and_event_times(log):
     assert (t.first_token_ns - t.scheduled_ns) / 1e9 == pytest.approx(0.006, abs=2e-6)
     assert (t.last_token_ns - t.first_token_ns) / 1e9 == pytest.approx(0.060, abs=2e-6)
     assert t.preempted == () and t.caller is None
+    assert t.internal_id == "cmpl-abc-0-1a2b3c4d"  # the engine's id of the request, beside the API id
     n = len(log.lines)
     op._update_stats_from_finished(state("x", "x", None), types.SimpleNamespace(name="STOP"),
                                    types.SimpleNamespace(iteration_timestamp=1.0))  # no stats kept

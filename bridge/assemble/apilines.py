@@ -145,16 +145,21 @@ class ApiLines:
         answer.added.add(rid)
 
     def _add_twin(self, rid: str, record: Record) -> bool:
-        """`Added request` under an id received several times at once: the engine adds them in
-        the order they arrived, so the oldest not yet added is this one (an n>1 child joins the
-        request its engine id was added as)."""
+        """`Added request` under an id received several times at once: the API server that
+        writes it is the one that received it (each logs its own `Received` and `Added`), and
+        it adds them in the order they arrived, so of those it received the oldest not yet added
+        is this one (an n>1 child joins the request its engine id was added as). Two API
+        servers' `Added` lines come in any order."""
         key = ids.resolve(rid, self.index.open)
         if key is None or key not in self.index.twins:
             return False
         base = ids.engine_base(rid)
         group = self.index.group(key)
+        waiting = [o for o in group if o.terminal_ns is None and not o.engine_ids]
+        process = record.process
         r = next((o for o in group if base in {ids.engine_base(a) for a in o.engine_ids}), None) \
-            or next((o for o in group if o.terminal_ns is None and not o.engine_ids), None)
+            or next((o for o in waiting if o.extra is not None and o.extra.get("vllm.process") == process), None) \
+            or next(iter(waiting), None)
         if r is None:
             return False
         self._add(self.index.touch(r, record), rid)

@@ -95,16 +95,36 @@ class SeedLines:
             return ids.engine_base(rid)
         return key or rid
 
-    def _twin(self, rid: str, record: Record, stage: int = 0) -> RequestState:
-        """Which of the requests in flight at once under `rid` a plugin line is about (none of
-        them names the engine request id). An engine core's first `Scheduling` (`stage` 1): the
+    def _named(self, rid: str, internal: str | None) -> RequestState | None:
+        """The request open under `rid` whose engine id a plugin line states (`internal_id=`):
+        the one vLLM added under it (`Added request <engine id>`), else, the id being none of
+        theirs, the one twin not added yet (an engine core's line can come before its API
+        server's `Added`, written after the hand-off). None when the line states none, or that
+        does not settle it (ids kept as given are alike)."""
+        if internal is None:
+            return None
+        base = ids.engine_base(internal)
+        group = self.index.group(rid)
+        named = [o for o in group if o.engine_ids and (
+            internal in o.engine_ids or base in {ids.engine_base(a) for a in o.engine_ids})]
+        if not named:
+            named = [o for o in group if not o.engine_ids and o.terminal_ns is None]
+        return named[0] if len(named) == 1 else None
+
+    def _twin(self, rid: str, record: Record, stage: int = 0, internal: str | None = None) -> RequestState:
+        """Which of the requests in flight at once under `rid` a plugin line is about: the one
+        added under the engine id the line states (`internal`, the plugin's `internal_id=`).
+        A line that states none (an older plugin; ids kept as given) is placed by a rule:
+        an engine core's first `Scheduling` (`stage` 1): the
         oldest not yet scheduled (the engines take them in the order added); its `Freed` (2):
         the oldest that engine core scheduled and did not free yet; the API server's end (3): the
         one twin the line's API server received, else of those it received the first freed (the
         engine frees a finished request's blocks before the API server logs its end). Else the one this line's API
         server received, or the oldest (`index.occurrence`)."""
+        pick = self._named(rid, internal)
+        if pick is not None:
+            return self.index.touch(pick, record)
         group = [o for o in self.index.group(rid) if o.terminal_ns is None]
-        pick = None
         if stage == 1:
             pick = next((o for o in group if o.schedules is None), None)
         elif stage == 2:
@@ -123,12 +143,14 @@ class SeedLines:
             pick = self.index.occurrence(rid, rid, record.process)
         return self.index.touch(pick, record)
 
-    def _start_seq(self, rid: str, record: Record, stage: int = 0) -> tuple[RequestState, int | None]:
+    def _start_seq(self, rid: str, record: Record, stage: int = 0,
+                   internal: str | None = None) -> tuple[RequestState, int | None]:
         """`_start` for a plugin line, and which n>1 child of its request it names (or None).
         A child the request had not shown yet, after its siblings' summaries ended it (how many
-        there are was never logged), continues it: siblings are not a reused id."""
+        there are was never logged), continues it: siblings are not a reused id. `internal`:
+        the engine id the line states, which tells twins apart (`_twin`)."""
         if self.index.twins and rid in self.index.twins:
-            return self._twin(rid, record, stage), None
+            return self._twin(rid, record, stage, internal), None
         r = self.index.open.get(rid)
         if r is not None and r.terminal_ns is None:  # the commonest line: one of an open request's
             if record.ts_ns > r.last_ns:  # index.touch, inlined on the hot path
@@ -153,7 +175,7 @@ class SeedLines:
     def _on_scheduled(self, record: Record, ev: Scheduled) -> None:
         if ev.at_ns is not None:
             record = _exact(record, ev)
-        r, k = self._start_seq(ev.request_id, record, 1)
+        r, k = self._start_seq(ev.request_id, record, 1, ev.internal_id)
         ts = record.ts_ns
         if r.schedules is None:
             r.schedules = []
@@ -184,7 +206,7 @@ class SeedLines:
     def _on_preempted(self, record: Record, ev: Preempted) -> None:
         if ev.at_ns is not None:
             record = _exact(record, ev)
-        r, k = self._start_seq(ev.request_id, record)
+        r, k = self._start_seq(ev.request_id, record, 0, ev.internal_id)
         if r.preemptions is None:
             r.preemptions = []
         if self._open_preemption(r, ev.request_id) is not None:
@@ -212,7 +234,7 @@ class SeedLines:
         rid, ts, n, reason = ev.request_id, record.ts_ns, ev.count, ev.reason  # (read once: a third of all lines)
         r = self.index.open.get(rid)
         if self.index.twins and rid in self.index.twins:
-            r = self._twin(rid, record, 2)
+            r = self._twin(rid, record, 2, ev.internal_id)
         elif r is None:
             r = self._touch(self._seed_id(rid), record)
             if r is None:
@@ -243,7 +265,7 @@ class SeedLines:
     def _on_summary(self, record: Record, ev: RequestSummary) -> None:
         if ev.at_ns is not None:
             record = _exact(record, ev)
-        r, k = self._start_seq(ev.request_id, record, 3)
+        r, k = self._start_seq(ev.request_id, record, 3, ev.times.internal_id if ev.times is not None else None)
         self.ends_logged = True
         end = record.ts_ns
         if ev.times is not None:
@@ -290,7 +312,10 @@ class SeedLines:
         vLLM aborted it) or failed, with the phases vLLM stamped before."""
         record = _exact(record, ev)
         rid = self._seed_id(ev.request_id)
-        r = self.index.open.get(rid)
+        internal = ev.times.internal_id if ev.times is not None else None
+        r = self._named(rid, internal) if self.index.twins and rid in self.index.twins else None
+        if r is None:
+            r = self.index.open.get(rid)
         k = ids.child_index(ev.request_id) if rid != ev.request_id else None
         if r is not None and r.terminal_ns is not None:  # vLLM's own line (or a sibling's) ended it first
             # Still a line of the request: its last offset is what a resumed agent skips up to
@@ -308,7 +333,7 @@ class SeedLines:
                 if r.held <= 0 and not self._seqs_left(r) and self.index.open.get(r.request_id) is r:
                     self.close(r, Close.DONE)
             return
-        r, k = self._start_seq(ev.request_id, record)  # a child of n>1 ends its parent: vLLM aborts all
+        r, k = self._start_seq(ev.request_id, record, 0, internal)  # a child of n>1 ends its parent: vLLM aborts all
         if k is not None:
             r.seqs[k] = (record.ts_ns, None)
         if ev.times is not None:

@@ -409,7 +409,9 @@ static PyObject *freed(Cur *c) {
     if (!AT_END(c, has))
         return DECLINE;
     PyObject *why = has_reason ? str_of(c, reason) : Py_NewRef(empty_str);
-    PyObject *v[5] = {str_of(c, block), str_of(c, rid), why, PyLong_FromLong(1), AT_VALUE(has, at)};
+    /* internal_id: None. The plugin's `, internal_id=…` after `t=` fails exact_time: Python reads it. */
+    PyObject *v[6] = {str_of(c, block), str_of(c, rid), why, PyLong_FromLong(1), AT_VALUE(has, at),
+                      Py_NewRef(Py_None)};
     return MAKE(&classes[FREED], v);
 }
 
@@ -438,7 +440,8 @@ static PyObject *scheduling(Cur *c) {
     if (!AT_END(c, has))
         return DECLINE;
     PyObject *q = has_q ? PyFloat_FromDouble(qv) : Py_NewRef(Py_None);
-    PyObject *v[6] = {str_of(c, rid), int_of(c, prio), int_of(c, blocks), int_of(c, remaining), q, AT_VALUE(has, at)};
+    PyObject *v[7] = {str_of(c, rid), int_of(c, prio), int_of(c, blocks), int_of(c, remaining), q, AT_VALUE(has, at),
+                      Py_NewRef(Py_None)}; /* internal_id: as in freed() */
     return MAKE(&classes[SCHEDULED], v);
 }
 
@@ -479,7 +482,8 @@ static PyObject *preempting(Cur *c) {
     if (!LIT(c, "Preempting request ") || !exact_time(c, &at, &has) || !id_(c, &rid) || !LIT(c, ": reason=") ||
         !reason_(c, &reason) || !LIT(c, ", preempted_blocks=") || !digits(c, &blocks, 0) || !AT_END(c, has))
         return DECLINE;
-    PyObject *v[4] = {str_of(c, rid), str_of(c, reason), int_of(c, blocks), AT_VALUE(has, at)};
+    PyObject *v[5] = {str_of(c, rid), str_of(c, reason), int_of(c, blocks), AT_VALUE(has, at),
+                      Py_NewRef(Py_None)}; /* internal_id: as in freed() */
     return MAKE(&classes[PREEMPTED], v);
 }
 

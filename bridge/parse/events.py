@@ -31,6 +31,9 @@ class PluginTimes:
     caller: TraceContext | None = None  # the request's own valid W3C traceparent
     tracestate: str | None = None
     n: int | None = None  # an n>1 child's: how many children its client request has (`n=`)
+    # vLLM's engine id of the request (`internal_id=`, `Added request <it>`), when it is not the
+    # line's id: what tells apart two requests in flight at once under one X-Request-Id
+    internal_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +73,7 @@ class Scheduled:
     # what vLLM's native tracing calls gen_ai.latency.time_in_queue.
     queued_s: float | None = None
     at_ns: int | None = None
+    internal_id: str | None = None  # the plugin's `, internal_id=` (PluginTimes.internal_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +82,7 @@ class Preempted:
     reason: str
     blocks: int
     at_ns: int | None = None
+    internal_id: str | None = None  # the plugin's `, internal_id=` (PluginTimes.internal_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +111,7 @@ class BlockFreed:
     reason: str
     count: int = 1
     at_ns: int | None = None
+    internal_id: str | None = None  # the plugin's `, internal_id=` (PluginTimes.internal_id)
 
 
 @dataclass(frozen=True, slots=True)

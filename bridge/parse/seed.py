@@ -124,6 +124,16 @@ _TRACESTATE = re.compile(r", tracestate=(\S{1,512})$")
 _STAMP = re.compile(r"(\d{1,12})(?:\.(\d{1,9}))?")
 _TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}")
 _TIME_KEYS = ("arrival", "queued_at", "scheduled_at", "first_token_at", "last_token_at")
+#: The plugin's engine id of the request on an engine core's line, after `t=` (docs/plugin.md).
+_INTERNAL = re.compile(r", internal_id=([^\s:,]{1,256})(?=,|$)")
+
+
+def _internal(msg: str, end: int, at_s: str | None) -> str | None:
+    """The `, internal_id=` a plugin line states after its `t=` (`end`: where `t=` ends), else None."""
+    if at_s is None or end >= len(msg):
+        return None
+    m = _INTERNAL.match(msg, end)
+    return m[1] if m else None
 
 
 def _stamp(text: str) -> int:
@@ -173,8 +183,10 @@ def _fields(tail: str) -> PluginTimes:
         preempted.append((_stamp(start), _stamp(end) if end else None))
     caller = caller_context(found["traceparent"]) if "traceparent" in found else None
     n = found.get("n", "")
+    internal = found.get("internal_id") or None
     return PluginTimes(*stamps, tuple(preempted), caller, state if caller is not None else None,
-                       int(n) if n.isdigit() and 1 <= len(n) <= 6 else None)
+                       int(n) if n.isdigit() and 1 <= len(n) <= 6 else None,
+                       internal if internal is None or len(internal) <= 256 and ":" not in internal else None)
 
 
 def _summary(m: re.Match[str], msg: str) -> Event:
@@ -225,12 +237,13 @@ def _scheduling(msg: str) -> Event | None:
         return None
     rid, priority, blocks, remaining, queued, unit, at_s, at_f = m.groups()
     return Scheduled(rid, count(priority), count(blocks), count(remaining),
-                     duration_s(queued, unit or "s") if queued is not None else None, _at_ns(at_s, at_f))
+                     duration_s(queued, unit or "s") if queued is not None else None, _at_ns(at_s, at_f),
+                     _internal(msg, m.end(), at_s))
 
 
 def _preempting(msg: str) -> Event | None:
     m = _PREEMPTING.match(msg)
-    return Preempted(m[1], m[2], count(m[3]), _at_ns(m[4], m[5])) if m else None
+    return Preempted(m[1], m[2], count(m[3]), _at_ns(m[4], m[5]), _internal(msg, m.end(), m[4])) if m else None
 
 
 def _queue(msg: str) -> Event | None:
@@ -253,9 +266,9 @@ def _freed(msg: str) -> Event | None:
         if m is None:
             return None
         n, rid, reason, at_s, at_f = m.groups()
-        return BlockFreed("", rid, reason or "", count(n), _at_ns(at_s, at_f))
+        return BlockFreed("", rid, reason or "", count(n), _at_ns(at_s, at_f), _internal(msg, m.end(), at_s))
     block, rid, reason, at_s, at_f = m.groups()
-    return BlockFreed(block, rid, reason or "", 1, _at_ns(at_s, at_f))
+    return BlockFreed(block, rid, reason or "", 1, _at_ns(at_s, at_f), _internal(msg, m.end(), at_s))
 
 
 def _gpu(msg: str) -> Event | None:

@@ -310,7 +310,7 @@ _installed: dict[type, bool] = {}
 _COMPLETED = frozenset({"FINISHED_STOPPED", "FINISHED_LENGTH_CAPPED", "FINISHED_REPETITION"})
 _COMPLETED_REASONS = frozenset({"STOP", "LENGTH", "REPETITION"})  # the API server's FinishReason
 _SUMMARY = ("Request %s: prompt_tokens=%d, generated_tokens=%d, ttft=%.3fms, itl=%.3fms, total_latency=%.6fs, "
-            "t=%.6f")
+            "t=%.6f%s")
 _PHASES = "Request %s: prompt_tokens=%d, generated_tokens=%d, ttft=%.3fms, itl=%.3fms, total_latency=%.6fs, t=%.6f%s"
 _TIMES = ", arrival=%.6f, queued_at=%.6f, scheduled_at=%.6f, first_token_at=%.6f, last_token_at=%.6f"
 _ENDED = "Request %s ended: finish=%s, prompt_tokens=%d, generated_tokens=%d, total_latency=%.6fs, t=%.6f%s"
@@ -365,6 +365,14 @@ class _Hooks:
         if self.strip and len(engine_id) > 9 and engine_id[-9] == "-" and _HEX8.fullmatch(engine_id, len(engine_id) - 8):
             return engine_id[:-9]
         return engine_id
+
+    @staticmethod
+    def internal(engine_id: str, rid: str) -> str:
+        """`, internal_id=<engine id>` when the engine's own id is not the one the line names:
+        vLLM ≥ 0.14 makes each request's engine id unique (`-<8 hex>`), so two requests under
+        one `X-Request-Id` at once are told apart by it (and by `Added request <engine id>`)."""
+        return f", internal_id={engine_id}" if engine_id != rid and " " not in engine_id and "," not in engine_id \
+            else ""
 
     def fail(self, where: str) -> None:
         self.on = False
@@ -427,11 +435,12 @@ class Tracer(_Hooks):
                 q_ts = queued
             if q_ts is not None:
                 info("Scheduling request %s: priority=%d, num_scheduled_blocks=%d, remaining_blocks=%d, "
-                     "queued=%.3fms, t=%.6f", rid, getattr(req, "priority", 0) or 0, len(ids), free,
-                     max(0.0, s_ts - q_ts) * 1e3, s_ts + self.wall)
+                     "queued=%.3fms, t=%.6f%s", rid, getattr(req, "priority", 0) or 0, len(ids), free,
+                     max(0.0, s_ts - q_ts) * 1e3, s_ts + self.wall, self.internal(engine_id, rid))
             else:
-                info("Scheduling request %s: priority=%d, num_scheduled_blocks=%d, remaining_blocks=%d, t=%.6f",
-                     rid, getattr(req, "priority", 0) or 0, len(ids), free, s_ts + self.wall)
+                info("Scheduling request %s: priority=%d, num_scheduled_blocks=%d, remaining_blocks=%d, t=%.6f%s",
+                     rid, getattr(req, "priority", 0) or 0, len(ids), free, s_ts + self.wall,
+                     self.internal(engine_id, rid))
             if self.summary and req is not None and engine_id not in self.first_token \
                     and not req.num_output_tokens:
                 self.pending_first[engine_id] = req
@@ -447,9 +456,10 @@ class Tracer(_Hooks):
                 if engine_id in resumed:
                     req = requests.get(engine_id)
                     s_ts = _event_times(req)[1]
-                    info("Scheduling request %s: priority=%d, num_scheduled_blocks=%d, remaining_blocks=%d, t=%.6f",
-                         self.rid(engine_id), getattr(req, "priority", 0) or 0, len(ids), free,
-                         (s_ts if s_ts is not None else started) + self.wall)
+                    rid = self.rid(engine_id)
+                    info("Scheduling request %s: priority=%d, num_scheduled_blocks=%d, remaining_blocks=%d, t=%.6f%s",
+                         rid, getattr(req, "priority", 0) or 0, len(ids), free,
+                         (s_ts if s_ts is not None else started) + self.wall, self.internal(engine_id, rid))
                 if self.blocks and ids:
                     self._allocated(sched, self.rid(engine_id), ids)
         now = time.monotonic()
@@ -481,16 +491,16 @@ class Tracer(_Hooks):
             del pending[engine_id]
             self.first_token[engine_id] = now
 
-    def preempting(self, sched, request) -> tuple[str, int]:
-        """Read before vLLM frees the blocks: (id, blocks held)."""
+    def preempting(self, sched, request) -> tuple[str, int, str]:
+        """Read before vLLM frees the blocks: (id, blocks held, engine id)."""
         held = sched.kv_cache_manager.get_block_ids(request.request_id)
-        return self.rid(request.request_id), len(held[0]) if held else 0
+        return self.rid(request.request_id), len(held[0]) if held else 0, request.request_id
 
-    def preempted(self, rid: str, blocks: int, forced: bool, timestamp=None) -> None:
+    def preempted(self, rid: str, blocks: int, engine_id: str, forced: bool, timestamp=None) -> None:
         """`timestamp`: vLLM's own (monotonic) time of the preemption, its PREEMPTED event's."""
         at = timestamp + self.wall if isinstance(timestamp, (int, float)) and timestamp > 0 else time.time()
-        self.log.info("Preempting request %s: reason=%s, preempted_blocks=%d, t=%.6f",
-                      rid, "forced" if forced else "kv_cache_full", blocks, at)
+        self.log.info("Preempting request %s: reason=%s, preempted_blocks=%d, t=%.6f%s",
+                      rid, "forced" if forced else "kv_cache_full", blocks, at, self.internal(engine_id, rid))
 
     def freeing(self, request) -> tuple | None:
         """A request is over: the arguments of its summary if it completed and the API server
@@ -512,7 +522,8 @@ class Tracer(_Hooks):
             e2e = max(0.0, now - request.arrival_time)
             ttft = max(0.0, first - request.arrival_time) if first is not None else e2e
             itl = (now - first) / (generated - 1) if first is not None and generated > 1 else 0.0
-            return rid, request.num_prompt_tokens, generated, ttft * 1e3, itl * 1e3, e2e, now
+            return rid, request.num_prompt_tokens, generated, ttft * 1e3, itl * 1e3, e2e, now, \
+                self.internal(engine_id, rid)
         return None
 
     def freed(self, engine_id: str, summary: tuple | None) -> None:
@@ -535,7 +546,8 @@ class Tracer(_Hooks):
         info = self.log.info
         now = time.time()
         if not self.blocks:
-            info("Freed %d blocks for request %s, reason=%s, t=%.6f", len(held[0]), rid, reason, now)
+            info("Freed %d blocks for request %s, reason=%s, t=%.6f%s", len(held[0]), rid, reason, now,
+                 self.internal(request.request_id, rid))
             return
         for b in held[0]:
             info("Freed block %d for request %s, reason=%s, t=%.6f", b, rid, reason, now)
@@ -638,7 +650,7 @@ class Frontend(_Hooks):
         end = iteration_stats.iteration_timestamp  # wall clock: e2e's end, as vLLM's own span
         e2e = max(0.0, end - stats.arrival_time)
         reason = getattr(finish_reason, "name", str(finish_reason))
-        tail = self._tail(processor, req_state, stats)
+        tail = self.internal(req_state.request_id, rid) + self._tail(processor, req_state, stats)
         if reason in _COMPLETED_REASONS:
             ttft = stats.first_token_latency if generated else e2e
             itl = (stats.last_token_ts - stats.first_token_ts) / (generated - 1) if generated > 1 else 0.0
@@ -668,8 +680,9 @@ class Frontend(_Hooks):
             if states.get(st.request_id) is st or st.stats is None:
                 continue
             e2e = max(0.0, now - st.stats.arrival_time)
-            self.log.info(_ENDED, self.api_id(st.request_id), "abort", st.prompt_len or 0,
-                          st.stats.num_generation_tokens, e2e, now, self._tail(processor, st, st.stats))
+            rid = self.api_id(st.request_id)
+            self.log.info(_ENDED, rid, "abort", st.prompt_len or 0, st.stats.num_generation_tokens, e2e, now,
+                          self.internal(st.request_id, rid) + self._tail(processor, st, st.stats))
 
 
 def _event_times(req) -> tuple[float | None, float | None]:
