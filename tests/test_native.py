@@ -239,7 +239,11 @@ def seed_messages(draw):
         f"GPU memory usage: {n}{u}/{m}{v} ({n}%), cache usage: {m}{u}, kv_cache blocks: 4/{m}",
         f"GPU memory usage: {n}{u} / {m}{v}  ({n}%), cache usage: {m}{u}, kv_cache blocks: 4/512",
         f"Request {rid} timed out after {n}{u}",
-    ])) + draw(st.sampled_from(["", " trailing", "\r", ",", "x"]))
+    ])) + draw(st.sampled_from(["", " trailing", "\r", ",", "x"] + [
+        # the plugin's exact time and the engine id it states after it (seed.py's _internal)
+        ", t=1796397150.761755, internal_id=cmpl-1-0-85697c83", ", t=17, internal_id=", ", t=2.5, internal_id=a:b",
+        ", t=3, internal_id=" + "y" * 257, ", t=3, internal_id=" + "y" * 256, ", internal_id=z",
+        ", t=1.25, internal_id=id, more", ", t=1.25, internal_id=é", ", t=4.5, internal_id=id ", ", t=4.5,internal_id=a"]))
 
 
 def _parse_both(message: str):

@@ -335,7 +335,14 @@ static double seconds_of(Cur *c, Span sp, double divisor, int *ok) {
  * (at most 9e9) and 1-9 of fraction. Then *ns is the time, *has = 1, and c->n is cut before it:
  * the rule must end exactly at the cut (`AT_END`), or Python's regex may read the line another
  * way. No `, t=` at all: *has = 0. Anything else: 0, and the line goes to the Python rules. */
-static int exact_time(Cur *c, long long *ns, int *has) {
+static int exact_time_id(Cur *c, long long *ns, int *has, Span *iid, int *has_iid);
+
+static int exact_time(Cur *c, long long *ns, int *has) { return exact_time_id(c, ns, has, NULL, NULL); }
+
+/* exact_time, and the plugin's `, internal_id=<id>` right after the time, ending the line (seed.py's
+ * _internal): taken only when `iid` is given, the id 1-256 printable ASCII bytes but `,` and `:`
+ * (a subset of the regex's `[^\s:,]`, so where C takes a line Python reads it alike). */
+static int exact_time_id(Cur *c, long long *ns, int *has, Span *iid, int *has_iid) {
     Py_ssize_t pos = -1;
     for (Py_ssize_t i = 0; i + 4 <= c->n; i++)
         if (c->s[i] == ',' && c->s[i + 1] == ' ' && c->s[i + 2] == 't' && c->s[i + 3] == '=') {
@@ -365,6 +372,22 @@ static int exact_time(Cur *c, long long *ns, int *has) {
             return 0;
         for (int k = nf; k < 9; k++)
             frac *= 10;
+    }
+    if (iid != NULL) {
+        *has_iid = 0;
+        static const char key[] = ", internal_id=";
+        Py_ssize_t k = (Py_ssize_t)(sizeof key - 1);
+        if (i < c->n && i + k < c->n && memcmp(c->s + i, key, (size_t)k) == 0) {
+            Py_ssize_t a = i + k, b = a;
+            while (b < c->n && c->s[b] > 0x20 && c->s[b] < 0x7f && c->s[b] != ',' && c->s[b] != ':')
+                b++;
+            if (b != c->n || b == a || b - a > 256)
+                return 0;
+            iid->a = a;
+            iid->b = b;
+            *has_iid = 1;
+            i = b;
+        }
     }
     if (i != c->n)
         return 0;
@@ -409,7 +432,8 @@ static PyObject *freed(Cur *c) {
     if (!AT_END(c, has))
         return DECLINE;
     PyObject *why = has_reason ? str_of(c, reason) : Py_NewRef(empty_str);
-    /* internal_id: None. The plugin's `, internal_id=…` after `t=` fails exact_time: Python reads it. */
+    /* internal_id: None. The plugin states none on a block's line (seed.py); one that did fails
+     * exact_time, and Python reads it. */
     PyObject *v[6] = {str_of(c, block), str_of(c, rid), why, PyLong_FromLong(1), AT_VALUE(has, at),
                       Py_NewRef(Py_None)};
     return MAKE(&classes[FREED], v);
@@ -419,7 +443,10 @@ static PyObject *scheduling(Cur *c) {
     Span rid, prio, blocks, remaining, queued;
     long long at = 0;
     int has = 0;
-    if (!LIT(c, "Scheduling request ") || !exact_time(c, &at, &has) || !id_(c, &rid) || !LIT(c, ": priority=") ||
+    Span iid;
+    int has_iid = 0;
+    if (!LIT(c, "Scheduling request ") || !exact_time_id(c, &at, &has, &iid, &has_iid) || !id_(c, &rid) ||
+        !LIT(c, ": priority=") ||
         !digits(c, &prio, 1) || !LIT(c, ", num_scheduled_blocks=") || !digits(c, &blocks, 0) ||
         !LIT(c, ", remaining_blocks=") || !digits(c, &remaining, 0))
         return DECLINE;
@@ -441,7 +468,7 @@ static PyObject *scheduling(Cur *c) {
         return DECLINE;
     PyObject *q = has_q ? PyFloat_FromDouble(qv) : Py_NewRef(Py_None);
     PyObject *v[7] = {str_of(c, rid), int_of(c, prio), int_of(c, blocks), int_of(c, remaining), q, AT_VALUE(has, at),
-                      Py_NewRef(Py_None)}; /* internal_id: as in freed() */
+                      has_iid ? str_of(c, iid) : Py_NewRef(Py_None)};
     return MAKE(&classes[SCHEDULED], v);
 }
 
@@ -479,11 +506,14 @@ static PyObject *preempting(Cur *c) {
     Span rid, reason, blocks;
     long long at = 0;
     int has = 0;
-    if (!LIT(c, "Preempting request ") || !exact_time(c, &at, &has) || !id_(c, &rid) || !LIT(c, ": reason=") ||
+    Span iid;
+    int has_iid = 0;
+    if (!LIT(c, "Preempting request ") || !exact_time_id(c, &at, &has, &iid, &has_iid) || !id_(c, &rid) ||
+        !LIT(c, ": reason=") ||
         !reason_(c, &reason) || !LIT(c, ", preempted_blocks=") || !digits(c, &blocks, 0) || !AT_END(c, has))
         return DECLINE;
     PyObject *v[5] = {str_of(c, rid), str_of(c, reason), int_of(c, blocks), AT_VALUE(has, at),
-                      Py_NewRef(Py_None)}; /* internal_id: as in freed() */
+                      has_iid ? str_of(c, iid) : Py_NewRef(Py_None)};
     return MAKE(&classes[PREEMPTED], v);
 }
 
