@@ -148,6 +148,7 @@ def test_corpus(name, aspect):
 NOT_VLLM: tuple[tuple[str, str], ...] = (
     # the paste, not any log
     (r"(?:\.\.\.|\[\.\.\.\]|--|\(skipped traceback\) \.+)$", "the user's elision or separator in the paste"),
+    (r"\.{3,}INFO: <n> - ", "uvicorn's access line with the user's '....' elision glued before it (vllm-ascend-1170)"),
     (r"(?:\$ |root@|python |static --|--no-enable|✗ kubectl|'…' (?:vllm serve|export|python|CUDA_VISIBLE)"
      r"|\([\w<>]+\) '…'$|\([\w-]+\) root@|'…' kubectl logs |vllm serve '…'$)",
      "the user's shell prompt (a conda environment's name before it) and command line"),
