@@ -207,6 +207,8 @@ NOT_VLLM: tuple[tuple[str, str], ...] = (
                         "here Mooncake's transfer engine), cut by the store's window before its message"),
     (r":<n>:\w+\.cpp :<n> ?: <hex> us: ", "ROCm's HIP runtime debug trace (AMD_LOG_LEVEL)"),
     (r"\[aiter\] ", "AMD AITER's own logger (the ROCm kernel library inside vLLM's workers)"),
+    (r"<n>-<n>-<n> <n> - INFO - autotuner\.py:<n> - flashinfer\.jit: ",
+     "FlashInfer's own logger (its JIT autotuner, Python logging's default format) inside vLLM's workers"),
     (r"\[ERROR\] <n>-<n>-<n>-<n> \(PID:<n>, Device:-<n>, RankID:-<n>\) ERR<n> ", "Ascend CANN's own error line"),
     (r"(?:For debugging consider passing (?:CUDA_LAUNCH_BLOCKING|AMD_SERIALIZE_KERNEL)=<n>$|HIP kernel errors might be "
      r"asynchronously reported)", "the later lines of torch's CUDA / HIP error message (its hints), with no header "

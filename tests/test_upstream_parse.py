@@ -142,6 +142,10 @@ CASES = [
     ("Compiling a graph for dynamic shape takes 20.51 s", StartupFact(())),
     ("Starting torch.compile", StartupFact(())),
     ("Initial profiling/warmup run took 0.81 s", StartupFact(())),
+    # a worker's kernel warm-up while it starts (model_executor/warmup/kernel_warmup.py), and the CPU runner's
+    ("Warming up FlashInfer attention.", StartupFact(())),
+    ("Warming up model for the compilation...", StartupFact(())),
+    ("JIT kernel warmup finished in 1.20s.", StartupFact(())),
 ]
 
 

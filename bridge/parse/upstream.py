@@ -635,7 +635,11 @@ _COMPILING_LINES = (
     "Precompile ", "Compilation finished in ", "Compilation of ", "Compiling a graph", "Compiling the model",
     "Compile and warming up", "Capturing CUDA graph", "Capturing cudagraphs", "Capturing the model",
     "Dynamo bytecode transform", "Directly load", "Cache the graph", "Warm-up call pass finished",
-    "Starting torch.compile", "Initial profiling/warmup run took", "Warmup finished in", "[Warmup]")
+    "Starting torch.compile", "Initial profiling/warmup run took", "Warmup finished in", "[Warmup]",
+    # the worker's kernel warm-up before graph capture (model_executor/warmup/*: `Warming up FlashInfer
+    # attention.`, `… Qwen GDN Triton kernels …`; the CPU runner's `Warming up model for the
+    # compilation...`), and the JIT kernels' (`JIT kernel warmup starting.` / `finished in 1.20s.`)
+    "Warming up ", "JIT kernel warmup ")
 #: Lines a start prints once while it loads its model and builds its workers, on any platform:
 #: the weights read (`Loading weights from …`, V1's `Loading weights took 24.84 seconds`), a worker
 #: given its ranks (parallel_state: `rank 0 in world size 1 is assigned as DP rank 0, …`),
