@@ -38,6 +38,10 @@ FRAME = '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/executor/multip
     ("Error in chat completion stream generator.\nTraceback (most recent call last):\n"
      '  File "/v/v1/engine/async_llm.py", line 378, in output_handler\n'
      "    outputs = await engine_core.get_output_async()", "engine_dead"),
+    # the executor lost a worker: the engine core's busy loop raises it and the engine dies
+    ("RuntimeError: Executor failed.", "engine_dead"),
+    # near miss: another RuntimeError names no death
+    ("RuntimeError: Expected all tensors to be on the same device", "other"),
 ])
 def test_cause(text, error_type):
     assert classify(text) == error_type
@@ -328,3 +332,52 @@ def test_two_engines_hanging_the_same_minutes_are_two_incidents(tmp_path):
     text = "".join(dp1.format(25) + _WAIT.format(26) + dp1.format(26) + _WAIT.format(27) for _ in (0,))
     incidents = _incidents(tmp_path, text)
     assert sorted(i.attrs["vllm.process"] for i in incidents) == ["EngineCore_DP0 pid=7", "EngineCore_DP1 pid=8"]
+
+
+_CORE_FAILED = ("(EngineCore pid={}) ERROR 03-28 12:39:08 [core.py:1101] EngineCore encountered a fatal error.\n"
+                "(EngineCore pid={}) ERROR 03-28 12:39:08 [core.py:1101] RuntimeError: Executor failed.\n")
+
+
+def test_two_engine_cores_failing_at_once_are_two_incidents(tmp_path):
+    """An engine core with no data-parallel index is its own engine (vllm-omni's stages, two LLMs in
+    one program): two of them dying in the same second are an incident each, each a death. Near miss:
+    one engine core's lines, however many, are one incident."""
+    incidents = _incidents(tmp_path, _CORE_FAILED.format(7, 7) + _CORE_FAILED.format(8, 8))
+    assert sorted((i.attrs["vllm.process"], i.error_type) for i in incidents) == [
+        ("EngineCore pid=7", "engine_dead"), ("EngineCore pid=8", "engine_dead")]
+    assert all(i.attrs["vllm.incident.fatal"] and "vllm.dp.rank" not in i.attrs for i in incidents)
+    (one,) = _incidents(tmp_path, _CORE_FAILED.format(7, 7) + _CORE_FAILED.format(7, 7))
+    assert (one.attrs["vllm.process"], one.error_type) == ("EngineCore pid=7", "engine_dead")
+
+
+_DEAD = "(APIServer pid=1) INFO 06-25 04:34:{:02d} [async_llm.py:345] Request cmpl-{}-0 failed (engine dead).\n"
+
+
+def _replayed(tmp_path, text: str) -> tuple[list, list]:
+    from bridge.assemble.timeline import RequestTimeline
+    log = tmp_path / "vllm.log"
+    log.write_text(text, encoding="utf-8")
+    out: list = []
+    replay([str(log)], [out.append], ReplayConfig(year=2025))
+    return ([t for t in out if isinstance(t, EngineTimeline) and t.kind != "startup"],
+            [t for t in out if isinstance(t, RequestTimeline)])
+
+
+def test_requests_failed_as_the_engine_is_dead_are_its_death(tmp_path):
+    """vLLM fails a request `(engine dead)` only once its engine died: with no line of the death
+    before them (a log begun late), the first is the death, one incident, and every request it
+    names failed with it. Near misses: an error line of the death first is the one incident still;
+    the same lines during a deliberate stop are the stop's, no death."""
+    incidents, requests = _replayed(tmp_path, "".join(_DEAD.format(1, rid) for rid in ("a", "b", "c")))
+    (inc,) = incidents
+    assert inc.error_type == "engine_dead" and inc.attrs["vllm.incident.fatal"]
+    assert sorted((r.request_id, r.error_type) for r in requests) == [
+        ("cmpl-a-0", "engine_dead"), ("cmpl-b-0", "engine_dead"), ("cmpl-c-0", "engine_dead")]
+    error_first = ("(APIServer pid=1) ERROR 06-25 04:34:01 [async_llm.py:420] vllm.v1.engine.exceptions."
+                   "EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.\n")
+    incidents, requests = _replayed(tmp_path, error_first + _DEAD.format(1, "a") + _DEAD.format(2, "b"))
+    assert [i.error_type for i in incidents] == ["engine_dead"]
+    assert {r.error_type for r in requests} == {"engine_dead"}
+    stop = "(APIServer pid=1) INFO 06-25 04:34:00 [launcher.py:254] [shutdown] API server: shutdown triggered\n"
+    incidents, requests = _replayed(tmp_path, stop + _DEAD.format(1, "a"))
+    assert not incidents and [r.error_type for r in requests] == ["shutdown"]

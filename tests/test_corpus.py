@@ -148,6 +148,7 @@ def test_corpus(name, aspect):
 NOT_VLLM: tuple[tuple[str, str], ...] = (
     # the paste, not any log
     (r"(?:\.\.\.|\[\.\.\.\]|--|\(skipped traceback\) \.+)$", "the user's elision or separator in the paste"),
+    (r"\.{3,}INFO: <n> - ", "uvicorn's access line with the user's '....' elision glued before it (vllm-ascend-1170)"),
     (r"(?:\$ |root@|python |static --|--no-enable|✗ kubectl|'…' (?:vllm serve|export|python|CUDA_VISIBLE)"
      r"|\([\w<>]+\) '…'$|\([\w-]+\) root@|'…' kubectl logs |vllm serve '…'$)",
      "the user's shell prompt (a conda environment's name before it) and command line"),
@@ -206,6 +207,8 @@ NOT_VLLM: tuple[tuple[str, str], ...] = (
                         "here Mooncake's transfer engine), cut by the store's window before its message"),
     (r":<n>:\w+\.cpp :<n> ?: <hex> us: ", "ROCm's HIP runtime debug trace (AMD_LOG_LEVEL)"),
     (r"\[aiter\] ", "AMD AITER's own logger (the ROCm kernel library inside vLLM's workers)"),
+    (r"<n>-<n>-<n> <n> - INFO - autotuner\.py:<n> - flashinfer\.jit: ",
+     "FlashInfer's own logger (its JIT autotuner, Python logging's default format) inside vLLM's workers"),
     (r"\[ERROR\] <n>-<n>-<n>-<n> \(PID:<n>, Device:-<n>, RankID:-<n>\) ERR<n> ", "Ascend CANN's own error line"),
     (r"(?:For debugging consider passing (?:CUDA_LAUNCH_BLOCKING|AMD_SERIALIZE_KERNEL)=<n>$|HIP kernel errors might be "
      r"asynchronously reported)", "the later lines of torch's CUDA / HIP error message (its hints), with no header "

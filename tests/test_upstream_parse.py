@@ -58,6 +58,15 @@ CASES = [
                    "requests. Please try again later or on a different instance.")),
     ("Failing the request 147 because there's not enough kv cache blocks to run the entire sequence.",
      RequestFailed("147", "oom", "there's not enough kv cache blocks to run the entire sequence")),
+    # vllm-omni's stage worker names the request its AsyncLLM was generating: EngineDeadError's own
+    # message is an engine death (near miss: another cause the exception gives; a header-less
+    # `Failed on request 3 out of 10` print has no `: ` detail and is no such line)
+    ("Failed on request chatcmpl-869f7757a6a736c7: EngineCore encountered an issue. See stack trace (above) for "
+     "the root cause.\nTraceback (most recent call last):\n  File \"/w/vllm_omni/entrypoints/omni_stage.py\", line 1393",
+     RequestFailed("chatcmpl-869f7757a6a736c7", "engine_dead",
+                   "EngineCore encountered an issue. See stack trace (above) for the root cause.")),
+    ("Failed on request chatcmpl-b: CUDA out of memory. Tried to allocate 2.00 GiB.",
+     RequestFailed("chatcmpl-b", "oom", "CUDA out of memory. Tried to allocate 2.00 GiB.")),
     # b.1 outputs: the text never comes out, even when it imitates the fields
     (f"Generated response chatcmpl-a: output: '{SECRET}, output_token_ids: [1], finish_reason: length', "
      "output_token_ids: [791, 4320, 374], finish_reason: stop",
@@ -133,6 +142,10 @@ CASES = [
     ("Compiling a graph for dynamic shape takes 20.51 s", StartupFact(())),
     ("Starting torch.compile", StartupFact(())),
     ("Initial profiling/warmup run took 0.81 s", StartupFact(())),
+    # a worker's kernel warm-up while it starts (model_executor/warmup/kernel_warmup.py), and the CPU runner's
+    ("Warming up FlashInfer attention.", StartupFact(())),
+    ("Warming up model for the compilation...", StartupFact(())),
+    ("JIT kernel warmup finished in 1.20s.", StartupFact(())),
 ]
 
 

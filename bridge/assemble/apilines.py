@@ -16,8 +16,8 @@ from bridge.assemble.kvlines import kv_of
 from bridge.assemble.state import SEEN_DETAILS, SEEN_RECEIVED, RequestState, given
 from bridge.assemble.timeline import SpanEvent
 from bridge.decode.record import Record
-from bridge.parse.events import (RequestAdded, RequestDetails, RequestFailed, RequestFinished, RequestReceived,
-                                 RequestsAborted, RequestWaiting, ResponseGenerated, SequencePreempted)
+from bridge.parse.events import (EngineError, RequestAdded, RequestDetails, RequestFailed, RequestFinished,
+                                 RequestReceived, RequestsAborted, RequestWaiting, ResponseGenerated, SequencePreempted)
 
 _NS = 1_000_000_000
 
@@ -269,6 +269,15 @@ class ApiLines:
         if r is None or r.terminal_ns is not None:
             return
         ts = self._when(record, r)
+        if ev.error_type == "engine_dead" and self.engine.death is None and self.engine.stop_ns is None:
+            # vLLM fails a request `(engine dead)` only once its engine is dead (async_llm: the
+            # output handler's EngineDeadError): the death itself, where no line of it came first
+            # (a log begun late, an excerpt). Its incident opens here; error lines of it that follow
+            # join it and may name the cause. It ends this request and all in flight.
+            self.engine.on_engine_error(record, EngineError(
+                "engine_dead", "EngineDeadError", f"Request {ev.request_id} failed ({ev.reason})", True, ""))
+            if r.terminal_ns is not None:
+                return
         if ev.error_type == "engine_dead" and self.engine.death is None and self.engine.stop_ns is not None:
             self.end(r, ts, End.STOPPED)  # vLLM fails what is in flight with EngineDeadError on a stop
         elif ev.error_type == "engine_dead" and self.engine.death is not None:

@@ -73,11 +73,28 @@ def dp_engine(process: str) -> str:
     return m[1] if m else ""
 
 
+#: An engine core process with no data-parallel index (`EngineCore pid=7`): the process is the
+#: engine (core.py `run_engine_core`), so two of them at once are two engines (vllm-omni's stages,
+#: two LLMs in one program), each with its own pid.
+_BARE_CORE = re.compile(r"EngineCore pid=(\d+)(?!\d)")
+
+
+def engine_key(process: str) -> str:
+    """The engine a process prefix is of, for telling apart the engines that fail at one moment:
+    its data-parallel index (`dp_engine`), else a bare engine core's pid (`core 7`), or ""
+    (a worker, the API server, no prefix: the source's one engine, or not said)."""
+    dp = dp_engine(process)
+    if dp or not process:
+        return dp
+    m = _BARE_CORE.match(process)
+    return f"core {m[1]}" if m else ""
+
+
 def _engine_of(record: Record, ev: EngineError) -> str:
-    """The data-parallel engine an error record is of: its process prefix's, else the engine
+    """The engine an error record is of: its process prefix's (`engine_key`), else the engine
     core its line says died (the client's monitor, `Engine core proc EngineCore_DP1 died …`,
     written by the API server)."""
-    return dp_engine(record.process) or dp_engine(ev.core)
+    return engine_key(record.process) or dp_engine(ev.core)
 
 
 def _worker(process: str) -> str:
@@ -402,9 +419,9 @@ class EngineLife:
                 return
             inc = self.incident = _Incident(record, ev)
             inc.occurrence = where(record)  # reserved now: the link its event carries names its span
-        engine, first_engine = _engine_of(record, ev), inc.engine or dp_engine(inc.first.process)
+        engine, first_engine = _engine_of(record, ev), inc.engine or engine_key(inc.first.process)
         if engine and first_engine and engine != first_engine:
-            # another data-parallel engine failing at the same time: its own incident
+            # another engine (data-parallel, or another engine core) failing at the same time: its own incident
             sibling = self._siblings.get(engine)
             if sibling is None:
                 sibling = self._siblings[engine] = _Incident(record, ev)
@@ -466,7 +483,7 @@ class EngineLife:
         if first.process or record.process or inc.core:
             attrs["vllm.process"] = first.process or record.process or inc.core
         # the engine it is of: a worker's lines are its engine's (`dp_engine`), so is its death
-        if inc.engine:
+        if inc.engine.isdigit():  # (a bare engine core's pid is in its `vllm.process`)
             attrs["vllm.dp.rank"] = int(inc.engine)
         if inc.worker:
             attrs["vllm.worker"] = inc.worker

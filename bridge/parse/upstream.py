@@ -268,10 +268,22 @@ _FAILING_KV = re.compile(r"Failing (\d{1,9}) request\(s\) due to KV load failure
 _SET_ITEM = re.compile(r"'([^'\s]{1,400})'")
 
 
+#: vllm-omni's stage worker (entrypoints/omni_stage.py `generation_single_request`) around its
+#: AsyncLLM's `generate(…, rid)`: `logger.exception("Failed on request %s: %s", rid, e)` through
+#: vLLM's logger, the traceback after it. The id is the one the stage gave vLLM, the text the
+#: exception's: the request ended failed, of what that says.
+_FAILED_ON = re.compile(r"Failed on request (\S+?): ([^\n]*)")
+
+
 def _failing(msg: str) -> Event | None:
     m = _FAILING_V0.match(msg)
     if m:
         return RequestFailed(m[1], "oom", m[2])
+    m = _FAILED_ON.match(msg)
+    if m is not None:
+        detail = m[2].strip()
+        return RequestFailed(m[1], classify(detail, redact_error_text(detail)) if detail else "other",
+                             detail or "failed")
     m = _FAILING_KV.match(msg)
     if m is not None:
         end = msg.find("}", m.end())
@@ -623,7 +635,11 @@ _COMPILING_LINES = (
     "Precompile ", "Compilation finished in ", "Compilation of ", "Compiling a graph", "Compiling the model",
     "Compile and warming up", "Capturing CUDA graph", "Capturing cudagraphs", "Capturing the model",
     "Dynamo bytecode transform", "Directly load", "Cache the graph", "Warm-up call pass finished",
-    "Starting torch.compile", "Initial profiling/warmup run took", "Warmup finished in", "[Warmup]")
+    "Starting torch.compile", "Initial profiling/warmup run took", "Warmup finished in", "[Warmup]",
+    # the worker's kernel warm-up before graph capture (model_executor/warmup/*: `Warming up FlashInfer
+    # attention.`, `… Qwen GDN Triton kernels …`; the CPU runner's `Warming up model for the
+    # compilation...`), and the JIT kernels' (`JIT kernel warmup starting.` / `finished in 1.20s.`)
+    "Warming up ", "JIT kernel warmup ")
 #: Lines a start prints once while it loads its model and builds its workers, on any platform:
 #: the weights read (`Loading weights from …`, V1's `Loading weights took 24.84 seconds`), a worker
 #: given its ranks (parallel_state: `rank 0 in world size 1 is assigned as DP rank 0, …`),
@@ -769,7 +785,12 @@ _CLASSES = (
                      # the engine core's dump of a step that raised (dump_input.py), before it re-raises:
                      # one line since 0.9, `Dumping input data` then `V1 LLM engine (v…) with config` before;
                      # V0's worker dumps the input of a model execution that raised (model_runner_base.py)
-                     "dumping input data", "writing input of failed execution")),
+                     "dumping input data", "writing input of failed execution",
+                     # EngineDeadError's own message (v1/engine/exceptions.py), quoted by what it failed
+                     "enginecore encountered an issue",
+                     # the executor lost a worker (its monitor sets `is_failed`): the engine core's busy
+                     # loop, or its next collective RPC, raises `RuntimeError("Executor failed.")`
+                     "executor failed")),
     ("input", ("bad request", "badrequest", "input error", "is too long", "validation error",
                      "maximum context length", "invalid input", "invalid request")),
     ("aborted", ("abort", "cancellederror")),
@@ -778,7 +799,7 @@ _FATAL = ("enginedeaderror", "engine loop is not running", "background loop", "b
           "terminating server process", "died", "fatal error", "killing local vllm worker",
           "output_handler failed", "taking the entire process down", "will be terminated",
           "initialization failed", "failed to start", "engine iteration timed out", "terminate called",
-          "dumping input data", "writing input of failed execution", *_SIGNALS)
+          "dumping input data", "writing input of failed execution", "executor failed", *_SIGNALS)
 _EXC = re.compile(r"^(?:\[rank\d+\]: ?)?([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Failure)):? ?(.*)$", re.M)
 _MAX_MESSAGE, _MAX_STACK = 1024, 8 * 1024
 #: A list of what *may* have caused an error (Ray's "There are some potential root causes. (1) …
