@@ -186,6 +186,8 @@ NOT_VLLM: tuple[tuple[str, str], ...] = (
     (r"vllm<n>\.service: ", "systemd's unit status"),
     (r"\[ERROR:swift\] ", "ms-swift's own logger (its rollout worker reporting the call that failed)"),
     (r"\[llama-swap\] ", "llama-swap's own access line for the call it proxied to vLLM"),
+    (r"'…' Waiting for the vLLM server to start at ", "InstructLab's own logger (`LEVEL <date> <module>:<line>: `, its "
+                                                      "level and stamp taken off by decode) polling for the server"),
     (r"I <n>-<n> <n> log_lib\.py:<n>\] ", "SkyPilot's own logger (glog-like `I MM-DD HH:MM:SS file:line]`)"),
     (r"xinference\.\S+ <n> (?:INFO|WARNING|ERROR) ", "Xinference's own logger (`<asctime> <module> <pid> <level>`) beside "
                                                    "the vLLM engine it embeds (its `Generate finished, request_id: …`)"),
