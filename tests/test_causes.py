@@ -55,6 +55,35 @@ def test_a_fatal_signal_is_a_death_and_a_torch_warning_block_no_error():
     assert type(Parser().parse(warning, "", "")).__name__ == "Notice"
 
 
+def test_v1_s_client_told_by_its_engine_core_s_signal_is_an_engine_death():
+    """core_client.py (0.8–0.9) logs this when the engine core signalled it had failed (SIGUSR1):
+    an engine death, or a failed start where the frames with it are a start's (batch E, lmm-r1-68)."""
+    line = "Got fatal signal from worker processes, shutting down. See stack trace above for root cause issue."
+    ev = engine_error(line)
+    assert (ev.error_type, ev.fatal) == ("engine_dead", True)
+    start = ('Traceback (most recent call last):\n  File "/v/vllm/v1/engine/core.py", line 380, in run_engine_core\n'
+             "    engine_core = EngineCoreProc(*args, **kwargs)\n" + line)
+    assert classify(start) == "model_load"
+    # near miss: a worker's own signal line names no engine death
+    assert engine_error("Received signal 15, shutting down.").error_type != "engine_dead"
+
+
+def test_a_request_the_front_end_refused_for_its_input_is_the_client_s_without_its_header():
+    """vLLM's OpenAI front end (serving_*.py) logging only the exception of a request it refused
+    (its `Error in preprocessing prompt inputs` header not pasted): the client's input, no engine
+    incident (batch E, mineru-4868). The same words from the engine, or a death in serving, stay errors."""
+    from bridge.parse import Parser
+    refused = ("ValueError: 'max_tokens' or 'max_completion_tokens' is too large: 8192. This model's maximum context "
+               "length is 8192 tokens and your request has 1210 input tokens (8192 > 8192 - 1210).")
+    ev = Parser().parse(refused, "ERROR", "serving_chat.py:257")
+    assert type(ev).__name__ == "Notice" and ev.kind == "client_error"
+    # near misses: the engine core's error, and the serving handler reporting the engine dead
+    assert type(Parser().parse(refused, "ERROR", "core.py:710")).__name__ == "EngineError"
+    dead = Parser().parse("vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.", "ERROR",
+                          "serving_chat.py:932")
+    assert type(dead).__name__ == "EngineError" and dead.error_type == "engine_dead"
+
+
 def test_a_prompt_that_could_not_be_processed_is_the_client_s():
     from bridge.parse import Parser
     ev = Parser().parse("Error in preprocessing prompt inputs\nTraceback (most recent call last):", "ERROR",
@@ -103,7 +132,9 @@ _LINES = [
     # parallel_state.py: "rank %d in world size %d is assigned as DP rank %d, PP rank %d, …"
     ("rank 0 in world size 1 is assigned as DP rank 0, PP rank 0, PCP rank 0, TP rank 0, EP rank 0", "INFO",
      "parallel_state.py:1425", StartupFact(())),
-    ("Loading weights took 24.84 seconds", "INFO", "default_loader.py:384", StartupFact(())),
+    # the loader's time: a startup line whose figure stands in for load_s (batch E)
+    ("Loading weights took 24.84 seconds", "INFO", "default_loader.py:384",
+     StartupFact((("vllm.startup.weights_read_s", 24.84),))),
     ("Loading weights from /dev/shm/m/model-00017-of-000017.safetensors", "INFO", "weight_utils.py:122", StartupFact(())),
     # tpu-inference's runner and worker, vllm-gaudi's sampler warm-up
     ("Init model | hbm=[(16.43, 31.25), (16.43, 31.25)]GiB", "INFO", "tpu_jax_runner.py:310", StartupFact(())),

@@ -50,6 +50,10 @@ GAPS: dict[tuple[str, str], str] = {
     ("tpu/tpu-inference-2453-moe-weights-failed-start.log", "startup"):
         "tpu-inference's MoE weight-padding lines (`w13_weight_w1 shape after padding: …`, each named by its "
         "weight) are not read as startup lines: nothing else before the failure says the engine was starting",
+    ("cuda/mineru-4463-core-died-output-handler.log", "engine"):
+        "`vllm.process` names the process that wrote the incident's first line (here the API server's client, "
+        "`APIServer pid=5750`); the engine core it says died (`Engine core proc EngineCore_DP0 died unexpectedly`) "
+        "is carried as `vllm.dp.rank` 0 and names `vllm.process` only where no prefix names the writer",
     ("cuda/vllm-16841-compile-kv-cache-per-worker.log", "startup"):
         "each TP worker prints its own torch.compile time; the span carries one per start, the slowest "
         "worker's (17.65 s: the engine waits for all), not rank 0's 15.67 s the operator read",
@@ -147,7 +151,7 @@ def test_corpus(name, aspect):
 #: matches any more fails it too.
 NOT_VLLM: tuple[tuple[str, str], ...] = (
     # the paste, not any log
-    (r"(?:\.\.\.|\[\.\.\.\]|--|\(skipped traceback\) \.+)$", "the user's elision or separator in the paste"),
+    (r"(?:\.{3,}|\[\.\.\.\]|--|\(skipped traceback\) \.+)$", "the user's elision or separator in the paste"),
     (r"\.{3,}INFO: <n> - ", "uvicorn's access line with the user's '....' elision glued before it (vllm-ascend-1170)"),
     (r"(?:\$ |root@|python |static --|--no-enable|✗ kubectl|'…' (?:vllm serve|export|python|CUDA_VISIBLE)"
      r"|\([\w<>]+\) '…'$|\([\w-]+\) root@|'…' kubectl logs |vllm serve '…'$)",
@@ -156,6 +160,8 @@ NOT_VLLM: tuple[tuple[str, str], ...] = (
     (r"kl '…'$", "the user's alias for `kubectl logs <pod>`"),
     (r"Defaulted container '…' out of: ", "kubectl's note on the container it shows"),
     (r"vllm is running on: ", "the user's script's print before vLLM starts"),
+    (r"(?:=== <n>-INFO =+|vllm instantiated\.|final model parameters:)$",
+     "mellea's test harness's own prints once its vLLM backend is up"),
     # tracebacks the paste damaged: vLLM's source lines inside a traceback, no log line
     (r"raise \w+\($", "a frame's source line whose indentation the paste lost, cut from its traceback before the "
                      "exception line (qwen-295)"),
@@ -180,6 +186,9 @@ NOT_VLLM: tuple[tuple[str, str], ...] = (
      "asyncio's exception handler, through the app's logger (vLLM's own error lines follow)"),
     (r"vllm<n>\.service: ", "systemd's unit status"),
     (r"\[ERROR:swift\] ", "ms-swift's own logger (its rollout worker reporting the call that failed)"),
+    (r"\[llama-swap\] ", "llama-swap's own access line for the call it proxied to vLLM"),
+    (r"'…' Waiting for the vLLM server to start at ", "InstructLab's own logger (`LEVEL <date> <module>:<line>: `, its "
+                                                      "level and stamp taken off by decode) polling for the server"),
     (r"I <n>-<n> <n> log_lib\.py:<n>\] ", "SkyPilot's own logger (glog-like `I MM-DD HH:MM:SS file:line]`)"),
     (r"xinference\.\S+ <n> (?:INFO|WARNING|ERROR) ", "Xinference's own logger (`<asctime> <module> <pid> <level>`) beside "
                                                    "the vLLM engine it embeds (its `Generate finished, request_id: …`)"),
@@ -189,6 +198,8 @@ NOT_VLLM: tuple[tuple[str, str], ...] = (
      "transformers' warnings (a deprecated config key, the slow image processor) inside vLLM's processes"),
     (r"авг <n> <n> llm python<n>\[<n>\]: (?:SM<n>|tokens=)", "a fork's (1cat-vllm) kernel debug print, through journald"),
     # libraries and runtimes inside vLLM's processes
+    (r"\(raylet\) A worker died or was killed ", "Ray's raylet reporting a worker process that died (its list of "
+                                                 "possible causes)"),
     (r"(?:The actor is dead because|Set the environment variable HYDRA_FULL_ERROR)",
      "Ray's actor-death detail and Hydra's hint, continuation lines of their errors"),
     (r"(?:logging\.cc:<n>: |PC: @ )", "Ray's (absl) fatal-signal handler (its C++ logger's stamp taken off)"),

@@ -736,3 +736,30 @@ def test_a_plugin_summarised_chat_waits_for_its_response_line_a_completion_does_
     chat = next(t for t in got if t.request_id == "chatcmpl-h")
     assert chat.attrs["gen_ai.response.finish_reasons"] == ["length"] and chat.outcome == "finished"
     assert chat.attrs["gen_ai.usage.output_tokens"] == 3
+
+
+def test_the_loader_s_weights_read_time_is_the_start_s_load_time_only_without_the_runner_s(tmp_path):
+    """`Loading weights took N seconds` (default_loader) stands in for `vllm.startup.load_s` when the
+    model runner's whole-load line never came (a start that failed in between: batch E, qwen38-1);
+    where it came, its figure stays, whichever worker's weights line is last (near miss)."""
+    from bridge.assemble.timeline import EngineTimeline
+    from bridge.pipeline import ReplayConfig, replay
+
+    def startups(text: str) -> list[dict]:
+        path = tmp_path / "s.log"
+        path.write_text(text)
+        out: list = []
+        replay([str(path)], [out.append], ReplayConfig(year=2026))
+        return [t.attrs for t in out if isinstance(t, EngineTimeline) and t.kind == "startup"]
+
+    (failed,) = startups("(EngineCore pid=7) INFO 08-19 12:28:25 [default_loader.py:430] Loading weights took 16.18 seconds\n"
+                         "(EngineCore pid=7) ERROR 08-19 12:28:26 [core.py:1349] EngineCore failed to start.\n")
+    assert failed["vllm.startup.load_s"] == 16.18 and "vllm.startup.weights_read_s" not in failed
+    (both,) = startups(
+        "(Worker_TP0 pid=8) INFO 08-19 12:28:25 [default_loader.py:430] Loading weights took 3.0 seconds\n"
+        "(Worker_TP0 pid=8) INFO 08-19 12:28:25 [gpu_model_runner.py:2000] Model loading took 5.0 GiB memory and "
+        "4.5 seconds\n"
+        "(Worker_TP1 pid=9) INFO 08-19 12:28:25 [default_loader.py:430] Loading weights took 3.2 seconds\n"
+        "(EngineCore pid=7) INFO 08-19 12:28:30 [core.py:200] init engine (profile, create kv cache, warmup model) "
+        "took 5.00 seconds\n")
+    assert both["vllm.startup.load_s"] == 4.5 and "vllm.startup.weights_read_s" not in both

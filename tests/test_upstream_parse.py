@@ -108,6 +108,8 @@ CASES = [
      StartupFact((("vllm.startup.weights_gib", 14.9889), ("vllm.startup.load_s", 9.481532)))),
     ("Model loading took 15.0 GB and 10.0 seconds",
      StartupFact((("vllm.startup.weights_gib", 15.0), ("vllm.startup.load_s", 10.0)))),
+    # the loader's own read of the weights: a stand-in for load_s (assemble), not load_s itself
+    ("Loading weights took 16.18 seconds", StartupFact((("vllm.startup.weights_read_s", 16.18),))),
     ("Memory profiling takes 2.72 seconds\nthe current vLLM instance can use total_gpu_memory (79.15GiB) x "
      "gpu_memory_utilization (0.90) = 71.24GiB\nmodel weights take 7.12GiB; non_torch_memory takes 0.46GiB; PyTorch "
      "activation peak memory takes 1.44GiB; the rest of the memory reserved for KV Cache is 62.22GiB.",

@@ -39,13 +39,28 @@ def test_ray_colour_codes_whose_esc_became_a_space_and_a_serve_replica_prefix():
 def test_a_wrapper_relaying_a_child_s_lines_is_taken_off_and_the_cut_traceback_is_one_record():
     for wrap in ("2024-11-18T16:43:45,497 [INFO ] W-9000-model_1.0-stdout MODEL_LOG - ",  # TorchServe (log4j)
                  "2025-06-06T19:02:34.252Z DEBUG dynamo_run::subprocess: ",              # Dynamo (Rust tracing)
-                 "2025-06-27 12:57:51,690 - __main__ - INFO - "):                       # an app's Python logging
+                 "2025-06-27 12:57:51,690 - __main__ - INFO - ",                        # an app's Python logging
+                 "2023-12-15 00:46:02 | ERROR | stderr | "):                           # FastChat's, pipe-separated
         (r,) = _records(wrap + '  File "/v/engine.py", line 586, in run_mp_engine',
                         wrap + "    engine = MQLLMEngine.from_vllm_config(",
                         wrap + 'RuntimeError: boom')
         assert r.message == ('  File "/v/engine.py", line 586, in run_mp_engine\n'
                              "    engine = MQLLMEngine.from_vllm_config(\nRuntimeError: boom"), wrap
         assert r.clock == "shipper"
+
+
+def test_fastchat_s_pipe_separated_frame_is_taken_off_but_not_a_padded_level_or_a_name_with_colons():
+    """FastChat's `%(asctime)s | %(levelname)s | %(name)s | ` (its workers' stderr relayed at ERROR):
+    the frame goes, the line after it is read as vLLM wrote it (batch E, fastchat-2817)."""
+    a, b = _records("2023-12-15 00:46:02 | ERROR | stderr | Traceback (most recent call last):",
+                    "2023-12-15 00:46:03 | INFO | model_worker | Register to controller")
+    assert (a.message, a.clock) == ("Traceback (most recent call last):", "shipper")
+    assert b.message == "Register to controller"
+    # near misses: loguru pads its level and names a `module:function:line` cell, no second bar
+    (r,) = _records("2025-06-27 09:47:30.997 | INFO     | models.config:__init__:455 - Inferring device name")
+    assert r.message.startswith("INFO     | models.config")
+    (r,) = _records("2023-12-15 00:46:02 | ERROR | stderr Traceback (most recent call last):")
+    assert r.message.startswith("ERROR | stderr Traceback")
 
 
 def test_a_log_viewer_s_table_row_around_its_stamp_is_taken_off_but_loguru_s_columns_are_not_a_table():

@@ -11,7 +11,7 @@ from __future__ import annotations
 from bridge.assemble.timeline import EngineTimeline
 from bridge.decode.record import Record
 from bridge.core.source import Source
-from bridge.parse.events import SERVED_MODEL
+from bridge.parse.events import SERVED_MODEL, WEIGHTS_READ_S
 
 STARTUP = "startup"  # EngineTimeline.kind of a startup span (exported as `vllm.startup`)
 #: Facts each worker prints for itself, of which the engine's is the smallest.
@@ -25,6 +25,9 @@ _FIRST = frozenset({"gen_ai.request.model"})
 #: Facts told once per graph a start compiles (tpu-inference's precompile): their sum is the start's.
 #: So are the broadcast waits its workers' work made the engine warn of (`EngineLife._start_worked`).
 _SUMMED = frozenset({"vllm.startup.precompile_s", "vllm.startup.precompiled_graphs", "vllm.startup.waits"})
+#: Facts that stand in for another only where that one was never said: the loader's time to read
+#: the weights is the start's load time when the model runner's whole-load line never came.
+_STAND_IN = {WEIGHTS_READ_S: "vllm.startup.load_s"}
 
 
 class Startup:
@@ -66,6 +69,10 @@ class Startup:
 
     def timeline(self, source: Source, error_type: str = "", message: str = "") -> EngineTimeline:
         attrs = {"vllm.incident.kind": STARTUP, **self.attrs}
+        for key, stands_for in _STAND_IN.items():
+            value = attrs.pop(key, None)
+            if value is not None and stands_for not in attrs:
+                attrs[stands_for] = value
         if error_type:
             attrs["error.type"] = error_type
         return EngineTimeline(source, STARTUP, str(self.start_ns), self.start_ns, self.end_ns, error_type,

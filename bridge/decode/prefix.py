@@ -44,10 +44,14 @@ _ISO = re.compile(
 # Rust tracing's `LEVEL crate::module: ` (NVIDIA Dynamo: `DEBUG dynamo_run::subprocess: `). What
 # follows is the child's line as it wrote it (a traceback's indentation kept).
 # Python logging's `%(asctime)s - %(name)s - %(levelname)s - %(message)s` (an application that logs
-# vLLM's output through its own logger: `- __main__ - INFO - `).
+# vLLM's output through its own logger: `- __main__ - INFO - `), and its pipe-separated form
+# `%(asctime)s | %(levelname)s | %(name)s | %(message)s` (FastChat's workers, whose logger takes their
+# stdout and stderr: `2023-12-15 00:46:02 | ERROR | stderr | Traceback …`; the stamp's own `| ` is
+# the stamp's separator).
 _RELAY = re.compile(r"\[(?:TRACE|DEBUG|INFO|WARN|ERROR|FATAL) ?\] \S+ \S+ - "
                     r"|(?:TRACE|DEBUG| ?INFO| ?WARN|ERROR) [A-Za-z_]\w*(?:::\w+)+: "
-                    r"|- [\w.<>-]+ - (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) - ")
+                    r"|- [\w.<>-]+ - (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) - "
+                    r"|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \| [\w.<>-]+ \| ")
 # A log viewer's table row (`U | 2025-07-18 11:29:37.824 | worker |   | <message>`): a stamp with cells
 # on both sides; after it, the row's further cells, named or empty, up to the message
 _TABLE = re.compile(r"[\w.-]*(?: +\|)+ ")

@@ -408,6 +408,9 @@ class StartupFact:
 #: The fact that names the model as clients send it (`--served-model-name`, the API server's
 #: args): it wins over a model named otherwise (the logo's `args.model`), whatever came first.
 SERVED_MODEL = "vllm.startup.served_model_name"
+#: The loader's time to read the weights (`Loading weights took … seconds`): the start's load time
+#: (`vllm.startup.load_s`) only where the model runner's whole-load line was never said.
+WEIGHTS_READ_S = "vllm.startup.weights_read_s"
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ from bridge.parse.events import (
     SequencePreempted,
     ENGINE_EXITED,
     SERVED_MODEL,
+    WEIGHTS_READ_S,
     ServerStop,
     StartupFact,
 )
@@ -682,6 +683,17 @@ def _loading(msg: str) -> Event | None:
     return _COMPILE_LINE
 
 
+#: The loader's own time for reading the weights (default_loader.py: `Loading weights took 16.18
+#: seconds`), printed before the model runner's `Model loading took … GiB and … s` (the whole load):
+#: the start's load time only where the runner's line never came (a start that failed in between).
+_WEIGHTS_READ = re.compile(r"Loading weights took " + _NUM + r" s(?:ec(?:ond)?s?)?\b")
+
+
+def _weights_read(msg: str) -> Event | None:
+    m = _WEIGHTS_READ.match(msg)
+    return None if m is None else StartupFact(((WEIGHTS_READ_S, _number(m[1])),))
+
+
 def _rank_assigned(msg: str) -> Event | None:
     return _COMPILE_LINE if _RANK_ASSIGNED.match(msg) else None
 
@@ -790,7 +802,11 @@ _CLASSES = (
                      "enginecore encountered an issue",
                      # the executor lost a worker (its monitor sets `is_failed`): the engine core's busy
                      # loop, or its next collective RPC, raises `RuntimeError("Executor failed.")`
-                     "executor failed")),
+                     "executor failed",
+                     # V1's engine client (0.8–0.9, core_client.py): the engine core, failing, signalled
+                     # its parent (SIGUSR1), which logs this and shuts down: the engine died (or its
+                     # start failed, told by the frames of a traceback with it)
+                     "got fatal signal from worker processes")),
     ("input", ("bad request", "badrequest", "input error", "is too long", "validation error",
                      "maximum context length", "invalid input", "invalid request")),
     ("aborted", ("abort", "cancellederror")),
@@ -799,7 +815,8 @@ _FATAL = ("enginedeaderror", "engine loop is not running", "background loop", "b
           "terminating server process", "died", "fatal error", "killing local vllm worker",
           "output_handler failed", "taking the entire process down", "will be terminated",
           "initialization failed", "failed to start", "engine iteration timed out", "terminate called",
-          "dumping input data", "writing input of failed execution", "executor failed", *_SIGNALS)
+          "dumping input data", "writing input of failed execution", "executor failed",
+          "got fatal signal from worker processes", *_SIGNALS)
 _EXC = re.compile(r"^(?:\[rank\d+\]: ?)?([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Failure)):? ?(.*)$", re.M)
 _MAX_MESSAGE, _MAX_STACK = 1024, 8 * 1024
 #: A list of what *may* have caused an error (Ray's "There are some potential root causes. (1) …
@@ -1145,6 +1162,11 @@ _CLIENT_ERRORS = ("Error with model ", "Failed to compile grammar for request ",
                   "RequestValidationError caught. Request id: ", "Exception caught. Request id: ",
                   "Error in preprocessing prompt inputs")
 _CLIENT_ERROR = Notice("client_error")
+#: The OpenAI front end's request handlers (entrypoints/openai/serving_*.py): what they log is about
+#: the request they serve.
+_SERVING_MODULES = frozenset({"serving_chat", "serving_completion", "serving_engine", "serving_responses",
+                              "serving_embedding", "serving_pooling", "serving_score", "serving_classification",
+                              "serving_tokenization", "serving_transcription"})
 
 _UVICORN_JSON_ACCESS = re.compile(r"\S+ - \"(\S+) (\S+) HTTP/[\d.]+\" (\d{3})")
 
@@ -1239,7 +1261,13 @@ def fallback(msg: str, level: str, origin: str = "") -> Event | None:
     if level in ("ERROR", "CRITICAL"):
         if msg.startswith(_CLIENT_ERRORS):
             return _CLIENT_ERROR
-        return engine_error(msg)
+        ev = engine_error(msg)
+        if ev.error_type == "input" and not ev.fatal and origin and _chatter_module(origin) in _SERVING_MODULES:
+            # the OpenAI front end refusing a request for what it asked (its exception line alone,
+            # `ValueError: 'max_tokens' … is too large … maximum context length …`): the client's
+            # input, as its `Error in preprocessing prompt inputs` header says when it is there
+            return _CLIENT_ERROR
+        return ev
     if _progress(msg):
         return _NOISE
     notice = _notice(msg)
@@ -1327,8 +1355,8 @@ PREFILTER = {
     "Engi": _chain(_starting(("Engine ",), _stats), _FACT_GUARDED["Engi"], _ERROR_GUARDED),
     "Init": _chain(_regex_rule(_BANNER, _banner), _starting(("Initial profiling/warmup run took",), _compiling),
                    _starting(tuple(p for p in _LOADING_LINES if p.startswith("Init")), _loading)),
-    "Load": _chain(_FACT_GUARDED["Load"], _starting(tuple(p for p in _LOADING_LINES if p.startswith("Load")),
-                                                    _loading)),
+    "Load": _chain(_FACT_GUARDED["Load"], _starting(("Loading weights took ",), _weights_read),
+                   _starting(tuple(p for p in _LOADING_LINES if p.startswith("Load")), _loading)),
     "rank": _starting(("rank ",), _rank_assigned),
     "Mode": _FACT_GUARDED["Mode"],
     # that fact's line and more; ROCm's runtime's fatal `Memory access fault by GPU node-…`
