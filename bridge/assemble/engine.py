@@ -409,10 +409,10 @@ class EngineLife:
             if sibling is None:
                 sibling = self._siblings[engine] = _Incident(record, ev)
                 sibling.occurrence = where(record)
-            sibling.add(record, ev)
             inc.last_ns = max(inc.last_ns, record.ts_ns)  # the window stays open while any reports
             inc = sibling
-        upgraded = inc.add(record, ev) if inc is self.incident else False
+        # a later line telling more retypes the incident's event and what it ended, a sibling's too
+        upgraded = inc.add(record, ev)
         if upgraded or inc.event is None:
             self._incident_event(inc)
         for key, r in self._in_flight.items():  # the event goes on at once: a request may be

@@ -1,0 +1,246 @@
+"""Engine incidents over generated vLLM logs (Hypothesis, derandomized): how hangs, watchdogs,
+deaths, restarts and data-parallel engines are grouped into `vllm.engine` spans.
+
+A log is a random walk in vLLM 0.32's format (line makers of tests/test_lifecycle.py): banners
+(restarts), startup lines of workers and the API server's listening line, requests received,
+added, finished, stats lines counting what is in flight, shm_broadcast's hang warning at
+random intervals (around its 60 s and the 5 s window), torch's NCCL watchdog with a random
+`ran for`, the executor's and the client's death lines, EngineDeadError tracebacks, a SIGTERM
+stop, with the engine core's prefix `EngineCore`, `EngineCore_DP0` or `EngineCore_DP1`.
+
+Asserted on every log:
+- the C paths and pure Python give the same timelines, and a second run gives them again;
+- every incident starts no later than it ends and lasts at most the TTL (a hang warned for
+  hours is held no longer than a request, `EngineLife.tick`);
+- incidents of one engine (`vllm.dp.rank`) never overlap;
+- every error line is accounted for exactly once: in an incident's `vllm.incident.lines`, a
+  startup span's `vllm.startup.waits`, or the `stop_errors` / `death_errors` counters; and
+  `engine_incidents` counts the incident spans;
+- a request a fatal incident ended failed with that incident's type;
+- after a long stream the engine's state holds no more than the open incident's.
+
+`VLLM_TRACE_BRIDGE_FUZZ_EXAMPLES` sets the size (default 60).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
+from test_lifecycle import _timelines, engine_dead_traceback, sigterm_abort_mode
+
+from bridge.assemble import EngineTimeline, RequestTimeline
+from bridge.decode import Decoder
+from bridge.decode.stream import RecordStream
+from bridge.parse import FAST_PARSE, Parser
+from bridge.parse.events import EngineError
+from bridge.tail import read_lines
+
+EXAMPLES = int(os.environ.get("VLLM_TRACE_BRIDGE_FUZZ_EXAMPLES", "60"))
+NS = 1_000_000_000
+TTL_NS = 600 * NS  # AssembleConfig.ttl_s
+LINGER_NS = 5 * NS  # AssembleConfig.linger_s
+
+CORES = ("EngineCore pid=200", "EngineCore_DP0 pid=200", "EngineCore_DP1 pid=201")
+WORKERS = ("Worker_TP1 pid=301", "Worker_DP0_TP0 pid=310", "Worker_DP1_TP0 pid=311")
+STARTUP = (("backends.py:1128", "Dynamo bytecode transform time: 14.14 s"),
+           ("monitor.py:53", "torch.compile took 82.29 s in total"),
+           ("monitor.py:81", "Initial profiling/warmup run took 76.71 s"),
+           ("default_loader.py:262", "Loading weights took 24.84 seconds"),
+           ("parallel_state.py:1165", "rank 0 in world size 1 is assigned as DP rank 0, PP rank 0, TP rank 0"))
+#: seconds between two lines: around the window (5 s), the warning's interval (60 s) and the TTL
+GAPS = (0, 0, 1, 2, 4, 5, 6, 30, 59, 60, 61, 64, 65, 66, 90, 300, 599, 600, 601, 700)
+
+
+def hms(t: int) -> str:
+    return f"{8 + t // 3600:02d}:{t // 60 % 60:02d}:{t % 60:02d}"
+
+
+def line(process: str, t: int, origin: str, msg: str, level: str = "INFO") -> str:
+    return f"({process}) {level} 12-01 {hms(t)} [{origin}] {msg}" if process else \
+        f"{level} 12-01 {hms(t)} [{origin}] {msg}"
+
+
+def api(t: int, origin: str, msg: str, level: str = "INFO") -> str:
+    return line("APIServer pid=100", t, origin, msg, level)
+
+
+class Log:
+    """Renders a random walk of actions into lines, keeping which requests are in flight."""
+
+    def __init__(self) -> None:
+        self.t = 0
+        self.n = 0
+        self.in_flight: list[str] = []
+        self.lines: list[str] = []
+
+    def do(self, action: tuple) -> None:
+        kind, gap, pick = action
+        self.t += gap
+        t, out = self.t, self.lines
+        core_p = CORES[pick % 3]
+        if kind == "banner":
+            out.append(line(core_p, t, "core.py:93", "Initializing a V1 LLM engine (v0.10.0) with config: model='m', "
+                                                     "speculative_config=None, tokenizer='m'"))
+            self.in_flight.clear()
+        elif kind == "startup":
+            origin, msg = STARTUP[pick % len(STARTUP)]
+            out.append(line(WORKERS[pick % 3], t, origin, msg))
+        elif kind == "listening":
+            out.append(api(t, "api_server.py:1874", "Starting vLLM API server 0 on http://0.0.0.0:8000"))
+        elif kind == "request":
+            rid = f"chatcmpl-{self.n:024x}"
+            self.n += 1
+            out += [api(t, "request_logger.py:65", f"Received request {rid}: params: SamplingParams(n=1, "
+                                                   f"max_tokens=16), lora_request: None."),
+                    api(t, "async_llm.py:578", f"Added request {rid}-0a0b0c0d.")]
+            self.in_flight.append(rid)
+        elif kind == "finish" and self.in_flight:
+            rid = self.in_flight.pop(pick % len(self.in_flight))
+            out.append(api(t, "request_logger.py:109", f"Generated response {rid}: output: 'ok', finish_reason: stop"))
+        elif kind == "stats":
+            n = len(self.in_flight)
+            out.append(api(t, "loggers.py:300", f"Engine 000: Avg prompt throughput: 1.2 tokens/s, Avg generation "
+                                                f"throughput: 3.4 tokens/s, Running: {n} reqs, Waiting: 0 reqs, "
+                                                f"GPU KV cache usage: 0.1%, Prefix cache hit rate: 0.0%"))
+        elif kind == "hang":
+            out.append(line(core_p, t, "shm_broadcast.py:750", "No available shared memory broadcast block found in "
+                            "60 seconds. This typically happens when some processes are hanging or doing some "
+                            "time-consuming work (e.g. compilation, weight/kv cache quantization)."))
+        elif kind == "watchdog":
+            ran_ms = (1000, 59_000, 65_000, 300_000, 600_010, 900_000)[pick % 6]
+            out.append(f"({WORKERS[pick % 3]}) [rank1]:[E1201 {hms(t)}.123456789 ProcessGroupNCCL.cpp:632] [Rank 1] "
+                       f"Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, "
+                       f"NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for {ran_ms} milliseconds before timing out.")
+        elif kind == "worker_died":
+            out.append(line(core_p, t, "multiproc_executor.py:520", "Worker proc VllmWorker-1 died unexpectedly, "
+                                                                    "shutting down executor.", "ERROR"))
+        elif kind == "core_died":
+            name = ("EngineCore_DP0", "EngineCore_DP1")[pick % 2]
+            proc = "" if pick % 3 == 0 else "APIServer pid=100"  # the client's line often has no prefix
+            out.append(line(proc, t, "core_client.py:818", f"Engine core proc {name} died unexpectedly, "
+                                                           "shutting down client.", "ERROR"))
+        elif kind == "dead":
+            out += engine_dead_traceback(hms(t))
+        elif kind == "stop":
+            out += sigterm_abort_mode(hms(t), len(self.in_flight))
+
+
+KINDS = ("banner", "startup", "startup", "listening", "request", "request", "finish", "stats", "hang", "hang",
+         "hang", "watchdog", "worker_died", "core_died", "dead", "stop")
+ACTION = st.tuples(st.sampled_from(KINDS), st.sampled_from(GAPS), st.integers(0, 59))
+#: a hang warned at its interval for a while (a run of warnings), the shape most rules are about
+HANG_RUN = st.tuples(st.just("hang"), st.sampled_from((58, 60, 60, 61, 64, 66)), st.integers(0, 59))
+WALK = st.lists(st.one_of(ACTION, st.lists(HANG_RUN, min_size=2, max_size=12)), min_size=1, max_size=40)
+
+
+def render(walk) -> list[str]:
+    log = Log()
+    for step in walk:
+        for action in (step if isinstance(step, list) else [step]):
+            log.do(action)
+    return log.lines
+
+
+def timelines_and_errors(lines: list[str], fast: bool) -> tuple[list, object, int]:
+    """What the pipeline emits, the assembler's counters, and the error records the parser read."""
+    from bridge.assemble import Assembler
+    from bridge.tail.source import source_for
+
+    with tempfile.TemporaryDirectory() as d:
+        path = str(Path(d) / "vllm.log")
+        Path(path).write_text("\n".join(lines) + "\n")
+        stream = RecordStream(Decoder(year=2026))
+        parser = Parser(fast=FAST_PARSE if fast else None)
+        out: list = []
+        asm = Assembler(source_for(path), out.append, fast=fast)
+        errors = 0
+        for record in stream.over(read_lines(path)):
+            event = parser.parse(record.message, record.level, record.origin)
+            if event is not None:
+                errors += type(event) is EngineError
+                asm.feed(record, event)
+        asm.flush()
+        again = _timelines(path, fast)
+    assert [_key(t) for t in out] == [_key(t) for t in again], "a second run differs"
+    return out, asm.stats, errors
+
+
+def _key(t):
+    """A timeline without its source (equal sources of two temporary files differ by path)."""
+    return t.__class__.__name__, {f: getattr(t, f) for f in t.__slots__ if f != "source"} \
+        if hasattr(t, "__slots__") else t
+
+
+def incidents(out) -> list[EngineTimeline]:
+    return [t for t in out if isinstance(t, EngineTimeline) and t.kind != "startup"]
+
+
+def check(lines: list[str]) -> list:
+    out, stats, errors = timelines_and_errors(lines, True)
+    pure, pure_stats, pure_errors = timelines_and_errors(lines, False)
+    assert [_key(t) for t in out] == [_key(t) for t in pure], "C and Python disagree"
+    assert (stats, errors) == (pure_stats, pure_errors)
+    incs = incidents(out)
+    for i in incs:
+        assert i.start_ns <= i.end_ns, i
+        assert i.end_ns - i.start_ns <= TTL_NS, ("held past the TTL", i)
+    by_engine: dict = {}
+    for i in incs:
+        by_engine.setdefault(i.attrs.get("vllm.dp.rank"), []).append(i)
+    for rank, group in by_engine.items():
+        group.sort(key=lambda i: (i.start_ns, i.end_ns))
+        for a, b in zip(group, group[1:]):
+            assert b.start_ns >= a.end_ns, ("two incidents of one engine overlap", rank, a, b)
+    assert stats.engine_incidents == len(incs)
+    waits = sum(t.attrs.get("vllm.startup.waits", 0) for t in out
+                if isinstance(t, EngineTimeline) and t.kind == "startup")
+    counted = sum(i.attrs["vllm.incident.lines"] for i in incs) + waits + stats.stop_errors + stats.death_errors
+    assert counted == errors, ("error lines unaccounted for", counted, errors, stats)
+    fatal = {}
+    for i in incs:
+        if i.attrs["vllm.incident.fatal"]:
+            for rid in i.affected:
+                fatal.setdefault(rid, []).append(i)
+    for r in out:
+        if isinstance(r, RequestTimeline) and r.outcome == "failed" and r.request_id in fatal:
+            ended_by = [i for i in fatal[r.request_id] if i.start_ns <= r.end_ns <= i.end_ns]
+            assert ended_by, r
+            # its type is final once no line of the incident can come before the request goes out
+            # (it lingers `linger_s` after its end): then request, event and span say one type
+            if all(i.end_ns < r.end_ns + LINGER_NS for i in ended_by):
+                types = {i.error_type for i in ended_by if i.end_ns >= r.end_ns}
+                assert r.error_type in types, (r.request_id, r.error_type, ended_by)
+                events = [e.attrs["error.type"] for e in r.events if e.name == "vllm.engine.incident"]
+                assert events[-1] == r.error_type, (events, r.error_type, ended_by)
+    return out
+
+
+@settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(WALK)
+def test_generated_logs_keep_the_incident_invariants(walk):
+    lines = render(walk)
+    note("\n".join(lines))
+    check(lines)
+
+
+# -- what the generator found, kept as examples ----------------------------------------------------
+
+def test_a_sibling_engines_incident_told_more_by_a_later_line_retypes_what_it_ended():
+    """DP0 hangs (its warning holds an incident open); meanwhile DP1's worker dies (DP1's own
+    incident, a sibling, fatal: the request fails) and DP1's core warns of its wait 2 s later,
+    while the request lingers. The sibling's later line made its type more specific; the request
+    it ended and the event on it must say that type too, as they do for the first engine's
+    incident (found by the walk: request, hang DP0, worker_died DP1, hang DP1)."""
+    log = Log()
+    for action in [("request", 0, 0), ("hang", 60, 1), ("worker_died", 1, 2), ("hang", 2, 2)]:
+        log.do(action)
+    out = check(log.lines)
+    (dp1,) = [i for i in incidents(out) if i.attrs.get("vllm.dp.rank") == 1]
+    (r,) = [t for t in out if isinstance(t, RequestTimeline)]
+    assert r.outcome == "failed" and r.error_type == dp1.error_type
+    assert [e.attrs["error.type"] for e in r.events if e.name == "vllm.engine.incident"][-1] == dp1.error_type
