@@ -76,6 +76,7 @@ class Log:
         self.n = 0
         self.in_flight: list[str] = []
         self.lines: list[str] = []
+        self.seen: dict[str, int] = {}  # request id → the time of its latest line
 
     def do(self, action: tuple) -> None:
         kind, gap, pick = action
@@ -98,8 +99,12 @@ class Log:
                                                    f"max_tokens=16), lora_request: None."),
                     api(t, "async_llm.py:578", f"Added request {rid}-0a0b0c0d.")]
             self.in_flight.append(rid)
-        elif kind == "finish" and self.in_flight:
-            rid = self.in_flight.pop(pick % len(self.in_flight))
+            self.seen[rid] = t
+        elif kind == "finish" and (live := [r for r in self.in_flight if t - self.seen[r] < 500]):
+            # (a request quiet for the TTL was closed; a line of it after would be another root)
+            rid = live[pick % len(live)]
+            self.in_flight.remove(rid)
+            self.seen[rid] = t
             out.append(api(t, "request_logger.py:109", f"Generated response {rid}: output: 'ok', finish_reason: stop"))
         elif kind == "stats":
             n = len(self.in_flight)
@@ -127,11 +132,25 @@ class Log:
             out += engine_dead_traceback(hms(t))
         elif kind == "stop":
             out += sigterm_abort_mode(hms(t), len(self.in_flight))
+        elif kind == "lease":  # NIXL reaped a prefill's blocks: one never seen, one in flight or finished
+            # (within the TTL of what the log said of it last: a request's id is forgotten after)
+            recent = [rid for rid, last in self.seen.items() if t - last < 500]
+            if pick % 4 == 0 or not recent:
+                rid = f"chatcmpl-lease{self.n:019x}"
+                self.n += 1
+                self.seen[rid] = t  # (a line of a request emitted already keeps it no longer)
+            else:  # the same prefill's expiry again (each TP worker prints its own), or a request's
+                rid = recent[pick % len(recent)]
+            out.append(line(WORKERS[pick % 3], t, "nixl_connector.py:1049", f"Releasing expired KV blocks for "
+                            f"request {rid}-0a0b0c0d which were retrieved by 0 remote worker(s) within 120 "
+                            f"seconds.", "WARNING"))
 
 
 KINDS = ("banner", "startup", "startup", "listening", "request", "request", "finish", "stats", "hang", "hang",
          "hang", "watchdog", "worker_died", "core_died", "dead", "stop")
-ACTION = st.tuples(st.sampled_from(KINDS), st.sampled_from(GAPS), st.integers(0, 59))
+ACTION = st.one_of(st.tuples(st.sampled_from(KINDS), st.sampled_from(GAPS), st.integers(0, 59)),
+                   # a lease runs out within the TTL of the request's last line (the id is not forgotten)
+                   st.tuples(st.just("lease"), st.sampled_from((0, 1, 5, 30, 60)), st.integers(0, 59)))
 #: a hang warned at its interval for a while (a run of warnings), the shape most rules are about
 HANG_RUN = st.tuples(st.just("hang"), st.sampled_from((58, 60, 60, 61, 64, 66)), st.integers(0, 59))
 WALK = st.lists(st.one_of(ACTION, st.lists(HANG_RUN, min_size=2, max_size=12)), min_size=1, max_size=40)
@@ -196,6 +215,8 @@ def check(lines: list[str]) -> list:
         for a, b in zip(group, group[1:]):
             assert b.start_ns >= a.end_ns, ("two incidents of one engine overlap", rank, a, b)
     assert stats.engine_incidents == len(incs)
+    roots = [t.request_id for t in out if isinstance(t, RequestTimeline)]
+    assert len(roots) == len(set(roots)), "two roots for one request"
     waits = sum(t.attrs.get("vllm.startup.waits", 0) for t in out
                 if isinstance(t, EngineTimeline) and t.kind == "startup")
     counted = sum(i.attrs["vllm.incident.lines"] for i in incs) + waits + stats.stop_errors + stats.death_errors
