@@ -153,7 +153,11 @@ ACTION = st.one_of(st.tuples(st.sampled_from(KINDS), st.sampled_from(GAPS), st.i
                    st.tuples(st.just("lease"), st.sampled_from((0, 1, 5, 30, 60)), st.integers(0, 59)))
 #: a hang warned at its interval for a while (a run of warnings), the shape most rules are about
 HANG_RUN = st.tuples(st.just("hang"), st.sampled_from((58, 60, 60, 61, 64, 66)), st.integers(0, 59))
-WALK = st.lists(st.one_of(ACTION, st.lists(HANG_RUN, min_size=2, max_size=12)), min_size=1, max_size=40)
+#: an engine starting: its banner, then its workers' progress between the core's wait warnings
+START_RUN = st.tuples(st.just(("banner", 5, 0)), st.lists(st.one_of(
+    HANG_RUN, st.tuples(st.just("startup"), st.sampled_from((0, 1, 20, 40, 59, 70)), st.integers(0, 59))),
+    min_size=1, max_size=10)).map(lambda run: [run[0], *run[1]])
+WALK = st.lists(st.one_of(ACTION, st.lists(HANG_RUN, min_size=2, max_size=12), START_RUN), min_size=1, max_size=40)
 
 
 def render(walk) -> list[str]:
@@ -228,12 +232,13 @@ def check(lines: list[str]) -> list:
                 fatal.setdefault(rid, []).append(i)
     for r in out:
         if isinstance(r, RequestTimeline) and r.outcome == "failed" and r.request_id in fatal:
-            ended_by = [i for i in fatal[r.request_id] if i.start_ns <= r.end_ns <= i.end_ns]
+            # (its span runs to its last line, which may come after the incident's)
+            ended_by = [i for i in fatal[r.request_id] if i.start_ns <= r.end_ns]
             assert ended_by, r
             # its type is final once no line of the incident can come before the request goes out
             # (it lingers `linger_s` after its end): then request, event and span say one type
             if all(i.end_ns < r.end_ns + LINGER_NS for i in ended_by):
-                types = {i.error_type for i in ended_by if i.end_ns >= r.end_ns}
+                types = {i.error_type for i in ended_by}
                 assert r.error_type in types, (r.request_id, r.error_type, ended_by)
                 events = [e.attrs["error.type"] for e in r.events if e.name == "vllm.engine.incident"]
                 assert events[-1] == r.error_type, (events, r.error_type, ended_by)
@@ -265,3 +270,40 @@ def test_a_sibling_engines_incident_told_more_by_a_later_line_retypes_what_it_en
     (r,) = [t for t in out if isinstance(t, RequestTimeline)]
     assert r.outcome == "failed" and r.error_type == dp1.error_type
     assert [e.attrs["error.type"] for e in r.events if e.name == "vllm.engine.incident"][-1] == dp1.error_type
+
+
+def test_a_long_stream_leaves_the_engine_holding_no_more_than_its_open_incident():
+    """Hours of hangs, deaths, restarts, starts and requests: what `EngineLife` keeps is its open
+    incident's, nothing grows with the stream (lists and dicts of its own, not the requests')."""
+    from bridge.assemble import Assembler
+    from bridge.decode.record import CLOCK_EXACT  # noqa: F401  (the decoder stamps it)
+    from bridge.tail.source import source_for
+
+    import random
+
+    rnd = random.Random(7)
+    log = Log()
+    kinds = [k for k in KINDS if k != "stop"] + ["lease"]
+    for _ in range(3000):
+        log.do((rnd.choice(kinds), rnd.choice((0, 1, 5, 30, 60, 61)), rnd.randrange(60)))
+    with tempfile.TemporaryDirectory() as d:
+        path = str(Path(d) / "vllm.log")
+        Path(path).write_text("\n".join(log.lines) + "\n")
+        stream, parser = RecordStream(Decoder(year=2026)), Parser(fast=FAST_PARSE)
+        out: list = []
+        asm = Assembler(source_for(path), out.append)
+        sizes = []
+        for n, record in enumerate(stream.over(read_lines(path))):
+            event = parser.parse(record.message, record.level, record.origin)
+            if event is not None:
+                asm.feed(record, event)
+            if n % 500 == 0:
+                life = asm.engine
+                inc = life.incident
+                sizes.append((len(life._siblings), len(life._stats_engines),
+                              0 if inc is None else len(inc.affected), 0 if inc is None else len(inc.failed),
+                              len(asm.index.open)))
+    assert len(incidents(out)) > 20
+    for siblings, engines, affected, failed, open_ in sizes:
+        assert siblings <= 2 and engines <= 3 and affected <= open_ + failed and failed <= 60, sizes
+    assert max(s[4] for s in sizes) < 200, sizes  # requests: bounded by the TTL
