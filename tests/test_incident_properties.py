@@ -19,7 +19,7 @@ Asserted on every log:
 - a request a fatal incident ended failed with that incident's type;
 - after a long stream the engine's state holds no more than the open incident's.
 
-`VLLM_TRACE_BRIDGE_FUZZ_EXAMPLES` sets the size (default 60).
+`VLLM_TRACE_BRIDGE_FUZZ_EXAMPLES` sets the size (default 300).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, note, settings
+from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 from test_lifecycle import _timelines, engine_dead_traceback, sigterm_abort_mode
 
@@ -39,7 +39,7 @@ from bridge.parse import FAST_PARSE, Parser
 from bridge.parse.events import EngineError
 from bridge.tail import read_lines
 
-EXAMPLES = int(os.environ.get("VLLM_TRACE_BRIDGE_FUZZ_EXAMPLES", "60"))
+EXAMPLES = int(os.environ.get("VLLM_TRACE_BRIDGE_FUZZ_EXAMPLES", "300"))
 NS = 1_000_000_000
 TTL_NS = 600 * NS  # AssembleConfig.ttl_s
 LINGER_NS = 5 * NS  # AssembleConfig.linger_s
@@ -251,7 +251,12 @@ def check(lines: list[str]) -> list:
 def test_generated_logs_keep_the_incident_invariants(walk):
     lines = render(walk)
     note("\n".join(lines))
-    check(lines)
+    out = check(lines)
+    # what the walk reached (`--hypothesis-show-statistics`)
+    starts = [t for t in out if isinstance(t, EngineTimeline) and t.kind == "startup"]
+    event(f"waits absorbed into a start: {any(t.attrs.get('vllm.startup.waits') for t in starts)}"
+          if starts else "no start")
+    event(f"incidents: {min(len(incidents(out)), 3)}")
 
 
 # -- what the generator found, kept as examples ----------------------------------------------------
