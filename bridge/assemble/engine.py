@@ -80,6 +80,12 @@ def _engine_of(record: Record, ev: EngineError) -> str:
     return dp_engine(record.process) or dp_engine(ev.core)
 
 
+def _window(ev: EngineError) -> int:
+    """The quiet after `ev` that ends its incident: `INCIDENT_WINDOW_NS`, longer by the interval
+    its writer repeats it at while the condition lasts (a hang warned each minute is one hang)."""
+    return INCIDENT_WINDOW_NS + int(ev.repeats_s * _NS)
+
+
 def _worker(process: str) -> str:
     """The worker a process prefix names (`Worker_TP1 pid=9` → "Worker_TP1", `VllmWorker TP0 pid=5`
     → "VllmWorker TP0"), or ""."""
@@ -87,7 +93,7 @@ def _worker(process: str) -> str:
 
 
 class _Incident:
-    """Error records of one engine incident, gathered until none comes for `INCIDENT_WINDOW_NS`."""
+    """Error records of one engine incident, gathered until none comes for its window (`_window`)."""
 
     __slots__ = ("first", "last_ns", "last_offset", "error_type", "lead", "fatal", "lines", "affected",
                  "failed", "event", "occurrence", "worker", "died", "engine", "window_ns", "core", "waits_only")
@@ -107,7 +113,7 @@ class _Incident:
         self.occurrence = ""  # set by the assembler when the incident begins: where its first line is
         #: the quiet that ends it: longer while its latest line is one its writer repeats while
         #: the condition lasts (a hang warned at each interval is one hang, not one per warning)
-        self.window_ns = INCIDENT_WINDOW_NS + int(ev.repeats_s * _NS)
+        self.window_ns = _window(ev)
         #: every line of it so far a wait its writer repeats (shm_broadcast's), nothing failed
         self.waits_only = True
 
@@ -126,7 +132,7 @@ class _Incident:
             self.died = ev.worker
         if record.ts_ns >= self.last_ns:
             self.last_ns = record.ts_ns
-            self.window_ns = INCIDENT_WINDOW_NS + int(ev.repeats_s * _NS)
+            self.window_ns = _window(ev)
         self.last_offset = max(self.last_offset, record.end_offset)
         rank = _SPECIFICITY.get(ev.error_type, len(_SPECIFICITY))
         # a signal killed it: where a later traceback was raised tells no other cause
@@ -369,7 +375,7 @@ class EngineLife:
             if ts - last_ns <= window_ns and self.startup is not None and not self._in_flight:
                 if worked:
                     # the same wait warned again, and the start logged progress since its last warning
-                    self._wait = [ts, INCIDENT_WINDOW_NS + int(ev.repeats_s * _NS), False, (record, ev)]
+                    self._wait = [ts, _window(ev), False, (record, ev)]
                     self.startup.add(record, (("vllm.startup.waits", 1),))
                     return
                 if last is not None:
