@@ -28,7 +28,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from hypothesis import HealthCheck, event, given, note, settings
+from hypothesis import HealthCheck, assume, event, given, note, settings
 from hypothesis import strategies as st
 from test_lifecycle import _timelines, engine_dead_traceback, sigterm_abort_mode
 
@@ -245,6 +245,63 @@ def check(lines: list[str]) -> list:
     return out
 
 
+def resumed(lines: list[str], k: int) -> tuple[list, list, object]:
+    """The agent's restart on the assembler alone: a run of the whole log, and one killed after
+    its `k`-th record, resumed where its checkpoint would be (`min_open_offset`, the engine facts
+    in force there) skipping what it delivered (`bridge.skip`, as agent.py does). Returns the
+    whole run's timelines, the killed run's and the resumed one's together (each once), and the
+    killed run's engine (what it knew when it was killed)."""
+    from bridge.assemble import Assembler
+    from bridge.skip import key, sent_before, unsent
+    from bridge.tail.source import source_for
+
+    with tempfile.TemporaryDirectory() as d:
+        path = str(Path(d) / "vllm.log")
+        Path(path).write_text("\n".join(lines) + "\n")
+        stream, parser = RecordStream(Decoder(year=2026)), Parser(fast=FAST_PARSE)
+        recs = [(r, e) for r in stream.over(read_lines(path))
+                if (e := parser.parse(r.message, r.level, r.origin)) is not None]
+
+        def run(fed, facts=None):
+            out: list = []
+            asm = Assembler(source_for(path), out.append)
+            if facts:
+                asm.resume_facts(facts)
+            for record, event in fed:
+                asm.feed(record, event)
+            return asm, out
+
+        whole_asm, whole = run(recs)
+        whole_asm.flush()
+        killed_asm, killed = run(recs[:k])
+        at = killed_asm.min_open_offset
+        if at is None:
+            at = recs[k][0].offset if k < len(recs) else 1 << 62
+        skip = {key(t): t.last_offset for t in killed}
+        fed = [(r, unsent(skip, r.offset, e)) for r, e in recs if r.offset >= at]
+        resumed_asm, after = run([(r, e) for r, e in fed if e is not None], killed_asm.facts_at(at))
+        resumed_asm.flush()
+    sent = [_key(t) for t in killed]
+    sent += [x for x in (_key(t) for t in after if not sent_before(skip, t)) if x not in sent]
+    return [_key(t) for t in whole], sent, killed_asm.engine
+
+
+@settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(WALK, st.floats(0.05, 0.95))
+def test_a_restart_anywhere_sends_what_one_run_sends(walk, cut):
+    """Killed after any record and resumed from its checkpoint, the assembler sends what one
+    run sends, no span twice and none lost: incidents held open for their window, starts that
+    absorbed waits, orphan prefills of lease expiries. Not where the engine had died or was
+    being stopped when killed: a checkpoint keeps no engine state but its facts (a known gap)."""
+    lines = render(walk)
+    k = int(len(lines) * cut)
+    whole, sent, engine = resumed(lines, k)
+    assume(engine.death is None and engine.stop_ns is None)
+    note("\n".join(lines))
+    assert [x for x in whole if x not in sent] == [] and [x for x in sent if x not in whole] == []
+
+
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(WALK)
@@ -312,3 +369,17 @@ def test_a_long_stream_leaves_the_engine_holding_no_more_than_its_open_incident(
     for siblings, engines, affected, failed, open_ in sizes:
         assert siblings <= 2 and engines <= 3 and affected <= open_ + failed and failed <= 60, sizes
     assert max(s[4] for s in sizes) < 200, sizes  # requests: bounded by the TTL
+
+
+def test_a_lease_expiry_after_a_restart_opens_no_second_root_for_a_delivered_prefill():
+    """A prefill served and emitted; the agent restarts; NIXL's expiry of its lease comes later
+    (the lease outlasts `kv_hold_s`). One run counts that line an orphan (`index.gone`); the
+    resumed agent knows the request only from its checkpoint's delivered list, which must keep
+    the line from opening an orphan root for it (found by the walk: lease, start, lease)."""
+    log = Log()
+    for action in [("request", 0, 0), ("finish", 1, 0), ("stats", 69, 0), ("lease", 20, 1)]:
+        log.do(action)
+    assert "Releasing expired KV blocks for request chatcmpl-000000000000000000000000-" in log.lines[-1]
+    whole, sent, _ = resumed(log.lines, 4)  # killed after the stats line: the request was delivered
+    assert [t["request_id"] for kind, t in whole if kind == "RequestTimeline"] == ["chatcmpl-" + "0" * 24]
+    assert sent == whole
