@@ -41,6 +41,7 @@ from bridge.tail import read_lines
 
 EXAMPLES = int(os.environ.get("VLLM_TRACE_BRIDGE_FUZZ_EXAMPLES", "300"))
 NS = 1_000_000_000
+T0 = 1_796_112_000 * NS  # 12-01 08:00:00, year 2026
 TTL_NS = 600 * NS  # AssembleConfig.ttl_s
 LINGER_NS = 5 * NS  # AssembleConfig.linger_s
 
@@ -250,7 +251,7 @@ def resumed(lines: list[str], k: int) -> tuple[list, list, object]:
     its `k`-th record, resumed where its checkpoint would be (`min_open_offset`, the engine facts
     in force there) skipping what it delivered (`bridge.skip`, as agent.py does). Returns the
     whole run's timelines, the killed run's and the resumed one's together (each once), and the
-    killed run's engine (what it knew when it was killed)."""
+    killed run's engine (what it knew when it was killed) with the whole run's counters."""
     from bridge.assemble import Assembler
     from bridge.skip import key, sent_before, unsent
     from bridge.tail.source import source_for
@@ -283,7 +284,7 @@ def resumed(lines: list[str], k: int) -> tuple[list, list, object]:
         resumed_asm.flush()
     sent = [_key(t) for t in killed]
     sent += [x for x in (_key(t) for t in after if not sent_before(skip, t)) if x not in sent]
-    return [_key(t) for t in whole], sent, killed_asm.engine
+    return [_key(t) for t in whole], sent, (killed_asm.engine, whole_asm.stats)
 
 
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
@@ -293,11 +294,12 @@ def test_a_restart_anywhere_sends_what_one_run_sends(walk, cut):
     """Killed after any record and resumed from its checkpoint, the assembler sends what one
     run sends, no span twice and none lost: incidents held open for their window, starts that
     absorbed waits, orphan prefills of lease expiries. Not where the engine had died or was
-    being stopped when killed: a checkpoint keeps no engine state but its facts (a known gap)."""
+    being stopped (when killed, or lines after told so): a checkpoint keeps no engine state but
+    its facts (a known gap)."""
     lines = render(walk)
     k = int(len(lines) * cut)
-    whole, sent, engine = resumed(lines, k)
-    assume(engine.death is None and engine.stop_ns is None)
+    whole, sent, (engine, stats) = resumed(lines, k)
+    assume(engine.death is None and engine.stop_ns is None and not stats.death_errors and not stats.stop_errors)
     note("\n".join(lines))
     assert [x for x in whole if x not in sent] == [] and [x for x in sent if x not in whole] == []
 
@@ -382,4 +384,19 @@ def test_a_lease_expiry_after_a_restart_opens_no_second_root_for_a_delivered_pre
     assert "Releasing expired KV blocks for request chatcmpl-000000000000000000000000-" in log.lines[-1]
     whole, sent, _ = resumed(log.lines, 4)  # killed after the stats line: the request was delivered
     assert [t["request_id"] for kind, t in whole if kind == "RequestTimeline"] == ["chatcmpl-" + "0" * 24]
+    assert sent == whole
+
+
+def test_a_start_that_absorbed_waits_holds_their_lines_for_a_restart():
+    """Warnings of a wait, then the start's first line (no banner before it: an excerpt, a
+    start read from its middle): the waits were the start's work, counted on its span. A
+    checkpoint must hold the start's lines from the first warning, or a restart re-reads only
+    the startup line and sends a start without its waits (found by the walk: hang, hang,
+    startup, lease, banner)."""
+    log = Log()
+    for action in [("hang", 58, 0), ("hang", 58, 0), ("startup", 0, 0), ("startup", 20, 1)]:
+        log.do(action)
+    whole, sent, _ = resumed(log.lines, 3)  # killed after the first startup line
+    (start,) = [t for kind, t in whole if kind == "EngineTimeline"]
+    assert (start["kind"], start["attrs"]["vllm.startup.waits"], start["start_ns"]) == ("startup", 2, T0 + 58 * NS)
     assert sent == whole

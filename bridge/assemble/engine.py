@@ -349,6 +349,12 @@ class EngineLife:
                 and inc.first.ts_ns <= record.ts_ns:
             # (a restart is no progress of the start it waited in: its banner closed the wait first)
             self.incident = None
+            # the start was under way while it waited: its span, and the lines a checkpoint holds
+            # for it (`min_offset`), begin no later than the first warning it absorbs
+            start = self.startup
+            if inc.first.offset < start.first_offset:
+                start.first_offset = inc.first.offset
+                start.start_ns = min(start.start_ns, inc.first.ts_ns)
             self._wait = [inc.last_ns, inc.window_ns, True, None]
             return (("vllm.startup.waits", inc.lines),)
         if self._wait is not None:
