@@ -414,3 +414,20 @@ def test_a_start_that_absorbed_waits_holds_their_lines_for_a_restart():
     (start,) = [t for kind, t in whole if kind == "EngineTimeline"]
     assert (start["kind"], start["attrs"]["vllm.startup.waits"], start["start_ns"]) == ("startup", 2, T0 + 58 * NS)
     assert sent == whole
+
+
+def test_a_watchdog_after_the_warnings_stopped_is_its_own_incident_whatever_it_ran_for():
+    """Warnings each minute until 08:03, the watchdog at 08:06:40 on a collective that `ran for`
+    350 s (from 08:00:50, while the wait was warned of). The wait went quiet for its window at
+    08:04:05 and a tick sent it (in the agent on the wall clock, in a replay at the next line):
+    nothing joins it after, so replay and agent group alike; the watchdog is its own incident.
+    (The rule read `ran for` to join such a line; a tick always came first: never ran.)"""
+    log = Log()
+    for action in [("hang", 60, 0), ("hang", 60, 0), ("hang", 60, 0)]:
+        log.do(action)
+    log.lines.append(f"(Worker_TP1 pid=301) [rank1]:[E1201 {hms(400)}.123456789 ProcessGroupNCCL.cpp:632] [Rank 1] "
+                     "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, "
+                     "NumelOut=1, Timeout(ms)=600000) ran for 350000 milliseconds before timing out.")
+    got = [(i.start_ns - T0, i.end_ns - T0, i.error_type) for i in incidents(check(log.lines))]
+    at = 400 * NS + 123_456_789  # the glog stamp's fraction
+    assert got == [(60 * NS, 180 * NS, "timeout"), (at, at, "distributed")]

@@ -399,10 +399,11 @@ class EngineLife:
                     self._requests.end(r, ts, End.STOPPED)
             return
         inc = self.incident
-        if inc is not None and self.death is None and ts - inc.last_ns > inc.window_ns \
-                and ts - int(ev.lasted_s * _NS) > inc.last_ns + INCIDENT_WINDOW_NS:
-            # quiet for its window, and this line's condition did not begin while it was open
-            # (a watchdog's collective that `ran for` the whole hang is that hang's end)
+        if inc is not None and self.death is None and ts - inc.last_ns > inc.window_ns:
+            # quiet for its window (a tick closes it too: this is for a line less than 1 s after
+            # one that ticked). Nothing later joins it, whatever it says of when its condition
+            # began (torch's watchdog: `ran for …`): a tick, on log time or the agent's wall
+            # clock, may have sent it already, and replay and the agent must group alike.
             self.close_incident()
             inc = None
         if inc is None:
