@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Mapping
 
 from bridge.assemble import EngineTimeline, Timeline, ids
-from bridge.parse.events import Stamped
+from bridge.parse.events import KvLeaseExpired, Stamped
 
 
 def key(t: Timeline) -> str:
@@ -48,6 +48,11 @@ def unsent(skip: Mapping[str, int], offset: int, event):
         if len(keep) == len(rids):
             return event
         return dataclasses.replace(event, request_ids=keep) if keep else None
+    if type(event) is KvLeaseExpired and any(k in skip for k in ids.keys(event.engine_request_id)):
+        # NIXL's expiry comes after the prefill's last line and opens a root only for a prefill
+        # never seen, none for one emitted already (kvlines `_on_kv_lease_expired`): one delivered
+        # before the restart was, whatever the offset
+        return None
     rid = getattr(event, "request_id", None)
     # An engine-wide line is always fed: the requests in flight then carry its event, as they
     # did the first time. Only its own span, if delivered, is not sent again (`sent_before`).

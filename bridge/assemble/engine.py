@@ -97,6 +97,12 @@ def _engine_of(record: Record, ev: EngineError) -> str:
     return engine_key(record.process) or dp_engine(ev.core)
 
 
+def _window(ev: EngineError) -> int:
+    """The quiet after `ev` that ends its incident: `INCIDENT_WINDOW_NS`, longer by the interval
+    its writer repeats it at while the condition lasts (a hang warned each minute is one hang)."""
+    return INCIDENT_WINDOW_NS + int(ev.repeats_s * _NS)
+
+
 def _worker(process: str) -> str:
     """The worker a process prefix names (`Worker_TP1 pid=9` → "Worker_TP1", `VllmWorker TP0 pid=5`
     → "VllmWorker TP0"), or ""."""
@@ -104,7 +110,7 @@ def _worker(process: str) -> str:
 
 
 class _Incident:
-    """Error records of one engine incident, gathered until none comes for `INCIDENT_WINDOW_NS`."""
+    """Error records of one engine incident, gathered until none comes for its window (`_window`)."""
 
     __slots__ = ("first", "last_ns", "last_offset", "error_type", "lead", "fatal", "lines", "affected",
                  "failed", "event", "occurrence", "worker", "died", "engine", "window_ns", "core", "waits_only")
@@ -124,7 +130,7 @@ class _Incident:
         self.occurrence = ""  # set by the assembler when the incident begins: where its first line is
         #: the quiet that ends it: longer while its latest line is one its writer repeats while
         #: the condition lasts (a hang warned at each interval is one hang, not one per warning)
-        self.window_ns = INCIDENT_WINDOW_NS + int(ev.repeats_s * _NS)
+        self.window_ns = _window(ev)
         #: every line of it so far a wait its writer repeats (shm_broadcast's), nothing failed
         self.waits_only = True
 
@@ -143,7 +149,7 @@ class _Incident:
             self.died = ev.worker
         if record.ts_ns >= self.last_ns:
             self.last_ns = record.ts_ns
-            self.window_ns = INCIDENT_WINDOW_NS + int(ev.repeats_s * _NS)
+            self.window_ns = _window(ev)
         self.last_offset = max(self.last_offset, record.end_offset)
         rank = _SPECIFICITY.get(ev.error_type, len(_SPECIFICITY))
         # a signal killed it: where a later traceback was raised tells no other cause
@@ -360,6 +366,12 @@ class EngineLife:
                 and inc.first.ts_ns <= record.ts_ns:
             # (a restart is no progress of the start it waited in: its banner closed the wait first)
             self.incident = None
+            # the start was under way while it waited: its span, and the lines a checkpoint holds
+            # for it (`min_offset`), begin no later than the first warning it absorbs
+            start = self.startup
+            if inc.first.offset < start.first_offset:
+                start.first_offset = inc.first.offset
+                start.start_ns = min(start.start_ns, inc.first.ts_ns)
             self._wait = [inc.last_ns, inc.window_ns, True, None]
             return (("vllm.startup.waits", inc.lines),)
         if self._wait is not None:
@@ -386,7 +398,7 @@ class EngineLife:
             if ts - last_ns <= window_ns and self.startup is not None and not self._in_flight:
                 if worked:
                     # the same wait warned again, and the start logged progress since its last warning
-                    self._wait = [ts, INCIDENT_WINDOW_NS + int(ev.repeats_s * _NS), False, (record, ev)]
+                    self._wait = [ts, _window(ev), False, (record, ev)]
                     self.startup.add(record, (("vllm.startup.waits", 1),))
                     return
                 if last is not None:
@@ -404,10 +416,11 @@ class EngineLife:
                     self._requests.end(r, ts, End.STOPPED)
             return
         inc = self.incident
-        if inc is not None and self.death is None and ts - inc.last_ns > inc.window_ns \
-                and ts - int(ev.lasted_s * _NS) > inc.last_ns + INCIDENT_WINDOW_NS:
-            # quiet for its window, and this line's condition did not begin while it was open
-            # (a watchdog's collective that `ran for` the whole hang is that hang's end)
+        if inc is not None and self.death is None and ts - inc.last_ns > inc.window_ns:
+            # quiet for its window (a tick closes it too: this is for a line less than 1 s after
+            # one that ticked). Nothing later joins it, whatever it says of when its condition
+            # began (torch's watchdog: `ran for …`): a tick, on log time or the agent's wall
+            # clock, may have sent it already, and replay and the agent must group alike.
             self.close_incident()
             inc = None
         if inc is None:
@@ -426,10 +439,10 @@ class EngineLife:
             if sibling is None:
                 sibling = self._siblings[engine] = _Incident(record, ev)
                 sibling.occurrence = where(record)
-            sibling.add(record, ev)
             inc.last_ns = max(inc.last_ns, record.ts_ns)  # the window stays open while any reports
             inc = sibling
-        upgraded = inc.add(record, ev) if inc is self.incident else False
+        # a later line telling more retypes the incident's event and what it ended, a sibling's too
+        upgraded = inc.add(record, ev)
         if upgraded or inc.event is None:
             self._incident_event(inc)
         for key, r in self._in_flight.items():  # the event goes on at once: a request may be

@@ -429,11 +429,6 @@ class EngineError:
     #: the worker process the line says died, as vLLM names it (the executor's monitor:
     #: `Worker proc VllmWorker-1 died …` → "VllmWorker-1"; V0: `VllmWorkerProcess pid=1159`)
     worker: str = ""
-    #: how long the line says its condition has lasted when it was written, in seconds: the
-    #: failure began at least that long before it (torch's watchdog: `… ran for 600020
-    #: milliseconds before timing out`; vLLM's shm_broadcast: `No available … block found in 60
-    #: seconds`). 0 when the line says nothing of it.
-    lasted_s: float = 0.0
     #: the writer repeats the line every this many seconds while the condition lasts (vLLM's
     #: shm_broadcast warns again at each interval of a hang): no quiet of that length ends it.
     repeats_s: float = 0.0

@@ -964,17 +964,11 @@ def engine_error(msg: str) -> EngineError:
     error_type, basis = _classified(msg, shape)
     w = _WORKER_DIED.match(msg) if msg.startswith("Worker ") else None
     worker = "" if w is None else f"{w[1]} pid={w[2]}" if w[2] else w[1]
-    lasted_s = repeats_s = 0.0
-    if error_type in ("distributed", "timeout") and ("found in" in msg or "ran for" in msg):
-        m = _HANG.search(msg)
-        if m is not None:
-            repeats_s = lasted_s = float(m[1])
-        m = _WATCHDOG_RAN.search(msg)
-        if m is not None:
-            lasted_s = max(lasted_s, int(m[1]) / 1000)
+    m = _HANG.search(msg) if error_type in ("distributed", "timeout") and "found in" in msg else None
+    repeats_s = 0.0 if m is None else float(m[1])
     c = _CORE_DIED.match(msg) if msg.startswith("Engine core proc ") else None
     return EngineError(error_type, exc_type.rsplit(".", 1)[-1], message[:_MAX_MESSAGE], fatal,
-                       stack[:_MAX_STACK], basis=basis, worker=worker, lasted_s=lasted_s, repeats_s=repeats_s,
+                       stack[:_MAX_STACK], basis=basis, worker=worker, repeats_s=repeats_s,
                        core="" if c is None else c[1])
 
 
@@ -982,8 +976,6 @@ def engine_error(msg: str) -> EngineError:
 #: warned again at each interval it goes on waiting (`VLLM_RINGBUFFER_WARNING_INTERVAL`), each
 #: warning naming the interval (`No available block found in 60 second.` in V0's wording).
 _HANG = re.compile(r"No available (?:shared memory broadcast )?block found in (\d{1,6}(?:\.\d{1,6})?) seconds?")
-#: torch's NCCL watchdog names how long the collective it gave up on had run.
-_WATCHDOG_RAN = re.compile(r"\) ran for (\d{1,12}) milliseconds before timing out")
 
 
 #: The executor's monitor names the worker that died (multiproc_executor.py `monitor_workers`:
