@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/: the shared vLLM harness
-from vllm_server import plugin_path  # noqa: E402
+from vllm_server import CPU_DTYPE, plugin_path  # noqa: E402
 from waits import deadline  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -79,7 +79,7 @@ class Vllm:
         self.cmd = [str(VENV / "bin" / "vllm"), "serve", self.model, "--port", str(self.port),
                     "--host", "127.0.0.1", *(("--enforce-eager",) if eager else ()), "--enable-log-requests",
                     "--kv-cache-memory-bytes", "100000000", "--num-gpu-blocks-override", str(gpu_blocks),
-                    "--max-model-len", "1024", "--max-num-seqs", str(max_num_seqs), "--seed", "0"]
+                    "--max-model-len", "1024", "--max-num-seqs", str(max_num_seqs), "--seed", "0", *CPU_DTYPE]
         if otlp_endpoint:
             self.cmd += ["--otlp-traces-endpoint", otlp_endpoint]
         self.cmd += list(extra_args)
