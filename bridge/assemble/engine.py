@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from bridge.assemble.build import engine_timeline
 from bridge.assemble.clock import ClockJump, jump_attrs
@@ -109,6 +109,19 @@ def _worker(process: str) -> str:
     return process.split(" pid=", 1)[0] if process and _WORKER.match(process) else ""
 
 
+@dataclass(slots=True)
+class _StartWait:
+    """A broadcast wait absorbed into the start (`EngineLife._start_worked`): its latest
+    warning's stamp, the quiet after which the wait is over (`_window`), whether a startup line
+    came since that warning, and that warning itself once it was counted on the start (it becomes
+    a hang's first line when no progress follows it)."""
+
+    last_ns: int
+    window_ns: int
+    worked: bool
+    last: tuple[Record, EngineError] | None
+
+
 class _Incident:
     """Error records of one engine incident, gathered until none comes for its window (`_window`)."""
 
@@ -194,10 +207,8 @@ class EngineLife:
         self.stop_last_ns = 0            # the stop's latest line
         self._stop_mode = ""             # abort | drain, when vLLM said
         self._held: tuple[int, int] | None = None  # (ts, running + waiting) of the last stats line
-        #: a broadcast wait the start's own lines showed to be its work (`_start_worked`): [its
-        #: latest warning's ts, the interval it repeats at (+ the window), a startup line since it,
-        #: that warning's (record, event) when it was absorbed into the start]
-        self._wait: list | None = None
+        #: a broadcast wait the start's own lines showed to be its work (`_start_worked`)
+        self._wait: _StartWait | None = None
 
     def tick(self, now_ns: int, ttl_deadline: int) -> None:
         """What is due at `now_ns`: a held NCCL timeout, an incident quiet for its window, a
@@ -372,10 +383,10 @@ class EngineLife:
             if inc.first.offset < start.first_offset:
                 start.first_offset = inc.first.offset
                 start.start_ns = min(start.start_ns, inc.first.ts_ns)
-            self._wait = [inc.last_ns, inc.window_ns, True, None]
+            self._wait = _StartWait(inc.last_ns, inc.window_ns, True, None)
             return (("vllm.startup.waits", inc.lines),)
         if self._wait is not None:
-            self._wait[2] = True
+            self._wait.worked = True
         return ()
 
     def end_startup(self, error_type: str = "", message: str = "") -> None:
@@ -393,12 +404,12 @@ class EngineLife:
             self.end_startup(ev.error_type, ev.message)
         ts = record.ts_ns
         if self._wait is not None and ev.repeats_s and not ev.fatal and self.incident is None:
-            last_ns, window_ns, worked, last = self._wait
-            self._wait = None
+            wait, self._wait = self._wait, None
+            last_ns, window_ns, worked, last = wait.last_ns, wait.window_ns, wait.worked, wait.last
             if ts - last_ns <= window_ns and self.startup is not None and not self._in_flight:
                 if worked:
                     # the same wait warned again, and the start logged progress since its last warning
-                    self._wait = [ts, _window(ev), False, (record, ev)]
+                    self._wait = _StartWait(ts, _window(ev), False, (record, ev))
                     self.startup.add(record, (("vllm.startup.waits", 1),))
                     return
                 if last is not None:
