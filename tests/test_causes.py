@@ -308,15 +308,23 @@ def test_a_ctrl_c_at_the_api_server_s_entry_fails_no_start(tmp_path):
 
 
 def test_the_engine_core_the_client_saw_die_is_the_incident_s(tmp_path):
-    """The API server's monitor names the data-parallel engine that died, with no prefix to say
-    who wrote the line: the incident is that engine's. Near miss: a prefixed writer stays the
-    process named, the engine still the one the line says died."""
+    """The API server's monitor names the data-parallel engine that died: the incident is that
+    engine's, with no prefix to say who wrote the line and with the API server's (then named as
+    its reporter, `vllm.reported_by`). Near miss: where the engine's own process logged first (a
+    worker of it), that process stays the one named, and no reporter is added."""
     line = "ERROR 01-29 08:37:48 [core_client.py:564] Engine core proc EngineCore_DP1 died unexpectedly, " \
            "shutting down client.\n"
     (inc,) = _incidents(tmp_path, line)
     assert (inc.error_type, inc.attrs["vllm.process"], inc.attrs["vllm.dp.rank"]) == ("engine_dead", "EngineCore_DP1", 1)
+    assert "vllm.reported_by" not in inc.attrs
     (inc,) = _incidents(tmp_path, "(APIServer pid=7) " + line)
-    assert (inc.attrs["vllm.process"], inc.attrs["vllm.dp.rank"]) == ("APIServer pid=7", 1)
+    assert (inc.attrs["vllm.process"], inc.attrs["vllm.dp.rank"], inc.attrs["vllm.reported_by"]) == \
+        ("EngineCore_DP1", 1, "APIServer pid=7")
+    worker = "(Worker_DP1_TP0 pid=9) ERROR 01-29 08:37:47 [multiproc_executor.py:1] RuntimeError: CUDA error: " \
+             "an illegal memory access was encountered\n"
+    (inc,) = _incidents(tmp_path, worker + "(APIServer pid=7) " + line)
+    assert (inc.attrs["vllm.process"], inc.attrs["vllm.dp.rank"]) == ("Worker_DP1_TP0 pid=9", 1)
+    assert "vllm.reported_by" not in inc.attrs
 
 
 def test_a_second_api_server_listening_after_requests_opens_no_second_start(tmp_path):

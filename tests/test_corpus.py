@@ -37,27 +37,7 @@ FACT_KEYS = {"model": "gen_ai.request.model", "version": "vllm.version"}
 
 #: (excerpt, aspect) → the gap that keeps the bridge from meeting it. Strict: a fixed gap fails
 #: here until its row is removed.
-GAPS: dict[tuple[str, str], str] = {
-    ("cuda/dynamo-14281-worker-failed-start.log", "error"):
-        "a worker's RPC failure (get_response: a start's and a batch's RPCs alike) then Dynamo's worker main "
-        "exiting out of uvloop.run(worker()): nothing read says the worker was starting, and a wrapper's main "
-        "may also exit on a death while serving",
-    ("ascend/lmcache-ascend-12-workers-exception.log", "error"):
-        "'WorkerProc hit an exception' is a worker's RPC failing (a start's or a batch's, or a utility call's): the "
-        "worker goes on, and whether the engine died is said by the engine core's next line (`EngineCore encountered "
-        "a fatal error`, `failed to start`), which the excerpt cuts off; the operator infers the death from "
-        "LMCache's line naming a request",
-    ("tpu/tpu-inference-2453-moe-weights-failed-start.log", "startup"):
-        "tpu-inference's MoE weight-padding lines (`w13_weight_w1 shape after padding: …`, each named by its "
-        "weight) are not read as startup lines: nothing else before the failure says the engine was starting",
-    ("cuda/mineru-4463-core-died-output-handler.log", "engine"):
-        "`vllm.process` names the process that wrote the incident's first line (here the API server's client, "
-        "`APIServer pid=5750`); the engine core it says died (`Engine core proc EngineCore_DP0 died unexpectedly`) "
-        "is carried as `vllm.dp.rank` 0 and names `vllm.process` only where no prefix names the writer",
-    ("cuda/vllm-16841-compile-kv-cache-per-worker.log", "startup"):
-        "each TP worker prints its own torch.compile time; the span carries one per start, the slowest "
-        "worker's (17.65 s: the engine waits for all), not rank 0's 15.67 s the operator read",
-}
+GAPS: dict[tuple[str, str], str] = {}
 
 
 @functools.cache

@@ -356,3 +356,44 @@ def test_the_api_server_listening_ends_a_start_and_its_routes_do_not():
 def test_the_engine_client_names_the_engine_core_that_died():
     ev = parse_line("Engine core proc EngineCore_DP1 died unexpectedly, shutting down client.", "ERROR")
     assert isinstance(ev, EngineError) and (ev.error_type, ev.core, ev.worker) == ("engine_dead", "EngineCore_DP1", "")
+
+
+@pytest.mark.parametrize("fast", [None, "c"], ids=["pure", "c"])
+def test_what_the_model_loader_prints_is_a_line_of_the_start(fast):
+    """Whatever a model loader's module prints (vLLM's `*_loader.py`, `weight_utils.py`, the old
+    `loader.py`; tpu-inference's MoE weight padding in `moe_weights.py`) is the model being loaded:
+    a startup line, by the module that wrote it, on the C path and the pure one alike. Near misses:
+    the same words from another module stay chatter, and a loader's error stays an error. (A line
+    vLLM's notices know by its words, `Using model weights format …`, stays that notice.)"""
+    from bridge.parse import FAST_PARSE
+    parse = Parser(fast=FAST_PARSE if fast else None).parse
+    for message, origin in (("w13_weight_w1 shape after padding: (128, 2816, 1024)", "moe_weights.py:193"),
+                            ("Prefetching checkpoint files: 20% (2/4)", "weight_utils.py:792"),
+                            ("Prefetching checkpoint files into page cache finished in 18.81s", "weight_utils.py:815"),
+                            ("Model impl type is vllm", "model_loader.py:318"),
+                            ("No model.safetensors.index.json found in remote.", "default_loader.py:262"),
+                            ("Filesystem type for checkpoints: EXT4.", "base_loader.py:56"),
+                            ("Loading weights with BitsAndBytes quantization.", "vllm.model_executor.model_loader."
+                                                                              "bitsandbytes_loader")):
+        for level in ("INFO", "DEBUG", "WARNING"):
+            assert parse(message, level, origin) == StartupFact(()), (message, origin, level)
+    for message, origin in (("w13_weight_w1 shape after padding: (128, 2816, 1024)", "fused_moe.py:193"),
+                            ("Prefetching checkpoint files: 20% (2/4)", "utils.py:792"),
+                            ("Loading weights with BitsAndBytes quantization.", "downloader.py:3")):
+        assert not isinstance(parse(message, "INFO", origin), StartupFact), (message, origin)
+    assert isinstance(parse("Shard 3 of the checkpoint is missing", "ERROR", "default_loader.py:280"), EngineError)
+
+
+def test_a_worker_s_rpc_that_raised_is_the_engine_s_death_unless_it_was_starting():
+    """`WorkerProc hit an exception.` (multiproc_executor's busy loop) with its cause cut off: a
+    batch's RPC failed and the engine core goes down with it (`engine_dead`, not said fatal: the
+    core's own line says that); under a start's frames it is a failed start. Near miss: a cause
+    the worker's traceback names wins."""
+    ev = parse_line("WorkerProc hit an exception.\nTraceback (most recent call last):\n  File \"/wo", "ERROR")
+    assert (ev.error_type, ev.fatal) == ("engine_dead", False)
+    starting = parse_line("WorkerProc hit an exception.\nTraceback (most recent call last):\n  File \"/v/gpu_worker.py\","
+                          " line 3, in compile_or_warm_up_model\n    self.model_runner.capture_model()\n", "ERROR")
+    assert starting.error_type == "model_load"
+    oom = parse_line("WorkerProc hit an exception.\nTraceback (most recent call last):\n  File \"/v/x.py\", line 1, in f\n"
+                     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "ERROR")
+    assert oom.error_type == "oom"

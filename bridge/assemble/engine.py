@@ -502,10 +502,16 @@ class EngineLife:
             attrs["exception.stacktrace"] = ev.stacktrace
         first = inc.first
         # the process that logged first: an error travels outward (worker → engine core → API
-        # server), each wrapper logging after the one it wraps, so the first is nearest the cause
-        # (no prefix says who wrote it: the engine core the client saw die is the one it is of)
-        if first.process or record.process or inc.core:
-            attrs["vllm.process"] = first.process or record.process or inc.core
+        # server), each wrapper logging after the one it wraps, so the first is nearest the cause;
+        # but where the first is the engine's client (no engine core, no worker) and a line names
+        # the engine core it saw die, the incident is of that core: it names it, and its reporter
+        writer = first.process or record.process
+        if inc.core and not (engine_key(writer) or _worker(writer)):
+            attrs["vllm.process"] = inc.core
+            if writer:
+                attrs["vllm.reported_by"] = writer
+        elif writer:
+            attrs["vllm.process"] = writer
         # the engine it is of: a worker's lines are its engine's (`dp_engine`), so is its death
         if inc.engine.isdigit():  # (a bare engine core's pid is in its `vllm.process`)
             attrs["vllm.dp.rank"] = int(inc.engine)

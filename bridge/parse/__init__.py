@@ -63,7 +63,7 @@ if _FAST is not None:
     # The C answers the commonest lines fallback takes (chatter, uvicorn, glog, tqdm) from its own
     # tables (read-only there).
     _FAST.tables({"rule_keys": RULES, "guards": GUARDS, "notice_groups": upstream._NOTICE_GROUPS,
-                  "module_cache": upstream._MODULE_OF, "request_modules": upstream.REQUEST_ENGINE_MODULES,
+                  "module_cache": upstream._MODULE_OF, "request_modules": upstream.LINE_MODULES,
                   "vllm_other": upstream._VLLM_OTHER, "chatter_levels": upstream._CHATTER_LEVELS,
                   "noise": upstream._NOISE, "torch_log": upstream._TORCH_LOG, "uvicorn_rule": upstream._uvicorn})
 

@@ -806,7 +806,14 @@ _CLASSES = (
                      # V1's engine client (0.8–0.9, core_client.py): the engine core, failing, signalled
                      # its parent (SIGUSR1), which logs this and shuts down: the engine died (or its
                      # start failed, told by the frames of a traceback with it)
-                     "got fatal signal from worker processes")),
+                     "got fatal signal from worker processes",
+                     # a V1 worker's RPC raised (multiproc_executor's busy loop: `WorkerProc hit an
+                     # exception.`): outside a start that is the batch it was running, and the engine
+                     # core, its collective RPC failed, raises in its busy loop and dies (its next line,
+                     # `EngineCore encountered a fatal error`, says so when it is there); under a
+                     # start's frames a failed start (`_started`). Not fatal by itself: a utility RPC
+                     # (a LoRA, sleep) fails the call only
+                     "workerproc hit an exception")),
     ("input", ("bad request", "badrequest", "input error", "is too long", "validation error",
                      "maximum context length", "invalid input", "invalid request")),
     ("aborted", ("abort", "cancellederror")),
@@ -1133,12 +1140,25 @@ def _notice(msg: str) -> Event | None:
     return None
 
 
+#: The model loader's modules: vLLM's (`model_loader/*_loader.py`, `weight_utils.py`, `loader.py`
+#: before 0.7), tpu-inference's (`model_loader.py`, `weight_utils.py`, the MoE weights' padding in
+#: `moe_weights.py`). What they print, whatever it says, is the model being loaded: a startup line.
+_LOADER_MODULE = re.compile(r"(?:\w*_)?loader|weight_utils|\w+_weights")
+#: The name `_chatter_module` gives every loader module: one entry in the module set the C fast
+#: path hands back to Python (`LINE_MODULES`), whatever the loader's file is called.
+LOADER = "<model loader>"
+#: Modules whose lines the fallback reads, rather than count as chatter: the C fast path answers
+#: a line of any other module as `vllm_other` without calling Python.
+LINE_MODULES = REQUEST_ENGINE_MODULES | {LOADER}
+
+
 def _chatter_module(origin: str) -> str:
     module = _MODULE_OF.get(origin)
     if module is None:
         if len(_MODULE_OF) >= 4096:
             _MODULE_OF.clear()
-        module = _MODULE_OF[origin] = module_of(origin)
+        module = module_of(origin)
+        module = _MODULE_OF[origin] = LOADER if _LOADER_MODULE.fullmatch(module) else module
     return module
 
 
@@ -1265,8 +1285,12 @@ def fallback(msg: str, level: str, origin: str = "") -> Event | None:
     notice = _notice(msg)
     if notice is not None:
         return notice
-    if origin and level in _CHATTER_LEVELS and _chatter_module(origin) not in REQUEST_ENGINE_MODULES:
-        return _VLLM_OTHER
+    if origin and level in _CHATTER_LEVELS:
+        module = _chatter_module(origin)
+        if module == LOADER:
+            return _COMPILE_LINE  # the model being loaded: a line of the start
+        if module not in REQUEST_ENGINE_MODULES:
+            return _VLLM_OTHER
     return None
 
 
