@@ -74,9 +74,10 @@ GAPS: dict[tuple[str, str], str] = {
     ("ascend/vllm-ascend-9691-graph-capture-worker-exception.log", "startup"):
         "the start the worker's failed RPC belongs to is not ended as failed (the same gap as its error row)",
     ("cuda/aibrix-1154-kubectl-logs-flattened.log", "startup"):
-        "vLLM records run together into one line (a paste whose newlines were lost) are read by the line's start "
-        "only (here the user's shell prompt): vLLM's headers inside the line (`INFO MM-DD hh:mm:ss [file.py:N] "
-        "`) do not split it, so the API server's version line is never read",
+        "vLLM records run together into one line (a paste whose newlines were lost) are one record, read by its "
+        "first header (after the user's prompt: the platform detection, a startup notice that opens no span): "
+        "the headers further in (`INFO MM-DD hh:mm:ss [file.py:N] `) do not split it, so the API server's "
+        "version line is never read",
     ("cuda/lmm-r1-43-cumem-oom-wake-up.log", "error"):
         "vLLM's cumem allocator's own error print (csrc/cumem_allocator.cpp, no level: `CUDA Error: <error> at "
         "<file>:<line>`) starts like a known CUDA line and is dropped as malformed: the incident is the trainer's "
