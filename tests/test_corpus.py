@@ -37,7 +37,36 @@ FACT_KEYS = {"model": "gen_ai.request.model", "version": "vllm.version"}
 
 #: (excerpt, aspect) → the gap that keeps the bridge from meeting it. Strict: a fixed gap fails
 #: here until its row is removed.
-GAPS: dict[tuple[str, str], str] = {}
+GAPS: dict[tuple[str, str], str] = {
+    # batch F (held out): what the bridge missed before any change made for it
+    ("cuda/vllm-25837-free-memory-below-utilization.log", "error"):
+        "vLLM's refusal to start on a device with less free memory than the memory utilization asks (gpu_worker "
+        "init_device: `Free memory on device (…) on startup is less than desired GPU memory utilization`) names no "
+        "`oom` marker: the failed start stays `model_load`",
+    ("cuda/vllm-3839-v0-ray-actor-dead-aborted.log", "error"):
+        "a chained traceback cut before its cause's header: Ray's actor-death text (`The actor is dead because …`) "
+        "and Python's separator (`The above exception was the direct cause …`) cannot start a raw group, so they "
+        "stay lines of their own and the traceback's record holds only the AsyncEngineDeadError it caused "
+        "(`engine_dead`, not `distributed`)",
+    ("ascend/vllm-ascend-9691-graph-capture-worker-exception.log", "error"):
+        "'WorkerProc hit an exception' (its traceback cut before the exception) is `other` and not fatal, even "
+        "while the engine's start is under way (KV cache sized, graphs being captured, no ready line): a worker's "
+        "RPC during a start is the start's, so its failure fails the start",
+    ("ascend/vllm-ascend-9691-graph-capture-worker-exception.log", "startup"):
+        "the start the worker's failed RPC belongs to is not ended as failed (the same gap as its error row)",
+    ("cuda/aibrix-1154-kubectl-logs-flattened.log", "startup"):
+        "vLLM records run together into one line (a paste whose newlines were lost) are one record, read by its "
+        "first header (after the user's prompt: the platform detection, a startup notice that opens no span): "
+        "the headers further in (`INFO MM-DD hh:mm:ss [file.py:N] `) do not split it, so the API server's "
+        "version line is never read",
+    ("cuda/lmm-r1-43-cumem-oom-wake-up.log", "error"):
+        "vLLM's cumem allocator's own error print (csrc/cumem_allocator.cpp, no level: `CUDA Error: <error> at "
+        "<file>:<line>`) starts like a known CUDA line and is dropped as malformed: the incident is the trainer's "
+        "traceback (`other`), not the allocator's out of memory",
+    ("cuda/lmm-r1-43-cumem-oom-wake-up.log", "engine"):
+        "the incident is led by the trainer's unprefixed traceback, not the LLMRayActor's allocator line (the "
+        "same gap as its error row)",
+}
 
 
 @functools.cache
@@ -207,6 +236,24 @@ NOT_VLLM: tuple[tuple[str, str], ...] = (
     (r"Warning: You are sending unaut", "huggingface_hub's warning about unauthenticated requests to the Hub"),
     (r"(?:Repository Not Found for url|Please make sure you specified the correct|If you are trying to access a "
      r"private or gated repo|Invalid username or password)", "huggingface_hub's error message, its later lines"),
+    # batch F
+    (r"(?:Waiting for (?:more )?workers to be ready\.|Current: <n>, Required: <n>)$",
+     "NVIDIA Dynamo's own prints while it waits for its vLLM worker to register (dynamo-288)"),
+    (r"(?:Including non-PyTorch memory, this process has|Of the allocated memory <n> GiB is allocated by PyTorch|If "
+     r"reserved but unallocated memory is large try setting$|'…' to avoid fragmentation\.$|See documentation for "
+     r"Memory Management '…')", "torch's CUDA OOM message, its sentences broken onto lines of their own by the user "
+     "(llm-d-infra-195), after the exception line read as the OOM"),
+    (r"(?:Lifespan: |\[INIT_COMMUNICATOR\] )", "verifiers' vllm_server's own logger (its `<date> - <module> - "
+                                               "LEVEL - ` frame taken off by decode)"),
+    (r"If this is not desired, please set os\.environ\['…'\]\.$",
+     "torch's cpp_extension UserWarning (TORCH_CUDA_ARCH_LIST), its second line"),
+    (r"The above exception was the direct cause of the following exception:$",
+     "Python's chained-traceback separator, unprefixed, left alone because the cause before it was cut from its "
+     "header (a GAPS row names it: vllm-3839)"),
+    (r"\Z", "a log viewer's tab-only separator after every line of its copy (vllm-42389)"),
+    (r"(?:-{20}$|For simplicity, JAX has removed its internal frames)",
+     "JAX's traceback-filtering note and its separator, in tpu-inference's engine core"),
+    (r"\[Memory Profiling Analysis\]$", "Intel llm-scaler's own memory-analysis print in its patched worker"),
 )
 
 
