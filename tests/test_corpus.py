@@ -39,10 +39,6 @@ FACT_KEYS = {"model": "gen_ai.request.model", "version": "vllm.version"}
 #: here until its row is removed.
 GAPS: dict[tuple[str, str], str] = {
     # batch F (held out): what the bridge missed before any change made for it
-    ("cuda/vllm-25837-free-memory-below-utilization.log", "error"):
-        "vLLM's refusal to start on a device with less free memory than the memory utilization asks (gpu_worker "
-        "init_device: `Free memory on device (…) on startup is less than desired GPU memory utilization`) names no "
-        "`oom` marker: the failed start stays `model_load`",
     ("cuda/vllm-3839-v0-ray-actor-dead-aborted.log", "error"):
         "a chained traceback cut before its cause's header: Ray's actor-death text (`The actor is dead because …`) "
         "and Python's separator (`The above exception was the direct cause …`) cannot start a raw group, so they "
@@ -59,13 +55,6 @@ GAPS: dict[tuple[str, str], str] = {
         "first header (after the user's prompt: the platform detection, a startup notice that opens no span): "
         "the headers further in (`INFO MM-DD hh:mm:ss [file.py:N] `) do not split it, so the API server's "
         "version line is never read",
-    ("cuda/lmm-r1-43-cumem-oom-wake-up.log", "error"):
-        "vLLM's cumem allocator's own error print (csrc/cumem_allocator.cpp, no level: `CUDA Error: <error> at "
-        "<file>:<line>`) starts like a known CUDA line and is dropped as malformed: the incident is the trainer's "
-        "traceback (`other`), not the allocator's out of memory",
-    ("cuda/lmm-r1-43-cumem-oom-wake-up.log", "engine"):
-        "the incident is led by the trainer's unprefixed traceback, not the LLMRayActor's allocator line (the "
-        "same gap as its error row)",
 }
 
 

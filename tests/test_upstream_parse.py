@@ -177,6 +177,13 @@ def test_prompt_and_output_text_never_reach_an_event():
 
 ERRORS = [
     # (message, level, error.type, exception type, fatal)
+    # vLLM's sleep-mode allocator's own print (cumem_allocator.cpp), no header
+    ("CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62", "", "oom", "", False),
+    ("CUDA Error: invalid argument at /workspace/csrc/cumem_allocator.cpp:62", "", "other", "", False),
+    # a start refused: less free memory than the share asked of the device
+    ("ValueError: Free memory on device (3.22/4.0 GiB) on startup is less than desired GPU memory utilization "
+     "(0.9, 3.6 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.", "ERROR",
+     "oom", "ValueError", False),
     ("Engine iteration timed out. This should never happen!", "ERROR", "timeout", "", True),
     ("Engine background task failed\nTraceback (most recent call last):\n  File \"a.py\", line 1\n"
      "asyncio.exceptions.CancelledError\n\nThe above exception was the direct cause of the following exception:\n\n"

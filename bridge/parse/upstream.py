@@ -694,6 +694,11 @@ def _weights_read(msg: str) -> Event | None:
     return None if m is None else StartupFact(((WEIGHTS_READ_S, _number(m[1])),))
 
 
+def _device_error(msg: str) -> Event | None:
+    """A device runtime's failed call as its caller prints it, typed by what it says."""
+    return engine_error(msg)
+
+
 def _rank_assigned(msg: str) -> Event | None:
     return _COMPILE_LINE if _RANK_ASSIGNED.match(msg) else None
 
@@ -773,7 +778,11 @@ _CLASSES = (
              # V0's scheduler: a preempted request's KV blocks did not fit the CPU swap space
              "lack of cpu swap space",
              # the device runtime's own: Level Zero's (XPU) UR_RESULT_…, ROCm's HSA_STATUS_…
-             "error_out_of_resources")),
+             "error_out_of_resources",
+             # a start refused because the device has less free memory than the share asked of it
+             # (gpu_worker init_device: `Free memory on device (3.22/4.0 GiB) on startup is less
+             # than desired GPU memory utilization (0.9, 3.6 GiB)`): the memory is not there
+             "less than desired gpu memory utilization")),
     ("distributed", ("nccl", "processgroup", "watchdog", "heartbeat monitor", "collective operation",
                      "distbackenderror", "gloo",
                      "actordiederror", "actor died", "actor is dead",
@@ -1375,6 +1384,9 @@ PREFILTER = {
                    _starting(tuple(p for p in _LOADING_LINES if p.startswith("Load")), _loading)),
     "rank": _starting(("rank ",), _rank_assigned),
     "Mode": _FACT_GUARDED["Mode"],
+    # vLLM's CUDA memory allocator (csrc/cumem_allocator.cpp, sleep mode's pool) prints a failed CUDA
+    # call itself, with no header: `CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62`
+    "CUDA": _starting(("CUDA Error: ",), _device_error),
     # that fact's line and more; ROCm's runtime's fatal `Memory access fault by GPU node-…`
     "Memo": _chain(_starting(_FACT_GUARDED["Memo"].prefixes, _memory_profile), _ERROR_GUARDED),
     "Avai": _FACT_GUARDED["Avai"],
