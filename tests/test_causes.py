@@ -420,3 +420,36 @@ def test_requests_failed_as_the_engine_is_dead_are_its_death(tmp_path):
     stop = "(APIServer pid=1) INFO 06-25 04:34:00 [launcher.py:254] [shutdown] API server: shutdown triggered\n"
     incidents, requests = _replayed(tmp_path, stop + _DEAD.format(1, "a"))
     assert not incidents and [r.error_type for r in requests] == ["shutdown"]
+
+
+def _engines(tmp_path, text: str) -> tuple[list[EngineTimeline], list[EngineTimeline]]:
+    """(incidents, startup spans) of a log."""
+    log = tmp_path / "vllm.log"
+    log.write_text(text, encoding="utf-8")
+    out: list = []
+    replay([str(log)], [out.append], ReplayConfig(year=2025))
+    engines = [t for t in out if isinstance(t, EngineTimeline)]
+    return [t for t in engines if t.kind != "startup"], [t for t in engines if t.kind == "startup"]
+
+
+_START = ("(EngineCore pid=2) INFO 06-10 16:39:18 [kv_cache_utils.py:1708] GPU KV cache size: 821,083 tokens\n"
+          "(Worker_TP0 pid=3) INFO 06-10 16:39:20 [gpu_model_runner.py:1] Capturing CUDA graphs (decode): 8/8\n")
+_RPC_RAISED = ("(Worker_TP0 pid=3) ERROR 06-10 16:39:42 [multiproc_executor.py:962] WorkerProc hit an exception.\n"
+               "(Worker_TP0 pid=3) ERROR 06-10 16:39:42 [multiproc_executor.py:962] Traceback (most recent call last):\n")
+
+
+def test_a_worker_s_call_that_raised_while_the_engine_is_built_fails_the_start(tmp_path):
+    """A worker's call that raised (its cause cut off) while the engine is still being built, no
+    line yet saying it is up, is the start's call: a failed start, its startup span failed. Near
+    misses: once the API server listens, or the engine's loop logged its stats, the same lines are
+    the engine's death while serving, and the start stays a good one."""
+    incidents, startups = _engines(tmp_path, _START + _RPC_RAISED)
+    assert [i.error_type for i in incidents] == ["model_load"]
+    assert [s.error_type for s in startups] == ["model_load"]
+    for up in ("(APIServer pid=1) INFO 06-10 16:39:30 [api_server.py:1] Starting vLLM API server 0 on http://0.0.0.0:8000\n",
+               "(APIServer pid=1) INFO 06-10 16:39:30 [loggers.py:1] Engine 000: Avg prompt throughput: 0.0 tokens/s, "
+               "Avg generation throughput: 0.0 tokens/s, Running: 0 reqs, Waiting: 0 reqs, GPU KV cache usage: 0.0%, "
+               "Prefix cache hit rate: 0.0%\n"):
+        incidents, startups = _engines(tmp_path, _START + up + _RPC_RAISED)
+        assert [i.error_type for i in incidents] == ["engine_dead"], up
+        assert [s.error_type for s in startups] == [""], up

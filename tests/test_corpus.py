@@ -44,12 +44,6 @@ GAPS: dict[tuple[str, str], str] = {
         "and Python's separator (`The above exception was the direct cause …`) cannot start a raw group, so they "
         "stay lines of their own and the traceback's record holds only the AsyncEngineDeadError it caused "
         "(`engine_dead`, not `distributed`)",
-    ("ascend/vllm-ascend-9691-graph-capture-worker-exception.log", "error"):
-        "'WorkerProc hit an exception' (its traceback cut before the exception) is `other` and not fatal, even "
-        "while the engine's start is under way (KV cache sized, graphs being captured, no ready line): a worker's "
-        "RPC during a start is the start's, so its failure fails the start",
-    ("ascend/vllm-ascend-9691-graph-capture-worker-exception.log", "startup"):
-        "the start the worker's failed RPC belongs to is not ended as failed (the same gap as its error row)",
     ("cuda/aibrix-1154-kubectl-logs-flattened.log", "startup"):
         "vLLM records run together into one line (a paste whose newlines were lost) are one record, read by its "
         "first header (after the user's prompt: the platform detection, a startup notice that opens no span): "

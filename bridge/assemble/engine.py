@@ -261,6 +261,8 @@ class EngineLife:
         fan_out(self._in_flight.values(), event, free)
         if ev.engine is not None:
             self._stats_engines.add(ev.engine)
+        if self.startup is not None:  # the engine's loop runs: it is up
+            self.startup.ready = True
         # One engine's line speaks for the server only when it is the only engine: with
         # data parallelism (the banner's size, or more than one seen) only an aggregated line does.
         if (len(self._stats_engines) <= 1 and self._data_parallel <= 1) or "Aggregated" in (ev.engine or ""):
@@ -354,6 +356,8 @@ class EngineLife:
                 return  # the start was read and went out: another API server of it begins to listen
             self.startup = Startup(record)
         self.startup.add(record, tuple(ev.facts) + self._start_worked(record))
+        if ev.listening:
+            self.startup.ready = True
         for key, value in ev.facts:
             if key == SERVED_MODEL:  # the name clients send, over a model the logo named first
                 key = "gen_ai.request.model"
@@ -399,6 +403,10 @@ class EngineLife:
         if self.startup is not None and ev.error_type in ("model_load", "other") and self.startup.no_room:
             # a start that failed after the KV cache had no room left: the model did not fit
             ev = replace(ev, error_type="oom")
+        elif ev.basis == "rpc" and self.startup is not None and not self.startup.ready and not self._in_flight:
+            # a worker's call raised while the engine is being built (profiling, graph capture):
+            # the start's call, so the start failed
+            ev = replace(ev, error_type="model_load")
         if self.startup is not None and (ev.fatal or ev.error_type in ("model_load", "oom")):
             self.startup.add(record, ())
             self.end_startup(ev.error_type, ev.message)

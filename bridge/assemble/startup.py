@@ -31,7 +31,7 @@ _STAND_IN = {WEIGHTS_READ_S: "vllm.startup.load_s"}
 
 
 class Startup:
-    __slots__ = ("start_ns", "end_ns", "attrs", "first_offset", "last_offset", "has_banner")
+    __slots__ = ("start_ns", "end_ns", "attrs", "first_offset", "last_offset", "has_banner", "ready")
 
     def __init__(self, record: Record) -> None:
         self.start_ns = self.end_ns = record.ts_ns
@@ -39,6 +39,9 @@ class Startup:
         self.last_offset = record.end_offset
         self.attrs: dict = {}
         self.has_banner = False
+        #: a line said the engine is up (the API server listening, the engine's stats): what fails
+        #: after it fails a serving engine, no longer its start
+        self.ready = False
         if record.process:
             self.attrs["vllm.process"] = record.process
 

@@ -424,7 +424,9 @@ class EngineError:
     stacktrace: str
     exited: bool = False  # ENGINE_EXITED: the engine core process died, even amid a stop
     #: what the type rests on: `said` (the error's own words), `signal` (a death by a signal:
-    #: a negative exit code, SIG…, a fatal signal), `frames` (only where its traceback was raised)
+    #: a negative exit code, SIG…, a fatal signal), `frames` (only where its traceback was raised),
+    #: `rpc` (a worker's call raised, no cause said: the batch's while serving, the start's while
+    #: the engine starts, which the assembler knows)
     basis: str = "said"
     #: the worker process the line says died, as vLLM names it (the executor's monitor:
     #: `Worker proc VllmWorker-1 died …` → "VllmWorker-1"; V0: `VllmWorkerProcess pid=1159`)

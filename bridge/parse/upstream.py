@@ -764,6 +764,10 @@ _FACT_RULES = {key: _fact_rule(p, names) for key, p, names in _FACTS}
 
 # -- errors ----------------------------------------------------------------------------------
 
+#: A worker's call that raised, as the worker reports it (`EngineError.basis` "rpc").
+_WORKER_RPC = "workerproc hit an exception"
+
+
 #: Ordered: the first family whose marker occurs wins, so a CUDA OOM wrapped in an engine-dead
 #: error is `oom`, and an NCCL watchdog "timeout" is `distributed`. Markers are read in what the
 #: error says (`_evidence`): its messages and exception lines, not its traceback's frames.
@@ -822,7 +826,7 @@ _CLASSES = (
                      # `EngineCore encountered a fatal error`, says so when it is there); under a
                      # start's frames a failed start (`_started`). Not fatal by itself: a utility RPC
                      # (a LoRA, sleep) fails the call only
-                     "workerproc hit an exception")),
+                     _WORKER_RPC)),
     ("input", ("bad request", "badrequest", "input error", "is too long", "validation error",
                      "maximum context length", "invalid input", "invalid request")),
     ("aborted", ("abort", "cancellederror")),
@@ -934,13 +938,10 @@ def _classified(text: str, shape: str | None = None) -> tuple[str, str]:
     if _INTERRUPTED in low:
         return "other", "said"  # a stop someone asked for (Ctrl-C), wherever it came out: no failure
     for error_type, markers in _CLASSES:
-        if error_type == "engine_dead" and low_shape is not None:
-            if any(marker in low_shape for marker in markers):
-                return _started(error_type, markers, text, low_shape)
-            continue
+        said = low_shape if error_type == "engine_dead" and low_shape is not None else low
         for marker in markers:
-            if marker in low:
-                return _started(error_type, markers, text, low)
+            if marker in said:
+                return _started(error_type, markers, text, said, marker)
     return _by_frames(text)
 
 
@@ -950,14 +951,15 @@ def _classified(text: str, shape: str | None = None) -> tuple[str, str]:
 _SIGNAL_EXIT = re.compile(r"\bexit[ _]?code[:=]? ?\(?-\d+\b")
 
 
-def _started(error_type: str, markers: tuple[str, ...], text: str, said: str) -> tuple[str, str]:
+def _started(error_type: str, markers: tuple[str, ...], text: str, said: str, marker: str) -> tuple[str, str]:
     """An engine that was still being built cannot die: a fatal error raised under its start's
-    frames is a failed start (a killing signal stays a death)."""
+    frames is a failed start (a killing signal stays a death). A worker's call that raised with
+    no such frame is the batch's or the start's: the assembler knows which (basis `rpc`)."""
     if error_type == "engine_dead" and (markers is _SIGNALS or _SIGNAL_EXIT.search(said)):
         return error_type, "signal"
     if error_type == "engine_dead" and any(m in text.lower() for m in _START_FRAMES):
         return "model_load", "said"
-    return error_type, "said"
+    return error_type, "rpc" if marker == _WORKER_RPC else "said"
 
 
 def engine_error(msg: str) -> EngineError:
