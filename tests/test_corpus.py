@@ -39,11 +39,6 @@ FACT_KEYS = {"model": "gen_ai.request.model", "version": "vllm.version"}
 #: here until its row is removed.
 GAPS: dict[tuple[str, str], str] = {
     # batch F (held out): what the bridge missed before any change made for it
-    ("cuda/vllm-3839-v0-ray-actor-dead-aborted.log", "error"):
-        "a chained traceback cut before its cause's header: Ray's actor-death text (`The actor is dead because …`) "
-        "and Python's separator (`The above exception was the direct cause …`) cannot start a raw group, so they "
-        "stay lines of their own and the traceback's record holds only the AsyncEngineDeadError it caused "
-        "(`engine_dead`, not `distributed`)",
     ("cuda/aibrix-1154-kubectl-logs-flattened.log", "startup"):
         "vLLM records run together into one line (a paste whose newlines were lost) are one record, read by its "
         "first header (after the user's prompt: the platform detection, a startup notice that opens no span): "

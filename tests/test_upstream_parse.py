@@ -161,6 +161,13 @@ def test_upstream_lines(message, expected):
         assert astuple(got) == pytest.approx(astuple(expected))
 
 
+def test_a_ray_actor_s_other_words_are_no_error():
+    """Only Ray's line saying why an actor died is read without a header; other lines that begin
+    like it stay unread."""
+    for message in ("The actor is alive.", "The actor is deadline-bound", "the actor is dead because x"):
+        assert parse_line(message, "") is None, message
+
+
 def test_a_compile_word_in_another_line_is_no_startup_line():
     """Only the compile / capture lines' own starts open a startup span: CUDA's hint under an
     error (`Compile with …`) and a line that merely mentions compiling stay what they were."""
@@ -177,6 +184,10 @@ def test_prompt_and_output_text_never_reach_an_event():
 
 ERRORS = [
     # (message, level, error.type, exception type, fatal)
+    # Ray's RayActorError detail on a line of its own (its exception line cut, or a chained
+    # traceback's separator between it and the AsyncEngineDeadError it caused)
+    ("The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker exit detail: "
+     "Worker unexpectedly exits with a connection error code 2. End of file.", "", "distributed", "", True),
     # vLLM's sleep-mode allocator's own print (cumem_allocator.cpp), no header
     ("CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62", "", "oom", "", False),
     ("CUDA Error: invalid argument at /workspace/csrc/cumem_allocator.cpp:62", "", "other", "", False),

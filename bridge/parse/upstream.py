@@ -1234,6 +1234,11 @@ _LABEL = re.compile(r"(?:【[^】\n]{1,16}】|\[[^\]\n\d]{1,16}\]|〔[^〕\n]{1,
                     r"|[^\s:：]{1,16}：\s?")
 
 
+#: Ray's RayActorError message, its line saying why the actor died (ray/exceptions.py: `The actor
+#: is dead because its worker process has died. Worker exit type: …`).
+_RAY_ACTOR_DEAD = "The actor is dead because "
+
+
 def fallback(msg: str, level: str, origin: str = "") -> Event | None:
     """Lines no key claimed: error levels, header-less writers, progress bars, and (given the
     line's origin) other vLLM modules' chatter."""
@@ -1280,6 +1285,11 @@ def fallback(msg: str, level: str, origin: str = "") -> Event | None:
                 return engine_error(rest)
         if c == "(" and _PROCESS_ONLY.fullmatch(msg):
             return _NOISE  # an empty line a vLLM process wrote: its prefix and nothing after it
+        if c == "T" and msg.startswith(_RAY_ACTOR_DEAD):
+            # Ray's detail of an actor's death, a line of its RayActorError's message: where the
+            # exception line before it was cut, or a chained traceback's separator stands between it
+            # and the error it caused (`The above exception was the direct cause …`), it is the cause
+            return engine_error(msg)
         return None
     if level in ("ERROR", "CRITICAL"):
         if msg.startswith(_CLIENT_ERRORS):
