@@ -37,14 +37,7 @@ FACT_KEYS = {"model": "gen_ai.request.model", "version": "vllm.version"}
 
 #: (excerpt, aspect) → the gap that keeps the bridge from meeting it. Strict: a fixed gap fails
 #: here until its row is removed.
-GAPS: dict[tuple[str, str], str] = {
-    # batch F (held out): what the bridge missed before any change made for it
-    ("cuda/aibrix-1154-kubectl-logs-flattened.log", "startup"):
-        "vLLM records run together into one line (a paste whose newlines were lost) are one record, read by its "
-        "first header (after the user's prompt: the platform detection, a startup notice that opens no span): "
-        "the headers further in (`INFO MM-DD hh:mm:ss [file.py:N] `) do not split it, so the API server's "
-        "version line is never read",
-}
+GAPS: dict[tuple[str, str], str] = {}
 
 
 @functools.cache

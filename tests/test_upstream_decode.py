@@ -334,3 +334,31 @@ def test_wrapped_rows_without_end_are_cut_at_the_size_bound():
     out += [tail] if tail is not None else []
     assert j.stats.cut >= 1 and all(len(r.message) <= 4096 + 100 for r in out)
     assert sum(len(r.message) for r in out) == 100 * 400
+
+
+@pytest.mark.parametrize("fast", PATHS)
+def test_records_run_together_into_one_line_are_read_each_on_its_own(fast):
+    """A paste that lost the newlines between vLLM's records (`kubectl logs` output quoted in a
+    comment) is one line holding several headers: each record is read with its own header, level
+    and origin, and begins at the byte where it starts (a resume from there reads it whole). Near
+    misses: a line that starts with a header (the only kind the C path takes) is one record even
+    where its message quotes another header, and one header behind a wrapper's frame stays one
+    record (parse unwraps it)."""
+    flat = ("(base) [root@localhost ~]# kubectl logs pod/llama3 INFO 06-09 05:30:55 [__init__.py:239] Automatically "
+            "detected platform cuda. INFO 06-09 05:30:58 [api_server.py:1043] vLLM API server version 0.8.6 "
+            "(APIServer pid=7) ERROR 06-09 05:30:59 [core.py:1] EngineCore failed to start.")
+    recs = _records([flat, "INFO 06-09 05:31:00 [x.py:1] next"], fast)
+    assert [(r.level, r.origin, r.process, r.message) for r in recs] == [
+        ("INFO", "__init__.py:239", "", "Automatically detected platform cuda."),
+        ("INFO", "api_server.py:1043", "", "vLLM API server version 0.8.6"),
+        ("ERROR", "core.py:1", "APIServer pid=7", "EngineCore failed to start."),
+        ("INFO", "x.py:1", "", "next")]
+    raw = flat.encode()
+    assert [r.offset for r in recs[:3]] == [0, raw.index(b"INFO 06-09 05:30:58"), raw.index(b"(APIServer")]
+    assert [r.end_offset for r in recs[:3]] == [recs[1].offset, recs[2].offset, len(raw) + 1]
+    assert [r.ts_ns % 60_000_000_000 // 1_000_000_000 for r in recs[:3]] == [55, 58, 59]
+    one = ("INFO 06-09 05:30:55 [logger.py:1] Received request x: prompt: 'say INFO 06-09 05:30:58 [a.py:1] hi "
+           "INFO 06-09 05:30:59 [b.py:2] bye', params: SamplingParams(n=1), lora_request: None.")
+    wrapped = "2025-06-09 05:30:55.123 1 kserve INFO [model.py:1] INFO 06-09 05:30:55 [c.py:3] Added request x."
+    for line in (one, "(APIServer pid=7) " + one, wrapped):
+        assert len(_records([line], fast)) == 1, line

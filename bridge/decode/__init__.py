@@ -23,6 +23,16 @@ _MAX_PARTIAL_CHARS = 4 * 1024 * 1024  # a runaway partial line is cut, not held 
 # the read at most: further off, the record's zone is not the one configured.
 _JSON_LAG_NS, _MS_NS = 10_000_000_000, 1_000_000
 _S_NS = 1_000_000_000
+#: Where a vLLM record begins inside a line that holds several: a paste or a viewer that lost the
+#: newlines between them (`… kubectl logs pod/x INFO 06-09 05:30:55 [__init__.py:239] Automatically
+#: detected … INFO 06-09 05:30:58 [api_server.py:1043] vLLM API server version …`): a space, then
+#: a header (its process prefix before it, if any).
+_EMBEDDED = re.compile(r" (?=(?:\([^()\n]{1,100}\) )?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d "
+                       r"\d\d:\d\d:\d\d(?:[.,]\d+)? \[[^\s\]]+:\d+\] )")
+_PREFIX_ONLY = re.compile(r"\([^()\n]{1,100}\)")
+#: Headers a line with no header of its own must hold to be read as flattened records: one is a
+#: wrapper's frame around a vLLM line (parse unwraps it), two or more are lines run together.
+_FLATTENED = 2
 
 
 def _header_near(stamp: str, runtime_ts: int, tz: tzinfo) -> int | None:
@@ -81,7 +91,7 @@ class DecodeStats:
 class Decoder:
     __slots__ = ("stats", "_framing", "_unwrap", "_clock", "_last_ts", "_parts", "_part_offset",
                  "_part_chars", "_part_end", "_part_ts", "_header", "_shipper", "_tz", "_cut", "_part_stream",
-                 "_others", "_column")
+                 "_others", "_column", "_more")
 
     def __init__(self, *, tz: tzinfo = timezone.utc, year: int | None = None, mtime: float | None = None):
         self.stats = DecodeStats()
@@ -107,6 +117,7 @@ class Decoder:
         # the columns a viewer put before the last header (prefix.Split.column): taken off the
         # header-less lines that start with them too (a traceback under `kserve-container `)
         self._column = ""
+        self._more: list[Record] | None = None  # a flattened line's records after its first (`more`)
 
     @property
     def framing(self) -> str | None:
@@ -172,7 +183,62 @@ class Decoder:
                     runtime_ts = self._part_ts
         if not line:
             return None
-        return self._record(line, runtime_ts, offset, end)
+        record = self._record(line, runtime_ts, offset, end)
+        if record is not None and self._unwrap is None and "] " in record.message \
+                and _EMBEDDED.search(record.message) is not None and not self._leads_with_header(line):
+            # (`] ` first: a header's origin ends so, few messages hold it, and a search costs)
+            return self._unflatten(record, line, end)
+        return record
+
+    def _leads_with_header(self, line: str) -> bool:
+        """The line starts with vLLM's header, or with a process prefix and the header: a line of
+        one record (its message may quote another's header), and the only lines the C fast path
+        takes, so that path and this one read every line alike."""
+        if self._header(line) is not None:
+            return True
+        close = line.find(") ") if line[:1] == "(" else -1
+        return close > 0 and self._header(line, close + 2) is not None
+
+    def more(self) -> list[Record] | None:
+        """The records after the first of the line just decoded, when it held several (and None
+        for every other line): a caller that reads them all takes these after the one returned."""
+        more, self._more = self._more, None
+        return more
+
+    def _unflatten(self, record: Record, line: str, end: int) -> Record:
+        """A line that holds several vLLM records (`_EMBEDDED`; `_FLATTENED` headers, its own too):
+        each is a record of its own, its header read, at the byte where it begins in the line (a
+        resume from there reads it again whole); the text before the first stays the record it
+        was. Any other line is returned as it came."""
+        message = record.message
+        starts: list[int] = []
+        for m in _EMBEDDED.finditer(message):  # (a header right after a prefix begins at the prefix)
+            if not (starts and _PREFIX_ONLY.fullmatch(message, starts[-1], m.start())):
+                starts.append(m.end())
+        if len(starts) + bool(record.level) < _FLATTENED:  # the record's own header counts
+            return record
+        line_end = record.offset + len(line.encode("utf-8", "replace"))
+        bounds = []
+        low = record.offset
+        for s in starts:  # where each record begins in the file (clamped: ANSI or `\r` taken off)
+            at = min(max(low + 1, line_end - len(message[s:].encode("utf-8", "replace"))), end - 1)
+            bounds.append(at)
+            low = at
+        more = []
+        for i, s in enumerate(starts):
+            text = message[s:starts[i + 1] - 1] if i + 1 < len(starts) else message[s:]
+            part = self._record(text, None, bounds[i], bounds[i + 1] if i + 1 < len(bounds) else end)
+            if part is not None:
+                more.append(part)
+        head = message[:starts[0] - 1].rstrip()
+        if not head:  # nothing before the first header: it is the line's first record
+            first, more = more[0], more[1:]
+            self.stats.records -= 1  # the header-less record it replaces
+        else:  # the line's first record, cut where the next begins
+            first = Record(record.ts_ns, record.clock, record.level, record.origin, head, record.offset, bounds[0],
+                           record.process, False)
+        self._more = more or None
+        return first
 
     def _record(self, line: str, runtime_ts: int | None, offset: int, end: int) -> Record | None:
         stats = self.stats

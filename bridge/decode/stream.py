@@ -107,7 +107,12 @@ class RecordStream:
     def _python(self, raw: bytes, offset: int) -> tuple[Record, ...]:
         """The reference path: Decoder, then Joiner."""
         record = self.decoder(raw, offset)
-        return () if record is None else self.joiner(record)
+        if record is None:
+            return ()
+        more = self.decoder.more()  # a flattened line's other records (`Decoder._unflatten`)
+        if more is None:
+            return self.joiner(record)
+        return tuple(out for each in (record, *more) for out in self.joiner(each))
 
     def over(self, lines: Iterable[tuple[int, bytes]], carry: bool = False) -> Iterator[Record]:
         """Every complete record of a finished file, its last held ones included. `carry`: the
