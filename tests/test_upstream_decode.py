@@ -362,3 +362,16 @@ def test_records_run_together_into_one_line_are_read_each_on_its_own(fast):
     wrapped = "2025-06-09 05:30:55.123 1 kserve INFO [model.py:1] INFO 06-09 05:30:55 [c.py:3] Added request x."
     for line in (one, "(APIServer pid=7) " + one, wrapped):
         assert len(_records([line], fast)) == 1, line
+
+
+@pytest.mark.parametrize("fast", PATHS)
+def test_a_bare_exception_line_ends_its_traceback(fast):
+    """Python's bare `Exception: …` (vLLM's `Exception: WorkerProc initialization failed …`) is a
+    traceback's last line like any `…Error:`: it joins the traceback, which is one record."""
+    lines = ["Traceback (most recent call last):",
+             '  File "/v/multiproc_executor.py", line 422, in wait_for_ready',
+             "    raise e from None",
+             "Exception: WorkerProc initialization failed due to an exception in a background process.",
+             "Process EngineCore_0:"]
+    recs = _records(lines, fast)
+    assert recs[0].message.endswith("in a background process.") and recs[0].message.count("\n") == 3

@@ -161,6 +161,16 @@ def test_upstream_lines(message, expected):
         assert astuple(got) == pytest.approx(astuple(expected))
 
 
+def test_torch_s_exception_raised_from_is_no_exception_line():
+    """A C++ block's `Exception raised from …` names where torch raised, not an exception class: the
+    bare `Exception` is read only with its colon."""
+    ev = parse_line("Exception raised from ncclCommWatchdog at /torch/csrc/ProcessGroupNCCL.cpp:1", "")
+    assert not isinstance(ev, EngineError)
+    block = parse_line("[rank1]:[E ProcessGroupNCCL.cpp:563] [Rank 1] Watchdog caught collective operation timeout\n"
+                       "Exception raised from ncclCommWatchdog at /torch/csrc/ProcessGroupNCCL.cpp:1", "")
+    assert isinstance(block, EngineError) and block.exception_type == ""
+
+
 def test_a_ray_actor_s_other_words_are_no_error():
     """Only Ray's line saying why an actor died is read without a header; other lines that begin
     like it stay unread."""
@@ -188,6 +198,9 @@ ERRORS = [
     # traceback's separator between it and the AsyncEngineDeadError it caused)
     ("The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker exit detail: "
      "Worker unexpectedly exits with a connection error code 2. End of file.", "", "distributed", "", True),
+    # Python's bare `Exception` (multiproc_executor's wait_for_ready raises it), a failed start
+    ("Exception: WorkerProc initialization failed due to an exception in a background process. See stack trace "
+     "for root cause.", "", "model_load", "Exception", True),
     # vLLM's sleep-mode allocator's own print (cumem_allocator.cpp), no header
     ("CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62", "", "oom", "", False),
     ("CUDA Error: invalid argument at /workspace/csrc/cumem_allocator.cpp:62", "", "other", "", False),

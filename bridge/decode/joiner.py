@@ -63,7 +63,7 @@ _MIN_WRAP = 64  # no terminal is narrower: shorter rows are never taken for wrap
 # kinds of group: a traceback or message, a JSON record, a row held for its wrapped rest, a source
 # line held for the frame that may follow it
 _TRACE, _JSON, _WRAP, _LEAD = 0, 1, 2, 3
-_EXC_LINE = re.compile(r"[A-Za-z_][\w.:]*(?:Error|Exception|Exit|Interrupt|Failure|Warning)\b")
+_EXC_LINE = re.compile(r"(?:[A-Za-z_][\w.:]*(?:Error|Exception|Exit|Interrupt|Failure|Warning)\b|Exception:)")
 # A traceback's last line as Python writes it (`traceback.format_exception_only`: `module.Qualname:
 # message`, or the name alone), whatever the class is called (`zmq.error.Again: Resource
 # temporarily unavailable` ends NIXL's failed handshake): taken only right after a frame's

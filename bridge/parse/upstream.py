@@ -837,7 +837,11 @@ _FATAL = ("enginedeaderror", "engine loop is not running", "background loop", "b
           "initialization failed", "failed to start", "engine iteration timed out", "terminate called",
           "dumping input data", "writing input of failed execution", "executor failed",
           "got fatal signal from worker processes", *_SIGNALS)
-_EXC = re.compile(r"^(?:\[rank\d+\]: ?)?([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Failure)):? ?(.*)$", re.M)
+#: An exception line: a class named like one, or Python's bare `Exception` with its colon (vLLM
+#: raises it: multiproc_executor's `Exception: WorkerProc initialization failed due to …`; torch's
+#: `Exception raised from …` is a C++ block's line, no exception).
+_EXC = re.compile(r"^(?:\[rank\d+\]: ?)?([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Failure)|Exception(?=:)):? ?(.*)$",
+                  re.M)
 _MAX_MESSAGE, _MAX_STACK = 1024, 8 * 1024
 #: A list of what *may* have caused an error (Ray's "There are some potential root causes. (1) …
 #: OOM killer …") names every cause its writer could think of: it is no evidence of any of them.
