@@ -230,12 +230,14 @@ def _pct(n: int, total: int) -> str:
 
 
 def families(reports: list[FileReport]) -> list[tuple[str, int, int]]:
-    """The unrecognised lines of all `reports` by family (their masked template): (template,
-    lines, files), most lines first. What to teach the bridge with `--rules`, biggest first."""
+    """The lines of all `reports` no rule understood, by family (their masked template): those
+    no rule claims and those a rule's start claimed but whose rest it could not read (malformed:
+    `--rules` takes both). (template, lines, files), most lines first: what to teach the bridge,
+    biggest first."""
     lines: Counter = Counter()
     files: Counter = Counter()
     for r in reports:
-        for key, n in r.unrecognised.items():
+        for key, n in (r.unrecognised + r.malformed).items():
             lines[key] += n
             files[key] += 1
     return [(key, n, files[key]) for key, n in lines.most_common()]
@@ -245,9 +247,9 @@ def render_families(reports: list[FileReport], top: int = 20) -> str:
     """One screen: the `top` families of lines no rule understood, across every file."""
     fams = families(reports)
     if not fams:
-        return "unrecognised line families: none"
+        return "line families not understood: none"
     shown = fams[:top]
-    lines = [f"unrecognised line families across {len(reports)} files ({len(fams)} families; lines, files):"]
+    lines = [f"line families not understood across {len(reports)} files ({len(fams)} families; lines, files):"]
     lines += [f"  {n:>7} {f:>4}  {t}" for t, n, f in shown]
     if len(fams) > top:
         rest = fams[top:]

@@ -95,11 +95,17 @@ def test_families_of_unknown_lines_across_files_fit_one_screen(tmp_path):
     out = io.StringIO()
     assert main(["check", str(a), str(b)], env={}, out=out) == 0
     text = out.getvalue()
-    section = text[text.index("unrecognised line families"):].splitlines()
-    assert section[0] == "unrecognised line families across 2 files (3 families; lines, files):"
+    section = text[text.index("line families not understood"):].splitlines()
+    assert section[0] == "line families not understood across 2 files (3 families; lines, files):"
     assert section[1].split() == ["3", "2", "sidecar:", "synced", "<path>", "in", "<n>", "ms"]
     assert sorted(" ".join(line.split()[2:]) for line in section[2:4]) == ["bar <hex>", "foo <n>"]
     reports = [check_file(str(p)) for p in (a, b)]
+    # a line a rule's start claims but whose rest it cannot read (malformed) is not understood
+    # either: it is a family too (`--rules` takes it)
+    c = tmp_path / "c.log"
+    c.write_text("INFO 06-09 05:30:58 [loggers.py:236] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg gen\n")
+    from bridge.check import families
+    assert families([check_file(str(c))]) == [("Engine <n>: Avg prompt throughput: <n> tokens/s, Avg gen", 1, 1)]
     from bridge.check import render_families
     short = render_families(reports, top=1).splitlines()
     assert len(short) == 3 and short[2].split()[:2] == ["2", "…"]

@@ -151,7 +151,8 @@ NOT_VLLM: tuple[tuple[str, str], ...] = (
     # wrappers and their own lines
     (r"<n> kserve\.trace Received request ", "KServe's own request log line (its sampling parameters)"),
     (r"(?:<n> )?uvicorn\.access INFO: ", "uvicorn's access logger in KServe's format"),
-    (r"(?:\[<n>-<n>-<n> <n>\] )?LMCache |The KV cache will not be stored\.", "LMCache's own logger"),
+    (r"(?:\[<n>-<n>-<n> <n>\] |DEBUG )?LMCache[: ]|The KV cache will not be stored\.|Initialized NIXL agent: NixlRole\.",
+     "LMCache's own logger (and its NIXL backend's print)"),
     (r"(?:src(?:/\S*?\.rs|<path>):<n>: |'…' (?:vLLM route_completion|Using direct URL mode))",
      "vllm-router's (Rust) own lines"),
     (r"- run_vllm_api_server\.py:<n> - ", "Tenstorrent's launcher script's logger"),
@@ -159,7 +160,7 @@ NOT_VLLM: tuple[tuple[str, str], ...] = (
      "Ray Serve's replica logger (deployment, replica, request id) reporting the request the engine failed"),
     (r"controller <n> (?:\S+\.py:<n> -|--) ", "Ray Serve's controller's own logger (its level and full-date stamp "
                                              "read by decode)"),
-    (r"(?:Tensor parallel size: <n>|Using BFloat<n> precision)$",
+    (r"(?:Tensor parallel size: <n>|Using BFloat<n> precision|Initializing LLM pipeline|Available GPU memory: \{.*\})$",
      "livepeer's app logger (its Python logging frame `- app.pipelines.llm - INFO - ` taken off by decode, as any "
      "application's that relays vLLM's output)"),
     (r"- runners\.py\[line:<n>\] - ERROR: Exception in callback |handle: <Handle ",
@@ -174,8 +175,9 @@ NOT_VLLM: tuple[tuple[str, str], ...] = (
                                                    "the vLLM engine it embeds (its `Generate finished, request_id: …`)"),
     (r"Dequeued prefill request: ", "NVIDIA Dynamo's prefill worker's own print (its NATS prefill queue)"),
     (r"\[PHASE \w+ \{", "kaggle-tpu-lab's launcher's own phase marker"),
-    (r"(?:`torch_dtype` is deprecated|Using a slow image processor as `use_fast`)",
-     "transformers' warnings (a deprecated config key, the slow image processor) inside vLLM's processes"),
+    (r"(?:`torch_dtype` is deprecated|Using a slow image processor as `use_fast`|Special tokens have been added in the "
+     r"vocabulary)", "transformers' warnings (a deprecated config key, the slow image processor, added special tokens) "
+                    "inside vLLM's processes"),
     (r"авг <n> <n> llm python<n>\[<n>\]: (?:SM<n>|tokens=)", "a fork's (1cat-vllm) kernel debug print, through journald"),
     # libraries and runtimes inside vLLM's processes
     (r"\(raylet\) A worker died or was killed ", "Ray's raylet reporting a worker process that died (its list of "
@@ -201,8 +203,8 @@ NOT_VLLM: tuple[tuple[str, str], ...] = (
     (r"<n>-<n>-<n> <n> - INFO - autotuner\.py:<n> - flashinfer\.jit: ",
      "FlashInfer's own logger (its JIT autotuner, Python logging's default format) inside vLLM's workers"),
     (r"\[ERROR\] <n>-<n>-<n>-<n> \(PID:<n>, Device:-<n>, RankID:-<n>\) ERR<n> ", "Ascend CANN's own error line"),
-    (r"(?:For debugging consider passing (?:CUDA_LAUNCH_BLOCKING|AMD_SERIALIZE_KERNEL)=<n>$|HIP kernel errors might be "
-     r"asynchronously reported)", "the later lines of torch's CUDA / HIP error message (its hints), with no header "
+    (r"(?:For debugging consider passing (?:CUDA_LAUNCH_BLOCKING|AMD_SERIALIZE_KERNEL)=<n>$|(?:HIP|CUDA) kernel errors "
+     r"might be asynchronously reported|Compile with `TORCH_USE_(?:CUDA|HIP)_DSA` to enable)", "the later lines of torch's CUDA / HIP error message (its hints), with no header "
                                  "after the exception line they belong to"),
     (r"Warning: You are sending unaut", "huggingface_hub's warning about unauthenticated requests to the Hub"),
     (r"(?:Repository Not Found for url|Please make sure you specified the correct|If you are trying to access a "
@@ -212,7 +214,8 @@ NOT_VLLM: tuple[tuple[str, str], ...] = (
      "NVIDIA Dynamo's own prints while it waits for its vLLM worker to register (dynamo-288)"),
     (r"(?:Including non-PyTorch memory, this process has|Of the allocated memory <n> GiB is allocated by PyTorch|If "
      r"reserved but unallocated memory is large try setting$|'…' to avoid fragmentation\.$|See documentation for "
-     r"Memory Management '…')", "torch's CUDA OOM message, its sentences broken onto lines of their own by the user "
+     r"Memory Management '…'|GPU <n> has a total capacity of )", "torch's CUDA OOM message, its sentences broken onto "
+                                                              "lines of their own by the user "
      "(llm-d-infra-195), after the exception line read as the OOM"),
     (r"(?:Lifespan: |\[INIT_COMMUNICATOR\] )", "verifiers' vllm_server's own logger (its `<date> - <module> - "
                                                "LEVEL - ` frame taken off by decode)"),
@@ -220,11 +223,27 @@ NOT_VLLM: tuple[tuple[str, str], ...] = (
      "torch's cpp_extension UserWarning (TORCH_CUDA_ARCH_LIST), its second line"),
     (r"The above exception was the direct cause of the following exception:$",
      "Python's chained-traceback separator, unprefixed, left alone because the cause before it was cut from its "
-     "header (a GAPS row names it: vllm-3839)"),
+     "header (vllm-3839: that cause, Ray's actor-death line, is read on its own)"),
     (r"\Z", "a log viewer's tab-only separator after every line of its copy (vllm-42389)"),
     (r"(?:-{20}$|For simplicity, JAX has removed its internal frames)",
      "JAX's traceback-filtering note and its separator, in tpu-inference's engine core"),
     (r"\[Memory Profiling Analysis\]$", "Intel llm-scaler's own memory-analysis print in its patched worker"),
+    # malformed lines (a rule's start, a rest it cannot read), listed by `check` since session 17
+    (r"(?:args: Namespace\(.*[^)]|init e|Engine <n>: Avg prompt throughput: <n> tokens/s, Avg generation throughput|"
+     r".*Avg prompt throughput: <n> tokens/s, Avg generation throughput: <n> tokens/s, Running:)$",
+     "vLLM's lines (the args, `init engine …`, a stats line) cut where the store's window ended: each excerpt's "
+     "last line, read whole in every other excerpt"),
+    (r"Process EngineCore_(?:DP)?<n>:$", "Python multiprocessing's header for a process that raised, printed to "
+                                        "stderr apart from its traceback (vLLM's logger writes that traceback)"),
+    (r"INFO [\w.]+\.py:<n> -- ", "Ray's own logger (`INFO worker.py:N -- Started a local Ray instance.`, the "
+                                  "compiled DAG's)"),
+    (r"Exception raised in creation task: The actor died because ",
+     "Ray's RayActorError message (an actor's creation task raised; the traceback after it says why)"),
+    (r"Loaded nixl metadata from engine ", "NVIDIA Dynamo's patch of vLLM 0.7 (its own NIXL metadata exchange, "
+                                           "not in upstream vLLM)"),
+    (r"Starting RunnerServer from ", "BentoML's own line (OpenLLM's runner server)"),
+    (r"INFO uvicorn\.access pid:<n> role:", "Xinference's uvicorn access logger (its own format)"),
+    (r"INFO \| '…' - ", "tt-metal's own loguru lines (its model config)"),
 )
 
 
