@@ -37,7 +37,20 @@ FACT_KEYS = {"model": "gen_ai.request.model", "version": "vllm.version"}
 
 #: (excerpt, aspect) → the gap that keeps the bridge from meeting it. Strict: a fixed gap fails
 #: here until its row is removed.
-GAPS: dict[tuple[str, str], str] = {}
+GAPS: dict[tuple[str, str], str] = {
+    # batch G
+    ("cuda/qwen38-27b-rtx3090-147-compose-request-finished.log", "requests"):
+        "a patched build's per-request line in the engine core (`Request finished: req <id> finish_reason=stop "
+        "prompt_tokens=… generated_tokens=… elapsed_s=…`, not upstream vLLM's) opens no request: parse has no rule "
+        "for it, and the access lines name none",
+    ("cuda/vllm-9818-vllmsidecar-v0-mq-dead-500.log", "at"):
+        "a relay's frame `[VllmSidecar <id>]: <ISO Z stamp> 1 stdout: ` is not taken off (decode's prefix reads a "
+        "shipper stamp only at the line's start or after `[` and a digit): vLLM's header is found further in, so "
+        "the record keeps vLLM's local stamp (11-12 19:15:08), not the relay's UTC one (2024-11-13T03:15:08Z)",
+    ("cuda/gpustack-1433-v0-worker-start-iso-logger.log", "startup"):
+        "an `args: Namespace(…)` line cut inside `model='…` names no model: parse reads the `model` key only "
+        "when its quote closes, and never `model_tag`, the `vllm serve` positional the model is set from",
+}
 
 
 @functools.cache
@@ -244,6 +257,23 @@ NOT_VLLM: tuple[tuple[str, str], ...] = (
     (r"Starting RunnerServer from ", "BentoML's own line (OpenLLM's runner server)"),
     (r"INFO uvicorn\.access pid:<n> role:", "Xinference's uvicorn access logger (its own format)"),
     (r"INFO \| '…' - ", "tt-metal's own loguru lines (its model config)"),
+    # batch G
+    (r"(?:Downloading Model to directory: |Retriving file lock$|Starting vllm server$)",
+     "gpustack's own worker logger (`<ISO stamp> - <module> - LEVEL - `, taken off by decode) and its download "
+     "prints before it starts vLLM"),
+    (r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):__main__:", "the user's Ray Serve app's own logger (Python logging's "
+                                                         "default `LEVEL:name:message`) printing a traceback"),
+    (r"\(RayWorkerWrapper pid=<n>\) (?:Backend UCX was instantiated$|Initialized NIXL agent: )",
+     "the NIXL library's own prints (its UCX backend, its agent) behind Ray's worker column inside an engine core"),
+    (r"'…' prompt='…', prompt_token_ids=\[", "FastChat's own stdout print of vLLM's RequestOutput (its "
+                                             "`| INFO | stdout |` frame taken off by decode)"),
+    (r"Request finished: req <id> finish_reason=", "a patched build's per-request line (syv-ai/qwen38-27b-rtx3090's "
+                                                   "patch series, not upstream vLLM's; the qwen38-147 GAPS row names it)"),
+    (r"\[VllmSidecar [\w<>]+\]: ", "a sidecar's log relay frame (`[VllmSidecar <id>]: <ISO Z stamp> 1 stdout: `) "
+                                    "that decode does not take off, here before uvicorn's access line (the vllm-9818 "
+                                    "GAPS row on `at` names it)"),
+    (r"Engine <n>: Avg prompt throughput: <n> tokens/s, Avg generation t$",
+     "vLLM's stats line cut by the store's window inside a word (tt-inference-server-3359's last line)"),
 )
 
 
