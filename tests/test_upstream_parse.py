@@ -88,6 +88,9 @@ CASES = [
      "Pending: 0 reqs, GPU KV cache usage: 0.0%, CPU KV cache usage: 0.0%.",
      EngineStats(None, 0.0, 1.2, 0, 0, 0, None, None, None, 0.0, 0.0, None, None, None)),
     ("Running: 3 reqs, Waiting: 0 reqs ", EngineStats(None, None, None, 3, 0, None, None, None, None, None, None, None, None, None)),
+    # V1's first engine core (0.7, core.py `_log_stats`): its two queues
+    ("RUNNING: 306 | WAITING: 628", EngineStats(None, None, None, 306, 628, None, None, None, None, None, None, None, None,
+                                                None)),
     ("Avg prompt throughput: 1.0 tokens/s, Avg generation throughput: 2.0 tokens/s, Running: 4 reqs, Waiting: 5 reqs, "
      "GPU KV cache usage: 10.0%, Prefix cache hit rate: 50.0%",
      EngineStats(None, 1.0, 2.0, 4, 5, None, None, None, None, 0.1, None, 0.5, None, None)),

@@ -1039,6 +1039,19 @@ _STATS_EXTRA = ("Prefix cache hit rate: GPU", "Speculative metrics: ", "SpecDeco
                 "KV Transfer metrics: ", "KV connector", "CUDA graph", "Perf ")
 
 
+#: V1's first engine core (0.7, core.py `_log_stats`, every 5 s while it has work): the scheduler's
+#: two queues and nothing else, `RUNNING: 306 | WAITING: 628`: a stats line all the same.
+_CORE_QUEUES = re.compile(r"RUNNING: (\d+) \| WAITING: (\d+)\s*$")
+
+
+def _core_queues(msg: str) -> Event | None:
+    m = _CORE_QUEUES.match(msg)
+    if m is None:
+        return None
+    return EngineStats(None, None, None, fits(int(m[1])), fits(int(m[2])), None, None, None, None, None, None, None,
+                       None, None)
+
+
 def _stats_extra(msg: str) -> Event | None:
     return Notice("stats_extra") if msg.startswith(_STATS_EXTRA) else None
 
@@ -1392,6 +1405,7 @@ PREFILTER = {
     "Fail": _failing,
     "Avg ": _stats,
     "Runn": _stats,
+    "RUNN": _starting(("RUNNING: ",), _core_queues),
     # V1 stats lines all start `Engine 000: `; the key's other lines are the core's chatter
     "Engi": _chain(_starting(("Engine ",), _stats), _FACT_GUARDED["Engi"], _ERROR_GUARDED),
     "Init": _chain(_regex_rule(_BANNER, _banner), _starting(("Initial profiling/warmup run took",), _compiling),
