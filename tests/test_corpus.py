@@ -47,9 +47,6 @@ GAPS: dict[tuple[str, str], str] = {
         "a relay's frame `[VllmSidecar <id>]: <ISO Z stamp> 1 stdout: ` is not taken off (decode's prefix reads a "
         "shipper stamp only at the line's start or after `[` and a digit): vLLM's header is found further in, so "
         "the record keeps vLLM's local stamp (11-12 19:15:08), not the relay's UTC one (2024-11-13T03:15:08Z)",
-    ("cuda/gpustack-1433-v0-worker-start-iso-logger.log", "startup"):
-        "an `args: Namespace(…)` line cut inside `model='…` names no model: parse reads the `model` key only "
-        "when its quote closes, and never `model_tag`, the `vllm serve` positional the model is set from",
 }
 
 

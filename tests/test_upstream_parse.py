@@ -174,6 +174,15 @@ def test_torch_s_exception_raised_from_is_no_exception_line():
     assert isinstance(block, EngineError) and block.exception_type == ""
 
 
+def test_a_cut_args_line_names_the_model_vllm_serve_was_given():
+    """`vllm serve <model>` sets the model from its positional (`model_tag`): where the args line
+    is cut inside the `model` key's value, that is the model; a whole `model` key wins over it."""
+    cut = "args: Namespace(subparser='serve', model_tag='/models/qwen', config='', host=None, model='/models/q"
+    assert parse_line(cut, "INFO") == StartupFact((("gen_ai.request.model", "/models/qwen"),))
+    whole = "args: Namespace(subparser='serve', model_tag='tag', model='/models/qwen2', port=8000)"
+    assert parse_line(whole, "INFO") == StartupFact((("gen_ai.request.model", "/models/qwen2"),))
+
+
 def test_a_ray_actor_s_other_words_are_no_error():
     """Only Ray's line saying why an actor died is read without a header; other lines that begin
     like it stay unread."""

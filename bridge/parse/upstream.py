@@ -592,6 +592,9 @@ _LOGO_FACT = {"version": "vllm.version", "model": "gen_ai.request.model"}
 #: is also told as such: it wins over the model the logo named before it (`args.model`).
 _ARGS_SERVED = re.compile(r"""['"]?served_model_name['"]?(?::\s*|=)\[['"]([^'"]+)['"]""")
 _ARGS_MODEL = re.compile(r"""(?:^|[{(,]\s*)['"]?model['"]?(?::\s*|=)['"]([^'"]+)['"]""")
+#: `vllm serve <model>`'s positional (`args: Namespace(subparser='serve', model_tag='…', …)`), which
+#: vLLM sets the model from: the model where the `model` key's value is not whole (a cut line).
+_ARGS_MODEL_TAG = re.compile(r"""(?:^|[{(,]\s*)['"]?model_tag['"]?(?::\s*|=)['"]([^'"]+)['"]""")
 
 
 def _server_args(msg: str) -> Event | None:
@@ -601,7 +604,7 @@ def _server_args(msg: str) -> Event | None:
     served = _ARGS_SERVED.search(body)
     if served is not None:
         return StartupFact((("gen_ai.request.model", served[1]), (SERVED_MODEL, served[1])))
-    m = _ARGS_MODEL.search(body)
+    m = _ARGS_MODEL.search(body) or _ARGS_MODEL_TAG.search(body)
     return StartupFact((("gen_ai.request.model", m[1]),)) if m is not None else None
 
 
