@@ -43,10 +43,6 @@ GAPS: dict[tuple[str, str], str] = {
         "a patched build's per-request line in the engine core (`Request finished: req <id> finish_reason=stop "
         "prompt_tokens=… generated_tokens=… elapsed_s=…`, not upstream vLLM's) opens no request: parse has no rule "
         "for it, and the access lines name none",
-    ("cuda/vllm-9818-vllmsidecar-v0-mq-dead-500.log", "at"):
-        "a relay's frame `[VllmSidecar <id>]: <ISO Z stamp> 1 stdout: ` is not taken off (decode's prefix reads a "
-        "shipper stamp only at the line's start or after `[` and a digit): vLLM's header is found further in, so "
-        "the record keeps vLLM's local stamp (11-12 19:15:08), not the relay's UTC one (2024-11-13T03:15:08Z)",
 }
 
 
@@ -266,9 +262,6 @@ NOT_VLLM: tuple[tuple[str, str], ...] = (
                                              "`| INFO | stdout |` frame taken off by decode)"),
     (r"Request finished: req <id> finish_reason=", "a patched build's per-request line (syv-ai/qwen38-27b-rtx3090's "
                                                    "patch series, not upstream vLLM's; the qwen38-147 GAPS row names it)"),
-    (r"\[VllmSidecar [\w<>]+\]: ", "a sidecar's log relay frame (`[VllmSidecar <id>]: <ISO Z stamp> 1 stdout: `) "
-                                    "that decode does not take off, here before uvicorn's access line (the vllm-9818 "
-                                    "GAPS row on `at` names it)"),
     (r"Engine <n>: Avg prompt throughput: <n> tokens/s, Avg generation t$",
      "vLLM's stats line cut by the store's window inside a word (tt-inference-server-3359's last line)"),
 )

@@ -375,3 +375,22 @@ def test_a_bare_exception_line_ends_its_traceback(fast):
              "Process EngineCore_0:"]
     recs = _records(lines, fast)
     assert recs[0].message.endswith("in a background process.") and recs[0].message.count("\n") == 3
+
+
+@pytest.mark.parametrize("fast", PATHS)
+def test_a_relay_s_label_and_stream_before_its_stamp_are_taken_off(fast):
+    """A sidecar relaying the server's output (`[VllmSidecar <id>]: <ISO Z> 1 stdout: `): its label
+    and the stream it read are taken off, its UTC stamp is the line's time (over vLLM's local,
+    year-less header), and the line under it is read as it is (uvicorn's access line too). Near
+    misses: a label not followed by a full date, and torch's `[rank0]: `, are no relay."""
+    from bridge.decode.record import CLOCK_SHIPPER
+    recs = _records(["[VllmSidecar kooEr8C]: 2024-11-13T03:15:08.672Z 1 stdout: CRITICAL 11-12 19:15:08 "
+                     "launcher.py:99] MQLLMEngine is already dead, terminating server process",
+                     '[VllmSidecar kooEr8C]: 2024-11-13T03:15:08.673Z 1 stdout: INFO:     127.0.0.1:41034 - '
+                     '"POST /v1/chat/completions HTTP/1.1" 500 Internal Server Error'], fast)
+    assert [(r.level, r.clock, r.message[:11]) for r in recs] == [
+        ("CRITICAL", CLOCK_SHIPPER, "MQLLMEngine"), ("", CLOCK_SHIPPER, "INFO:     1")]
+    assert recs[0].ts_ns == int(datetime.fromisoformat("2024-11-13T03:15:08.672+00:00").timestamp() * 1000) * 10**6
+    for line in ("[VllmSidecar kooEr8C]: started at 2024-11-13T03:15:08Z", "[rank0]: 2024-11-13T03:15:08Z x"):
+        (rec,) = _records([line], fast)
+        assert rec.clock != CLOCK_SHIPPER, line

@@ -65,6 +65,11 @@ _LEVEL_FIRST = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (?=\d{4}-\d\d-
 # `  | ` (a log viewer's gutter), `vllm-1  | ` (docker compose): at most a name, then the bar
 # (a name starts the line; spaces then a bar would also be a traceback's code line `    a | b`)
 _VIEWER = re.compile(r"(?: {0,4}|[\w.-]+ +)\| ")
+# A relay's label before its own stamp (a sidecar forwarding the server's output: `[VllmSidecar
+# kooEr8C…]: 2024-11-13T03:15:08.672Z 1 stdout: `): a name and an id in brackets, `: `, a full date
+_RELAY_LABEL = re.compile(r"\[[A-Za-z][\w.-]* [\w.-]+\]: (?=\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d)")
+# ... and after that stamp, the stream it read (`1 stdout: `: its file descriptor and name)
+_RELAY_STREAM = re.compile(r"\d (?:stdout|stderr): ")
 # journald / syslog short formats: `Oct 22 09:33:49[.123456] host ident[pid]: `, year-less local time
 _SYSLOG = re.compile(r"(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) ([ \d]\d) (\d\d:\d\d:\d\d)(\.\d{1,9})? ")
 _SYSLOG_TAG = re.compile(r"[\w.-]+ [\w.@/-]+\[\d+\]: ")   # `host ident[pid]: `; the pid is required
@@ -112,6 +117,9 @@ def split_prefix(line: str) -> Split:
             pos = m.end()
             viewer = True
     c = line[pos:pos + 1]
+    if c == "[" and not viewer and (m := _RELAY_LABEL.match(line)) is not None:
+        pos = m.end()
+        c = line[pos:pos + 1]
     if c in "DIWEC" and (m := _LEVEL_FIRST.match(line, pos)) is not None:
         pos = m.end()
         c = line[pos:pos + 1]
@@ -147,7 +155,7 @@ def split_prefix(line: str) -> Split:
         if m is not None:
             pos = m.end()
     if stamp:
-        m = _RELAY.match(line, pos)
+        m = _RELAY.match(line, pos) or _RELAY_STREAM.match(line, pos)
         if m is not None:
             pos = m.end()
         elif viewer and line.endswith("| ", 0, pos) and (m := _TABLE.match(line, pos)) is not None:
