@@ -126,7 +126,7 @@ class _Incident:
     """Error records of one engine incident, gathered until none comes for its window (`_window`)."""
 
     __slots__ = ("first", "last_ns", "last_offset", "error_type", "lead", "fatal", "lines", "affected",
-                 "failed", "event", "occurrence", "worker", "died", "engine", "window_ns", "core", "waits_only")
+                 "failed", "event", "occurrence", "worker", "died", "engine", "window_ns", "core", "waits_only", "lived")
 
     def __init__(self, record: Record, ev: EngineError) -> None:
         self.first = record
@@ -146,6 +146,9 @@ class _Incident:
         self.window_ns = _window(ev)
         #: every line of it so far a wait its writer repeats (shm_broadcast's), nothing failed
         self.waits_only = True
+        #: the engine served a request after it began (`EngineLife.serving`): what a worker's failed
+        #: call (basis `rpc`) said was no batch the engine died of
+        self.lived = False
 
     def add(self, record: Record, ev: EngineError) -> bool:
         """Take one more record; True when the incident's type became more specific."""
@@ -393,6 +396,19 @@ class EngineLife:
             self._wait.worked = True
         return ()
 
+    def serving(self, ts_ns: int) -> None:
+        """A request was served (a line of its output or its end). A worker's call that raised
+        (basis `rpc`, typed the engine's death: a batch's call, the commonest) was a call the engine
+        survived, a utility's (a LoRA, sleep) where this comes after it: the open incident is `other`."""
+        inc = self.incident
+        if inc is None or inc.lived or ts_ns < inc.first.ts_ns:
+            return
+        inc.lived = True
+        if inc.error_type == "engine_dead" and inc.lead[1].basis == "rpc" and not inc.fatal and self.death is None:
+            record, ev = inc.lead
+            inc.error_type, inc.lead = "other", (record, replace(ev, error_type="other"))
+            self._incident_event(inc)
+
     def end_startup(self, error_type: str = "", message: str = "") -> None:
         if self.startup is not None:
             self._emit(self.startup.timeline(self._source_at(self.startup.first_offset), error_type,
@@ -460,6 +476,8 @@ class EngineLife:
                 sibling.occurrence = where(record)
             inc.last_ns = max(inc.last_ns, record.ts_ns)  # the window stays open while any reports
             inc = sibling
+        if inc.lived and ev.basis == "rpc":  # the engine went on after such a failure: no death
+            ev = replace(ev, error_type="other")
         # a later line telling more retypes the incident's event and what it ended, a sibling's too
         upgraded = inc.add(record, ev)
         if upgraded or inc.event is None:
