@@ -81,8 +81,12 @@ def _raw_starts(message: str, starts: list[int], raw: bytes) -> list[int]:
                     i += 1
                 out.append(at_raw[i] + (at - 1 - low) + 1)
             return out
-    size = len(_clean(body, True).encode("utf-8"))
-    return [size - len(message[s:].encode("utf-8", "replace")) for s in starts]
+    at = len(plain.rstrip(b"\r"))  # (the line's bytes as read: exact for the pieces with no invalid byte after)
+    back = []
+    for s, t in zip(reversed(starts), [len(message), *reversed(starts)]):  # (each piece once: linear)
+        at -= len(message[s:t].encode("utf-8", "replace"))
+        back.append(at)
+    return back[::-1]
 
 
 def _clean(piece: bytes, last: bool) -> str:
