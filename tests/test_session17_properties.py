@@ -304,3 +304,49 @@ def test_an_invalid_byte_inside_an_embedded_header_leaves_the_records_bytes_know
     records, _ = decode_bytes(line, None)
     assert len(records) == 4
     assert [line[r.offset:r.offset + 4] for r in records[1:]] == [b"INFO"] * 3, records
+
+
+# -- no line takes anything down -----------------------------------------------------------------
+
+@st.composite
+def huge_line(draw) -> bytes:
+    """One record's header written hundreds to thousands of times on one line, in a frame."""
+    n = draw(st.sampled_from((200, 1000, 3000)))
+    part = draw(header_record())
+    body = draw(st.sampled_from(LEADS)) + " " + " ".join([part] * n)
+    frame = draw(st.sampled_from(("{}", '{{"message": "{}"}}', "2025-06-09T05:30:55.1Z stdout F {}",
+                                  "2025-06-09T05:30:55.1Z stdout P {}", "{}\r", "\x1b[0m{}\x1b[0m")))
+    raw = frame.format(body).encode("utf-8", "surrogateescape")
+    if draw(st.booleans()):
+        at = draw(st.integers(0, len(raw)))
+        raw = raw[:at] + b"\xff\xfe" + raw[at:]
+    return raw + b"\n"
+
+
+@SETTINGS
+@given(st.lists(st.one_of(physical_line(), huge_line()), min_size=1, max_size=6))
+def test_no_line_raises_anywhere_in_the_chain(lines):
+    """Decode, parse and assemble, both paths, on logs with huge flattened lines among others:
+    nothing raises, and the C path reads what the pure one reads."""
+    data = b"".join(lines)
+    fast, _ = decode_bytes(data, stream_mod.FAST)
+    pure, _ = decode_bytes(data, None)
+    assert [_fields(r) for r in fast] == [_fields(r) for r in pure]
+    ev_f, out_f, _, _ = timelines(fast, True)
+    ev_p, out_p, _, _ = timelines(pure, False)
+    assert ev_f == ev_p and [_key(t) for t in out_f] == [_key(t) for t in out_p]
+
+
+def test_a_line_of_thousands_of_headers_is_read_as_as_many_records_and_a_framed_one_as_one():
+    n = 5000
+    body = " ".join(f"(APIServer pid=1) INFO 06-09 05:30:{i % 60:02d} [api_server.py:1] Received request "
+                    f"chatcmpl-{i}: params: SamplingParams(n=1), lora_request: None." for i in range(n))
+    plain, _ = decode_bytes(b"$ kubectl logs x " + body.encode() + b"\r\n", stream_mod.FAST)
+    assert len(plain) == n and [r.message.split()[2] for r in plain[:2]] == ["chatcmpl-0:", "chatcmpl-1:"]
+    data = b"$ kubectl logs x " + body.encode() + b"\r\n"
+    assert all(data[r.offset:].startswith(b"(APIServer pid=1) INFO") for r in plain[1:])
+    # a CRI frame's line is not split (the runtime wrote it as one line); nor a JSON record
+    cri, _ = decode_bytes(b"2025-06-09T05:30:55.1Z stdout F x " + body.encode() + b"\n", stream_mod.FAST)
+    assert len(cri) == 1
+    js, _ = decode_bytes(('{"message": "%s", "levelname": "INFO"}' % body).encode() + b"\n", stream_mod.FAST)
+    assert len(js) == 1
