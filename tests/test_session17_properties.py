@@ -34,6 +34,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
+from test_incident_properties import _key as key_without_source
+from test_incident_properties import api, check, line, resumed, timelines_and_errors
 
 from bridge.assemble import Assembler, EngineTimeline
 from bridge.decode import Decoder
@@ -355,8 +357,6 @@ def test_a_line_of_thousands_of_headers_is_read_as_as_many_records_and_a_framed_
 # -- the rpc rule: a worker's call that raised, before and after the engine is up ----------------
 
 def _rpc_lines():
-    from test_incident_properties import api, line
-
     worker, core = "Worker_TP0 pid=300", "EngineCore pid=200"
     return {
         "banner": lambda t: line(core, t, "core.py:93", "Initializing a V1 LLM engine (v0.10.0) with config: "
@@ -378,9 +378,6 @@ def _rpc_lines():
 
 
 def _engines(lines: list[str]) -> list[tuple[str, str]]:
-    from test_incident_properties import _key as key_without_source
-    from test_incident_properties import timelines_and_errors
-
     fast = timelines_and_errors(lines, True)[0]
     pure = timelines_and_errors(lines, False)[0]
     assert [key_without_source(t) for t in fast] == [key_without_source(t) for t in pure]
@@ -411,8 +408,6 @@ def test_a_restart_anywhere_around_a_workers_raised_call_reads_it_as_one_run(bef
     """Killed after any record (the incident open, the start it ended gone out) and resumed from
     its checkpoint: the raised call was read as the engine's death, the start's context not read
     again. The incident now holds the start's first line for the checkpoint."""
-    from test_incident_properties import resumed
-
     make = _rpc_lines()
     lines = [make[k](i) for i, k in enumerate(before)] + [make["rpc"](30), make["loader"](31)]
     for k in range(1, len(lines) + 1):
@@ -444,11 +439,21 @@ def test_walks_of_the_new_lines_restart_anywhere_and_read_alike_on_both_paths(wa
     Ray's actor line, cumem's print and requests, in any order: C and pure give the same spans, and
     a restart after any record sends what one run sends (when no death or stop was in force: a
     checkpoint keeps no engine state but its facts, a known gap of test_incident_properties)."""
-    from test_incident_properties import check, resumed
-
     lines = _render_rpc_walk(walk)
     note("\n".join(lines))
     check(lines)
     whole, sent, (engine, stats) = resumed(lines, max(1, int(len(lines) * cut)))
     if engine.death is None and engine.stop_ns is None and not stats.death_errors and not stats.stop_errors:
         assert [x for x in whole if x not in sent] == [] and [x for x in sent if x not in whole] == []
+
+
+def test_a_restart_inside_a_start_that_went_out_while_its_incident_waited_sends_no_second_start():
+    """Found by the walk: the API server listens (a start opens), a worker's call raises (an
+    incident, the engine up: not the start's end), a loader line (the start's), a request (the
+    start goes out). Killed there, the agent resumed from the incident's first line and read
+    the loader line as a start of its own, a second startup span one run never sends. The
+    incident holds the first line of the start it came in."""
+    lines = _render_rpc_walk([("listening", 0), ("rpc", 0), ("loader", 0), ("request", 0)])
+    for k in range(1, len(lines) + 1):
+        whole, sent, _ = resumed(lines, k)
+        assert [x for x in whole if x not in sent] == [] and [x for x in sent if x not in whole] == [], k

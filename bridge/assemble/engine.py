@@ -138,8 +138,9 @@ class _Incident:
         self.last_ns, self.last_offset = record.ts_ns, record.end_offset
         self.error_type, self.lead, self.fatal = ev.error_type, (record, ev), ev.fatal
         self.lines = 0
-        # the first line of the start a line of it ended: how it was typed (model_load, oom) hangs
-        # on that start, so a checkpoint holds it while the incident is open (`min_offset`)
+        # the first line of the start open when a line of it came: how it was typed (model_load,
+        # oom) hangs on that start, and a resume from inside the start would read its later lines
+        # as a start of their own, so a checkpoint holds it while the incident is open (`min_offset`)
         self.start_offset: int | None = None
         self.affected: dict[str, RequestState] = {}  # in flight while it lasted
         self.failed: list[RequestState] = []          # ended by it
@@ -412,10 +413,9 @@ class EngineLife:
             # a worker's call raised while the engine is being built (profiling, graph capture):
             # the start's call, so the start failed
             ev = replace(ev, error_type="model_load")
-        ended_start = None
+        open_start = self.startup.first_offset if self.startup is not None else None
         if self.startup is not None and (ev.fatal or ev.error_type in ("model_load", "oom")):
             self.startup.add(record, ())
-            ended_start = self.startup.first_offset
             self.end_startup(ev.error_type, ev.message)
         ts = record.ts_ns
         if self._wait is not None and ev.repeats_s and not ev.fatal and self.incident is None:
@@ -458,8 +458,8 @@ class EngineLife:
                 return
             inc = self.incident = _Incident(record, ev)
             inc.occurrence = where(record)  # reserved now: the link its event carries names its span
-        if ended_start is not None and (inc.start_offset is None or ended_start < inc.start_offset):
-            inc.start_offset = ended_start  # (a restart reads the start again, so this line alike)
+        if open_start is not None and (inc.start_offset is None or open_start < inc.start_offset):
+            inc.start_offset = open_start  # (a restart reads the start again, so this line alike)
         engine, first_engine = _engine_of(record, ev), inc.engine or engine_key(inc.first.process)
         if engine and first_engine and engine != first_engine:
             # another engine (data-parallel, or another engine core) failing at the same time: its own incident
