@@ -97,6 +97,7 @@ def _clean(piece: bytes, last: bool) -> str:
         text = _ANSI.sub("", text)
     return text.rstrip("\r") if last else text
 
+
 def _header_near(stamp: str, runtime_ts: int, tz: tzinfo) -> int | None:
     """The header's `MM-DD HH:MM:SS` (local time in `tz`) in the year of the runtime's stamp
     of the same line (not the HeaderClock's year, which a CRI file never needs): epoch ns,
