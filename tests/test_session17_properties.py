@@ -113,26 +113,29 @@ def header_record(draw) -> str:
 
 
 @st.composite
-def flattened(draw) -> str:
+def flattened(draw, framed: bool = True) -> str:
     """Records run together: a lead, then two or more headers' records, each after a space."""
     parts = draw(st.lists(header_record(), min_size=2, max_size=6))
-    lead = draw(st.sampled_from(LEADS))
+    lead = draw(st.sampled_from(LEADS if framed else [x for x in LEADS if not x.startswith("{")]))
     return (lead + " " if lead else draw(st.sampled_from(("", " ")))) + " ".join(parts)
 
 
 @st.composite
-def physical_line(draw, partial: bool = True, anywhere: bool = True) -> bytes:
+def physical_line(draw, partial: bool = True, anywhere: bool = True, framed: bool = True) -> bytes:
     """One line of a file. `partial`: CRI `P` parts too (a part with no `F` after it is held to
     the file's end and read there, after the lines that followed it: offsets go back).
     `anywhere`: bytes that are no UTF-8 anywhere in the line, else only at its ends and in
-    messages (inside a header they leave the record's byte unknown: `test_known_limits…`)."""
-    kind = draw(st.sampled_from(("header", "header", "header", "bare", "flat", "flat", "json", "cri")))
+    messages (inside a header they leave the record's byte unknown: the strict xfail below).
+    `framed`: CRI lines and a docker-like `{"log":` lead too (in a plain file: a decoder started
+    at one, as a restart there starts, takes the file for CRI or docker's, as it detects framing
+    from its first line; a file's lines share one framing)."""
+    kind = draw(st.sampled_from(("header", "header", "header", "bare", "flat", "flat", "json", "cri")[:8 if framed else 7]))
     if kind == "header":
         text = draw(header_record())
     elif kind == "bare":
         text = draw(st.sampled_from(BARE))
     elif kind == "flat":
-        text = draw(flattened())
+        text = draw(flattened(framed))
     elif kind == "json":
         inner = draw(flattened()).replace("\\", "\\\\").replace('"', '\\"').replace("\x1b", "\\u001b")
         text = '{"timestamp": "2025-06-09 05:30:55,123", "levelname": "INFO", "name": "vllm", "message": "%s"}' % inner
@@ -480,3 +483,189 @@ def test_a_workers_raised_call_after_the_engine_served_is_its_death_even_after_a
     lines = [make["banner"](0), make["loader"](5), make["listening"](8), make["received"](9, 1),
              make["added"](9, 1), make["finished"](10, 1), make["loader"](20), make["rpc"](30)]
     assert [e for e in _engines(lines) if e[0] != "startup"] == [("engine_dead", "engine_dead")]
+
+
+# -- a restart that reads the file again from its checkpoint ---------------------------------------
+
+def _reread(data: bytes, k: int):
+    """One run over the file `data`, and one killed after its `k`-th record and started again
+    as the agent starts: the file decoded again from the checkpoint's byte (`min_open_offset`),
+    the facts in force there, what was delivered skipped (`bridge.skip`). None when that byte
+    is inside a line (a flattened line's record: the strict xfail above), or a line with no
+    time of its own (`test_a_restart_at_a_headerless_error_line_…`), or inside an incident
+    sent before the restart (`test_a_restart_inside_an_incident_sent_before_…`)."""
+    from bridge.skip import key, sent_before, unsent
+    from test_incident_properties import _unaffected
+
+    def run(records, facts=None):
+        parser, out = Parser(fast=FAST_PARSE), []
+        asm = Assembler(source_for("/x/vllm.log"), out.append)
+        if facts:
+            asm.resume_facts(facts)
+        for r, skip in records:
+            ev = parser.parse(r.message, r.level, r.origin)
+            ev = ev if ev is None or skip is None else unsent(skip, r.offset, ev)
+            if ev is not None:
+                asm.feed(r, ev)
+        return asm, out
+
+    records, _ = decode_bytes(data, stream_mod.FAST)
+    whole_asm, whole = run([(r, None) for r in records])
+    whole_asm.flush()
+    killed_asm, killed = run([(r, None) for r in records[:k]])
+    at = killed_asm.min_open_offset
+    if at is None:
+        at = records[k].offset if k < len(records) else len(data)
+    if at not in line_starts(data) + [len(data)]:
+        return None
+    if any(r.offset == at and r.clock == "anchored" for r in records):
+        return None  # (a line with no time of its own there: the strict xfail below)
+    if any(isinstance(t, EngineTimeline) and t.kind != "startup" and t.first_offset < at <= t.last_offset
+           and key(t) in {key(x) for x in killed} for t in whole):
+        return None  # (an incident sent before the restart, with lines after it: the strict xfail below)
+    skip = {key(t): t.last_offset for t in killed}
+    again, _ = decode_bytes(data, stream_mod.FAST, at)
+    resumed_asm, after = run([(r, skip) for r in again], killed_asm.facts_at(at))
+    resumed_asm.flush()
+    sent = [_unaffected(t) for t in killed]
+    sent += [x for x in (_unaffected(t) for t in after if not sent_before(skip, t)) if x not in sent]
+    return [_unaffected(t) for t in whole], sent, killed_asm.engine, whole_asm.stats
+
+
+@SETTINGS
+@given(RPC_WALK, st.lists(physical_line(partial=False, anywhere=False, framed=False), max_size=6), st.randoms(use_true_random=False),
+       st.floats(0.0, 1.0))
+def test_a_restart_that_decodes_the_file_again_from_its_checkpoint_sends_what_one_run_sends(walk, extra, rnd, cut):
+    """The walk's lines with generated ones (flattened, bare, framed, ANSI, `\\r`) among them:
+    killed after any record and started again from its checkpoint's byte, the file decoded
+    again from there, the restart sends what one run sends (where that byte begins a line,
+    and no death or stop was in force)."""
+    import re
+
+    lines = [(x + "\n").encode() for x in _render_rpc_walk(walk)]
+    walk_lines = set(lines)
+    for x in extra:
+        lines.insert(rnd.randint(0, len(lines)), x)
+    # the generated lines at the time of the walk's line before them (a log's clock goes one way:
+    # a jump of months back and forth is another property, test_clock_jumps)
+    stamp = b"12-01 08:00:00"
+    for i, x in enumerate(lines):
+        m = re.search(rb"\b12-01 \d\d:\d\d:\d\d\b", x)
+        if m and x in walk_lines:
+            stamp = m[0]
+        else:
+            x = re.sub(rb"\d\d-\d\d \d\d:\d\d:\d\d", stamp, x)
+            lines[i] = x.replace(b"2025-06-09 05:30:55", b"2025-" + stamp)
+    data = b"".join(lines)
+    note(repr(data))
+    n = len(decode_bytes(data, stream_mod.FAST)[0])
+    got = _reread(data, min(n, max(1, int(n * cut))))
+    if got is None:
+        return
+    whole, sent, engine, stats = got
+    if engine.death is None and engine.stop_ns is None and not stats.death_errors and not stats.stop_errors:
+        assert [x for x in whole if x not in sent] == [] and [x for x in sent if x not in whole] == [], \
+            ([x for x in whole if x not in sent], [x for x in sent if x not in whole])
+
+
+_STATS = ("INFO 06-09 05:00:{:02d} [loggers.py:300] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation "
+          "throughput: 0.0 tokens/s, Running: 0 reqs, Waiting: 0 reqs, GPU KV cache usage: 0.0%, Prefix cache hit "
+          "rate: 0.0%\n")
+
+
+@pytest.mark.xfail(strict=True, reason="an incident whose first line has no header (cumem's `CUDA Error: … at …`, "
+                   "Ray's `The actor is dead because …`, a bare `Exception: …`: this session's headerless error "
+                   "lines) is held open with its checkpoint at that line; restarted there, the line takes its time "
+                   "from the next stamped line (RecordStream's lead), not the last one before it as in one run, so "
+                   "the incident starts later and is another span. Needs the time in force at the checkpoint "
+                   "(saved with it, or read back from the line before)")
+def test_a_restart_at_a_headerless_error_line_gives_its_incident_the_time_one_run_gives():
+    data = ("INFO 06-09 05:00:00 [api_server.py:1874] Starting vLLM API server 0 on http://0.0.0.0:8000\n"
+            "INFO 06-09 05:00:01 [request_logger.py:65] Received request chatcmpl-1: params: SamplingParams(n=1, "
+            "max_tokens=16), lora_request: None.\n"
+            "INFO 06-09 05:00:01 [request_logger.py:109] Generated response chatcmpl-1: output: 'ok', finish_reason: "
+            "stop\n" + _STATS.format(10) +
+            "CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62\n" + _STATS.format(12)).encode()
+    records, _ = decode_bytes(data, stream_mod.FAST)
+    k = next(i for i, r in enumerate(records) if r.message.startswith("CUDA Error")) + 1
+    line_start = records[k - 1].offset
+    records_after = [r for r in records if r.offset >= line_start]
+    assert records_after[0].clock == "anchored"  # the checkpoint's line has no time of its own
+    from bridge.skip import key, sent_before
+    from test_incident_properties import _unaffected
+
+    def run(recs, facts=None):
+        parser, out = Parser(fast=FAST_PARSE), []
+        asm = Assembler(source_for("/x/vllm.log"), out.append)
+        if facts:
+            asm.resume_facts(facts)
+        for r in recs:
+            ev = parser.parse(r.message, r.level, r.origin)
+            if ev is not None:
+                asm.feed(r, ev)
+        return asm, out
+
+    whole_asm, whole = run(records)
+    whole_asm.flush()
+    killed_asm, killed = run(records[:k])
+    at = killed_asm.min_open_offset
+    assert at == line_start  # the open incident holds its first line
+    skip = {key(t): t.last_offset for t in killed}
+    again, _ = decode_bytes(data, stream_mod.FAST, at)
+    resumed_asm, after = run(again, killed_asm.facts_at(at))
+    resumed_asm.flush()
+    sent = [_unaffected(t) for t in killed] + [_unaffected(t) for t in after if not sent_before(skip, t)]
+    incidents_whole = [x for x in map(_unaffected, whole) if x[1].get("kind") == "oom"]
+    assert [x for x in sent if x[1].get("kind") == "oom"] == incidents_whole
+
+
+@pytest.mark.parametrize("later", [
+    b"Exception: WorkerProc initialization failed due to an exception in a background process.\n",
+    b"ERROR 12-01 08:00:00 [core.py:1] RuntimeError: Engine core initialization failed. See root cause above.\n",
+], ids=["bare-exception-line", "headered-before-the-session"])
+@pytest.mark.xfail(strict=True, reason="an incident went out before the restart (a banner closed it), and a "
+                   "request received while it lasted holds the checkpoint between its first line and a later "
+                   "one: restarted there, the later line is an engine line, fed again (bridge.skip), and opens a "
+                   "second incident one run never sends (sent_before knows the first by its first line only), the "
+                   "request failed by it then naming it. "
+                   "Older than this session (7bd04ae: the headered case); the bare `Exception:` line, an event now, "
+                   "is one more way in")
+def test_a_restart_inside_an_incident_sent_before_sends_no_second_incident(later):
+    data = (b"ERROR 12-01 08:00:00 [multiproc_executor.py:962] WorkerProc hit an exception.\n"
+            b"(APIServer pid=100) INFO 12-01 08:00:00 [request_logger.py:65] Received request chatcmpl-1: params: "
+            b"SamplingParams(n=1, max_tokens=16), lora_request: None.\n" + later +
+            b"INFO 12-01 08:00:00 [core.py:93] Initializing a V1 LLM engine (v0.10.0) with config: model='m', "
+            b"tokenizer='m'\n")
+    whole, sent = _reread_plain(data, 4)
+    assert [x for x in whole if x not in sent] == [] and [x for x in sent if x not in whole] == []
+
+
+def _reread_plain(data: bytes, k: int):
+    """`_reread` without its exclusions: (one run's timelines, the killed and restarted runs')."""
+    from bridge.skip import key, sent_before, unsent
+    from test_incident_properties import _unaffected
+
+    def run(records, skip=None, facts=None):
+        parser, out = Parser(fast=FAST_PARSE), []
+        asm = Assembler(source_for("/x/vllm.log"), out.append)
+        if facts:
+            asm.resume_facts(facts)
+        for r in records:
+            ev = parser.parse(r.message, r.level, r.origin)
+            ev = ev if ev is None or skip is None else unsent(skip, r.offset, ev)
+            if ev is not None:
+                asm.feed(r, ev)
+        return asm, out
+
+    records, _ = decode_bytes(data, stream_mod.FAST)
+    whole_asm, whole = run(records)
+    whole_asm.flush()
+    killed_asm, killed = run(records[:k])
+    at = killed_asm.min_open_offset
+    skip = {key(t): t.last_offset for t in killed}
+    again, _ = decode_bytes(data, stream_mod.FAST, at)
+    resumed_asm, after = run(again, skip, killed_asm.facts_at(at))
+    resumed_asm.flush()
+    sent = [_unaffected(t) for t in killed]
+    sent += [x for x in (_unaffected(t) for t in after if not sent_before(skip, t)) if x not in sent]
+    return [_unaffected(t) for t in whole], sent
