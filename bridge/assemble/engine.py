@@ -126,7 +126,8 @@ class _Incident:
     """Error records of one engine incident, gathered until none comes for its window (`_window`)."""
 
     __slots__ = ("first", "last_ns", "last_offset", "error_type", "lead", "fatal", "lines", "affected",
-                 "failed", "event", "occurrence", "worker", "died", "engine", "window_ns", "core", "waits_only", "lived")
+                 "failed", "event", "occurrence", "worker", "died", "engine", "window_ns", "core", "waits_only",
+                 "start_offset", "lived")
 
     def __init__(self, record: Record, ev: EngineError) -> None:
         self.first = record
@@ -137,6 +138,10 @@ class _Incident:
         self.last_ns, self.last_offset = record.ts_ns, record.end_offset
         self.error_type, self.lead, self.fatal = ev.error_type, (record, ev), ev.fatal
         self.lines = 0
+        # the first line of the start open when a line of it came: how it was typed (model_load,
+        # oom) hangs on that start, and a resume from inside the start would read its later lines
+        # as a start of their own, so a checkpoint holds it while the incident is open (`min_offset`)
+        self.start_offset: int | None = None
         self.affected: dict[str, RequestState] = {}  # in flight while it lasted
         self.failed: list[RequestState] = []          # ended by it
         self.event: SpanEvent | None = None
@@ -240,6 +245,7 @@ class EngineLife:
         low = None
         for held in (self.pending_nccl[0].offset if self.pending_nccl is not None else None,
                      self.incident.first.offset if self.incident is not None else None,
+                     self.incident.start_offset if self.incident is not None else None,
                      self.startup.first_offset if self.startup is not None else None):
             if held is not None and (low is None or held < low):
                 low = held
@@ -423,6 +429,7 @@ class EngineLife:
             # a worker's call raised while the engine is being built (profiling, graph capture):
             # the start's call, so the start failed
             ev = replace(ev, error_type="model_load")
+        open_start = self.startup.first_offset if self.startup is not None else None
         if self.startup is not None and (ev.fatal or ev.error_type in ("model_load", "oom")):
             self.startup.add(record, ())
             self.end_startup(ev.error_type, ev.message)
@@ -467,6 +474,8 @@ class EngineLife:
                 return
             inc = self.incident = _Incident(record, ev)
             inc.occurrence = where(record)  # reserved now: the link its event carries names its span
+        if open_start is not None and (inc.start_offset is None or open_start < inc.start_offset):
+            inc.start_offset = open_start  # (a restart reads the start again, so this line alike)
         engine, first_engine = _engine_of(record, ev), inc.engine or engine_key(inc.first.process)
         if engine and first_engine and engine != first_engine:
             # another engine (data-parallel, or another engine core) failing at the same time: its own incident
