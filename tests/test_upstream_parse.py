@@ -210,6 +210,11 @@ ERRORS = [
     # traceback's separator between it and the AsyncEngineDeadError it caused)
     ("The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker exit detail: "
      "Worker unexpectedly exits with a connection error code 2. End of file.", "", "distributed", "", True),
+    # CUDA's sticky errors poison the device's context: the engine dies of them, no OOM
+    ("RuntimeError: CUDA error: an illegal memory access was encountered", "ERROR", "engine_dead", "RuntimeError",
+     False),
+    ("torch.AcceleratorError: CUDA error: device-side assert triggered", "ERROR", "engine_dead", "AcceleratorError",
+     False),
     # Python's bare `Exception` (multiproc_executor's wait_for_ready raises it), a failed start
     ("Exception: WorkerProc initialization failed due to an exception in a background process. See stack trace "
      "for root cause.", "", "model_load", "Exception", True),

@@ -808,6 +808,9 @@ _CLASSES = (
                     "failed to start", "401 client error", "403 client error", "404 client error",
                     "invalid repository id", "hfvalidationerror")),
     ("engine_dead", ("enginedeaderror", "engine loop is not running", "background loop",
+                     # a CUDA error that poisons the device's context (CUDA's sticky errors): the
+                     # process cannot go on, the engine dies of it (while it is built: a failed start)
+                     "illegal memory access", "device-side assert",
                      "background task failed", "terminating server process", "died", "fatal error",
                      "killing local vllm worker", "output_handler failed", "engine dead",
                      # the engine core's dump of a step that raised (dump_input.py), before it re-raises:
