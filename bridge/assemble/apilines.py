@@ -180,7 +180,7 @@ class ApiLines:
         r = self._resolve(ev.request_id, record)
         if r is not None and r.terminal_ns is None:
             self.end(r, self._when(record, r), End.FINISHED)
-            self.engine.alive()
+            self.engine.alive(record.ts_ns)
 
     def _on_generated(self, record: Record, ev: ResponseGenerated) -> None:
         r = self._resolve(ev.request_id, record)
@@ -220,7 +220,7 @@ class ApiLines:
                 self.end(r, ts, End.ABORTED, message=f"Request {ev.request_id} aborted (finish_reason: abort)")
             else:
                 self.end(r, ts, End.FINISHED)
-                self.engine.alive()
+                self.engine.alive(record.ts_ns)
         elif r.outcome == "finished" and r.error_type is None and record.ts_ns > r.terminal_ns and r.summary is None:
             # (a summary's end is vLLM's own e2e end, and its arrival counts back from it)
             r.terminal_ns = record.ts_ns

@@ -151,7 +151,7 @@ class _Incident:
         self.window_ns = _window(ev)
         #: every line of it so far a wait its writer repeats (shm_broadcast's), nothing failed
         self.waits_only = True
-        #: the engine served a request after it began (`EngineLife.serving`): what a worker's failed
+        #: the engine served a request after it began (`EngineLife.alive`): what a worker's failed
         #: call (basis `rpc`) said was no batch the engine died of
         self.lived = False
 
@@ -402,19 +402,6 @@ class EngineLife:
             self._wait.worked = True
         return ()
 
-    def serving(self, ts_ns: int) -> None:
-        """A request was served (a line of its output or its end). A worker's call that raised
-        (basis `rpc`, typed the engine's death: a batch's call, the commonest) was a call the engine
-        survived, a utility's (a LoRA, sleep) where this comes after it: the open incident is `other`."""
-        inc = self.incident
-        if inc is None or inc.lived or ts_ns < inc.first.ts_ns:
-            return
-        inc.lived = True
-        if inc.error_type == "engine_dead" and inc.lead[1].basis == "rpc" and not inc.fatal and self.death is None:
-            record, ev = inc.lead
-            inc.error_type, inc.lead = "other", (record, replace(ev, error_type="other"))
-            self._incident_event(inc)
-
     def end_startup(self, error_type: str = "", message: str = "") -> None:
         if self.startup is not None:
             self._emit(self.startup.timeline(self._source_at(self.startup.first_offset), error_type,
@@ -630,11 +617,21 @@ class EngineLife:
         for r in self._open.values():  # in flight, or waiting for its last block frees
             r.add_event(event, False)
 
-    def alive(self) -> None:
+    def alive(self, ts_ns: int) -> None:
         """A request finished normally: whatever died, the engine serves again (a line taken
-        for a death that was none must not fail every later request)."""
+        for a death that was none must not fail every later request). A worker's call that
+        raised (basis `rpc`, typed the engine's death: a batch's call, the commonest) whose
+        incident is still open was one the engine survived, a utility's (a LoRA, sleep): `other`."""
         if self.death is not None and self.incident is None:
             self.death = None
+        inc = self.incident
+        if inc is None or inc.lived or ts_ns < inc.first.ts_ns:
+            return
+        inc.lived = True
+        if inc.error_type == "engine_dead" and inc.lead[1].basis == "rpc" and not inc.fatal and self.death is None:
+            record, ev = inc.lead
+            inc.error_type, inc.lead = "other", (record, replace(ev, error_type="other"))
+            self._incident_event(inc)
 
     def resume_facts(self, facts: dict) -> None:
         """Start from the engine facts in force where a resume starts (a checkpoint's), as

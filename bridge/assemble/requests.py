@@ -30,14 +30,10 @@ from bridge.decode.record import CLOCK_ANCHORED, Record
 from bridge.core.counts import counts
 from bridge.core.position import GEN_SHIFT
 from bridge.core.source import Source
-from bridge.parse.events import (
-    GpuMemory, NcclHint, QueueState, RequestFinished, RequestSummary, ResponseGenerated, RuleEvent, Stamped,
-)
+from bridge.parse.events import GpuMemory, NcclHint, QueueState, RuleEvent, Stamped
 from bridge.parse.literals import redact_error_text, redact_request_error
 
 _NS = 1_000_000_000
-#: Lines that say a request was served (its output, its end): the engine is alive at that moment.
-_SERVED = frozenset({ResponseGenerated, RequestFinished, RequestSummary})
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,8 +128,6 @@ class Assembler(SeedLines, ApiLines, KvLines):
             self._jumped(record, ts)
         if self.engine.pending_nccl is not None and type(event) is not NcclHint:
             self.engine.flush_nccl(None)
-        if self.engine.incident is not None and type(event) in _SERVED:
-            self.engine.serving(ts)  # the engine went on serving while an incident is open
         self._handlers[type(event)](record, event)
 
     def tick(self, now_ns: int) -> None:

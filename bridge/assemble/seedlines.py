@@ -278,6 +278,7 @@ class SeedLines:
         else:
             r.summary = ev
         self.end(r, end, End.FINISHED)
+        self.engine.alive(record.ts_ns)
         if r.held <= 0 and not self._awaits_api(r):
             self.close(r, Close.DONE)
 
