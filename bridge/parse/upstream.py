@@ -697,11 +697,6 @@ def _weights_read(msg: str) -> Event | None:
     return None if m is None else StartupFact(((WEIGHTS_READ_S, _number(m[1])),))
 
 
-def _device_error(msg: str) -> Event | None:
-    """A device runtime's failed call as its caller prints it, typed by what it says."""
-    return engine_error(msg)
-
-
 def _rank_assigned(msg: str) -> Event | None:
     return _COMPILE_LINE if _RANK_ASSIGNED.match(msg) else None
 
@@ -1029,6 +1024,9 @@ _ERROR_STARTS = (
     ("Traceback (most recent", ""), ("Error in ", ""), ("Exception in ", ""), ("TimeoutError: RPC call", ""),
     ("Fatal Python error: ", ""), ("*** SIG", r"[A-Z]+ received"), ("RESOURCE_EXHAUSTED: ", ""),
     ("Writing input of failed execution", ""), ("Memory access fault by GPU", ""),
+    # vLLM's CUDA memory allocator (csrc/cumem_allocator.cpp, sleep mode's pool) prints a failed CUDA
+    # call itself, with no header: `CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62`
+    ("CUDA Error: ", r".* at \S+:\d+"),
 )
 _ERROR_TEXT = re.compile("|".join(re.escape(start) + rest for start, rest in _ERROR_STARTS))
 
@@ -1420,9 +1418,6 @@ PREFILTER = {
                    _starting(tuple(p for p in _LOADING_LINES if p.startswith("Load")), _loading)),
     "rank": _starting(("rank ",), _rank_assigned),
     "Mode": _FACT_GUARDED["Mode"],
-    # vLLM's CUDA memory allocator (csrc/cumem_allocator.cpp, sleep mode's pool) prints a failed CUDA
-    # call itself, with no header: `CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62`
-    "CUDA": _starting(("CUDA Error: ",), _device_error),
     # that fact's line and more; ROCm's runtime's fatal `Memory access fault by GPU node-…`
     "Memo": _chain(_starting(_FACT_GUARDED["Memo"].prefixes, _memory_profile), _ERROR_GUARDED),
     "Avai": _FACT_GUARDED["Avai"],
@@ -1450,7 +1445,7 @@ PREFILTER = {
     **{k: _blocks for k in ("# GP", "# CU", "# cu", "# XP", "# HP", "# NP", "# TP", "# CP", "# cp", "# hp", "# xp",
                             "# tp", "# np", "# ne")},
     **{k: _ERROR_GUARDED for k in ("Work", "Asyn", "No a", "Proc", "Trac", "Erro", "Exce", "RayW", "Time", "Fata",
-                                    "*** ", "RESO", "Writ")},
+                                    "*** ", "RESO", "Writ", "CUDA")},
     **{k: _starting(("NIXLConnector request_finished", "NixlPushConnector request_finished",
                      "MooncakeConnector request_finished"), _connector_finished) for k in ("Nixl", "Moon")},
     "NIXL": _chain(_starting(("NIXLConnector request_finished",), _connector_finished),
