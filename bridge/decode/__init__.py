@@ -5,11 +5,12 @@ One `Decoder` per file: it keeps that file's framing, partial-line buffer and cl
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import datetime, timezone, tzinfo
 
 from bridge.decode.clock import MAX_NS, HeaderClock, Rfc3339
+from bridge.decode.flattened import ANSI as _ANSI
+from bridge.decode.flattened import line_text, may_hold_records, raw_starts, record_starts
 from bridge.decode.framing import CLOUD, CRI, DOCKER, PLAIN, CloudUnwrapper, CriUnwrapper, DockerUnwrapper, detect
 from bridge.decode.jsonline import JsonLine, parse_json_line, parse_json_text
 from bridge.decode.prefix import FULL_LEVEL, HEADER, split_prefix
@@ -17,85 +18,11 @@ from bridge.decode.record import CLOCK_ANCHORED, CLOCK_HEADER, CLOCK_JSON, CLOCK
 
 __all__ = ["Carry", "Decoder", "DecodeStats", "Record"]
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_ANSI_BYTES = re.compile(rb"\x1b\[[0-9;]*[A-Za-z]")
 _MAX_PARTIAL_CHARS = 4 * 1024 * 1024  # a runaway partial line is cut, not held forever
 # A JSON record's own `asctime` (ms) wins over the runtime's stamp when it lies this far before
 # the read at most: further off, the record's zone is not the one configured.
 _JSON_LAG_NS, _MS_NS = 10_000_000_000, 1_000_000
 _S_NS = 1_000_000_000
-#: Where a vLLM record begins inside a line that holds several: a paste or a viewer that lost the
-#: newlines between them (`… kubectl logs pod/x INFO 06-09 05:30:55 [__init__.py:239] Automatically
-#: detected … INFO 06-09 05:30:58 [api_server.py:1043] vLLM API server version …`): a space, then
-#: a header (its process prefix before it, if any).
-_EMBEDDED = re.compile(r" (?=(?:\([^()\n]{1,100}\) )?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d "
-                       r"\d\d:\d\d:\d\d(?:[.,]\d+)? \[[^\s\]]+:\d+\] )")
-_PREFIX_ONLY = re.compile(r"\([^()\n]{1,100}\)")
-#: Headers a line with no header of its own must hold to be read as flattened records: one is a
-#: wrapper's frame around a vLLM line (parse unwraps it), two or more are lines run together.
-_FLATTENED = 2
-
-
-
-def _raw_starts(message: str, starts: list[int], raw: bytes) -> list[int]:
-    """Where each of `message`'s records (`starts`, positions in the text) begins in the line's
-    bytes `raw`. The text is the bytes decoded (invalid UTF-8 replaced: 1 to 3 bytes become 3),
-    its ANSI codes and trailing `\r` taken off, so a count from the line's end is off by those.
-    Each start is found by its space and header in the bytes without their ANSI codes, the last
-    first, each before the one after it; the bytes between two must read as the text between
-    them (so a header written twice cannot be taken for another). When they do not (a header
-    with bytes that are no UTF-8), the count from the end."""
-    body = raw[:-1] if raw.endswith(b"\n") else raw
-    kept, at_raw = [], []  # the bytes without ANSI codes, in pieces, and where each piece is in `body`
-    pos = 0
-    for m in _ANSI_BYTES.finditer(body):
-        kept.append(body[pos:m.start()])
-        at_raw.append(pos)
-        pos = m.end()
-    kept.append(body[pos:])
-    at_raw.append(pos)
-    plain = b"".join(kept)
-    found: list[int] = []
-    hi = len(plain)
-    for s in reversed(starts):
-        header = message[s:message.index("] ", s) + 2]
-        at = plain.rfind((" " + header).encode("utf-8"), 0, hi)
-        if at < 0 and header[:1] == "(":  # a prefix whose bytes are no UTF-8: found by its header
-            close = header.index(") ")
-            at = plain.rfind(header[close:].encode("utf-8"), 0, hi)
-            at = plain.rfind(b" (", 0, at + 1) if at > 0 else -1
-        if at < 0:
-            break
-        found.append(at + 1)
-        hi = at + 1  # (its space may end the header before: `[utils.py:1] INFO …`)
-    if len(found) == len(starts):
-        found.reverse()
-        texts = [message[s:t - 1] for s, t in zip(starts, starts[1:])] + [message[starts[-1]:]]
-        pieces = [plain[a:b - 1] for a, b in zip(found, found[1:])] + [plain[found[-1]:]]
-        if all(piece.decode("utf-8", "replace") == text for piece, text in zip(pieces[:-1], texts)) and \
-                pieces[-1].decode("utf-8", "replace").rstrip("\r") == texts[-1]:
-            out, i, low = [], 0, 0
-            for at in found:  # (each the byte after its space: the space's place in `body`, plus one)
-                while i + 1 < len(kept) and low + len(kept[i]) <= at - 1:
-                    low += len(kept[i])
-                    i += 1
-                out.append(at_raw[i] + (at - 1 - low) + 1)
-            return out
-    at = len(plain.rstrip(b"\r"))  # (the line's bytes as read: exact for the pieces with no invalid byte after)
-    back = []
-    for s, t in zip(reversed(starts), [len(message), *reversed(starts)]):  # (each piece once: linear)
-        at -= len(message[s:t].encode("utf-8", "replace"))
-        back.append(at)
-    return back[::-1]
-
-
-def _clean(piece: bytes, last: bool) -> str:
-    """Bytes of a line as `Decoder._record` reads them: decoded, ANSI codes off (and the line's
-    trailing `\r`, in its `last` piece)."""
-    text = piece.decode("utf-8", "replace")
-    if "\x1b" in text:
-        text = _ANSI.sub("", text)
-    return text.rstrip("\r") if last else text
 
 
 def _header_near(stamp: str, runtime_ts: int, tz: tzinfo) -> int | None:
@@ -247,10 +174,9 @@ class Decoder:
         if not line:
             return None
         record = self._record(line, runtime_ts, offset, end)
-        if record is not None and self._unwrap is None and "] " in record.message \
-                and _EMBEDDED.search(record.message) is not None and not self._leads_with_header(line):
-            # (`] ` first: a header's origin ends so, few messages hold it, and a search costs)
-            return self._unflatten(record, line, raw, end)
+        if record is not None and self._unwrap is None and may_hold_records(record.message) \
+                and not self._leads_with_header(line):
+            return self._unflatten(record, raw, end)
         return record
 
     def _leads_with_header(self, line: str) -> bool:
@@ -268,21 +194,18 @@ class Decoder:
         more, self._more = self._more, None
         return more
 
-    def _unflatten(self, record: Record, line: str, raw: bytes, end: int) -> Record:
-        """A line that holds several vLLM records (`_EMBEDDED`; `_FLATTENED` headers, its own too):
+    def _unflatten(self, record: Record, raw: bytes, end: int) -> Record:
+        """A line that holds several vLLM records (`flattened.record_starts`, its own header too):
         each is a record of its own, its header read, at the byte where it begins in the line (a
         resume from there reads it again whole); the text before the first stays the record it
         was. Any other line is returned as it came."""
         message = record.message
-        if not _clean(raw[:-1] if raw.endswith(b"\n") else raw, True).endswith(message):
+        if not line_text(raw).endswith(message):
             return record  # its text is no part of the line: a JSON record's message (one record)
-        starts: list[int] = []
-        for m in _EMBEDDED.finditer(message):  # (a header right after a prefix begins at the prefix)
-            if not (starts and _PREFIX_ONLY.fullmatch(message, starts[-1], m.start())):
-                starts.append(m.end())
-        if len(starts) + bool(record.level) < _FLATTENED:  # the record's own header counts
+        starts = record_starts(message, bool(record.level))
+        if starts is None:
             return record
-        bounds = [record.offset + at for at in _raw_starts(message, starts, raw)]
+        bounds = [record.offset + at for at in raw_starts(message, starts, raw)]
         low = record.offset
         for i, at in enumerate(bounds):  # (kept inside the line, each after the one before)
             bounds[i] = low = min(max(low + 1, at), end - 1)
