@@ -484,6 +484,23 @@ def test_a_workers_raised_call_after_the_engine_served_is_its_death_even_after_a
     assert [e for e in _engines(lines) if e[0] != "startup"] == [("engine_dead", "engine_dead")]
 
 
+def _assembled(records, skip=None, facts=None):
+    """`records` parsed (C path) and fed to one assembler, as the agent feeds them: what `skip`
+    says was delivered before a restart left out (`bridge.skip.unsent`), starting from the engine
+    `facts` in force there. (assembler, its timelines)."""
+    from bridge.skip import unsent
+    parser, out = Parser(fast=FAST_PARSE), []
+    asm = Assembler(source_for("/x/vllm.log"), out.append)
+    if facts:
+        asm.resume_facts(facts)
+    for r in records:
+        ev = parser.parse(r.message, r.level, r.origin)
+        ev = ev if ev is None or skip is None else unsent(skip, r.offset, ev)
+        if ev is not None:
+            asm.feed(r, ev)
+    return asm, out
+
+
 # -- a restart that reads the file again from its checkpoint ---------------------------------------
 
 def _reread(data: bytes, k: int):
@@ -493,25 +510,13 @@ def _reread(data: bytes, k: int):
     is inside a line (a flattened line's record: the strict xfail above), or a line with no
     time of its own (`test_a_restart_at_a_headerless_error_line_…`), or inside an incident
     sent before the restart (`test_a_restart_inside_an_incident_sent_before_…`)."""
-    from bridge.skip import key, sent_before, unsent
+    from bridge.skip import key, sent_before
     from test_incident_properties import _unaffected
 
-    def run(records, facts=None):
-        parser, out = Parser(fast=FAST_PARSE), []
-        asm = Assembler(source_for("/x/vllm.log"), out.append)
-        if facts:
-            asm.resume_facts(facts)
-        for r, skip in records:
-            ev = parser.parse(r.message, r.level, r.origin)
-            ev = ev if ev is None or skip is None else unsent(skip, r.offset, ev)
-            if ev is not None:
-                asm.feed(r, ev)
-        return asm, out
-
     records, _ = decode_bytes(data, stream_mod.FAST)
-    whole_asm, whole = run([(r, None) for r in records])
+    whole_asm, whole = _assembled(records)
     whole_asm.flush()
-    killed_asm, killed = run([(r, None) for r in records[:k]])
+    killed_asm, killed = _assembled(records[:k])
     at = killed_asm.min_open_offset
     if at is None:
         at = records[k].offset if k < len(records) else len(data)
@@ -524,7 +529,7 @@ def _reread(data: bytes, k: int):
         return None  # (an incident sent before the restart, with lines after it: the strict xfail below)
     skip = {key(t): t.last_offset for t in killed}
     again, _ = decode_bytes(data, stream_mod.FAST, at)
-    resumed_asm, after = run([(r, skip) for r in again], killed_asm.facts_at(at))
+    resumed_asm, after = _assembled(again, skip, killed_asm.facts_at(at))
     resumed_asm.flush()
     sent = [_unaffected(t) for t in killed]
     sent += [x for x in (_unaffected(t) for t in after if not sent_before(skip, t)) if x not in sent]
@@ -593,25 +598,14 @@ def test_a_restart_at_a_headerless_error_line_gives_its_incident_the_time_one_ru
     from bridge.skip import key, sent_before
     from test_incident_properties import _unaffected
 
-    def run(recs, facts=None):
-        parser, out = Parser(fast=FAST_PARSE), []
-        asm = Assembler(source_for("/x/vllm.log"), out.append)
-        if facts:
-            asm.resume_facts(facts)
-        for r in recs:
-            ev = parser.parse(r.message, r.level, r.origin)
-            if ev is not None:
-                asm.feed(r, ev)
-        return asm, out
-
-    whole_asm, whole = run(records)
+    whole_asm, whole = _assembled(records)
     whole_asm.flush()
-    killed_asm, killed = run(records[:k])
+    killed_asm, killed = _assembled(records[:k])
     at = killed_asm.min_open_offset
     assert at == line_start  # the open incident holds its first line
     skip = {key(t): t.last_offset for t in killed}
     again, _ = decode_bytes(data, stream_mod.FAST, at)
-    resumed_asm, after = run(again, killed_asm.facts_at(at))
+    resumed_asm, after = _assembled(again, facts=killed_asm.facts_at(at))
     resumed_asm.flush()
     sent = [_unaffected(t) for t in killed] + [_unaffected(t) for t in after if not sent_before(skip, t)]
     incidents_whole = [x for x in map(_unaffected, whole) if x[1].get("kind") == "oom"]
@@ -641,29 +635,17 @@ def test_a_restart_inside_an_incident_sent_before_sends_no_second_incident(later
 
 def _reread_plain(data: bytes, k: int):
     """`_reread` without its exclusions: (one run's timelines, the killed and restarted runs')."""
-    from bridge.skip import key, sent_before, unsent
+    from bridge.skip import key, sent_before
     from test_incident_properties import _unaffected
 
-    def run(records, skip=None, facts=None):
-        parser, out = Parser(fast=FAST_PARSE), []
-        asm = Assembler(source_for("/x/vllm.log"), out.append)
-        if facts:
-            asm.resume_facts(facts)
-        for r in records:
-            ev = parser.parse(r.message, r.level, r.origin)
-            ev = ev if ev is None or skip is None else unsent(skip, r.offset, ev)
-            if ev is not None:
-                asm.feed(r, ev)
-        return asm, out
-
     records, _ = decode_bytes(data, stream_mod.FAST)
-    whole_asm, whole = run(records)
+    whole_asm, whole = _assembled(records)
     whole_asm.flush()
-    killed_asm, killed = run(records[:k])
+    killed_asm, killed = _assembled(records[:k])
     at = killed_asm.min_open_offset
     skip = {key(t): t.last_offset for t in killed}
     again, _ = decode_bytes(data, stream_mod.FAST, at)
-    resumed_asm, after = run(again, skip, killed_asm.facts_at(at))
+    resumed_asm, after = _assembled(again, skip, killed_asm.facts_at(at))
     resumed_asm.flush()
     sent = [_unaffected(t) for t in killed]
     sent += [x for x in (_unaffected(t) for t in after if not sent_before(skip, t)) if x not in sent]
